@@ -1,0 +1,507 @@
+//! The real local control plane: etcd -> kube-apiserver -> CRDs -> kube-controller-manager
+//! -> node agent, each a supervised process on free loopback ports.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+
+use crate::kubeconfig::{self, Credential};
+use crate::pki::Pki;
+use crate::process::{self, Proc, free_port};
+use crate::tools;
+
+/// How much of the control plane to start and how to tune it.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// CRD manifests (files or directories of `*.yaml`) installed before the kcm starts,
+    /// so the garbage collector sees them from its first discovery.
+    pub crds: Vec<PathBuf>,
+    /// Lowers the Job controller's pod-failure backoff (e.g. `("200ms", "2s")`).
+    pub job_backoff: Option<(String, String)>,
+    /// Starts the process node agent (scheduler, kubelet, PV provisioner).
+    pub node_agent: bool,
+    /// Extra image-pattern -> command entries for the node agent's image map.
+    pub images: Vec<(String, Vec<String>)>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            crds: vec![repo_root().join("deploy/crds")],
+            job_backoff: Some(("200ms".into(), "2s".into())),
+            node_agent: true,
+            images: Vec::new(),
+        }
+    }
+}
+
+/// The repository root (this crate lives at `crates/testenv`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
+}
+
+pub struct ControlPlane {
+    pub state: PathBuf,
+    pub pki: Pki,
+    pub apiserver_port: u16,
+    pub kcm_port: u16,
+    pub admin_kubeconfig: PathBuf,
+    opts: Options,
+    etcd: Option<Proc>,
+    apiserver: Option<Proc>,
+    kcm: Option<Proc>,
+    node: Option<Proc>,
+}
+
+const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl ControlPlane {
+    pub async fn start(state: &Path, opts: Options) -> Result<ControlPlane> {
+        std::fs::create_dir_all(state)?;
+        // Ancestors must be traversable for non-root pod users (fsGroup tests).
+        std::fs::set_permissions(state, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+        let pki = Pki::generate(state)?;
+        let mut cp = ControlPlane {
+            state: state.to_path_buf(),
+            admin_kubeconfig: state.join("admin.kubeconfig"),
+            pki,
+            apiserver_port: 0,
+            kcm_port: 0,
+            opts,
+            etcd: None,
+            apiserver: None,
+            kcm: None,
+            node: None,
+        };
+        let t0 = Instant::now();
+        cp.start_etcd().await.context("etcd")?;
+        tracing::info!("etcd ready after {:?}", t0.elapsed());
+        cp.start_apiserver().await.context("kube-apiserver")?;
+        tracing::info!("kube-apiserver ready after {:?}", t0.elapsed());
+        cp.install_crds().await.context("installing CRDs")?;
+        cp.start_kcm().await.context("kube-controller-manager")?;
+        tracing::info!("kube-controller-manager ready after {:?}", t0.elapsed());
+        if cp.opts.node_agent {
+            cp.start_node_agent().await.context("node agent")?;
+            tracing::info!("node agent ready after {:?}", t0.elapsed());
+        }
+        Ok(cp)
+    }
+
+    pub fn server(&self) -> String {
+        format!("https://127.0.0.1:{}", self.apiserver_port)
+    }
+
+    pub fn logs_dir(&self) -> PathBuf {
+        self.state.join("logs")
+    }
+
+    /// Directory the node agent keeps pod logs, PVs and volumes in.
+    pub fn node_state_dir(&self) -> PathBuf {
+        self.state.join("node")
+    }
+
+    /// A fresh admin client bound to the calling runtime.
+    pub async fn client(&self) -> Result<kube::Client> {
+        kubeconfig::client(&self.admin_kubeconfig).await
+    }
+
+    async fn start_etcd(&mut self) -> Result<()> {
+        let etcd = tools::etcd()?;
+        for attempt in 0..3 {
+            let (e, p) = (free_port()?, free_port()?);
+            let data = self.state.join("etcd");
+            let _ = std::fs::remove_dir_all(&data);
+            let mut cmd = Command::new(&etcd);
+            cmd.args([
+                "--name=default".to_string(),
+                format!("--data-dir={}", data.display()),
+                format!("--listen-client-urls=http://127.0.0.1:{e}"),
+                format!("--advertise-client-urls=http://127.0.0.1:{e}"),
+                format!("--listen-peer-urls=http://127.0.0.1:{p}"),
+                format!("--initial-advertise-peer-urls=http://127.0.0.1:{p}"),
+                format!("--initial-cluster=default=http://127.0.0.1:{p}"),
+                "--initial-cluster-state=new".into(),
+                "--unsafe-no-fsync=true".into(),
+                "--quota-backend-bytes=2147483648".into(),
+                "--log-level=warn".into(),
+            ]);
+            let mut proc_ = process::spawn("etcd", cmd, &self.logs_dir().join("etcd.log"))?;
+            let http = reqwest::Client::new();
+            let url = format!("http://127.0.0.1:{e}/health");
+            let ok = wait_until(STEP_TIMEOUT, &mut proc_, || {
+                let http = http.clone();
+                let url = url.clone();
+                async move {
+                    match http.get(&url).send().await {
+                        Ok(r) => r.text().await.unwrap_or_default().contains("\"health\":\"true\""),
+                        Err(_) => false,
+                    }
+                }
+            })
+            .await;
+            match ok {
+                Ok(()) => {
+                    self.etcd = Some(proc_);
+                    self.state_set("etcd_port", e)?;
+                    return Ok(());
+                }
+                Err(err) if attempt < 2 => {
+                    tracing::warn!("etcd attempt {attempt} failed ({err}); retrying on new ports");
+                }
+                Err(err) => return Err(err.context(proc_.log_tail(50))),
+            }
+        }
+        unreachable!("the loop returns on its last attempt")
+    }
+
+    fn state_set(&self, key: &str, v: u16) -> Result<()> {
+        std::fs::write(self.state.join(format!("{key}")), v.to_string())?;
+        Ok(())
+    }
+
+    fn etcd_port(&self) -> Result<u16> {
+        Ok(std::fs::read_to_string(self.state.join("etcd_port"))?.trim().parse()?)
+    }
+
+    async fn start_apiserver(&mut self) -> Result<()> {
+        let bin = tools::kube_apiserver()?;
+        let e = self.etcd_port()?;
+        let ca = std::fs::read(&self.pki.ca_crt)?;
+        for attempt in 0..3 {
+            let a = free_port()?;
+            let p = &self.pki;
+            let mut cmd = Command::new(&bin);
+            cmd.args([
+                format!("--etcd-servers=http://127.0.0.1:{e}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={a}"),
+                format!("--cert-dir={}", self.state.join("apiserver").display()),
+                format!("--tls-cert-file={}", p.apiserver_crt.display()),
+                format!("--tls-private-key-file={}", p.apiserver_key.display()),
+                format!("--client-ca-file={}", p.ca_crt.display()),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                format!("--service-account-key-file={}", p.sa_pub.display()),
+                format!("--service-account-signing-key-file={}", p.sa_key.display()),
+                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--authorization-mode=RBAC".into(),
+                "--allow-privileged=true".into(),
+                "--disable-admission-plugins=ServiceAccount".into(),
+                "--endpoint-reconciler-type=none".into(),
+                "--profiling=false".into(),
+                "--enable-priority-and-fairness=false".into(),
+                "--v=1".into(),
+            ]);
+            let mut proc_ = process::spawn("kube-apiserver", cmd, &self.logs_dir().join("kube-apiserver.log"))?;
+            let http = reqwest::Client::builder()
+                .add_root_certificate(reqwest::Certificate::from_pem(&ca)?)
+                .timeout(Duration::from_secs(5))
+                .build()?;
+            let url = format!("https://127.0.0.1:{a}/readyz");
+            let ready = wait_until(STEP_TIMEOUT, &mut proc_, || {
+                let (http, url) = (http.clone(), url.clone());
+                async move { matches!(http.get(&url).send().await, Ok(r) if r.status().is_success()) }
+            })
+            .await;
+            match ready {
+                Ok(()) => {
+                    self.apiserver_port = a;
+                    self.apiserver = Some(proc_);
+                    break;
+                }
+                Err(err) if attempt < 2 && !proc_.is_running() => {
+                    tracing::warn!("kube-apiserver attempt {attempt} failed ({err}); retrying on a new port");
+                }
+                Err(err) => return Err(err.context(proc_.log_tail(50))),
+            }
+        }
+        let admin_crt = std::fs::read(&self.pki.admin_crt)?;
+        let admin_key = std::fs::read(&self.pki.admin_key)?;
+        let kc = kubeconfig::render(
+            &self.server(),
+            &ca,
+            "admin",
+            Credential::ClientCert { cert_pem: &admin_crt, key_pem: &admin_key },
+        );
+        kubeconfig::write(&self.admin_kubeconfig, &kc)?;
+        let client = self.client().await?;
+        let ns: Api<Namespace> = Api::all(client);
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        loop {
+            match ns.get("default").await {
+                Ok(_) => return Ok(()),
+                Err(e) if Instant::now() > deadline => bail!("namespace default never appeared: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+
+    /// Server-side applies every CRD in the configured files/directories and waits until
+    /// each is Established and NamesAccepted.
+    pub async fn install_crds(&self) -> Result<()> {
+        let mut files = Vec::new();
+        for p in &self.opts.crds {
+            if p.is_dir() {
+                let mut v: Vec<PathBuf> = std::fs::read_dir(p)?
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|f| f.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                    .collect();
+                v.sort();
+                files.extend(v);
+            } else if p.exists() {
+                files.push(p.clone());
+            }
+        }
+        let docs: Vec<CustomResourceDefinition> = files
+            .iter()
+            .map(|f| -> Result<Vec<CustomResourceDefinition>> {
+                let text = std::fs::read_to_string(f)?;
+                crate::yaml::parse_all(&text).with_context(|| format!("parsing {}", f.display()))
+            })
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .collect();
+        apply_crds(&self.client().await?, &docs).await
+    }
+
+    async fn start_kcm(&mut self) -> Result<()> {
+        let bin = tools::kube_controller_manager()?;
+        let k = free_port()?;
+        let kc = self.admin_kubeconfig.display().to_string();
+        let mut cmd = Command::new(&bin);
+        cmd.args([
+            format!("--kubeconfig={kc}"),
+            format!("--authentication-kubeconfig={kc}"),
+            format!("--authorization-kubeconfig={kc}"),
+            "--leader-elect=false".into(),
+            "--controllers=garbage-collector-controller,job-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller,ttl-after-finished-controller,root-ca-certificate-publisher-controller".into(),
+            format!("--service-account-private-key-file={}", self.pki.sa_key.display()),
+            format!("--root-ca-file={}", self.pki.ca_crt.display()),
+            "--use-service-account-credentials=false".into(),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={k}"),
+            format!("--cert-dir={}", self.state.join("kcm").display()),
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".into(),
+            "--kube-api-qps=200".into(),
+            "--kube-api-burst=400".into(),
+            "--v=1".into(),
+        ]);
+        if let Some((b, max)) = &self.opts.job_backoff {
+            cmd.env("KOPIUR_TESTENV_JOB_BACKOFF", b).env("KOPIUR_TESTENV_JOB_BACKOFF_MAX", max);
+        }
+        let mut proc_ = process::spawn("kube-controller-manager", cmd, &self.logs_dir().join("kube-controller-manager.log"))?;
+        let http = reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .timeout(Duration::from_secs(5))
+            .build()?;
+        let url = format!("https://127.0.0.1:{k}/healthz");
+        wait_until(STEP_TIMEOUT, &mut proc_, || {
+            let (http, url) = (http.clone(), url.clone());
+            async move { matches!(http.get(&url).send().await, Ok(r) if r.status().is_success()) }
+        })
+        .await
+        .map_err(|e| e.context(proc_.log_tail(50)))?;
+        // The default ServiceAccount proves the controllers actually sync.
+        let sas: Api<ServiceAccount> = Api::namespaced(self.client().await?, "default");
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        while sas.get_opt("default").await?.is_none() {
+            if Instant::now() > deadline {
+                bail!("ServiceAccount default/default never appeared:\n{}", proc_.log_tail(50));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        self.kcm_port = k;
+        self.kcm = Some(proc_);
+        Ok(())
+    }
+
+    pub async fn restart_kcm(&mut self) -> Result<()> {
+        if let Some(mut p) = self.kcm.take() {
+            p.stop(Duration::from_secs(10));
+        }
+        self.start_kcm().await
+    }
+
+    /// The image map handed to the node agent: mover image -> the locally built mover,
+    /// busybox-like images -> /bin/sh, plus any configured extras.
+    fn write_image_map(&self) -> Result<PathBuf> {
+        let mut images = Vec::new();
+        for (pattern, command) in &self.opts.images {
+            images.push(serde_json::json!({"pattern": pattern, "command": command, "args": []}));
+        }
+        if let Ok(mover) = tools::workspace_bin("kopiur-mover") {
+            images.push(serde_json::json!({"pattern": "*kopiur-mover*", "command": [mover], "args": []}));
+            images.push(serde_json::json!({"pattern": "ghcr.io/home-operations/kopiur*", "command": [mover], "args": []}));
+        }
+        if let Ok(ctrl) = tools::workspace_bin("kopiur-controller") {
+            images.push(serde_json::json!({"pattern": "*kopiur-controller*", "command": [ctrl], "args": []}));
+        }
+        images.push(serde_json::json!({"pattern": "*busybox*", "command": ["/bin/sh"], "args": []}));
+        images.push(serde_json::json!({"pattern": "*alpine*", "command": ["/bin/sh"], "args": []}));
+        let path = self.state.join("image-map.json");
+        std::fs::write(&path, serde_json::to_vec_pretty(&serde_json::json!({ "images": images }))?)?;
+        Ok(path)
+    }
+
+    pub async fn start_node_agent(&mut self) -> Result<()> {
+        let bin = tools::workspace_bin("kopiur-testnode")?;
+        let image_map = self.write_image_map()?;
+        let mut cmd = Command::new(&bin);
+        cmd.arg("--kubeconfig")
+            .arg(&self.admin_kubeconfig)
+            .arg("--state-dir")
+            .arg(self.node_state_dir())
+            .arg("--image-map")
+            .arg(&image_map)
+            .arg("--apiserver-port")
+            .arg(self.apiserver_port.to_string())
+            .arg("--kubelet-version")
+            .arg(tools::version("K8S_VERSION"))
+            .env("RUST_LOG", std::env::var("KOPIUR_TESTNODE_LOG").unwrap_or_else(|_| "info".into()));
+        let mut proc_ = process::spawn("node-agent", cmd, &self.logs_dir().join("node-agent.log"))?;
+        let client = self.client().await?;
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client);
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        loop {
+            if let Some(st) = proc_.try_wait() {
+                bail!("node agent exited with {st}:\n{}", proc_.log_tail(50));
+            }
+            let ready = nodes.get_opt("local").await.ok().flatten().is_some_and(|n| {
+                n.status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            });
+            if ready {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("Node local never became Ready:\n{}", proc_.log_tail(50));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        self.node = Some(proc_);
+        Ok(())
+    }
+
+    /// Stops the node agent (SIGTERM: it ends its pods' processes first).
+    pub fn stop_node_agent(&mut self) {
+        if let Some(mut p) = self.node.take() {
+            p.stop(Duration::from_secs(15));
+        }
+    }
+
+    /// Kills the node agent hard (SIGKILL), as a crash would.
+    pub fn kill_node_agent(&mut self) {
+        if let Some(mut p) = self.node.take() {
+            p.stop(Duration::ZERO);
+        }
+    }
+
+    /// A kubeconfig that authenticates as ServiceAccount `ns/name` with a TokenRequest token,
+    /// so a component runs under its own RBAC rather than as admin.
+    pub async fn service_account_kubeconfig(&self, ns: &str, name: &str, path: &Path) -> Result<PathBuf> {
+        let client = self.client().await?;
+        let sas: Api<ServiceAccount> = Api::namespaced(client, ns);
+        if sas.get_opt(name).await?.is_none() {
+            let sa: ServiceAccount = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": ns}
+            }))?;
+            sas.create(&PostParams::default(), &sa).await?;
+        }
+        let tr: k8s_openapi::api::authentication::v1::TokenRequest = serde_json::from_value(serde_json::json!({
+            "spec": {"audiences": ["https://kubernetes.default.svc.cluster.local"], "expirationSeconds": 86400}
+        }))?;
+        let out = sas.create_token_request(name, &PostParams::default(), &tr).await?;
+        let token = out.status.context("TokenRequest returned no status")?.token;
+        let ca = std::fs::read(&self.pki.ca_crt)?;
+        let kc = kubeconfig::render(&self.server(), &ca, &format!("{ns}-{name}"), Credential::Token(&token));
+        kubeconfig::write(path, &kc)?;
+        Ok(path.to_path_buf())
+    }
+
+    /// The last lines of every component log, for a failing test's output.
+    pub fn logs_summary(&self, lines: usize) -> String {
+        let mut out = String::new();
+        if let Ok(rd) = std::fs::read_dir(self.logs_dir()) {
+            let mut files: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+            files.sort();
+            for f in files {
+                out.push_str(&format!("==== {} ====\n{}\n", f.display(), process::log_tail(&f, lines)));
+            }
+        }
+        out
+    }
+
+    /// Reverse-order shutdown: node agent, kcm, apiserver, etcd.
+    pub fn shutdown(&mut self) {
+        self.stop_node_agent();
+        for p in [self.kcm.take(), self.apiserver.take(), self.etcd.take()].into_iter().flatten() {
+            let mut p = p;
+            p.stop(Duration::from_secs(10));
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Server-side applies CRDs and waits for Established + NamesAccepted.
+pub async fn apply_crds(client: &kube::Client, crds: &[CustomResourceDefinition]) -> Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let pp = PatchParams::apply("kopiur-testenv").force();
+    for crd in crds {
+        let name = crd.metadata.name.clone().context("CRD without a name")?;
+        api.patch(&name, &pp, &Patch::Apply(crd)).await.with_context(|| format!("applying CRD {name}"))?;
+    }
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    for crd in crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        loop {
+            let cur = api.get(&name).await?;
+            let conds = cur.status.and_then(|s| s.conditions).unwrap_or_default();
+            let is = |t: &str| conds.iter().any(|c| c.type_ == t && c.status == "True");
+            if is("Established") && is("NamesAccepted") {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("CRD {name} not Established: {conds:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+/// Polls `check` every 200 ms until true, failing early if `proc_` exits.
+async fn wait_until<F, Fut>(timeout: Duration, proc_: &mut Proc, mut check: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check().await {
+            return Ok(());
+        }
+        if let Some(st) = proc_.try_wait() {
+            bail!("{} exited with {st} before becoming ready", proc_.name);
+        }
+        if Instant::now() > deadline {
+            bail!("{} not ready after {timeout:?}", proc_.name);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Builds (once) every external tool the test environment needs into a versioned cache
+# outside the repository, and reuses it on later runs. Idempotent; safe to re-run.
+#   testenv/build-tools.sh [etcd] [k8s] [kopia] [garage] [helm]   (default: all)
+# Cache: ${KOPIUR_TESTENV_CACHE:-$HOME/.cache/kopiur-testenv}
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck disable=SC1091
+source "$HERE/versions.env"
+CACHE="${KOPIUR_TESTENV_CACHE:-$HOME/.cache/kopiur-testenv}"
+mkdir -p "$CACHE/go/mod" "$CACHE/go/build"
+export GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+
+log() { printf '[build-tools %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# Prints a heartbeat every 30 s while a long build runs, so a cold build shows progress.
+with_heartbeat() {
+  local what="$1"; shift
+  local start; start=$(date +%s)
+  ( while sleep 30; do log "$what: still building ($(( $(date +%s) - start ))s)"; done ) &
+  local hb=$!
+  local rc=0
+  "$@" || rc=$?
+  kill "$hb" 2>/dev/null || true; wait "$hb" 2>/dev/null || true
+  if [ "$rc" -eq 0 ]; then log "$what: done in $(( $(date +%s) - start ))s"; else log "$what: FAILED (exit $rc)"; fi
+  return "$rc"
+}
+
+wrapper_hash() { cat "$1/go.mod" "$1/go.sum" "$1/main.go" | sha256sum | cut -c1-12; }
+
+# install_dir NAME -> prints the final directory; builds go into NAME.tmp.$$ then mv.
+finish() { # tmp final
+  rm -rf "$2"; mv "$1" "$2"
+}
+
+build_etcd() {
+  local dir="$CACHE/etcd-$ETCD_VERSION-$(wrapper_hash "$HERE/go/etcd")"
+  if [ -x "$dir/bin/etcd" ]; then log "etcd $ETCD_VERSION: cached ($dir)"; return; fi
+  local tmp="$dir.tmp.$$"; mkdir -p "$tmp/bin"
+  log "etcd $ETCD_VERSION: building (1-2 min cold)"
+  with_heartbeat etcd bash -c "cd '$HERE/go/etcd' && go build -p 2 -trimpath -ldflags '-s -w' -o '$tmp/bin/etcd' ."
+  "$tmp/bin/etcd" --version >/dev/null
+  finish "$tmp" "$dir"
+}
+
+build_k8s() {
+  local dir="$CACHE/k8s-$K8S_VERSION-$(wrapper_hash "$HERE/go/k8s")"
+  if [ -x "$dir/bin/k8sbin" ]; then log "k8s $K8S_VERSION: cached ($dir)"; return; fi
+  local tmp="$dir.tmp.$$"; mkdir -p "$tmp/bin"
+  local minor; minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  local V=k8s.io/component-base/version
+  log "k8s $K8S_VERSION (kube-apiserver + kube-controller-manager): building (10-20 min cold)"
+  with_heartbeat k8s bash -c "cd '$HERE/go/k8s' && go build -p 2 -trimpath -o '$tmp/bin/k8sbin' \
+    -ldflags '-s -w -X $V.gitVersion=$K8S_VERSION -X $V.gitMajor=1 -X $V.gitMinor=$minor -X $V.gitTreeState=clean -X $V.buildDate=2026-01-01T00:00:00Z' ."
+  ln -s k8sbin "$tmp/bin/kube-apiserver"; ln -s k8sbin "$tmp/bin/kube-controller-manager"
+  "$tmp/bin/kube-apiserver" --version >/dev/null
+  finish "$tmp" "$dir"
+}
+
+build_kopia() {
+  local dir="$CACHE/kopia-$KOPIA_VERSION"
+  if [ -x "$dir/bin/kopia" ]; then log "kopia $KOPIA_VERSION: cached ($dir)"; return; fi
+  local tmp="$dir.tmp.$$"; mkdir -p "$tmp/bin"
+  log "kopia $KOPIA_VERSION: building (3-6 min cold)"
+  with_heartbeat kopia env GOBIN="$tmp/bin" go install -p 2 -trimpath -ldflags '-s -w' -tags nohtmlui "github.com/kopia/kopia@$KOPIA_VERSION"
+  "$tmp/bin/kopia" --version >/dev/null
+  finish "$tmp" "$dir"
+}
+
+build_garage() {
+  local dir="$CACHE/garage-v$GARAGE_VERSION"
+  if [ -x "$dir/bin/garage" ]; then log "garage $GARAGE_VERSION: cached ($dir)"; return; fi
+  local tmp="$dir.tmp.$$"; mkdir -p "$tmp"
+  log "garage $GARAGE_VERSION: building with cargo install (8-9 min cold)"
+  with_heartbeat garage env CARGO_TARGET_DIR="$CACHE/garage-target" cargo install garage --version "$GARAGE_VERSION" --locked --root "$tmp" -j 2 --quiet
+  rm -rf "$CACHE/garage-target"
+  "$tmp/bin/garage" --version >/dev/null 2>&1 || "$tmp/bin/garage" --help >/dev/null
+  finish "$tmp" "$dir"
+}
+
+build_helm() {
+  local dir="$CACHE/helm-$HELM_VERSION"
+  if [ -x "$dir/bin/helm" ]; then log "helm $HELM_VERSION: cached ($dir)"; return; fi
+  local tmp="$dir.tmp.$$"; mkdir -p "$tmp/bin"
+  log "helm $HELM_VERSION: building (2-4 min cold)"
+  with_heartbeat helm env GOBIN="$tmp/bin" go install -p 2 -trimpath -ldflags '-s -w' "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  "$tmp/bin/helm" version >/dev/null
+  finish "$tmp" "$dir"
+}
+
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(etcd k8s kopia garage)
+for t in "${targets[@]}"; do
+  case "$t" in
+    etcd) build_etcd ;; k8s) build_k8s ;; kopia) build_kopia ;; garage) build_garage ;; helm) build_helm ;;
+    *) log "unknown tool $t (expected etcd k8s kopia garage helm)"; exit 2 ;;
+  esac
+done
+log "all requested tools ready in $CACHE"
