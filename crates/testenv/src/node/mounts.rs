@@ -1,0 +1,334 @@
+//! NA-10/NA-11: per-container mount and UTS namespaces, set up in `pre_exec`.
+//!
+//! Everything the child needs is turned into C strings before the fork; after it, the
+//! child only makes raw syscalls (async-signal-safe) and touches no allocator or lock.
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountKind {
+    Bind,
+    Tmpfs,
+}
+
+#[derive(Debug, Clone)]
+pub struct MountSpec {
+    /// Host path (ignored for tmpfs).
+    pub source: PathBuf,
+    /// Path as the container sees it.
+    pub target: PathBuf,
+    pub read_only: bool,
+    pub kind: MountKind,
+}
+
+/// What the child does between fork and exec, besides the process group.
+#[derive(Debug, Clone, Default)]
+pub struct ExecPlan {
+    pub mounts: Vec<MountSpec>,
+    pub hostname: String,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// Supplementary groups; `None` keeps the agent's.
+    pub groups: Option<Vec<u32>>,
+    pub cwd: Option<PathBuf>,
+}
+
+struct PreparedMount {
+    source: CString,
+    target: CString,
+    read_only: bool,
+    tmpfs: bool,
+}
+
+/// An [`ExecPlan`] in fork-safe form.
+pub struct Prepared {
+    mounts: Vec<PreparedMount>,
+    hostname: Vec<u8>,
+    uid: Option<libc::uid_t>,
+    gid: Option<libc::gid_t>,
+    groups: Option<Vec<libc::gid_t>>,
+    cwd: Option<CString>,
+    parent: libc::pid_t,
+}
+
+fn cstr(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+}
+
+impl ExecPlan {
+    /// Orders mounts parent-first, so a nested mountPath lands on top of its parent.
+    pub fn sorted_mounts(&self) -> Vec<MountSpec> {
+        let mut m = self.mounts.clone();
+        m.sort_by_key(|s| s.target.components().count());
+        m
+    }
+
+    pub fn prepare(&self) -> io::Result<Prepared> {
+        let mut mounts = Vec::new();
+        for m in self.sorted_mounts() {
+            mounts.push(PreparedMount {
+                source: if m.kind == MountKind::Tmpfs { CString::new("tmpfs")? } else { cstr(&m.source)? },
+                target: cstr(&m.target)?,
+                read_only: m.read_only,
+                tmpfs: m.kind == MountKind::Tmpfs,
+            });
+        }
+        Ok(Prepared {
+            mounts,
+            hostname: self.hostname.as_bytes().to_vec(),
+            uid: self.uid,
+            gid: self.gid,
+            groups: self.groups.clone(),
+            cwd: self.cwd.as_deref().map(cstr).transpose()?,
+            parent: std::process::id() as libc::pid_t,
+        })
+    }
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc != 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+impl Prepared {
+    /// Runs in the forked child, before exec.
+    ///
+    /// # Safety
+    /// Only call between fork and exec; it makes raw syscalls on pre-built data.
+    pub unsafe fn apply(&self) -> io::Result<()> {
+        unsafe {
+            // PDEATHSIG follows the forking thread; the tokio worker threads live as long as
+            // the agent, which is what we want.
+            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0))?;
+            if libc::getppid() != self.parent {
+                // The agent died before prctl took effect.
+                libc::_exit(137);
+            }
+            check(libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWUTS))?;
+            check(libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ))?;
+            for m in &self.mounts {
+                if m.tmpfs {
+                    check(libc::mount(
+                        m.source.as_ptr(),
+                        m.target.as_ptr(),
+                        c"tmpfs".as_ptr(),
+                        0,
+                        c"mode=1777".as_ptr().cast(),
+                    ))?;
+                } else {
+                    check(libc::mount(
+                        m.source.as_ptr(),
+                        m.target.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND | libc::MS_REC,
+                        std::ptr::null(),
+                    ))?;
+                }
+                if m.read_only {
+                    check(libc::mount(
+                        m.source.as_ptr(),
+                        m.target.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY,
+                        std::ptr::null(),
+                    ))?;
+                }
+            }
+            if !self.hostname.is_empty() {
+                check(libc::sethostname(self.hostname.as_ptr().cast(), self.hostname.len()))?;
+            }
+            // Drop privileges last: mounts need root.
+            if let Some(groups) = &self.groups {
+                check(libc::setgroups(groups.len(), groups.as_ptr()))?;
+            }
+            if let Some(gid) = self.gid {
+                check(libc::setgid(gid))?;
+            }
+            if let Some(uid) = self.uid {
+                check(libc::setuid(uid))?;
+            }
+            // After the mounts, so a workingDir inside a volume sees the volume.
+            if let Some(cwd) = &self.cwd {
+                check(libc::chdir(cwd.as_ptr()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Host paths the agent created as mount targets; removed at teardown when still empty.
+#[derive(Debug, Default)]
+pub struct CreatedPaths {
+    paths: Mutex<Vec<PathBuf>>,
+}
+
+impl CreatedPaths {
+    fn record(&self, p: PathBuf) {
+        let mut v = self.paths.lock().unwrap();
+        if !v.contains(&p) {
+            v.push(p);
+        }
+    }
+
+    /// `mkdir -p` that records each directory it creates.
+    pub fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let mut cur = PathBuf::new();
+        for comp in dir.components() {
+            cur.push(comp);
+            if matches!(comp, Component::RootDir | Component::Prefix(_)) {
+                continue;
+            }
+            match std::fs::symlink_metadata(&cur) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    std::fs::create_dir(&cur).or_else(|e| {
+                        if e.kind() == io::ErrorKind::AlreadyExists { Ok(()) } else { Err(e) }
+                    })?;
+                    self.record(cur.clone());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates an empty file (and its parents), recording what it created.
+    pub fn create_file(&self, file: &Path) -> io::Result<()> {
+        if std::fs::symlink_metadata(file).is_ok() {
+            return Ok(());
+        }
+        if let Some(parent) = file.parent() {
+            self.create_dir_all(parent)?;
+        }
+        std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(file)?;
+        self.record(file.to_path_buf());
+        Ok(())
+    }
+
+    /// Removes recorded paths, newest first: empty files and empty directories only.
+    pub fn cleanup(&self) {
+        let paths = std::mem::take(&mut *self.paths.lock().unwrap());
+        for p in paths.iter().rev() {
+            match std::fs::symlink_metadata(p) {
+                Ok(m) if m.is_dir() => {
+                    let _ = std::fs::remove_dir(p);
+                }
+                Ok(m) if m.len() == 0 => {
+                    let _ = std::fs::remove_file(p);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.paths.lock().unwrap().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Makes sure every mount target exists. A target nested under another mount is created
+/// inside that mount's source (the namespace would otherwise hide the host directory);
+/// others are created on the host and recorded.
+pub fn ensure_targets(mounts: &[MountSpec], created: &CreatedPaths) -> io::Result<()> {
+    let mut sorted = mounts.to_vec();
+    sorted.sort_by_key(|s| s.target.components().count());
+    for (i, m) in sorted.iter().enumerate() {
+        let is_file = m.kind == MountKind::Bind && std::fs::metadata(&m.source).map(|md| !md.is_dir()).unwrap_or(false);
+        let parent = sorted[..i]
+            .iter()
+            .filter(|p| p.kind == MountKind::Bind && m.target.starts_with(&p.target) && m.target != p.target)
+            .max_by_key(|p| p.target.components().count());
+        match parent {
+            Some(p) => {
+                let rel = m.target.strip_prefix(&p.target).unwrap();
+                let inside = p.source.join(rel);
+                if is_file {
+                    if std::fs::symlink_metadata(&inside).is_err() {
+                        if let Some(par) = inside.parent() {
+                            std::fs::create_dir_all(par)?;
+                        }
+                        std::fs::File::create(&inside)?;
+                    }
+                } else {
+                    std::fs::create_dir_all(&inside)?;
+                }
+            }
+            None if is_file => created.create_file(&m.target)?,
+            None => created.create_dir_all(&m.target)?,
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn created_paths_cleanup_keeps_nonempty() {
+        let tmp = tempfile::tempdir().unwrap();
+        let created = CreatedPaths::default();
+        let deep = tmp.path().join("a/b/c");
+        created.create_dir_all(&deep).unwrap();
+        created.create_file(&tmp.path().join("a/f/term")).unwrap();
+        assert_eq!(created.len(), 5);
+        std::fs::write(tmp.path().join("a/b/keep"), b"x").unwrap();
+        created.cleanup();
+        assert!(!deep.exists());
+        assert!(!tmp.path().join("a/f").exists());
+        assert!(tmp.path().join("a/b/keep").exists());
+        assert!(created.is_empty());
+    }
+
+    #[test]
+    fn nested_targets_go_into_parent_source() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src_a = tmp.path().join("srcA");
+        let src_b = tmp.path().join("srcB");
+        std::fs::create_dir_all(&src_a).unwrap();
+        std::fs::create_dir_all(&src_b).unwrap();
+        let file_src = tmp.path().join("msg");
+        std::fs::write(&file_src, b"").unwrap();
+        let root = tmp.path().join("ctr");
+        let mounts = vec![
+            MountSpec { source: src_b.clone(), target: root.join("data/sub"), read_only: false, kind: MountKind::Bind },
+            MountSpec { source: src_a.clone(), target: root.join("data"), read_only: false, kind: MountKind::Bind },
+            MountSpec { source: file_src, target: root.join("etc/termination-log"), read_only: false, kind: MountKind::Bind },
+        ];
+        let created = CreatedPaths::default();
+        ensure_targets(&mounts, &created).unwrap();
+        assert!(root.join("data").is_dir());
+        assert!(!root.join("data/sub").exists(), "nested target must not be made on the host");
+        assert!(src_a.join("sub").is_dir());
+        assert!(root.join("etc/termination-log").is_file());
+        created.cleanup();
+        assert!(!root.exists());
+    }
+
+    #[test]
+    fn prepare_orders_parent_first() {
+        let plan = ExecPlan {
+            mounts: vec![
+                MountSpec { source: "/s2".into(), target: "/a/b".into(), read_only: true, kind: MountKind::Bind },
+                MountSpec { source: "/s1".into(), target: "/a".into(), read_only: false, kind: MountKind::Bind },
+            ],
+            hostname: "p".into(),
+            ..Default::default()
+        };
+        let p = plan.prepare().unwrap();
+        assert_eq!(p.mounts[0].target.as_bytes(), b"/a");
+        assert!(p.mounts[1].read_only);
+    }
+}
