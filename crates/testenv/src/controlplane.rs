@@ -32,7 +32,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            crds: vec![repo_root().join("deploy/crds")],
+            crds: vec![repo_root().join("deploy/crds"), repo_root().join("crates/testenv/fixtures/crds")],
             job_backoff: Some(("200ms".into(), "2s".into())),
             node_agent: true,
             images: Vec::new(),
