@@ -2,6 +2,8 @@
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
+#[cfg(test)]
+use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 
 use super::mounts::ExecPlan;
@@ -84,5 +86,68 @@ mod tests {
         signal_group(s.pid, libc::SIGTERM);
         let st = s.child.wait().await.unwrap();
         assert_eq!(exit_code(st), (143, Some(15)));
+    }
+
+    #[tokio::test]
+    async fn namespaces_mounts_and_identity() {
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        use super::super::mounts::{CreatedPaths, MountKind, MountSpec, ensure_targets};
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let rw = tmp.path().join("rw");
+        let ro = tmp.path().join("ro");
+        std::fs::create_dir_all(&rw).unwrap();
+        std::fs::create_dir_all(&ro).unwrap();
+        std::fs::write(ro.join("f"), b"readonly-data").unwrap();
+        let term = tmp.path().join("term");
+        std::fs::write(&term, b"").unwrap();
+        std::fs::set_permissions(&term, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+        std::fs::set_permissions(&rw, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        let target = tmp.path().join("ctr");
+        let plan = ExecPlan {
+            mounts: vec![
+                MountSpec { source: rw.clone(), target: target.join("data"), read_only: false, kind: MountKind::Bind },
+                MountSpec { source: ro.clone(), target: target.join("ro"), read_only: true, kind: MountKind::Bind },
+                MountSpec { source: term.clone(), target: target.join("termination-log"), read_only: false, kind: MountKind::Bind },
+                MountSpec { source: PathBuf::new(), target: target.join("mem"), read_only: false, kind: MountKind::Tmpfs },
+            ],
+            hostname: "pod-abc".into(),
+            uid: Some(1000),
+            gid: Some(0),
+            groups: Some(vec![2000]),
+            cwd: Some(target.join("data")),
+        };
+        let created = CreatedPaths::default();
+        ensure_targets(&plan.mounts, &created).unwrap();
+        let t = target.display();
+        let script = format!(
+            "set -e; hostname > {t}/data/host; id -u > {t}/data/uid; id -G > {t}/data/groups; pwd > {t}/data/cwd; \
+             cat {t}/ro/f > {t}/data/ro-copy; if echo x > {t}/ro/new 2>/dev/null; then echo writable > {t}/data/ro-result; else echo refused > {t}/data/ro-result; fi; \
+             echo done > {t}/mem/x; cat {t}/mem/x > {t}/data/mem; echo bye > {t}/termination-log"
+        );
+        let argv = vec!["/bin/sh".to_string(), "-c".to_string(), script];
+        let log = tmp.path().join("log/0.log");
+        let env = vec![("PATH".to_string(), "/usr/bin:/bin".to_string())];
+        let mut s = spawn(&argv, &env, &plan, &log).unwrap();
+        let st = s.child.wait().await.unwrap();
+        let logtext = std::fs::read_to_string(&log).unwrap_or_default();
+        assert_eq!(exit_code(st), (0, None), "log: {logtext}");
+        let read = |n: &str| std::fs::read_to_string(rw.join(n)).unwrap().trim().to_string();
+        assert_eq!(read("host"), "pod-abc");
+        assert_eq!(read("uid"), "1000");
+        assert!(read("groups").split_whitespace().any(|g| g == "2000"), "{}", read("groups"));
+        assert_eq!(read("cwd"), format!("{t}/data"));
+        assert_eq!(read("ro-copy"), "readonly-data");
+        assert_eq!(read("ro-result"), "refused");
+        assert_eq!(read("mem"), "done");
+        assert_eq!(std::fs::read_to_string(&term).unwrap(), "bye\n");
+        // Nothing leaked to the host namespace.
+        assert!(std::fs::read_dir(target.join("data")).unwrap().next().is_none());
+        assert!(!target.join("mem/x").exists());
+        assert_ne!(nix::unistd::gethostname().unwrap().to_string_lossy(), "pod-abc");
+        created.cleanup();
+        assert!(!target.exists());
     }
 }

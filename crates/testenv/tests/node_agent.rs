@@ -1,0 +1,350 @@
+//! Node agent self-verification (testenv spec §10, HV-5..HV-9) against the shared real
+//! control plane: Jobs complete and fail as the Job controller expects, env and volumes
+//! reach the process, and deletion ends it.
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret};
+use kopiur_testenv::TestEnv;
+use kopiur_testenv::node::{read_pod_log, pv_dir};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn pod(name: &str, spec: Value) -> Pod {
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+}
+
+fn sh(script: &str) -> Value {
+    json!(["sh", "-c", script])
+}
+
+fn job(name: &str, backoff_limit: i32, extra: Value, pod_spec: Value) -> Job {
+    let mut spec = json!({"backoffLimit": backoff_limit, "template": {"spec": pod_spec}});
+    if let (Value::Object(s), Value::Object(e)) = (&mut spec, extra) {
+        s.extend(e);
+    }
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+}
+
+fn condition(job: &Job, kind: &str) -> Option<(String, Option<String>)> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == kind)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+fn phase(p: &Pod) -> Option<String> {
+    p.status.as_ref().and_then(|s| s.phase.clone())
+}
+
+fn terminated(p: &Pod, container: &str) -> Option<k8s_openapi::api::core::v1::ContainerStateTerminated> {
+    p.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == container)?
+        .state
+        .as_ref()?
+        .terminated
+        .clone()
+}
+
+fn waiting(p: &Pod, container: &str) -> Option<k8s_openapi::api::core::v1::ContainerStateWaiting> {
+    p.status.as_ref()?.container_statuses.as_ref()?.iter().find(|c| c.name == container)?.state.as_ref()?.waiting.clone()
+}
+
+async fn wait_terminal(pods: &Api<Pod>, name: &str, timeout: Duration) -> Pod {
+    eventually(&format!("pod {name} terminal"), timeout, || async {
+        let p = pods.get_opt(name).await.ok().flatten()?;
+        matches!(phase(&p).as_deref(), Some("Succeeded" | "Failed")).then_some(p)
+    })
+    .await
+}
+
+async fn job_pods(client: &Client, ns: &str, job: &str) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    pods.list(&ListParams::default().labels(&format!("job-name={job}"))).await.unwrap().items
+}
+
+/// HV-5: a Job whose pod exits 0 completes; the job-tracking finalizer is released.
+#[tokio::test]
+async fn hv5_job_complete() -> Result<()> {
+    let env = TestEnv::shared();
+    let _g = env.log_guard();
+    let client = env.client().await?;
+    let ns = env.namespace("hv5").await?;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let spec = json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": sh("exit 0")}]});
+    jobs.create(&PostParams::default(), &job("ok", 0, json!({}), spec)).await?;
+    let done = eventually("Job Complete=True", Duration::from_secs(60), || async {
+        let j = jobs.get("ok").await.ok()?;
+        (condition(&j, "Complete").map(|c| c.0).as_deref() == Some("True")).then_some(j)
+    })
+    .await;
+    assert_eq!(done.status.as_ref().and_then(|s| s.succeeded), Some(1));
+    let pods = eventually("pod without the job-tracking finalizer", Duration::from_secs(20), || async {
+        let pods = job_pods(&client, &ns, "ok").await;
+        let released = pods.iter().all(|p| {
+            !p.metadata.finalizers.iter().flatten().any(|f| f == "batch.kubernetes.io/job-tracking")
+        });
+        (!pods.is_empty() && released).then_some(pods)
+    })
+    .await;
+    assert_eq!(pods.len(), 1);
+    assert_eq!(phase(&pods[0]).as_deref(), Some("Succeeded"));
+    let t = terminated(&pods[0], "c").expect("terminated state");
+    assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
+    assert!(t.finished_at.is_some() && t.started_at.is_some());
+    Ok(())
+}
+
+/// HV-6: `exit 3` with backoffLimit 2 gives exactly 3 failed pods, then BackoffLimitExceeded.
+#[tokio::test]
+async fn hv6_job_backoff_limit_exceeded() -> Result<()> {
+    let env = TestEnv::shared();
+    let _g = env.log_guard();
+    let client = env.client().await?;
+    let ns = env.namespace("hv6").await?;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let spec = json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": sh("exit 3")}]});
+    let t0 = Instant::now();
+    jobs.create(&PostParams::default(), &job("fail", 2, json!({}), spec)).await?;
+    let failed = eventually("Job Failed=True", Duration::from_secs(60), || async {
+        let j = jobs.get("fail").await.ok()?;
+        condition(&j, "Failed").filter(|c| c.0 == "True")
+    })
+    .await;
+    let elapsed = t0.elapsed();
+    assert_eq!(failed.1.as_deref(), Some("BackoffLimitExceeded"));
+    assert!(elapsed < Duration::from_secs(20), "Job took {elapsed:?} to fail");
+    let pods = job_pods(&client, &ns, "fail").await;
+    assert_eq!(pods.len(), 3, "exactly backoffLimit+1 pods: {:?}", pods.iter().map(|p| &p.metadata.name).collect::<Vec<_>>());
+    for p in &pods {
+        assert_eq!(phase(p).as_deref(), Some("Failed"));
+        let t = terminated(p, "c").expect("terminated state");
+        assert_eq!((t.exit_code, t.reason.as_deref()), (3, Some("Error")));
+    }
+    Ok(())
+}
+
+/// HV-6: activeDeadlineSeconds on a long sleeper fails the Job with DeadlineExceeded; the
+/// agent confirms the Job controller's deletion of the running pod.
+#[tokio::test]
+async fn hv6_job_active_deadline() -> Result<()> {
+    let env = TestEnv::shared();
+    let _g = env.log_guard();
+    let client = env.client().await?;
+    let ns = env.namespace("hv6d").await?;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let spec = json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": sh("sleep 600")}]});
+    jobs.create(&PostParams::default(), &job("slow", 6, json!({"activeDeadlineSeconds": 2}), spec)).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    eventually("the pod runs", Duration::from_secs(30), || async {
+        job_pods(&client, &ns, "slow").await.iter().any(|p| phase(p).as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+    let failed = eventually("Job Failed=True", Duration::from_secs(40), || async {
+        let j = jobs.get("slow").await.ok()?;
+        condition(&j, "Failed").filter(|c| c.0 == "True")
+    })
+    .await;
+    assert_eq!(failed.1.as_deref(), Some("DeadlineExceeded"));
+    eventually("the Job's pods are gone", Duration::from_secs(20), || async {
+        pods.list(&ListParams::default().labels("job-name=slow")).await.ok()?.items.is_empty().then_some(())
+    })
+    .await;
+    Ok(())
+}
+
+/// HV-7: env sources reach the process; a missing key is a CreateContainerConfigError; an
+/// unmapped image is an ErrImagePull naming it.
+#[tokio::test]
+async fn hv7_env_sources_and_config_errors() -> Result<()> {
+    let env = TestEnv::shared();
+    let _g = env.log_guard();
+    let client = env.client().await?;
+    let ns = env.namespace("hv7").await?;
+    let secret: Secret = serde_json::from_value(json!({"metadata": {"name": "creds"}, "stringData": {"password": "hunter2"}}))?;
+    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await?;
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "cfg"}, "data": {"mode": "fast", "extra": "e1"}}))?;
+    Api::<ConfigMap>::namespaced(client.clone(), &ns).create(&PostParams::default(), &cm).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    let spec = json!({
+        "restartPolicy": "Never",
+        "containers": [{
+            "name": "c", "image": "busybox",
+            "command": ["sh", "-c"],
+            "args": ["printf '%s|%s|%s|%s|%s|%s|%s|%s' \"$PW\" \"$MODE\" \"$CFG_extra\" \"$CFG_mode\" \"$POD\" \"$NS\" \"$GREETING\" '$(POD)' > /dev/termination-log; echo logged-$(POD)"],
+            "envFrom": [{"configMapRef": {"name": "cfg"}, "prefix": "CFG_"}],
+            "env": [
+                {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+                {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "mode"}}},
+                {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                {"name": "GREETING", "value": "hi-$(POD)-$$(POD)"},
+            ],
+        }],
+    });
+    pods.create(&PostParams::default(), &pod("envpod", spec)).await?;
+    let p = wait_terminal(&pods, "envpod", Duration::from_secs(60)).await;
+    let t = terminated(&p, "c").expect("terminated");
+    assert_eq!(phase(&p).as_deref(), Some("Succeeded"), "{t:?}");
+    assert_eq!(
+        t.message.as_deref(),
+        Some(format!("hunter2|fast|e1|fast|envpod|{ns}|hi-envpod-$(POD)|envpod").as_str())
+    );
+    let uid = p.metadata.uid.clone().unwrap();
+    let log = read_pod_log(&env.node_state_dir(), &ns, "envpod", &uid, "c", 0)?;
+    assert_eq!(log.trim(), "logged-envpod");
+
+    let spec = json!({
+        "restartPolicy": "Never",
+        "containers": [{
+            "name": "c", "image": "busybox", "command": sh("exit 0"),
+            "env": [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "nope"}}}],
+        }],
+    });
+    pods.create(&PostParams::default(), &pod("missingkey", spec)).await?;
+    let w = eventually("CreateContainerConfigError", Duration::from_secs(30), || async {
+        let p = pods.get("missingkey").await.ok()?;
+        waiting(&p, "c").filter(|w| w.reason.as_deref() == Some("CreateContainerConfigError")).map(|w| (w, p))
+    })
+    .await;
+    assert!(w.0.message.unwrap_or_default().contains("nope"));
+    assert_eq!(phase(&w.1).as_deref(), Some("Pending"));
+
+    let spec = json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "quay.io/nobody/unmapped:1.0", "command": sh("exit 0")}]});
+    pods.create(&PostParams::default(), &pod("unmapped", spec)).await?;
+    let w = eventually("ErrImagePull", Duration::from_secs(30), || async {
+        let p = pods.get("unmapped").await.ok()?;
+        waiting(&p, "c").filter(|w| w.reason.as_deref() == Some("ErrImagePull"))
+    })
+    .await;
+    assert!(w.message.unwrap_or_default().contains("quay.io/nobody/unmapped:1.0"));
+    Ok(())
+}
+
+/// HV-8: a class-less PVC binds; pod A writes /data/x, pod B reads it; the file is in the
+/// PV's host directory; a readOnly mount refuses writes; the hostname is the pod name.
+#[tokio::test]
+async fn hv8_pvc_at_mount_path() -> Result<()> {
+    let env = TestEnv::shared();
+    let _g = env.log_guard();
+    let client = env.client().await?;
+    let ns = env.namespace("hv8").await?;
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Mi"}}},
+    }))?;
+    pvcs.create(&PostParams::default(), &pvc).await?;
+    let bound = eventually("PVC Bound", Duration::from_secs(30), || async {
+        let p = pvcs.get("data").await.ok()?;
+        (p.status.as_ref()?.phase.as_deref() == Some("Bound")).then_some(p)
+    })
+    .await;
+    assert_eq!(bound.spec.as_ref().unwrap().storage_class_name.as_deref(), Some(kopiur_testenv::node::STORAGE_CLASS));
+    let uid = bound.metadata.uid.clone().unwrap();
+    assert_eq!(bound.spec.as_ref().unwrap().volume_name.as_deref(), Some(format!("pvc-{uid}").as_str()));
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let with_data = |script: &str, read_only: bool| {
+        json!({
+            "restartPolicy": "Never",
+            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}],
+            "containers": [{"name": "c", "image": "busybox", "command": sh(script),
+                            "volumeMounts": [{"name": "d", "mountPath": "/data", "readOnly": read_only}]}],
+        })
+    };
+    pods.create(&PostParams::default(), &pod("writer", with_data("echo hello > /data/x", false))).await?;
+    let a = wait_terminal(&pods, "writer", Duration::from_secs(60)).await;
+    assert_eq!(phase(&a).as_deref(), Some("Succeeded"), "{:?}", terminated(&a, "c"));
+    let host_file = pv_dir(&env.node_state_dir(), &uid).join("x");
+    assert_eq!(std::fs::read_to_string(&host_file)?, "hello\n");
+    assert!(!std::path::Path::new("/data/x").exists(), "the mount stays in the pod's namespace");
+
+    pods.create(&PostParams::default(), &pod("reader", with_data("cat /data/x > /dev/termination-log", false))).await?;
+    let b = wait_terminal(&pods, "reader", Duration::from_secs(60)).await;
+    assert_eq!(phase(&b).as_deref(), Some("Succeeded"));
+    assert_eq!(terminated(&b, "c").unwrap().message.as_deref(), Some("hello\n"));
+
+    let script = "hostname > /dev/termination-log; if echo y > /data/y; then exit 0; else exit 7; fi";
+    pods.create(&PostParams::default(), &pod("readonly", with_data(script, true))).await?;
+    let c = wait_terminal(&pods, "readonly", Duration::from_secs(60)).await;
+    let t = terminated(&c, "c").unwrap();
+    assert_eq!(t.exit_code, 7, "the write must be refused");
+    assert_eq!(t.message.as_deref(), Some("readonly\n"));
+    assert!(!pv_dir(&env.node_state_dir(), &uid).join("y").exists());
+    Ok(())
+}
+
+/// HV-9: deleting a running pod sends SIGTERM to its process and the object is gone within 10 s.
+#[tokio::test]
+async fn hv9_delete_running_pod() -> Result<()> {
+    let env = TestEnv::shared();
+    let _g = env.log_guard();
+    let client = env.client().await?;
+    let ns = env.namespace("hv9").await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let spec = json!({
+        "restartPolicy": "Never",
+        "containers": [{"name": "c", "image": "busybox",
+                        "command": sh("trap 'echo got-TERM; exit 0' TERM; echo started; sleep 600 & wait")}],
+    });
+    pods.create(&PostParams::default(), &pod("sleeper", spec)).await?;
+    let running = eventually("pod Running", Duration::from_secs(30), || async {
+        let p = pods.get("sleeper").await.ok()?;
+        (phase(&p).as_deref() == Some("Running")).then_some(p)
+    })
+    .await;
+    let uid = running.metadata.uid.clone().unwrap();
+    let cid = running.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].container_id.clone().unwrap();
+    let pid: i32 = cid.strip_prefix("proc://").expect("proc:// container id").parse()?;
+    assert!(process_alive(pid), "container process {pid} runs");
+    // Let the shell install its trap before the signal arrives.
+    eventually("the container logged", Duration::from_secs(10), || async {
+        read_pod_log(&env.node_state_dir(), &ns, "sleeper", &uid, "c", 0).ok().filter(|l| l.contains("started")).map(|_| ())
+    })
+    .await;
+
+    let t0 = Instant::now();
+    pods.delete("sleeper", &DeleteParams::default()).await?;
+    eventually("pod object gone", Duration::from_secs(10), || async {
+        pods.get_opt("sleeper").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    assert!(!process_alive(pid), "container process {pid} ended");
+    let log = read_pod_log(&env.node_state_dir(), &ns, "sleeper", &uid, "c", 0)?;
+    assert!(log.contains("got-TERM"), "SIGTERM reached the container: {log:?}");
+    Ok(())
+}
+
+fn process_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(')').map(|(_, r)| !r.trim_start().starts_with('Z')).unwrap_or(false),
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,82 @@
+//! HV-12 (node agent part), on a private control plane: after the agent is killed and
+//! restarted, pods it had started are failed as ContainerStatusUnknown (NA-17), and new
+//! pods run again.
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use k8s_openapi::api::core::v1::Pod;
+use kopiur_testenv::{Options, TestEnv};
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn phase(p: &Pod) -> Option<String> {
+    p.status.as_ref().and_then(|s| s.phase.clone())
+}
+
+fn sleeper(name: &str, script: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", script]}]},
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn hv12_node_agent_restart_fails_orphans() -> Result<()> {
+    let mut env = TestEnv::start(Options::default()).await?;
+    let _g = env.log_guard();
+    let ns = env.namespace("hv12").await?;
+    let client = env.client().await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.create(&PostParams::default(), &sleeper("orphan", "sleep 600")).await?;
+    let running = eventually("pod Running", Duration::from_secs(30), || async {
+        let p = pods.get("orphan").await.ok()?;
+        (phase(&p).as_deref() == Some("Running")).then_some(p)
+    })
+    .await;
+    let cid = running.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].container_id.clone().unwrap();
+    let pid: u32 = cid.strip_prefix("proc://").unwrap().parse()?;
+
+    env.cp.kill_node_agent();
+    // The parent-death signal takes the container process with the agent.
+    eventually("container process gone with the agent", Duration::from_secs(5), || async {
+        (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+    })
+    .await;
+    env.cp.start_node_agent().await?;
+
+    let failed = eventually("orphan marked Failed", Duration::from_secs(30), || async {
+        let p = pods.get("orphan").await.ok()?;
+        (phase(&p).as_deref() == Some("Failed")).then_some(p)
+    })
+    .await;
+    let cs = &failed.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+    let t = cs.state.as_ref().unwrap().terminated.as_ref().expect("terminated");
+    assert_eq!(t.exit_code, 137);
+    assert_eq!(t.reason.as_deref(), Some("ContainerStatusUnknown"));
+    assert!(t.finished_at.is_some());
+
+    pods.create(&PostParams::default(), &sleeper("after", "exit 0")).await?;
+    eventually("a new pod succeeds after the restart", Duration::from_secs(30), || async {
+        let p = pods.get("after").await.ok()?;
+        (phase(&p).as_deref() == Some("Succeeded")).then_some(())
+    })
+    .await;
+    Ok(())
+}
