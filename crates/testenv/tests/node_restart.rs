@@ -10,7 +10,7 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -18,9 +18,9 @@ where
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f().await {
-            return v;
+            return Ok(v);
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
+        anyhow::ensure!(Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -40,7 +40,14 @@ fn sleeper(name: &str, script: &str) -> Pod {
 #[tokio::test]
 async fn hv12_node_agent_restart_fails_orphans() -> Result<()> {
     let mut env = TestEnv::start(Options::default()).await?;
-    let _g = env.log_guard();
+    let res = body(&mut env).await;
+    if res.is_err() {
+        eprintln!("---- test environment logs ----\n{}", env.logs_summary(60));
+    }
+    res
+}
+
+async fn body(env: &mut TestEnv) -> Result<()> {
     let ns = env.namespace("hv12").await?;
     let client = env.client().await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -49,7 +56,7 @@ async fn hv12_node_agent_restart_fails_orphans() -> Result<()> {
         let p = pods.get("orphan").await.ok()?;
         (phase(&p).as_deref() == Some("Running")).then_some(p)
     })
-    .await;
+    .await?;
     let cid = running.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].container_id.clone().unwrap();
     let pid: u32 = cid.strip_prefix("proc://").unwrap().parse()?;
 
@@ -58,25 +65,25 @@ async fn hv12_node_agent_restart_fails_orphans() -> Result<()> {
     eventually("container process gone with the agent", Duration::from_secs(5), || async {
         (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(())
     })
-    .await;
+    .await?;
     env.cp.start_node_agent().await?;
 
     let failed = eventually("orphan marked Failed", Duration::from_secs(30), || async {
         let p = pods.get("orphan").await.ok()?;
         (phase(&p).as_deref() == Some("Failed")).then_some(p)
     })
-    .await;
+    .await?;
     let cs = &failed.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
-    let t = cs.state.as_ref().unwrap().terminated.as_ref().expect("terminated");
-    assert_eq!(t.exit_code, 137);
-    assert_eq!(t.reason.as_deref(), Some("ContainerStatusUnknown"));
-    assert!(t.finished_at.is_some());
+    let t = cs.state.as_ref().and_then(|s| s.terminated.as_ref()).ok_or_else(|| anyhow::anyhow!("not terminated: {cs:?}"))?;
+    anyhow::ensure!(t.exit_code == 137, "exit code {}", t.exit_code);
+    anyhow::ensure!(t.reason.as_deref() == Some("ContainerStatusUnknown"), "reason {:?}", t.reason);
+    anyhow::ensure!(t.finished_at.is_some(), "finishedAt missing");
 
     pods.create(&PostParams::default(), &sleeper("after", "exit 0")).await?;
     eventually("a new pod succeeds after the restart", Duration::from_secs(30), || async {
         let p = pods.get("after").await.ok()?;
         (phase(&p).as_deref() == Some("Succeeded")).then_some(())
     })
-    .await;
+    .await?;
     Ok(())
 }
