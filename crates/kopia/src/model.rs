@@ -1,0 +1,234 @@
+//! Typed models of kopia's `--json` output. Unknown fields are ignored and most fields are
+//! optional, so a newer kopia adding or dropping detail does not break parsing.
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::error::KopiaError;
+
+/// `repository status --json`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RepositoryStatus {
+    #[serde(default)]
+    pub config_file: String,
+    /// The repository's identity; empty over a repository-server connection.
+    #[serde(default, rename = "uniqueIDHex")]
+    pub unique_id_hex: String,
+    #[serde(default)]
+    pub client_options: ClientOptions,
+    #[serde(default)]
+    pub storage: Option<StorageInfo>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientOptions {
+    #[serde(default)]
+    pub hostname: String,
+    #[serde(default)]
+    pub username: String,
+    #[serde(default)]
+    pub readonly: bool,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageInfo {
+    #[serde(default, rename = "type")]
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotSource {
+    #[serde(default)]
+    pub host: String,
+    #[serde(default)]
+    pub user_name: String,
+    #[serde(default)]
+    pub path: String,
+}
+
+/// A snapshot manifest, as printed by `snapshot create --json` (one per line) and
+/// `snapshot list --json` (an array).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotManifest {
+    pub id: String,
+    #[serde(default)]
+    pub source: SnapshotSource,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub start_time: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub end_time: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub incomplete: Option<String>,
+    #[serde(default)]
+    pub root_entry: Option<RootEntry>,
+    /// Stored with a `tag:` prefix (`"tag:k": "v"`).
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
+    #[serde(default)]
+    pub pins: Vec<String>,
+    #[serde(default)]
+    pub stats: Option<SnapshotStats>,
+    #[serde(default)]
+    pub retention_reason: Vec<String>,
+}
+
+impl SnapshotManifest {
+    /// A user tag without kopia's `tag:` prefix.
+    pub fn tag(&self, key: &str) -> Option<&str> {
+        self.tags.get(&format!("tag:{key}")).map(String::as_str)
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RootEntry {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub obj: String,
+    #[serde(default)]
+    pub summ: Option<DirSummary>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DirSummary {
+    #[serde(default)]
+    pub size: i64,
+    #[serde(default)]
+    pub files: i64,
+    #[serde(default)]
+    pub symlinks: i64,
+    #[serde(default)]
+    pub dirs: i64,
+    #[serde(default)]
+    pub num_failed: i64,
+    #[serde(default)]
+    pub errors: Vec<EntryError>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryError {
+    #[serde(default)]
+    pub path: String,
+    #[serde(default)]
+    pub error: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotStats {
+    #[serde(default)]
+    pub total_size: i64,
+    #[serde(default)]
+    pub excluded_total_size: i64,
+    #[serde(default)]
+    pub file_count: i64,
+    #[serde(default)]
+    pub cached_files: i64,
+    #[serde(default)]
+    pub non_cached_files: i64,
+    #[serde(default)]
+    pub dir_count: i64,
+    #[serde(default)]
+    pub excluded_file_count: i64,
+    #[serde(default)]
+    pub excluded_dir_count: i64,
+    #[serde(default)]
+    pub ignored_error_count: i64,
+    #[serde(default)]
+    pub error_count: i64,
+}
+
+/// `maintenance info --json`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceInfo {
+    #[serde(default)]
+    pub owner: String,
+    #[serde(default)]
+    pub quick: MaintenanceCycle,
+    #[serde(default)]
+    pub full: MaintenanceCycle,
+    #[serde(default)]
+    pub schedule: MaintenanceSchedule,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceCycle {
+    #[serde(default)]
+    pub enabled: bool,
+    /// Nanoseconds.
+    #[serde(default)]
+    pub interval: i64,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceSchedule {
+    #[serde(default)]
+    pub next_full_maintenance: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub next_quick_maintenance: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub runs: BTreeMap<String, Vec<MaintenanceRun>>,
+}
+
+impl MaintenanceSchedule {
+    /// Total recorded runs over all tasks: a run really happened iff this grows.
+    pub fn run_count(&self) -> usize {
+        self.runs.values().map(Vec::len).sum()
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceRun {
+    #[serde(default)]
+    pub start: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub end: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub success: bool,
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// JSON starts at the first `{` or `[` on stdout (kopia may print notes before it).
+fn json_start(stdout: &str) -> Option<usize> {
+    stdout.find(['{', '['])
+}
+
+/// Parses one JSON document from stdout.
+pub fn parse<T: DeserializeOwned>(command: &'static str, stdout: &str) -> Result<T, KopiaError> {
+    let Some(i) = json_start(stdout) else { return Err(KopiaError::EmptyOutput { command }) };
+    let mut de = serde_json::Deserializer::from_str(&stdout[i..]).into_iter::<T>();
+    match de.next() {
+        Some(Ok(v)) => Ok(v),
+        Some(Err(e)) => Err(KopiaError::BadJson { command, message: e.to_string() }),
+        None => Err(KopiaError::EmptyOutput { command }),
+    }
+}
+
+/// Parses a stream of JSON objects (`snapshot create --json` prints one per source, one per
+/// line). No object at all is an empty vector, for the caller to interpret.
+pub fn parse_stream<T: DeserializeOwned>(command: &'static str, stdout: &str) -> Result<Vec<T>, KopiaError> {
+    let Some(i) = json_start(stdout) else { return Ok(Vec::new()) };
+    serde_json::Deserializer::from_str(&stdout[i..])
+        .into_iter::<T>()
+        .map(|r| r.map_err(|e| KopiaError::BadJson { command, message: e.to_string() }))
+        .collect()
+}

@@ -1,0 +1,129 @@
+//! argv builders: provider flags, identity, and that secrets never enter argv.
+use kopiur_kopia::backend::{Backend, BucketPrefix, FilesystemBackend, S3Backend};
+use kopiur_kopia::cmd::{self, CacheSizes, Identity, RestoreOptions, SnapshotCreateOptions};
+use kopiur_kopia::{KopiaError, model};
+
+fn s3() -> Backend {
+    Backend::S3(S3Backend {
+        bucket: "b".into(),
+        endpoint: Some("http://127.0.0.1:3900".into()),
+        prefix: Some("p/".into()),
+        region: Some("garage".into()),
+        disable_tls: true,
+        ..Default::default()
+    })
+}
+
+#[test]
+fn connect_s3() {
+    let id = Identity::new("kopiur-ops", "kopiur.t.r");
+    let c = cmd::connect(&s3(), &id, true, &CacheSizes { content_mb: Some(100), metadata_mb: None }).unwrap();
+    assert_eq!(
+        c.args,
+        [
+            "repository",
+            "connect",
+            "s3",
+            "--bucket=b",
+            "--endpoint=127.0.0.1:3900",
+            "--prefix=p/",
+            "--region=garage",
+            "--disable-tls",
+            "--override-username=kopiur-ops",
+            "--override-hostname=kopiur.t.r",
+            "--content-cache-size-mb=100",
+            "--readonly"
+        ]
+    );
+}
+
+#[test]
+fn filesystem_requires_absolute_path() {
+    let ok = Backend::Filesystem(FilesystemBackend { path: "/repo".into() });
+    assert_eq!(ok.provider_flags().unwrap(), ["filesystem", "--path=/repo"]);
+    let bad = Backend::Filesystem(FilesystemBackend { path: "repo".into() });
+    assert!(matches!(bad.provider_flags(), Err(KopiaError::InvalidSpec(_))));
+}
+
+#[test]
+fn other_backends_are_typed_but_unsupported() {
+    let b = Backend::Gcs(BucketPrefix { bucket: "x".into(), prefix: None });
+    assert!(!b.supported());
+    assert!(matches!(b.provider_flags(), Err(KopiaError::UnsupportedBackend("gcs"))));
+    let json = serde_json::to_string(&b).unwrap();
+    assert_eq!(json, r#"{"gcs":{"bucket":"x"}}"#);
+}
+
+#[test]
+fn snapshot_create_flags() {
+    let c = cmd::snapshot_create(
+        "/source",
+        &SnapshotCreateOptions {
+            override_source: Some("app@ns:/pvc/data".into()),
+            tags: vec![("kopiur-snapshot".into(), "ns/s1".into()), ("kopiur-uid".into(), "u-1".into())],
+            description: Some("d".into()),
+            ..Default::default()
+        },
+    );
+    assert_eq!(c.args[..3], ["snapshot", "create", "/source"]);
+    assert!(c.args.contains(&"--json".to_string()));
+    assert!(c.args.contains(&"--override-source=app@ns:/pvc/data".to_string()));
+    assert!(c.args.contains(&"--tags=kopiur-snapshot:ns/s1".to_string()));
+    assert!(c.args.contains(&"--tags=kopiur-uid:u-1".to_string()));
+}
+
+#[test]
+fn keep_forever_pin() {
+    let c = cmd::policy_keep_forever(&Identity::new("app", "ns"));
+    assert_eq!(
+        c.args,
+        [
+            "policy",
+            "set",
+            "app@ns",
+            "--keep-latest=1000000000",
+            "--keep-hourly=0",
+            "--keep-daily=0",
+            "--keep-weekly=0",
+            "--keep-monthly=0",
+            "--keep-annual=0"
+        ]
+    );
+}
+
+#[test]
+fn restore_switches_render_both_ways() {
+    let c = cmd::snapshot_restore(
+        "abc",
+        "/restore",
+        &RestoreOptions { skip_owners: Some(true), overwrite_files: Some(false), ..Default::default() },
+    );
+    assert!(c.args.contains(&"--skip-owners".to_string()));
+    assert!(c.args.contains(&"--no-overwrite-files".to_string()));
+    assert!(!c.args.iter().any(|a| a.contains("delete-extra")));
+}
+
+#[test]
+fn delete_always_confirms() {
+    let c = cmd::snapshot_delete(&["a".into(), "b".into()]);
+    assert_eq!(c.args, ["snapshot", "delete", "a", "b", "--delete"]);
+}
+
+#[test]
+fn json_parsing() {
+    let st: model::RepositoryStatus =
+        model::parse("repository status", "note\n{\"uniqueIDHex\":\"abcd\",\"clientOptions\":{\"hostname\":\"h\",\"username\":\"u\"},\"extra\":1}")
+            .unwrap();
+    assert_eq!(st.unique_id_hex, "abcd");
+    assert_eq!(st.client_options.hostname, "h");
+    let v: Vec<model::SnapshotManifest> = model::parse_stream("snapshot create", "{\"id\":\"a\"}\n{\"id\":\"b\"}\n").unwrap();
+    assert_eq!(v.len(), 2);
+    assert!(matches!(
+        model::parse::<model::RepositoryStatus>("repository status", ""),
+        Err(KopiaError::EmptyOutput { .. })
+    ));
+    assert!(matches!(
+        model::parse::<model::RepositoryStatus>("repository status", "{nope"),
+        Err(KopiaError::BadJson { .. })
+    ));
+}
