@@ -1,5 +1,5 @@
-//! The kopiur controller (not built yet: see README "Status").
+//! The kopiur controller binary (reconcilers wired in a later step).
 fn main() {
-    eprintln!("kopiur-controller: the reconcilers are not implemented yet");
+    eprintln!("kopiur-controller: the reconcilers are not wired yet");
     std::process::exit(2);
 }

@@ -1,0 +1,148 @@
+//! Conditions derived from the breaker state: the kstatus trio plus Bootstrapped,
+//! BackendReachable and CredentialsAvailable. Degraded is Reconciling (self-healing), Failed is
+//! Stalled (needs a human).
+use super::types::{Bootstrapped, Phase, Reach, RepoFacts, RepoStatus};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CondStatus {
+    True,
+    False,
+    Unknown,
+}
+
+impl CondStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CondStatus::True => "True",
+            CondStatus::False => "False",
+            CondStatus::Unknown => "Unknown",
+        }
+    }
+}
+
+/// One desired condition; `lastTransitionTime` is the status writer's business.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cond {
+    pub type_: &'static str,
+    pub status: CondStatus,
+    pub reason: String,
+    pub message: String,
+}
+
+fn cond(type_: &'static str, status: CondStatus, reason: &str, message: impl Into<String>) -> Cond {
+    Cond { type_, status, reason: reason.to_string(), message: message.into() }
+}
+
+/// The kstatus outcome of a phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kstatus {
+    Ready,
+    Reconciling,
+    Stalled,
+}
+
+pub fn kstatus_for_phase(phase: Phase) -> Kstatus {
+    match phase {
+        Phase::Ready => Kstatus::Ready,
+        Phase::Pending | Phase::Initializing | Phase::Degraded => Kstatus::Reconciling,
+        Phase::Failed => Kstatus::Stalled,
+    }
+}
+
+pub fn conditions(facts: &RepoFacts, st: &RepoStatus) -> Vec<Cond> {
+    let phase = st.phase.unwrap_or(Phase::Pending);
+    let creds_missing = facts.credential_version.is_none();
+    let target = &facts.id.target;
+
+    let (ready_reason, ready_msg): (String, String) = match phase {
+        Phase::Ready => ("Connected".into(), format!("connected to {target}")),
+        Phase::Pending if creds_missing => (
+            "MissingCredentialsSecret".into(),
+            "a referenced Secret does not exist in the repository's home namespace".into(),
+        ),
+        Phase::Pending => ("Bootstrapping".into(), "waiting for the first bootstrap".into()),
+        Phase::Initializing => match (&st.bootstrapped, &st.health.strict_retry) {
+            (Some(Bootstrapped::No { reason, message }), Some(r)) => (
+                reason.clone(),
+                format!("first bootstrap failed: {message}; retrying at {}", r.next_attempt_at.format("%Y-%m-%dT%H:%M:%SZ")),
+            ),
+            (Some(Bootstrapped::No { .. }), None) | (Some(Bootstrapped::Yes), _) | (None, _) => {
+                ("Bootstrapping".into(), format!("connecting to {target}"))
+            }
+        },
+        Phase::Degraded => {
+            let next = st
+                .health
+                .strict_retry
+                .as_ref()
+                .map(|r| format!("; next strict retry at {}", r.next_attempt_at.format("%Y-%m-%dT%H:%M:%SZ")))
+                .unwrap_or_default();
+            (
+                "BreakerOpen".into(),
+                format!(
+                    "circuit breaker open: {} consecutive failed connects to {target}{next}",
+                    st.health.consecutive_probe_failures
+                ),
+            )
+        }
+        Phase::Failed => match &st.terminal {
+            Some(t) => (t.reason.reason().to_string(), t.message.clone()),
+            None => ("Unknown".into(), "the repository failed".into()),
+        },
+    };
+
+    let mut out = Vec::with_capacity(6);
+    let ks = if phase == Phase::Pending && creds_missing { Kstatus::Stalled } else { kstatus_for_phase(phase) };
+    match ks {
+        Kstatus::Ready => {
+            out.push(cond("Ready", CondStatus::True, &ready_reason, ready_msg));
+            out.push(cond("Reconciling", CondStatus::False, "Connected", ""));
+            out.push(cond("Stalled", CondStatus::False, "Connected", ""));
+        }
+        Kstatus::Reconciling => {
+            out.push(cond("Ready", CondStatus::False, &ready_reason, ready_msg.clone()));
+            out.push(cond("Reconciling", CondStatus::True, &ready_reason, ready_msg));
+            out.push(cond("Stalled", CondStatus::False, &ready_reason, ""));
+        }
+        Kstatus::Stalled => {
+            out.push(cond("Ready", CondStatus::False, &ready_reason, ready_msg.clone()));
+            out.push(cond("Reconciling", CondStatus::False, &ready_reason, ""));
+            out.push(cond("Stalled", CondStatus::True, &ready_reason, ready_msg));
+        }
+    }
+
+    match &st.bootstrapped {
+        Some(Bootstrapped::Yes) => out.push(cond("Bootstrapped", CondStatus::True, "Bootstrapped", "uniqueId pinned")),
+        Some(Bootstrapped::No { reason, message }) => {
+            out.push(cond("Bootstrapped", CondStatus::False, reason, message.clone()))
+        }
+        None => {}
+    }
+
+    let reach = match (&st.reach, facts.spec.probe.enabled) {
+        (Some(r), _) if r.reach != Reach::Reachable => {
+            Some(cond("BackendReachable", CondStatus::False, r.reach.reason(), r.message.clone()))
+        }
+        (Some(_), false) | (None, false) => Some(cond(
+            "BackendReachable",
+            CondStatus::Unknown,
+            "ProbeDisabled",
+            "spec.health.probe.enabled is false",
+        )),
+        (Some(r), true) => Some(cond("BackendReachable", CondStatus::True, "Reachable", r.message.clone())),
+        (None, true) => None,
+    };
+    out.extend(reach);
+
+    out.push(if creds_missing {
+        cond(
+            "CredentialsAvailable",
+            CondStatus::False,
+            "MissingCredentialsSecret",
+            "a referenced Secret does not exist in the repository's home namespace",
+        )
+    } else {
+        cond("CredentialsAvailable", CondStatus::True, "Found", "")
+    });
+    out
+}
