@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-mod gen;
+mod r#gen;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
@@ -56,7 +56,7 @@ fn test() -> Result<()> {
     let t0 = Instant::now();
     build_tools(&[])?;
     step("Generated files are up to date (cargo xtask gen --check)");
-    gen::run(&repo_root(), true)?;
+    r#gen::run(&repo_root(), true)?;
     build_workspace_bins()?;
     step("Running every test tier: pure, property, simulation, component (kopia + Garage), end-to-end (local control plane)");
     let mut cmd = cargo();
@@ -88,7 +88,7 @@ fn main() -> ExitCode {
         Some("test") => test(),
         Some("demo") => demo(),
         Some("bench") => bench(),
-        Some("gen") => gen::run(&repo_root(), args.iter().any(|a| a == "--check")),
+        Some("gen") => r#gen::run(&repo_root(), args.iter().any(|a| a == "--check")),
         Some("tools") => build_tools(&args[1..].iter().map(String::as_str).collect::<Vec<_>>()),
         _ => {
             eprintln!(

@@ -1,0 +1,1 @@
+//! Pure domain logic shared by the controller, the mover and the CLI.
