@@ -1,0 +1,462 @@
+//! Deterministic simulation of the repository breaker: the pure `plan` driven through hours of
+//! simulated time with a fake backend, a fake Job runner and a status store, counting Jobs,
+//! trips, Events and phases. The shell here does what the real one does: write status first,
+//! then create or delete the Job; reconcile on requeue, on the Job's completion and deletion,
+//! on our own status write, and on unrelated watch noise.
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{Duration, TimeZone, Utc};
+use kopiur_controller::health::kstatus::Cond;
+use kopiur_controller::health::*;
+
+const PIN: &str = "0123456789abcdef0123456789abcdef";
+
+fn t0() -> Time {
+    Utc.with_ymd_and_hms(2026, 8, 4, 0, 0, 0).unwrap()
+}
+fn at(secs: i64) -> Time {
+    t0() + Duration::seconds(secs)
+}
+
+struct SimJob {
+    uid: String,
+    kind: ConnectKind,
+    generation: i64,
+    credential_version: String,
+    completes_at: Time,
+    result: Option<ConnectResult>,
+    /// Deleted at this time (visible until then).
+    deleted_at: Option<Time>,
+}
+
+#[derive(Default)]
+struct Counts {
+    launches: BTreeMap<&'static str, u32>,
+    trips: BTreeMap<&'static str, u32>,
+    probe_failures: u32,
+    events: BTreeMap<&'static str, u32>,
+    status_writes: u32,
+}
+
+struct Sim {
+    facts: RepoFacts,
+    conditions: Vec<Cond>,
+    job: Option<SimJob>,
+    outages: Vec<(Time, Time)>,
+    job_seconds: i64,
+    now: Time,
+    wakes: BTreeSet<Time>,
+    noise_every: i64,
+    next_uid: u32,
+    counts: Counts,
+    /// (time, phase) at every status write.
+    phases: Vec<(Time, Phase)>,
+    /// Strict launches: (time, stamped nextAttemptAt at launch time, phase at launch).
+    strict_launches: Vec<(Time, Option<Time>, Phase)>,
+    /// Strict folds of a failure in Degraded: (time, stamped holdoff).
+    strict_fail_folds: Vec<(Time, i64)>,
+    probe_launches: Vec<Time>,
+    /// After a restart the Job store is empty for a moment.
+    store_blind_until: Option<Time>,
+}
+
+impl Sim {
+    fn ready(interval: i64, threshold: u32) -> Sim {
+        let mut facts = RepoFacts {
+            id: RepoIdentity {
+                kind: RepoKind::Repository,
+                namespace: Some("t".into()),
+                name: "r".into(),
+                target: "s3://bucket/r".into(),
+            },
+            spec: SpecFacts {
+                generation: 1,
+                probe: ProbeSettings { interval_seconds: interval, failure_threshold: threshold, ..Default::default() },
+                create_enabled: true,
+                read_only: false,
+                suspended: false,
+                configured_deadline_seconds: None,
+            },
+            credential_version: Some("1/2".into()),
+            reinit_ack: None,
+            reverify_requested_at: None,
+            status: RepoStatus::default(),
+            job: None,
+            warned_ack: None,
+            tuning: Tuning::default(),
+        };
+        facts.status.phase = None;
+        let mut sim = Sim {
+            facts,
+            conditions: Vec::new(),
+            job: None,
+            outages: Vec::new(),
+            job_seconds: 3,
+            now: t0(),
+            wakes: BTreeSet::new(),
+            noise_every: 47,
+            next_uid: 0,
+            counts: Counts::default(),
+            phases: Vec::new(),
+            strict_launches: Vec::new(),
+            strict_fail_folds: Vec::new(),
+            probe_launches: Vec::new(),
+            store_blind_until: None,
+        };
+        // Bootstrap to Ready before the clock of the scenario starts.
+        sim.run_until(at(30));
+        assert_eq!(sim.phase(), Phase::Ready, "bootstrap reached Ready");
+        sim.counts = Counts::default();
+        sim.phases.clear();
+        sim.strict_launches.clear();
+        sim.probe_launches.clear();
+        sim
+    }
+
+    fn phase(&self) -> Phase {
+        self.facts.status.phase.unwrap_or(Phase::Pending)
+    }
+
+    fn backend_up(&self, t: Time) -> bool {
+        !self.outages.iter().any(|(a, b)| t >= *a && t < *b)
+    }
+
+    fn visible_job(&self) -> Option<JobFacts> {
+        if self.store_blind_until.is_some_and(|u| self.now < u) {
+            return None;
+        }
+        let j = self.job.as_ref()?;
+        if j.deleted_at.is_some_and(|d| self.now >= d) {
+            return None;
+        }
+        let state = if self.now < j.completes_at {
+            JobState::Running
+        } else {
+            JobState::Finished { completed_at: j.completes_at, result: j.result.clone().expect("decided") }
+        };
+        Some(JobFacts {
+            uid: j.uid.clone(),
+            kind: j.kind,
+            generation: Some(j.generation),
+            credential_version: Some(j.credential_version.clone()),
+            via_reinit_ack: false,
+            state,
+        })
+    }
+
+    fn reconcile(&mut self) {
+        // The Job runner: decide a finished Job's result from the backend at completion.
+        if let Some(j) = &mut self.job {
+            if j.deleted_at.is_some_and(|d| self.now >= d) {
+                self.job = None;
+            }
+        }
+        let up_at_completion = self.job.as_ref().map(|j| self.backend_up(j.completes_at));
+        if let (Some(j), Some(up)) = (&mut self.job, up_at_completion)
+            && self.now >= j.completes_at
+            && j.result.is_none()
+        {
+            j.result = Some(if up {
+                ConnectResult::Connected { unique_id: PIN.into(), created: false, index_blob_count: Some(4) }
+            } else {
+                ConnectResult::Failed { class: FailureClass::RepositoryUnavailable, not_initialized: false, timed_out: false }
+            });
+        }
+
+        self.facts.job = self.visible_job();
+        let d = plan(&self.facts, self.now);
+        for e in &d.events {
+            *self.counts.events.entry(e.reason).or_default() += 1;
+        }
+        for e in &d.effects {
+            match e {
+                Effect::Trip { probe_kind } => *self.counts.trips.entry(probe_kind).or_default() += 1,
+                Effect::ProbeFailure { .. } => self.counts.probe_failures += 1,
+            }
+        }
+        let before = self.phase();
+        let folded_strict_failure = matches!(
+            (&self.facts.job, &d.plan),
+            (Some(JobFacts { kind: ConnectKind::Strict, state: JobState::Finished { result: ConnectResult::Failed { .. }, .. }, .. }), Plan::DeleteJob { .. })
+        ) && self.facts.status.health.last_folded_job_uid != self.facts.job.as_ref().map(|j| j.uid.clone());
+        self.facts.warned_ack = d.warned_ack.clone();
+        // One status write, skipped when nothing changed.
+        if d.status != self.facts.status || d.conditions != self.conditions {
+            self.facts.status = d.status.clone();
+            self.conditions = d.conditions.clone();
+            self.counts.status_writes += 1;
+            self.phases.push((self.now, self.phase()));
+            self.wakes.insert(self.now + Duration::milliseconds(250)); // our own write comes back
+        }
+        if folded_strict_failure && before == Phase::Degraded && self.phase() == Phase::Degraded {
+            let r = self.facts.status.health.strict_retry.clone().unwrap();
+            self.strict_fail_folds.push((self.now, r.holdoff_seconds));
+        }
+        match d.plan {
+            Plan::Idle | Plan::AwaitJob => {}
+            Plan::DeleteJob { uid } => {
+                if let Some(j) = &mut self.job
+                    && j.uid == uid
+                    && j.deleted_at.is_none()
+                {
+                    j.deleted_at = Some(self.now + Duration::seconds(1));
+                    self.wakes.insert(self.now + Duration::seconds(1));
+                }
+            }
+            Plan::Launch(l) => {
+                if self.job.is_some() {
+                    // AlreadyExists: the deterministic name protects against a blind store.
+                    return;
+                }
+                self.next_uid += 1;
+                let label = l.kind.probe_kind();
+                *self.counts.launches.entry(label).or_default() += 1;
+                match l.kind {
+                    ConnectKind::Strict => self.strict_launches.push((
+                        self.now,
+                        before_retry_stamp(&self.facts),
+                        before,
+                    )),
+                    ConnectKind::Probe(_) => self.probe_launches.push(self.now),
+                }
+                let completes_at = self.now + Duration::seconds(self.job_seconds);
+                self.job = Some(SimJob {
+                    uid: format!("uid-{}", self.next_uid),
+                    kind: l.kind,
+                    generation: l.generation,
+                    credential_version: l.credential_version,
+                    completes_at,
+                    result: None,
+                    deleted_at: None,
+                });
+                self.wakes.insert(completes_at);
+            }
+        }
+        if let Some(r) = d.requeue_after {
+            self.wakes.insert(self.now + r);
+        }
+    }
+
+    fn run_until(&mut self, end: Time) {
+        self.wakes.insert(self.now);
+        let mut next_noise = self.now + Duration::seconds(self.noise_every);
+        loop {
+            let next_wake = self.wakes.iter().next().copied();
+            let t = match next_wake {
+                Some(w) if w <= next_noise => {
+                    self.wakes.remove(&w);
+                    w
+                }
+                Some(_) | None => {
+                    let t = next_noise;
+                    next_noise += Duration::seconds(self.noise_every);
+                    t
+                }
+            };
+            if t > end {
+                self.wakes.insert(t);
+                break;
+            }
+            self.now = t.max(self.now);
+            self.reconcile();
+        }
+        self.now = end;
+    }
+
+    /// A controller restart: process memory and the work queue are gone, the Job store is
+    /// empty for a moment; only status (and the cluster) survive.
+    fn restart(&mut self) {
+        self.wakes.clear();
+        self.facts.warned_ack = None;
+        self.store_blind_until = Some(self.now + Duration::seconds(2));
+        self.wakes.insert(self.now);
+        self.wakes.insert(self.now + Duration::seconds(1));
+        self.wakes.insert(self.now + Duration::seconds(3));
+    }
+}
+
+fn before_retry_stamp(f: &RepoFacts) -> Option<Time> {
+    f.status.health.strict_retry.as_ref().map(|r| r.next_attempt_at)
+}
+
+/// T03–T06 in simulation: interval 30 s, threshold 3, a 20 minute outage, then recovery.
+#[test]
+fn outage_of_twenty_minutes_opens_once_holds_and_closes_without_ack() {
+    outage_scenario(20, &[240, 480]);
+}
+
+/// The same with an hour of outage: the holdoff reaches its cap and stays there.
+#[test]
+fn outage_of_an_hour_reaches_the_holdoff_cap() {
+    outage_scenario(60, &[240, 480, 600, 600, 600, 600]);
+}
+
+fn outage_scenario(minutes: i64, expected_gaps: &[i64]) {
+    let mut sim = Sim::ready(30, 3);
+    let down = at(600);
+    let up = at(600 + minutes * 60);
+    sim.outages.push((down, up));
+
+    sim.run_until(up - Duration::seconds(1));
+    // T03: opened at the third failed probe, within down + 3 × (interval + 60 s).
+    let opened_at = sim.facts.status.health.breaker_opened_at.expect("breaker open");
+    assert!(opened_at <= down + Duration::seconds(3 * 90), "opened at {opened_at}");
+    assert_eq!(sim.counts.trips.get("probe"), Some(&1));
+    assert_eq!(sim.counts.trips.values().sum::<u32>(), 1, "exactly one trip: {:?}", sim.counts.trips);
+    assert_eq!(sim.counts.events.get("RepositoryBreakerOpened"), Some(&1));
+    assert_eq!(sim.counts.events.get("RepositoryProbeFailed"), Some(&1), "one per episode");
+    assert_eq!(sim.counts.probe_failures, 3, "exactly three failed probes folded before opening");
+    let failed_probes_before_open = sim.probe_launches.iter().filter(|t| **t >= down && **t < opened_at).count();
+    assert_eq!(failed_probes_before_open, 3);
+    assert!(sim.probe_launches.iter().all(|t| *t < opened_at), "no periodic probe while open");
+
+    // T04: only Degraded while open.
+    let while_open: Vec<Phase> = sim.phases.iter().filter(|(t, _)| *t >= opened_at).map(|(_, p)| *p).collect();
+    assert!(!while_open.is_empty());
+    assert!(while_open.iter().all(|p| *p == Phase::Degraded), "phases while open: {while_open:?}");
+
+    // T05: the first strict launch 120 s after the open, then 240, 480, 600 after each fold.
+    let strict: Vec<Time> = sim.strict_launches.iter().map(|(t, _, _)| *t).collect();
+    assert_eq!(strict[0], opened_at + Duration::seconds(120));
+    let folds: Vec<Time> = sim.strict_fail_folds.iter().map(|(t, _)| *t).collect();
+    let gaps: Vec<i64> = strict.iter().skip(1).zip(folds.iter()).map(|(l, f)| (*l - *f).num_seconds()).collect();
+    assert_eq!(&gaps[..], expected_gaps, "gaps between a failed fold and the next strict launch");
+    let stamped: Vec<i64> = sim.strict_fail_folds.iter().map(|(_, h)| *h).collect();
+    assert_eq!(&stamped[..expected_gaps.len()], expected_gaps);
+    for (t, stamp, phase) in &sim.strict_launches {
+        assert_eq!(*phase, Phase::Degraded);
+        assert!(stamp.is_some_and(|s| *t >= s), "strict launch at {t} before its stamp {stamp:?}");
+    }
+    let strict_during_outage = sim.counts.launches.get("strict").copied().unwrap_or(0);
+
+    // T06: recovery closes on the first success, no ack.
+    sim.run_until(up + Duration::seconds(600 + 60));
+    assert_eq!(sim.phase(), Phase::Ready);
+    assert_eq!(sim.facts.status.health.consecutive_probe_failures, 0);
+    assert_eq!(sim.facts.status.health.breaker_opened_at, None);
+    assert_eq!(sim.facts.status.health.strict_retry, None);
+    assert_eq!(sim.counts.events.get("RepositoryBreakerClosed"), Some(&1));
+    assert_eq!(sim.counts.launches.get("strict").copied().unwrap_or(0), strict_during_outage + 1, "one healing strict");
+    let closed_at = sim.phases.iter().find(|(t, p)| *t >= up && *p == Phase::Ready).unwrap().0;
+    assert!(closed_at <= up + Duration::seconds(600 + 60), "closed at {closed_at}");
+    // After closing, the probe resumes at its normal interval.
+    let after: Vec<&Time> = sim.probe_launches.iter().filter(|t| **t > closed_at).collect();
+    assert!(after.len() >= 5, "probes after recovery: {}", after.len());
+    eprintln!(
+        "{minutes} min outage: strict Jobs {strict_during_outage} (+1 healing), probe Jobs {}, trips {:?}, events {:?}, status writes {}",
+        sim.probe_launches.len(),
+        sim.counts.trips,
+        sim.counts.events,
+        sim.counts.status_writes
+    );
+}
+
+/// A day of outage with a 30 minute probe costs at most 144 strict connects plus the threshold.
+#[test]
+fn one_day_outage_is_bounded() {
+    let mut sim = Sim::ready(1800, 3);
+    let down = at(100);
+    sim.outages.push((down, at(100 + 86_400 + 3600)));
+    sim.run_until(down + Duration::seconds(86_400));
+    let strict = sim.counts.launches.get("strict").copied().unwrap_or(0);
+    let probes = sim.counts.launches.get("probe").copied().unwrap_or(0);
+    assert_eq!(probes, 3, "threshold probes, then the strict loop replaces them");
+    assert!(strict <= 144, "strict Jobs in a day: {strict}");
+    assert!(strict + probes <= 144 + 3);
+    assert_eq!(sim.counts.trips.values().sum::<u32>(), 1);
+    assert_eq!(sim.counts.events.get("RepositoryBreakerOpened"), Some(&1));
+    // The state sequence: Ready (probe failures) -> Degraded, nothing else.
+    let mut seq: Vec<Phase> = sim.phases.iter().map(|(_, p)| *p).collect();
+    seq.dedup();
+    assert_eq!(seq, vec![Phase::Ready, Phase::Degraded]);
+    let streak = sim.facts.status.health.consecutive_probe_failures;
+    assert_eq!(streak, 3 + strict, "the streak counts every folded connect");
+    eprintln!("24 h outage, 30m probe: {probes} probe + {strict} strict Jobs, streak {streak}");
+}
+
+/// A restart 30 s after each strict failure never launches before the stamped time.
+#[test]
+fn restarts_mid_outage_keep_the_holdoff() {
+    let mut sim = Sim::ready(30, 3);
+    let down = at(60);
+    sim.outages.push((down, at(60 + 3 * 3600)));
+    sim.run_until(at(60 + 600));
+    assert_eq!(sim.phase(), Phase::Degraded);
+    let end = at(60 + 3 * 3600 - 60);
+    let mut restarts = 0;
+    while sim.now < end {
+        let n = sim.strict_fail_folds.len();
+        // Run until the next failed strict fold, then restart 30 s later.
+        let mut guard = 0;
+        while sim.strict_fail_folds.len() == n && sim.now < end {
+            let next = sim.now + Duration::seconds(5);
+            sim.run_until(next);
+            guard += 1;
+            assert!(guard < 10_000);
+        }
+        if sim.now >= end {
+            break;
+        }
+        let (fold_t, holdoff) = *sim.strict_fail_folds.last().unwrap();
+        sim.run_until(fold_t + Duration::seconds(30));
+        sim.restart();
+        restarts += 1;
+        let before = sim.strict_launches.len();
+        sim.run_until(fold_t + Duration::seconds(holdoff) - Duration::seconds(1));
+        assert_eq!(sim.strict_launches.len(), before, "restart launched before the stamp (holdoff {holdoff})");
+    }
+    assert!(restarts >= 10, "restarts: {restarts}");
+    for (t, stamp, _) in &sim.strict_launches {
+        assert!(stamp.is_some_and(|s| *t >= s), "launch at {t} before {stamp:?}");
+    }
+    // Without restarts the same window has the same number of strict Jobs.
+    let mut plain = Sim::ready(30, 3);
+    plain.outages.push((down, at(60 + 3 * 3600)));
+    plain.run_until(sim.now);
+    let a = sim.counts.launches.get("strict").copied().unwrap_or(0);
+    let b = plain.counts.launches.get("strict").copied().unwrap_or(0);
+    assert!(a.abs_diff(b) <= 1, "restarts changed the cadence: {a} vs {b}");
+    assert_eq!(sim.counts.trips.values().sum::<u32>(), 1);
+    eprintln!("3 h outage with {restarts} restarts: {a} strict Jobs (no restarts: {b})");
+}
+
+/// Steady state: a Ready repository with nothing changing writes nothing.
+#[test]
+fn steady_ready_writes_nothing() {
+    let mut sim = Sim::ready(1800, 3);
+    sim.noise_every = 3;
+    sim.run_until(at(30 + 120));
+    assert_eq!(sim.counts.status_writes, 0);
+    assert!(sim.counts.launches.is_empty());
+    // A probe cycle writes once (lastProbeAt) and launches once.
+    sim.run_until(at(30 + 1800 + 60));
+    assert_eq!(sim.counts.launches.get("probe"), Some(&1));
+    assert!(sim.counts.status_writes <= 2, "writes: {}", sim.counts.status_writes);
+}
+
+/// Flapping backend: every success closes, every sustained failure opens once per episode.
+#[test]
+fn flapping_backend_counts_one_trip_per_episode() {
+    let mut sim = Sim::ready(30, 3);
+    for i in 0..6 {
+        let start = 300 + i * 3600;
+        sim.outages.push((at(start), at(start + 900)));
+    }
+    sim.run_until(at(300 + 6 * 3600));
+    assert_eq!(sim.counts.trips.values().sum::<u32>(), 6);
+    assert_eq!(sim.counts.events.get("RepositoryBreakerOpened"), Some(&6));
+    assert_eq!(sim.counts.events.get("RepositoryBreakerClosed"), Some(&6));
+    assert_eq!(sim.phase(), Phase::Ready);
+}
+
+/// A short blip below the threshold never opens, and the suspect cadence re-checks fast.
+#[test]
+fn short_blip_does_not_open() {
+    let mut sim = Sim::ready(1800, 3);
+    sim.outages.push((at(1790), at(1850)));
+    sim.run_until(at(1800 + 600));
+    assert_eq!(sim.counts.trips.values().sum::<u32>(), 0);
+    assert_eq!(sim.phase(), Phase::Ready);
+    assert_eq!(sim.counts.launches.get("probe"), Some(&2), "failed probe at 30m, healing probe 120 s later");
+    assert_eq!(sim.facts.status.health.consecutive_probe_failures, 0);
+}
