@@ -58,11 +58,14 @@ build_k8s() {
 }
 
 build_kopia() {
-  local dir="$CACHE/kopia-$KOPIA_VERSION"
+  # Built through a wrapper module with a `tool` directive: `go install pkg@version` would
+  # also look up the module's version list (for deprecations), which the proxy may refuse.
+  local w="$HERE/go/kopia"
+  local dir="$CACHE/kopia-$KOPIA_VERSION-$(cat "$w/go.mod" "$w/go.sum" | sha256sum | cut -c1-12)"
   if [ -x "$dir/bin/kopia" ]; then log "kopia $KOPIA_VERSION: cached ($dir)"; return; fi
   local tmp="$dir.tmp.$$"; mkdir -p "$tmp/bin"
   log "kopia $KOPIA_VERSION: building (3-6 min cold)"
-  with_heartbeat kopia env GOBIN="$tmp/bin" go install -p 2 -trimpath -ldflags '-s -w' -tags nohtmlui "github.com/kopia/kopia@$KOPIA_VERSION"
+  with_heartbeat kopia bash -c "cd '$w' && go build -p 2 -trimpath -tags nohtmlui -ldflags '-s -w' -o '$tmp/bin/kopia' github.com/kopia/kopia"
   "$tmp/bin/kopia" --version >/dev/null
   finish "$tmp" "$dir"
 }

@@ -75,7 +75,7 @@ pub fn kube_controller_manager() -> Result<PathBuf> {
     )
 }
 pub fn kopia() -> Result<PathBuf> {
-    find("KOPIUR_TESTENV_KOPIA", &format!("kopia-{}", version("KOPIA_VERSION")), "kopia", "kopia")
+    find("KOPIUR_TESTENV_KOPIA", &format!("kopia-{}-", version("KOPIA_VERSION")), "kopia", "kopia")
 }
 pub fn garage() -> Result<PathBuf> {
     find("KOPIUR_TESTENV_GARAGE", &format!("garage-v{}", version("GARAGE_VERSION")), "garage", "garage")

@@ -140,6 +140,12 @@ async fn release(client: &Client, state_dir: &Path, pv_name: &str) {
     if let Some(uid) = pv_name.strip_prefix("pvc-") {
         let _ = std::fs::remove_dir_all(pv_dir(state_dir, uid));
     }
+    // The pv-protection controller keeps its finalizer while the PV reports Bound, and no
+    // PV binder runs here to move it on, so mark it Released first (as the binder would).
+    let released = json!({"status": {"phase": "Released"}});
+    if let Err(e) = pvs.patch_status(pv_name, &PatchParams::default(), &Patch::Merge(&released)).await {
+        tracing::warn!(pv = pv_name, "marking released: {e}");
+    }
     match pvs.delete(pv_name, &DeleteParams::default()).await {
         Ok(_) => tracing::info!(pv = pv_name, "volume released"),
         Err(kube::Error::Api(s)) if s.code == 404 => {}

@@ -1,0 +1,10 @@
+//! The mover: the binary that runs kopia inside Jobs, and the controller<->mover contract
+//! (the versioned work spec, the result documents and the pure Job builder).
+pub mod job;
+pub mod ops;
+pub mod result;
+pub mod workspec;
+
+pub use job::{JobInput, build_job, job_name};
+pub use ops::{Ctx, Exit};
+pub use workspec::{MAX_WORK_SPEC_BYTES, Operation, WorkSpec, WorkSpecError};
