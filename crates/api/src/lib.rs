@@ -25,10 +25,10 @@ pub use cluster_repository::{ClusterRepository, ClusterRepositorySpec};
 pub use maintenance::{Maintenance, MaintenanceSpec};
 pub use repository::{Repository, RepositorySpec};
 pub use repository_replication::{RepositoryReplication, RepositoryReplicationSpec};
-
-
-
-
+pub use restore::{Restore, RestoreSpec};
+pub use snapshot::{Snapshot, SnapshotSpec};
+pub use snapshot_policy::{SnapshotPolicy, SnapshotPolicySpec};
+pub use snapshot_schedule::{SnapshotSchedule, SnapshotScheduleSpec};
 
 /// Every CRD this crate defines, in a stable order (used by CRD generation and tests).
 pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
@@ -37,10 +37,10 @@ pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensi
     vec![
         Repository::crd(),
         ClusterRepository::crd(),
-
-
-
-
+        SnapshotPolicy::crd(),
+        Snapshot::crd(),
+        SnapshotSchedule::crd(),
+        Restore::crd(),
         Maintenance::crd(),
         RepositoryReplication::crd(),
     ]

@@ -353,10 +353,10 @@ pub enum RepositoryMode {
 /// What an open breaker does.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum OnFailure {
-    /// Open the breaker: phase Degraded, consumers park.
+    // Open the breaker: phase Degraded, consumers park.
     #[default]
     Degrade,
-    /// Only the condition, the Event and the metric.
+    // Only the condition, the Event and the metric.
     Alert,
 }
 
