@@ -39,7 +39,8 @@ fn sleeper(name: &str, script: &str) -> Pod {
 
 #[tokio::test]
 async fn hv12_node_agent_restart_fails_orphans() -> Result<()> {
-    let mut env = TestEnv::start(Options::default()).await?;
+    // No CRDs: this test is about pods only.
+    let mut env = TestEnv::start(Options { crds: vec![], ..Options::default() }).await?;
     let res = body(&mut env).await;
     if res.is_err() {
         eprintln!("---- test environment logs ----\n{}", env.logs_summary(60));

@@ -109,7 +109,7 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> anyhow::R
         host_path: std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
         shutdown: shutdown_rx.clone(),
         live: Mutex::new(HashSet::new()),
-        created: mounts::CreatedPaths::default(),
+        created: mounts::CreatedPaths::with_journal(cfg.state_dir.join("created-mount-targets")),
         cfg,
     });
 

@@ -165,15 +165,32 @@ impl Prepared {
 }
 
 /// Host paths the agent created as mount targets; removed at teardown when still empty.
+/// With a journal file, the record survives an agent that was killed, so its successor
+/// removes them too.
 #[derive(Debug, Default)]
 pub struct CreatedPaths {
     paths: Mutex<Vec<PathBuf>>,
+    journal: Option<PathBuf>,
 }
 
 impl CreatedPaths {
+    /// A registry backed by `journal` (one path a line), preloaded from it.
+    pub fn with_journal(journal: PathBuf) -> Self {
+        let paths = std::fs::read_to_string(&journal)
+            .map(|s| s.lines().filter(|l| !l.is_empty()).map(PathBuf::from).collect())
+            .unwrap_or_default();
+        CreatedPaths { paths: Mutex::new(paths), journal: Some(journal) }
+    }
+
     fn record(&self, p: PathBuf) {
         let mut v = self.paths.lock().unwrap();
         if !v.contains(&p) {
+            if let Some(j) = &self.journal {
+                use std::io::Write;
+                if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(j) {
+                    let _ = writeln!(f, "{}", p.display());
+                }
+            }
             v.push(p);
         }
     }
@@ -226,6 +243,9 @@ impl CreatedPaths {
                 }
                 _ => {}
             }
+        }
+        if let Some(j) = &self.journal {
+            let _ = std::fs::remove_file(j);
         }
     }
 
@@ -290,6 +310,23 @@ mod tests {
         assert!(!tmp.path().join("a/f").exists());
         assert!(tmp.path().join("a/b/keep").exists());
         assert!(created.is_empty());
+    }
+
+    #[test]
+    fn journal_survives_a_lost_registry() {
+        let tmp = tempfile::tempdir().unwrap();
+        let journal = tmp.path().join("journal");
+        let target = tmp.path().join("t/x");
+        {
+            let first = CreatedPaths::with_journal(journal.clone());
+            first.create_dir_all(&target).unwrap();
+            // Dropped without cleanup, as a killed agent would.
+        }
+        let second = CreatedPaths::with_journal(journal.clone());
+        assert_eq!(second.len(), 2);
+        second.cleanup();
+        assert!(!tmp.path().join("t").exists());
+        assert!(!journal.exists());
     }
 
     #[test]
