@@ -29,6 +29,14 @@ pub struct Options {
     pub images: Vec<(String, Vec<String>)>,
 }
 
+impl Options {
+    /// Only the harness's own test CRDs, so the harness can be verified independently of
+    /// kopiur's generated CRDs.
+    pub fn harness_only() -> Options {
+        Options { crds: vec![repo_root().join("crates/testenv/fixtures/crds")], ..Options::default() }
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {

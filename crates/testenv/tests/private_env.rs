@@ -6,7 +6,7 @@ use kopiur_testenv::{Options, TestEnv};
 
 #[tokio::test]
 async fn hv13_version_and_clean_teardown() -> Result<()> {
-    let env = TestEnv::start(Options { node_agent: false, ..Options::default() }).await?;
+    let env = TestEnv::start(Options { node_agent: false, ..Options::harness_only() }).await?;
     let client = env.client().await?;
     let v = client.apiserver_version().await?;
     assert_eq!(v.git_version, kopiur_testenv::tools::version("K8S_VERSION"));
@@ -43,7 +43,7 @@ async fn hv12_kcm_restart_keeps_gc_working() -> Result<()> {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::Api;
     use kube::api::{DeleteParams, PostParams};
-    let mut env = TestEnv::start(Options { node_agent: false, ..Options::default() }).await?;
+    let mut env = TestEnv::start(Options { node_agent: false, ..Options::harness_only() }).await?;
     env.cp.restart_kcm().await?;
     let ns = env.namespace("kcm").await?;
     let cms: Api<ConfigMap> = Api::namespaced(env.client().await?, &ns);
