@@ -1,0 +1,263 @@
+//! Pure contract tests: the work spec (size cap, versioning, no secrets) and the Job builder.
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kopiur_kopia::backend::{Backend, S3Backend};
+use kopiur_kopia::cmd::{CacheSizes, Identity};
+use kopiur_mover::job::{self, CacheVolume, ConnectKind, JobInput, PvcMount};
+use kopiur_mover::workspec::*;
+
+/// Secret values that live only in the (imaginary) Secrets of this fixture.
+const SECRETS: &[&str] = &["s3cr3t-AKIA-ACCESS-KEY-0001", "s3cr3t-SECRET-ACCESS-KEY-0002", "s3cr3t-kopia-password-0003"];
+
+fn spec(op: Operation) -> WorkSpec {
+    WorkSpec {
+        schema_version: SCHEMA_VERSION,
+        target_ref: TargetRef {
+            api_version: "kopiur.home-operations.com/v1alpha1".into(),
+            kind: "Snapshot".into(),
+            namespace: Some("t".into()),
+            name: "s1".into(),
+            uid: "uid-s1".into(),
+        },
+        repository: RepositoryInfo {
+            kind: "Repository".into(),
+            namespace: Some("t".into()),
+            name: "r".into(),
+            uid: "uid-r".into(),
+            backend: Backend::S3(S3Backend {
+                bucket: "b".into(),
+                endpoint: Some("127.0.0.1:3900".into()),
+                region: Some("garage".into()),
+                disable_tls: true,
+                ..Default::default()
+            }),
+            client_identity: Identity::new("p", "t"),
+            read_only: false,
+            cache: CacheSizes::default(),
+        },
+        command_timeout_seconds: 60,
+        heartbeat_seconds: 30,
+        operation: op,
+    }
+}
+
+fn snapshot_op() -> Operation {
+    Operation::Snapshot(SnapshotOp {
+        mount_path: "/source".into(),
+        source_path: "/pvc/data".into(),
+        snapshot: "t/s1".into(),
+        snapshot_uid: "uid-s1".into(),
+        tags: BTreeMap::new(),
+        description: None,
+        policy: Default::default(),
+        fail_fast: false,
+        upload_limit_mb: None,
+        parallel: None,
+    })
+}
+
+fn input(ws: WorkSpec) -> JobInput {
+    JobInput {
+        name: "s1".into(),
+        namespace: "t".into(),
+        image: "kopiur-mover:dev".into(),
+        image_pull_policy: None,
+        service_account_name: Some("kopiur-mover".into()),
+        work_spec: ws,
+        password: ("repo-pw".into(), "KOPIA_PASSWORD".into()),
+        env_from_secrets: vec!["s3-creds".into(), "s3-creds".into(), "repo-pw".into()],
+        destination_secret: None,
+        result_configmap: None,
+        connect_kind: None,
+        delete_repo_uid: None,
+        annotations: BTreeMap::new(),
+        owner: OwnerReference {
+            api_version: "kopiur.home-operations.com/v1alpha1".into(),
+            kind: "Snapshot".into(),
+            name: "s1".into(),
+            uid: "uid-s1".into(),
+            ..Default::default()
+        },
+        cache: CacheVolume::EmptyDir,
+        source: Some(PvcMount { claim_name: "data".into(), mount_path: "/source".into(), read_only: true }),
+        restore: None,
+        repository_volume: None,
+        resources: None,
+        security_context: None,
+        pod_security_context: None,
+        node_selector: None,
+        tolerations: None,
+        affinity: None,
+        backoff_limit: job::DEFAULT_BACKOFF_LIMIT,
+        active_deadline_seconds: job::DEFAULT_ACTIVE_DEADLINE_SECONDS,
+        ttl_seconds_after_finished: Some(job::DEFAULT_TTL_SECONDS),
+        rust_log: None,
+        log_format: None,
+    }
+}
+
+#[test]
+fn work_spec_round_trips_and_ignores_unknown_fields() {
+    let ws = spec(snapshot_op());
+    let json = ws.to_json().unwrap();
+    assert!(json.contains(r#""operation":{"Snapshot":"#), "{json}");
+    let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    v["someFutureField"] = serde_json::json!(1);
+    v["repository"]["futureToo"] = serde_json::json!("x");
+    let back = WorkSpec::from_json(&v.to_string()).unwrap();
+    assert_eq!(back, ws);
+}
+
+#[test]
+fn unknown_variant_and_version_are_refused() {
+    let mut v: serde_json::Value = serde_json::from_str(&spec(snapshot_op()).to_json().unwrap()).unwrap();
+    v["operation"] = serde_json::json!({"Teleport": {}});
+    assert!(matches!(WorkSpec::from_json(&v.to_string()), Err(WorkSpecError::Unreadable(_))));
+    let mut v: serde_json::Value = serde_json::from_str(&spec(snapshot_op()).to_json().unwrap()).unwrap();
+    v["schemaVersion"] = serde_json::json!(2);
+    assert!(matches!(WorkSpec::from_json(&v.to_string()), Err(WorkSpecError::Version(2))));
+}
+
+#[test]
+fn oversized_work_spec_is_refused_with_a_clear_error() {
+    let members = (0..3000)
+        .map(|i| DeleteMember { uid: format!("00000000-0000-0000-0000-{i:012}"), snapshot_id: format!("{i:032x}") })
+        .collect();
+    let ws = spec(Operation::SnapshotDeleteBatch(SnapshotDeleteBatchOp { members, chunk_size: 50, chunk_timeout_seconds: 300 }));
+    let err = ws.to_json().unwrap_err();
+    assert!(matches!(err, WorkSpecError::TooLarge { size } if size > MAX_WORK_SPEC_BYTES));
+    assert!(err.to_string().contains("102400"), "{err}");
+    let err = job::build_job(&input(ws)).unwrap_err();
+    assert!(err.to_string().contains("above the 102400-byte limit"), "{err}");
+}
+
+#[test]
+fn job_shape() {
+    let j = job::build_job(&input(spec(snapshot_op()))).unwrap();
+    let meta = &j.metadata;
+    assert_eq!(meta.name.as_deref(), Some("s1"));
+    let labels = meta.labels.as_ref().unwrap();
+    assert_eq!(labels["app.kubernetes.io/managed-by"], "kopiur");
+    assert_eq!(labels["kopiur.home-operations.com/op"], "backup");
+    let owners = meta.owner_references.as_ref().unwrap();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(owners[0].controller, Some(true));
+    assert_eq!(owners[0].block_owner_deletion, Some(false));
+
+    let spec = j.spec.as_ref().unwrap();
+    assert_eq!(spec.backoff_limit, Some(2));
+    assert_eq!(spec.active_deadline_seconds, Some(172_800));
+    assert_eq!(spec.ttl_seconds_after_finished, Some(3600));
+    let pfp = spec.pod_failure_policy.as_ref().unwrap();
+    assert_eq!(pfp.rules[0].action, "FailJob");
+    assert_eq!(pfp.rules[0].on_exit_codes.as_ref().unwrap().values, vec![2, 3]);
+    assert_eq!(pfp.rules[1].action, "Ignore");
+
+    let pod = spec.template.spec.as_ref().unwrap();
+    assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+    assert_eq!(pod.containers.len(), 1);
+    let c = &pod.containers[0];
+    assert_eq!(c.name, "mover");
+    let sc = c.security_context.as_ref().unwrap();
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.capabilities.as_ref().unwrap().drop.as_ref().unwrap(), &vec!["ALL".to_string()]);
+    assert_eq!(sc.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
+    assert_eq!(pod.security_context.as_ref().unwrap().fs_group, Some(65532));
+
+    // One envFrom per distinct Secret, password through secretKeyRef.
+    let ef = c.env_from.as_ref().unwrap();
+    let names: Vec<_> = ef.iter().map(|e| e.secret_ref.as_ref().unwrap().name.clone()).collect();
+    assert_eq!(names, vec!["s3-creds", "repo-pw"]);
+    let env = c.env.as_ref().unwrap();
+    let pw = env.iter().find(|e| e.name == "KOPIA_PASSWORD").unwrap();
+    assert!(pw.value.is_none());
+    assert_eq!(pw.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap().name, "repo-pw");
+    assert!(env.iter().any(|e| e.name == "KOPIUR_WORK_SPEC"));
+    assert!(env.iter().any(|e| e.name == "KOPIA_CONFIG_PATH" && e.value.as_deref() == Some("/var/cache/kopia/repository.config")));
+
+    // Cache at /var/cache/kopia; source read-only.
+    let mounts = c.volume_mounts.as_ref().unwrap();
+    assert!(mounts.iter().any(|m| m.name == "kopia-cache" && m.mount_path == "/var/cache/kopia"));
+    assert!(mounts.iter().any(|m| m.name == "source" && m.mount_path == "/source" && m.read_only == Some(true)));
+    let vols = pod.volumes.as_ref().unwrap();
+    assert!(vols.iter().any(|v| v.name == "kopia-cache" && v.empty_dir.is_some()));
+}
+
+#[test]
+fn bootstrap_and_batch_variants() {
+    let mut i = input(spec(Operation::BootstrapRepository(BootstrapRepositoryOp {
+        create_gate: CreateGate::PinnedOnceReady,
+        pinned_unique_id: Some("ab".into()),
+        probe: true,
+        list_snapshots: false,
+        catalog_limit: 1000,
+        maintenance_owner: "kopiur@kopiur.t.r".into(),
+        create: Default::default(),
+    })));
+    i.connect_kind = Some(ConnectKind::Probe);
+    i.result_configmap = Some("r-discovery-result".into());
+    i.backoff_limit = 0;
+    let j = job::build_job(&i).unwrap();
+    let labels = j.metadata.labels.unwrap();
+    assert_eq!(labels["kopiur.home-operations.com/op"], "bootstrap");
+    assert_eq!(labels["kopiur.home-operations.com/connect-kind"], "probe");
+    let env = j.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].env.clone().unwrap();
+    assert!(env.iter().any(|e| e.name == "KOPIUR_RESULT_CONFIGMAP"));
+
+    let mut i = input(spec(Operation::SnapshotDeleteBatch(SnapshotDeleteBatchOp {
+        members: vec![DeleteMember { uid: "u".into(), snapshot_id: "i".into() }],
+        chunk_size: 50,
+        chunk_timeout_seconds: 300,
+    })));
+    i.ttl_seconds_after_finished = None;
+    i.delete_repo_uid = Some("uid-r".into());
+    let j = job::build_job(&i).unwrap();
+    assert_eq!(j.spec.as_ref().unwrap().ttl_seconds_after_finished, None);
+    assert_eq!(j.metadata.labels.unwrap()["kopiur.home-operations.com/delete-repo"], "uid-r");
+}
+
+#[test]
+fn long_names_are_hashed() {
+    let long = "a".repeat(70);
+    let n = job::job_name(&long);
+    assert_eq!(n.len(), 63);
+    assert!(n.starts_with(&"a".repeat(52)));
+    assert_eq!(job::job_name("short"), "short");
+}
+
+#[test]
+fn no_secret_in_work_spec_or_job() {
+    // The Job only references Secrets by name; the spec holds locations and identities.
+    for op in [
+        snapshot_op(),
+        Operation::Replicate(ReplicateOp {
+            destination: Backend::S3(S3Backend { bucket: "dest".into(), ..Default::default() }),
+            sync: Default::default(),
+        }),
+    ] {
+        let mut i = input(spec(op));
+        i.destination_secret = Some("dest-creds".into());
+        let j = job::build_job(&i).unwrap();
+        let text = serde_json::to_string(&j).unwrap();
+        for s in SECRETS {
+            assert!(!text.contains(s), "secret {s} leaked into the Job");
+        }
+        let ef = j.spec.unwrap().template.spec.unwrap().containers[0].env_from.clone().unwrap();
+        assert!(ef.iter().any(|e| e.prefix.as_deref() == Some("KOPIUR_DEST_")));
+    }
+}
+
+#[test]
+fn dest_env_strips_the_prefix() {
+    let v = kopiur_mover::ops::dest_env(
+        vec![
+            ("KOPIUR_DEST_AWS_ACCESS_KEY_ID".to_string(), "k".to_string()),
+            ("AWS_ACCESS_KEY_ID".to_string(), "src".to_string()),
+            ("KOPIUR_DEST_".to_string(), "x".to_string()),
+        ]
+        .into_iter(),
+    );
+    assert_eq!(v, vec![("AWS_ACCESS_KEY_ID".to_string(), "k".to_string())]);
+}
