@@ -82,11 +82,15 @@ build_garage() {
 }
 
 build_helm() {
-  local dir="$CACHE/helm-$HELM_VERSION"
+  # Same wrapper-module approach as kopia: `go install helm.sh/...@version` is refused by
+  # the proxy's version-list lookup, a `tool` directive in testenv/go/helm is not.
+  local w="$HERE/go/helm"
+  local dir="$CACHE/helm-$HELM_VERSION-$(cat "$w/go.mod" "$w/go.sum" | sha256sum | cut -c1-12)"
   if [ -x "$dir/bin/helm" ]; then log "helm $HELM_VERSION: cached ($dir)"; return; fi
   local tmp="$dir.tmp.$$"; mkdir -p "$tmp/bin"
   log "helm $HELM_VERSION: building (2-4 min cold)"
-  with_heartbeat helm env GOBIN="$tmp/bin" go install -p 2 -trimpath -ldflags '-s -w' "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  local V=helm.sh/helm/v3/internal/version
+  with_heartbeat helm bash -c "cd '$w' && go build -p 2 -trimpath -ldflags '-s -w -X $V.version=$HELM_VERSION' -o '$tmp/bin/helm' helm.sh/helm/v3/cmd/helm"
   "$tmp/bin/helm" version >/dev/null
   finish "$tmp" "$dir"
 }

@@ -81,7 +81,7 @@ pub fn garage() -> Result<PathBuf> {
     find("KOPIUR_TESTENV_GARAGE", &format!("garage-v{}", version("GARAGE_VERSION")), "garage", "garage")
 }
 pub fn helm() -> Result<PathBuf> {
-    find("KOPIUR_TESTENV_HELM", &format!("helm-{}", version("HELM_VERSION")), "helm", "helm")
+    find("KOPIUR_TESTENV_HELM", &format!("helm-{}-", version("HELM_VERSION")), "helm", "helm")
 }
 
 /// Finds a binary of this workspace (e.g. `kopiur-testnode`, `kopiur-mover`): an env
