@@ -1,3 +1,10 @@
 //! The kopiur controller: one reconciler per kind over reflector stores, the repository
-//! circuit breaker (`health`), metrics and leader election.
+//! circuit breaker (`health`), consumer gating, metrics and leader election.
+pub mod config;
+pub mod deletion;
+pub mod gating;
 pub mod health;
+pub mod http;
+pub mod leader;
+pub mod metrics;
+pub mod repository;

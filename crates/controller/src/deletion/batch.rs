@@ -1,0 +1,440 @@
+//! Batched execution. Deletions for one repository pool during a quiet window and run as one
+//! `snapdel-*` Job that connects once and deletes every member, instead of one Job (and one
+//! connect) per Snapshot. The Job name is a hash of the member set, so CREATE is a single-flight
+//! lock: a restarted or duplicate dispatcher computing the same batch gets AlreadyExists.
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::Duration;
+
+use super::digest::sha256_hex;
+use super::fire_set::{FireMember, FireSet};
+use super::types::Time;
+
+/// Batch timing and sizing. The defaults are the spec's numbers; tests may shorten them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchTuning {
+    /// A batch waits until its newest member is this old, so a wave pools into one Job.
+    pub quiet_window_seconds: i64,
+    /// At most this many members per Job; a full batch does not wait for the quiet window.
+    pub max_members: usize,
+    /// Manifest ids per `kopia snapshot delete` call.
+    pub ids_per_call: usize,
+    /// Non-terminal batch Jobs per repository.
+    pub max_in_flight_per_repo: usize,
+    /// `KOPIUR_MAX_CONCURRENT_DELETE_JOBS`: non-terminal batch Jobs cluster-wide; 0 = uncapped.
+    pub global_cap: usize,
+    /// A failed Job is deleted this long after failing, releasing the name for a retry.
+    pub failed_reap_delay_seconds: i64,
+}
+
+impl Default for BatchTuning {
+    fn default() -> Self {
+        BatchTuning {
+            quiet_window_seconds: 10,
+            max_members: 200,
+            ids_per_call: 50,
+            max_in_flight_per_repo: 1,
+            global_cap: 0,
+            failed_reap_delay_seconds: 60,
+        }
+    }
+}
+
+/// The environment variable of the optional cluster-wide cap.
+pub const GLOBAL_CAP_ENV: &str = "KOPIUR_MAX_CONCURRENT_DELETE_JOBS";
+
+/// Parse `KOPIUR_MAX_CONCURRENT_DELETE_JOBS`: absent or empty = 0 (uncapped); anything that is
+/// not a non-negative integer is an error for the caller to report at startup.
+pub fn parse_global_cap(raw: Option<&str>) -> Result<usize, String> {
+    match raw.map(str::trim) {
+        None | Some("") => Ok(0),
+        Some(v) => v.parse::<usize>().map_err(|_| format!("{GLOBAL_CAP_ENV}={v:?} is not a non-negative integer")),
+    }
+}
+
+/// The deterministic Job name: `snapdel-<10 hex of sha256(repoUid + "\n" + sorted member uids
+/// joined by "\n")>`. Independent of the order the members are given in.
+pub fn batch_name<'a>(repo_uid: &str, member_uids: impl IntoIterator<Item = &'a str>) -> String {
+    let sorted: BTreeSet<&str> = member_uids.into_iter().collect();
+    let mut text = String::from(repo_uid);
+    for uid in sorted {
+        text.push('\n');
+        text.push_str(uid);
+    }
+    format!("snapdel-{}", &sha256_hex(text.as_bytes())[..10])
+}
+
+/// Split manifest ids into `snapshot delete` calls of at most `per_call` ids.
+pub fn chunk_ids(ids: &[String], per_call: usize) -> Vec<Vec<String>> {
+    ids.chunks(per_call.max(1)).map(<[String]>::to_vec).collect()
+}
+
+/// One batch Job to CREATE.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchSpec {
+    pub name: String,
+    pub repo_uid: String,
+    /// Oldest first, by (deletionTimestamp, uid).
+    pub members: Vec<FireMember>,
+    /// The `snapshot delete` calls the mover will make.
+    pub chunks: Vec<Vec<String>>,
+}
+
+impl BatchSpec {
+    /// The `delete-members` annotation: comma-separated member uids.
+    pub fn members_annotation(&self) -> String {
+        self.members.iter().map(|m| m.uid.as_str()).collect::<Vec<_>>().join(",")
+    }
+}
+
+/// A batch Job's lifecycle as the Job store shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum JobPhase {
+    Running,
+    Complete { at: Time },
+    Failed { at: Time },
+}
+
+impl JobPhase {
+    pub fn is_terminal(self) -> bool {
+        match self {
+            JobPhase::Running => false,
+            JobPhase::Complete { .. } | JobPhase::Failed { .. } => true,
+        }
+    }
+}
+
+/// An existing `snapdel-*` Job (label `delete-repo`, annotation `delete-members`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchJob {
+    pub name: String,
+    pub repo_uid: String,
+    pub members: Vec<String>,
+    pub phase: JobPhase,
+}
+
+/// Every member uid listed by an unreaped batch Job: not eligible for another batch.
+pub fn in_flight_members(jobs: &[BatchJob]) -> BTreeSet<String> {
+    jobs.iter().flat_map(|j| j.members.iter().cloned()).collect()
+}
+
+/// One repository's queue for this dispatch round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RepoQueue {
+    pub repo_uid: String,
+    pub fire_set: FireSet,
+}
+
+/// Why a repository did not get (another) batch this round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Nothing eligible.
+    Empty,
+    /// The newest member is younger than the quiet window: look again at `until`.
+    QuietWindow { until: Time },
+    /// Its in-flight budget is used; the running Job's completion re-enqueues it.
+    RepositoryBusy,
+    /// The cluster-wide cap is reached; any batch Job's completion re-enqueues it.
+    GlobalCap,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Dispatch {
+    pub create: Vec<BatchSpec>,
+    /// Repositories that still have members but got no (further) batch, with the reason.
+    pub waits: Vec<(String, Wait)>,
+}
+
+impl Dispatch {
+    /// The earliest quiet-window expiry: when the caller should requeue.
+    pub fn requeue_at(&self) -> Option<Time> {
+        self.waits
+            .iter()
+            .filter_map(|(_, w)| match w {
+                Wait::QuietWindow { until } => Some(*until),
+                Wait::Empty | Wait::RepositoryBusy | Wait::GlobalCap => None,
+            })
+            .min()
+    }
+}
+
+/// Take the next batch from `pending` (sorted oldest first), if the quiet window allows.
+fn take_batch(pending: &[FireMember], tuning: &BatchTuning, now: Time) -> Result<usize, Wait> {
+    let Some(newest) = pending.iter().map(|m| m.deletion_timestamp).max() else {
+        return Err(Wait::Empty);
+    };
+    let quiet = Duration::seconds(tuning.quiet_window_seconds);
+    let max = tuning.max_members.max(1);
+    if pending.len() >= max || newest <= now - quiet {
+        Ok(pending.len().min(max))
+    } else {
+        Err(Wait::QuietWindow { until: newest + quiet })
+    }
+}
+
+/// Decide every batch to CREATE this round, across repositories. `jobs` are the unreaped batch
+/// Jobs cluster-wide. Repositories are served oldest-first (by their oldest member) so a
+/// global cap cannot starve one of them forever.
+pub fn next_batches(queues: &[RepoQueue], jobs: &[BatchJob], tuning: &BatchTuning, now: Time) -> Dispatch {
+    let mut running_per_repo: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut running_total = 0usize;
+    for j in jobs.iter().filter(|j| !j.phase.is_terminal()) {
+        *running_per_repo.entry(j.repo_uid.as_str()).or_default() += 1;
+        running_total += 1;
+    }
+    let listed = in_flight_members(jobs);
+    let mut order: Vec<&RepoQueue> = queues.iter().collect();
+    order.sort_by(|a, b| {
+        let oldest = |q: &RepoQueue| q.fire_set.members.first().map(|m| (m.deletion_timestamp, m.uid.clone()));
+        (oldest(a), &a.repo_uid).cmp(&(oldest(b), &b.repo_uid))
+    });
+
+    let mut out = Dispatch::default();
+    for q in order {
+        // Belt and braces: a member already listed by a Job never goes into another one, even
+        // if the caller's fire set was computed from a staler view.
+        let mut pending: Vec<FireMember> =
+            q.fire_set.members.iter().filter(|m| !listed.contains(&m.uid)).cloned().collect();
+        pending.sort_by(|a, b| (a.deletion_timestamp, &a.uid).cmp(&(b.deletion_timestamp, &b.uid)));
+        pending.dedup_by(|a, b| a.uid == b.uid);
+        let mut running = running_per_repo.get(q.repo_uid.as_str()).copied().unwrap_or(0);
+        loop {
+            if pending.is_empty() {
+                break;
+            }
+            if running >= tuning.max_in_flight_per_repo {
+                out.waits.push((q.repo_uid.clone(), Wait::RepositoryBusy));
+                break;
+            }
+            if tuning.global_cap > 0 && running_total >= tuning.global_cap {
+                out.waits.push((q.repo_uid.clone(), Wait::GlobalCap));
+                break;
+            }
+            match take_batch(&pending, tuning, now) {
+                Ok(n) => {
+                    let members: Vec<FireMember> = pending.drain(..n).collect();
+                    let ids: Vec<String> = members.iter().map(|m| m.snapshot_id.clone()).collect();
+                    out.create.push(BatchSpec {
+                        name: batch_name(&q.repo_uid, members.iter().map(|m| m.uid.as_str())),
+                        repo_uid: q.repo_uid.clone(),
+                        chunks: chunk_ids(&ids, tuning.ids_per_call),
+                        members,
+                    });
+                    running += 1;
+                    running_total += 1;
+                }
+                Err(wait) => {
+                    out.waits.push((q.repo_uid.clone(), wait));
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What a member learns from the batch Jobs that list it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberBatch {
+    NotListed,
+    Running { job: String },
+    /// A Complete Job lists it: remove the finalizer, count `deletions_total{deleted}`.
+    Completed { job: String },
+    /// A Failed Job lists it: keep the finalizer; it re-batches after the Job is reaped.
+    Failed { job: String },
+}
+
+pub fn member_batch(uid: &str, jobs: &[BatchJob]) -> MemberBatch {
+    // A Complete listing is the evidence that releases the member, so it wins over a Running
+    // retry, which wins over a Failed listing not yet reaped.
+    let listing = |want: fn(JobPhase) -> bool| {
+        jobs.iter().find(|j| want(j.phase) && j.members.iter().any(|m| m == uid)).map(|j| j.name.clone())
+    };
+    let complete = |p: JobPhase| match p {
+        JobPhase::Complete { .. } => true,
+        JobPhase::Running | JobPhase::Failed { .. } => false,
+    };
+    let running = |p: JobPhase| match p {
+        JobPhase::Running => true,
+        JobPhase::Complete { .. } | JobPhase::Failed { .. } => false,
+    };
+    let failed = |p: JobPhase| match p {
+        JobPhase::Failed { .. } => true,
+        JobPhase::Running | JobPhase::Complete { .. } => false,
+    };
+    if let Some(job) = listing(complete) {
+        MemberBatch::Completed { job }
+    } else if let Some(job) = listing(running) {
+        MemberBatch::Running { job }
+    } else if let Some(job) = listing(failed) {
+        MemberBatch::Failed { job }
+    } else {
+        MemberBatch::NotListed
+    }
+}
+
+/// What to do with one batch Job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reap {
+    Keep,
+    /// Delete it now (propagation Background).
+    Delete,
+    /// A failed Job: delete it at this time.
+    DeleteAt(Time),
+}
+
+/// Reaping rules: a running Job stays; a complete Job goes once every listed member is gone or
+/// has lost its finalizer (otherwise a member could miss the evidence that releases it); a
+/// failed Job goes 60 s after failing, releasing its name for a retry of the same member set.
+pub fn reap(job: &BatchJob, still_holding_finalizer: impl Fn(&str) -> bool, tuning: &BatchTuning, now: Time) -> Reap {
+    match job.phase {
+        JobPhase::Running => Reap::Keep,
+        JobPhase::Complete { .. } => {
+            if job.members.iter().any(|m| still_holding_finalizer(m)) {
+                Reap::Keep
+            } else {
+                Reap::Delete
+            }
+        }
+        JobPhase::Failed { at } => {
+            let when = at + Duration::seconds(tuning.failed_reap_delay_seconds);
+            if now >= when { Reap::Delete } else { Reap::DeleteAt(when) }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use chrono::Utc;
+
+    use super::*;
+
+    fn t(secs: i64) -> Time {
+        Utc.with_ymd_and_hms(2026, 7, 17, 10, 0, 0).unwrap() + Duration::seconds(secs)
+    }
+
+    fn member(i: usize, ts: i64) -> FireMember {
+        FireMember { uid: format!("u{i:04}"), snapshot_id: format!("{i:032x}"), deletion_timestamp: t(ts) }
+    }
+
+    fn queue(repo: &str, members: Vec<FireMember>) -> RepoQueue {
+        RepoQueue { repo_uid: repo.into(), fire_set: FireSet { members, excluded: vec![] } }
+    }
+
+    #[test]
+    fn name_is_deterministic_and_order_independent() {
+        let a = batch_name("r1", ["b", "a", "c"]);
+        assert_eq!(a, batch_name("r1", ["c", "b", "a"]));
+        assert!(a.starts_with("snapdel-"));
+        assert_eq!(a.len(), "snapdel-".len() + 10);
+        assert!(a["snapdel-".len()..].chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert_ne!(a, batch_name("r2", ["a", "b", "c"]));
+        assert_ne!(a, batch_name("r1", ["a", "b"]));
+        // Pinned value: sha256("r1\na\nb\nc").
+        assert_eq!(a, format!("snapdel-{}", &sha256_hex(b"r1\na\nb\nc")[..10]));
+    }
+
+    #[test]
+    fn ids_chunk_fifty_per_call() {
+        let ids: Vec<String> = (0..120).map(|i| i.to_string()).collect();
+        let chunks = chunk_ids(&ids, 50);
+        assert_eq!(chunks.iter().map(Vec::len).collect::<Vec<_>>(), [50, 50, 20]);
+        assert_eq!(chunks.concat(), ids);
+    }
+
+    #[test]
+    fn a_lone_deletion_waits_out_the_quiet_window() {
+        let q = [queue("r1", vec![member(0, 0)])];
+        let d = next_batches(&q, &[], &BatchTuning::default(), t(5));
+        assert!(d.create.is_empty());
+        assert_eq!(d.requeue_at(), Some(t(10)));
+        let d = next_batches(&q, &[], &BatchTuning::default(), t(10));
+        assert_eq!(d.create.len(), 1);
+        assert_eq!(d.create[0].members.len(), 1);
+        assert_eq!(d.create[0].chunks, vec![vec![format!("{:032x}", 0)]]);
+    }
+
+    #[test]
+    fn a_full_batch_skips_the_quiet_window_and_takes_the_oldest() {
+        let members: Vec<FireMember> = (0..250).map(|i| member(i, 1000 - i as i64)).collect();
+        let d = next_batches(&[queue("r1", members)], &[], &BatchTuning::default(), t(1000));
+        assert_eq!(d.create.len(), 1);
+        let b = &d.create[0];
+        assert_eq!(b.members.len(), 200);
+        assert_eq!(b.chunks.len(), 4);
+        // The oldest 200 by deletionTimestamp are u0249 .. u0050.
+        assert_eq!(b.members[0].uid, "u0249");
+        assert!(b.members.iter().all(|m| m.deletion_timestamp <= t(950)));
+        assert_eq!(d.waits, vec![("r1".to_string(), Wait::RepositoryBusy)]);
+    }
+
+    #[test]
+    fn one_job_in_flight_per_repository() {
+        let running = BatchJob { name: "snapdel-x".into(), repo_uid: "r1".into(), members: vec!["z".into()], phase: JobPhase::Running };
+        let q = [queue("r1", vec![member(1, 0)]), queue("r2", vec![member(2, 0)])];
+        let d = next_batches(&q, &[running], &BatchTuning::default(), t(100));
+        assert_eq!(d.create.iter().map(|b| b.repo_uid.as_str()).collect::<Vec<_>>(), ["r2"]);
+        assert_eq!(d.waits, vec![("r1".to_string(), Wait::RepositoryBusy)]);
+    }
+
+    #[test]
+    fn global_cap_zero_is_uncapped_and_one_serializes() {
+        let q: Vec<RepoQueue> = (0..5).map(|r| queue(&format!("r{r}"), vec![member(r, r as i64)])).collect();
+        let d = next_batches(&q, &[], &BatchTuning::default(), t(100));
+        assert_eq!(d.create.len(), 5);
+        let capped = BatchTuning { global_cap: 1, ..BatchTuning::default() };
+        let d = next_batches(&q, &[], &capped, t(100));
+        assert_eq!(d.create.len(), 1);
+        assert_eq!(d.create[0].repo_uid, "r0", "the repository with the oldest member goes first");
+        assert_eq!(d.waits.iter().filter(|(_, w)| *w == Wait::GlobalCap).count(), 4);
+    }
+
+    #[test]
+    fn members_listed_by_an_unreaped_job_are_never_rebatched() {
+        let failed = BatchJob {
+            name: "snapdel-old".into(),
+            repo_uid: "r1".into(),
+            members: vec!["u0001".into()],
+            phase: JobPhase::Failed { at: t(0) },
+        };
+        let d = next_batches(&[queue("r1", vec![member(1, 0), member(2, 0)])], &[failed], &BatchTuning::default(), t(100));
+        assert_eq!(d.create.len(), 1);
+        assert_eq!(d.create[0].members.iter().map(|m| m.uid.as_str()).collect::<Vec<_>>(), ["u0002"]);
+    }
+
+    #[test]
+    fn env_cap_parsing() {
+        assert_eq!(parse_global_cap(None), Ok(0));
+        assert_eq!(parse_global_cap(Some("")), Ok(0));
+        assert_eq!(parse_global_cap(Some(" 3 ")), Ok(3));
+        assert!(parse_global_cap(Some("-1")).is_err());
+        assert!(parse_global_cap(Some("many")).is_err());
+    }
+
+    #[test]
+    fn reaping_rules() {
+        let tuning = BatchTuning::default();
+        let mut job = BatchJob { name: "j".into(), repo_uid: "r".into(), members: vec!["a".into(), "b".into()], phase: JobPhase::Running };
+        assert_eq!(reap(&job, |_| false, &tuning, t(0)), Reap::Keep);
+        job.phase = JobPhase::Complete { at: t(0) };
+        assert_eq!(reap(&job, |m| m == "b", &tuning, t(1)), Reap::Keep);
+        assert_eq!(reap(&job, |_| false, &tuning, t(1)), Reap::Delete);
+        job.phase = JobPhase::Failed { at: t(0) };
+        assert_eq!(reap(&job, |_| true, &tuning, t(30)), Reap::DeleteAt(t(60)));
+        assert_eq!(reap(&job, |_| true, &tuning, t(60)), Reap::Delete);
+    }
+
+    #[test]
+    fn member_learns_from_the_jobs_that_list_it() {
+        let jobs = vec![
+            BatchJob { name: "f".into(), repo_uid: "r".into(), members: vec!["a".into()], phase: JobPhase::Failed { at: t(0) } },
+            BatchJob { name: "c".into(), repo_uid: "r".into(), members: vec!["b".into()], phase: JobPhase::Complete { at: t(0) } },
+            BatchJob { name: "r".into(), repo_uid: "r".into(), members: vec!["c".into()], phase: JobPhase::Running },
+        ];
+        assert_eq!(member_batch("a", &jobs), MemberBatch::Failed { job: "f".into() });
+        assert_eq!(member_batch("b", &jobs), MemberBatch::Completed { job: "c".into() });
+        assert_eq!(member_batch("c", &jobs), MemberBatch::Running { job: "r".into() });
+        assert_eq!(member_batch("d", &jobs), MemberBatch::NotListed);
+    }
+}

@@ -1,0 +1,375 @@
+//! Apply a decision: one status write (first, so stamps are durable before any Job exists),
+//! Events, counters, then the Job or its cleanup.
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kopiur_api::names::annotation;
+use kopiur_api::shared::Backend;
+use kopiur_kopia::cmd::{CacheSizes, CreateOptions, Identity};
+use kopiur_mover::job::{CacheVolume, ConnectKind as MoverConnectKind, JobInput, build_job};
+use kopiur_mover::workspec::{
+    BootstrapRepositoryOp, CreateGate as MoverGate, Operation, RepositoryInfo, SCHEMA_VERSION, TargetRef, WorkSpec,
+};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KEvent, EventType as KEventType};
+use kube::{Api, ResourceExt};
+
+use super::observe::{
+    ANN_CREATE_GATE, ANN_CREDENTIAL_VERSION, ANN_PROBE_KIND, GATE_VIA_ACK, job_name, result_configmap_name, secret_names,
+};
+use super::{Ctx, Error, RepoObject};
+use crate::health::{ConnectKind, CreateGate, Decision, Effect, EventType, Launch, Plan, RepoFacts};
+
+pub const FIELD_MANAGER: &str = "kopiur-controller";
+pub const MOVER_SERVICE_ACCOUNT: &str = "kopiur-mover";
+pub const MOVER_CLUSTER_ROLE: &str = "kopiur-mover";
+
+pub async fn apply<K: RepoObject>(
+    obj: &K,
+    ctx: &Ctx,
+    facts: &RepoFacts,
+    d: Decision,
+    now: DateTime<Utc>,
+) -> Result<Action, Error> {
+    let kind = K::KIND.as_str();
+    let ns_label = obj.namespace().unwrap_or_default();
+    let name = obj.name_any();
+
+    // 1. The one status write, skipped when nothing changed.
+    let current = obj.status_common();
+    let desired = super::convert::from_pure(current, &d.status, &d.conditions, obj.common().backend.key(), now);
+    if current != Some(&desired) {
+        let api = K::api(ctx.client.clone(), obj);
+        let body = serde_json::json!({ "status": obj.status_value(desired) });
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await?;
+    }
+
+    // 2. Process memory for once-per-value warnings.
+    if let (Some(uid), Some(v)) = (obj.meta().uid.clone(), d.warned_ack.clone())
+        && let Ok(mut m) = ctx.warned_acks.lock()
+    {
+        m.insert(uid, v);
+    }
+
+    // 3. Events and counters: the decision only contains transitions.
+    let reference = obj.object_ref(&());
+    for e in &d.events {
+        let ev = KEvent {
+            type_: match e.type_ {
+                EventType::Normal => KEventType::Normal,
+                EventType::Warning => KEventType::Warning,
+            },
+            reason: e.reason.to_string(),
+            note: Some(truncate(&e.note, 1024)),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(err) = ctx.recorder.publish(&ev, &reference).await {
+            tracing::warn!(%err, reason = e.reason, "publishing an Event failed");
+        }
+    }
+    for e in &d.effects {
+        match e {
+            Effect::Trip { probe_kind } => ctx.metrics.breaker_trips.inc(&[kind, &ns_label, &name, probe_kind]),
+            Effect::ProbeFailure { outcome } => ctx.metrics.probe_failures.inc(&[kind, &ns_label, &name, outcome]),
+        }
+    }
+
+    // 4. The one next step.
+    match &d.plan {
+        Plan::Idle | Plan::AwaitJob => {}
+        Plan::DeleteJob { uid } => delete_job(obj, ctx, uid).await?,
+        Plan::Launch(l) => launch(obj, ctx, facts, l).await?,
+    }
+    Ok(match d.requeue_after {
+        Some(after) => Action::requeue(after.to_std().unwrap_or_default().max(std::time::Duration::from_secs(1))),
+        // Safety net for a missed watch event.
+        None => Action::requeue(std::time::Duration::from_secs(300)),
+    })
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    s[..cut].to_string()
+}
+
+fn owner<K: RepoObject>(obj: &K) -> OwnerReference {
+    OwnerReference {
+        api_version: K::api_version(&()).to_string(),
+        kind: K::kind(&()).to_string(),
+        name: obj.name_any(),
+        uid: obj.meta().uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(false),
+    }
+}
+
+fn managed_labels() -> BTreeMap<String, String> {
+    BTreeMap::from([(kopiur_mover::job::LABEL_MANAGED_BY.to_string(), "kopiur".to_string())])
+}
+
+async fn delete_job<K: RepoObject>(obj: &K, ctx: &Ctx, uid: &str) -> Result<(), Error> {
+    let ns = obj.home_namespace(&ctx.config.namespace);
+    let name = job_name(obj);
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    let dp = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        preconditions: Some(kube::api::Preconditions { uid: Some(uid.to_string()), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    match jobs.delete(&name, &dp).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
+    match cms.delete(&result_configmap_name(&name), &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The mover's ServiceAccount and its RoleBinding to the shipped `kopiur-mover` ClusterRole.
+async fn ensure_mover_rbac(ctx: &Ctx, ns: &str) -> Result<(), Error> {
+    if ctx.mover_rbac_ready.lock().map(|s| s.contains(ns)).unwrap_or(false) {
+        return Ok(());
+    }
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let sa = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some(MOVER_SERVICE_ACCOUNT.into()),
+            namespace: Some(ns.into()),
+            labels: Some(managed_labels()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<ServiceAccount>::namespaced(ctx.client.clone(), ns)
+        .patch(MOVER_SERVICE_ACCOUNT, &pp, &Patch::Apply(&sa))
+        .await?;
+    let rb = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some(MOVER_SERVICE_ACCOUNT.into()),
+            namespace: Some(ns.into()),
+            labels: Some(managed_labels()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: MOVER_CLUSTER_ROLE.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: MOVER_SERVICE_ACCOUNT.into(),
+            namespace: Some(ns.into()),
+            api_group: None,
+        }]),
+    };
+    Api::<RoleBinding>::namespaced(ctx.client.clone(), ns)
+        .patch(MOVER_SERVICE_ACCOUNT, &pp, &Patch::Apply(&rb))
+        .await?;
+    if let Ok(mut s) = ctx.mover_rbac_ready.lock() {
+        s.insert(ns.to_string());
+    }
+    Ok(())
+}
+
+fn mover_gate(g: CreateGate) -> MoverGate {
+    match g {
+        CreateGate::Allowed { via_reinit_ack } => MoverGate::Allowed { via_reinit_ack },
+        CreateGate::DisabledBySpec { also_pinned } => MoverGate::DisabledBySpec { also_pinned },
+        CreateGate::PinnedOnceReady => MoverGate::PinnedOnceReady,
+    }
+}
+
+/// The lease host: `kopiur.` + the owner segments joined with `.`, sanitized.
+pub fn lease_host<K: RepoObject>(obj: &K) -> String {
+    let raw = match K::KIND {
+        crate::health::RepoKind::Repository => {
+            format!("kopiur.{}.{}", obj.namespace().unwrap_or_default(), obj.name_any())
+        }
+        crate::health::RepoKind::ClusterRepository => format!("kopiur.clusterrepository.{}", obj.name_any()),
+    };
+    raw.to_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '-' })
+        .collect()
+}
+
+/// The kopia view of the API backend.
+pub fn kopia_backend(b: &Backend) -> Result<kopiur_kopia::Backend, Error> {
+    match b {
+        Backend::S3(s) => {
+            let tls = s.tls.clone().unwrap_or_default();
+            let (endpoint, plain_http) = match s.endpoint.as_deref() {
+                Some(e) if e.starts_with("http://") => (Some(e.trim_start_matches("http://").to_string()), true),
+                Some(e) => (Some(e.trim_start_matches("https://").to_string()), false),
+                None => (None, false),
+            };
+            Ok(kopiur_kopia::Backend::S3(kopiur_kopia::S3Backend {
+                bucket: s.bucket.clone(),
+                endpoint: endpoint.map(|e| e.trim_end_matches('/').to_string()),
+                prefix: s.prefix.clone(),
+                region: s.region.clone(),
+                disable_tls: plain_http || tls.disable_tls.unwrap_or(false),
+                disable_tls_verification: tls.insecure_skip_verify.unwrap_or(false),
+                root_ca_pem_path: None,
+            }))
+        }
+        Backend::Filesystem(f) => {
+            Ok(kopiur_kopia::Backend::Filesystem(kopiur_kopia::FilesystemBackend { path: f.path.clone() }))
+        }
+        Backend::Azure(_)
+        | Backend::Gcs(_)
+        | Backend::B2(_)
+        | Backend::Sftp(_)
+        | Backend::WebDav(_)
+        | Backend::Rclone(_)
+        | Backend::Gdrive(_) => Err(Error::InvalidSpec(format!("spec.backend.{} is not implemented in this release", b.key()))),
+    }
+}
+
+async fn launch<K: RepoObject>(obj: &K, ctx: &Ctx, facts: &RepoFacts, l: &Launch) -> Result<(), Error> {
+    let ns = obj.home_namespace(&ctx.config.namespace);
+    let name = job_name(obj);
+    let common = obj.common();
+    ensure_mover_rbac(ctx, &ns).await?;
+
+    let host = lease_host(obj);
+    let probe = match l.kind {
+        ConnectKind::Strict => false,
+        ConnectKind::Probe(_) => true,
+    };
+    let spec = WorkSpec {
+        schema_version: SCHEMA_VERSION,
+        target_ref: TargetRef {
+            api_version: K::api_version(&()).to_string(),
+            kind: K::kind(&()).to_string(),
+            namespace: obj.namespace(),
+            name: obj.name_any(),
+            uid: obj.meta().uid.clone().unwrap_or_default(),
+        },
+        repository: RepositoryInfo {
+            kind: K::kind(&()).to_string(),
+            namespace: obj.namespace(),
+            name: obj.name_any(),
+            uid: obj.meta().uid.clone().unwrap_or_default(),
+            backend: kopia_backend(&common.backend)?,
+            client_identity: Identity::new("kopiur-ops", host.clone()),
+            read_only: facts.spec.read_only,
+            cache: CacheSizes::default(),
+        },
+        command_timeout_seconds: kopiur_mover::workspec::DEFAULT_COMMAND_TIMEOUT_SECONDS,
+        heartbeat_seconds: kopiur_mover::workspec::DEFAULT_HEARTBEAT_SECONDS,
+        operation: Operation::BootstrapRepository(BootstrapRepositoryOp {
+            create_gate: mover_gate(l.gate),
+            pinned_unique_id: facts.status.unique_id.clone(),
+            probe,
+            list_snapshots: false,
+            catalog_limit: 1000,
+            maintenance_owner: format!("kopiur@{host}"),
+            create: CreateOptions {
+                encryption: common.create.encryption.clone(),
+                block_hash: common.create.hash.clone(),
+                object_splitter: common.create.splitter.clone(),
+                ..CreateOptions::default()
+            },
+        }),
+    };
+
+    let (pw_secret, auth_secret) = secret_names(obj);
+    let pw_key = common.encryption.password_secret_ref.key.clone().unwrap_or_else(|| "KOPIA_PASSWORD".into());
+    let mut env_from = vec![pw_secret.clone()];
+    env_from.extend(auth_secret);
+    let annotations = BTreeMap::from([
+        (annotation::BOOTSTRAP_GENERATION.to_string(), l.generation.to_string()),
+        (ANN_CREDENTIAL_VERSION.to_string(), l.credential_version.clone()),
+        (ANN_PROBE_KIND.to_string(), l.kind.probe_kind().to_string()),
+        (
+            ANN_CREATE_GATE.to_string(),
+            match l.gate {
+                CreateGate::Allowed { via_reinit_ack: true } => GATE_VIA_ACK.to_string(),
+                CreateGate::Allowed { via_reinit_ack: false } => "Allowed".to_string(),
+                CreateGate::DisabledBySpec { .. } => "DisabledBySpec".to_string(),
+                CreateGate::PinnedOnceReady => "PinnedOnceReady".to_string(),
+            },
+        ),
+    ]);
+    let input = JobInput {
+        name: name.clone(),
+        namespace: ns.clone(),
+        image: ctx.config.mover_image.clone(),
+        image_pull_policy: None,
+        service_account_name: Some(MOVER_SERVICE_ACCOUNT.into()),
+        work_spec: spec,
+        password: (pw_secret, pw_key),
+        env_from_secrets: env_from,
+        destination_secret: None,
+        result_configmap: Some(result_configmap_name(&name)),
+        connect_kind: Some(if probe { MoverConnectKind::Probe } else { MoverConnectKind::Strict }),
+        delete_repo_uid: None,
+        annotations,
+        owner: owner(obj),
+        cache: CacheVolume::EmptyDir,
+        source: None,
+        restore: None,
+        repository_volume: None,
+        resources: None,
+        security_context: None,
+        pod_security_context: None,
+        node_selector: None,
+        tolerations: None,
+        affinity: None,
+        backoff_limit: 0,
+        active_deadline_seconds: l.deadline_seconds,
+        ttl_seconds_after_finished: Some(kopiur_mover::job::DEFAULT_TTL_SECONDS),
+        rust_log: ctx.config.mover_rust_log.clone(),
+        log_format: None,
+    };
+    let job = build_job(&input).map_err(|e| Error::WorkSpec(e.to_string()))?;
+
+    // The result ConfigMap exists, empty, before the Job does.
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
+    let cm_name = result_configmap_name(&name);
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(cm_name.clone()),
+            namespace: Some(ns.clone()),
+            labels: Some(managed_labels()),
+            owner_references: Some(vec![owner(obj)]),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match cms.create(&PostParams::default(), &cm).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            cms.patch(&cm_name, &PatchParams::default(), &Patch::Merge(&serde_json::json!({"data": null}))).await?;
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    match jobs.create(&PostParams::default(), &job).await {
+        Ok(_) => {
+            ctx.metrics.jobs_created.inc(&["bootstrap", &ns]);
+            tracing::info!(job = %name, namespace = %ns, kind = l.kind.probe_kind(), "launched connect Job");
+            Ok(())
+        }
+        // The deterministic name protects against a double launch from a stale store.
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,265 @@
+//! Between the API status (what is stored) and the breaker's plain status (what is decided
+//! over), plus the one condition merge that keeps `lastTransitionTime` when a condition's
+//! status is unchanged, so a steady state re-renders byte-identical status and writes nothing.
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time as KTime};
+use kopiur_api::repository::{
+    HealthStatus, RepositoryPhase, RepositoryStatus, StorageStats, StrictRetry as ApiStrictRetry,
+};
+
+use crate::health::kstatus::Cond;
+use crate::health::{
+    Bootstrapped, FailureClass, Health, Phase, Reach, ReachState, RepoStatus, StrictRetry, Terminal, TerminalReason,
+};
+
+pub fn phase_from_api(p: &RepositoryPhase) -> Option<Phase> {
+    match p {
+        RepositoryPhase::Pending => Some(Phase::Pending),
+        RepositoryPhase::Initializing => Some(Phase::Initializing),
+        RepositoryPhase::Ready => Some(Phase::Ready),
+        RepositoryPhase::Degraded => Some(Phase::Degraded),
+        RepositoryPhase::Failed => Some(Phase::Failed),
+        // A newer operator's phase: start over from Pending rather than guess.
+        RepositoryPhase::Unknown(_) => None,
+    }
+}
+
+pub fn phase_to_api(p: Phase) -> RepositoryPhase {
+    match p {
+        Phase::Pending => RepositoryPhase::Pending,
+        Phase::Initializing => RepositoryPhase::Initializing,
+        Phase::Ready => RepositoryPhase::Ready,
+        Phase::Degraded => RepositoryPhase::Degraded,
+        Phase::Failed => RepositoryPhase::Failed,
+    }
+}
+
+fn cond<'a>(conds: &'a [Condition], t: &str) -> Option<&'a Condition> {
+    conds.iter().find(|c| c.type_ == t)
+}
+
+pub fn terminal_reason_from(reason: &str) -> TerminalReason {
+    match reason {
+        "RepositoryNotInitialized" => TerminalReason::RepositoryNotInitialized,
+        "RepositoryReinitializeBlocked" => TerminalReason::RepositoryReinitializeBlocked,
+        "RepositoryUniqueIdMismatch" => TerminalReason::RepositoryUniqueIdMismatch { found: String::new() },
+        "BootstrapJobFailed" => TerminalReason::BootstrapJobFailed,
+        other => TerminalReason::Class(FailureClass::from_label(other)),
+    }
+}
+
+pub fn to_pure(st: Option<&RepositoryStatus>) -> RepoStatus {
+    let Some(st) = st else { return RepoStatus::default() };
+    let h = st.health.clone().unwrap_or_default();
+    let phase = st.phase.as_ref().and_then(phase_from_api);
+    let terminal = match (phase, cond(&st.conditions, "Ready")) {
+        (Some(Phase::Failed), Some(c)) => Some(Terminal {
+            reason: terminal_reason_from(c.reason.as_str()),
+            message: c.message.clone(),
+        }),
+        (Some(Phase::Failed), None) => {
+            Some(Terminal { reason: TerminalReason::Class(FailureClass::Unknown), message: String::new() })
+        }
+        _ => None,
+    };
+    let reach = cond(&st.conditions, "BackendReachable")
+        .filter(|c| c.status != "Unknown")
+        .and_then(|c| Reach::from_reason(&c.reason).map(|reach| ReachState { reach, message: c.message.clone() }));
+    let bootstrapped = cond(&st.conditions, "Bootstrapped").map(|c| {
+        if c.status == "True" {
+            Bootstrapped::Yes
+        } else {
+            Bootstrapped::No { reason: c.reason.clone(), message: c.message.clone() }
+        }
+    });
+    RepoStatus {
+        phase,
+        observed_generation: st.observed_generation,
+        unique_id: st.unique_id.clone(),
+        resolved_credential_version: st.resolved_credential_version.clone(),
+        last_reverify_at: st.last_reverify_at,
+        health: Health {
+            consecutive_probe_failures: h.consecutive_probe_failures.max(0) as u32,
+            first_failure_at: h.first_failure_at,
+            last_healthy_at: h.last_healthy_at,
+            last_probe_at: h.last_probe_at,
+            probe_attempt_at: h.probe_attempt_at,
+            breaker_opened_at: h.breaker_opened_at,
+            strict_retry: h.strict_retry.and_then(|r| {
+                r.next_attempt_at.map(|next| StrictRetry {
+                    attempt: r.attempt.max(1) as u32,
+                    holdoff_seconds: r.holdoff_seconds,
+                    next_attempt_at: next,
+                })
+            }),
+            bootstrap_deadline_seconds: h.bootstrap_deadline_seconds,
+            last_folded_job_uid: h.last_folded_job_uid,
+        },
+        terminal,
+        reach,
+        bootstrapped,
+        index_blob_count: st.storage_stats.as_ref().and_then(|s| s.index_blob_count).map(|c| c.max(0) as u64),
+    }
+}
+
+/// Render the stored status: the fields the breaker owns replaced, everything else kept.
+pub fn from_pure(
+    base: Option<&RepositoryStatus>,
+    pure: &RepoStatus,
+    desired: &[Cond],
+    backend_key: &str,
+    now: DateTime<Utc>,
+) -> RepositoryStatus {
+    let mut st = base.cloned().unwrap_or_default();
+    st.phase = pure.phase.map(phase_to_api);
+    st.observed_generation = pure.observed_generation;
+    st.unique_id = pure.unique_id.clone();
+    st.backend = Some(backend_key.to_string());
+    st.resolved_credential_version = pure.resolved_credential_version.clone();
+    st.last_reverify_at = pure.last_reverify_at;
+    let h = &pure.health;
+    st.health = Some(HealthStatus {
+        consecutive_probe_failures: h.consecutive_probe_failures.min(i32::MAX as u32) as i32,
+        first_failure_at: h.first_failure_at,
+        last_healthy_at: h.last_healthy_at,
+        last_probe_at: h.last_probe_at,
+        probe_attempt_at: h.probe_attempt_at,
+        breaker_opened_at: h.breaker_opened_at,
+        strict_retry: h.strict_retry.as_ref().map(|r| ApiStrictRetry {
+            attempt: r.attempt.min(i32::MAX as u32) as i32,
+            holdoff_seconds: r.holdoff_seconds,
+            next_attempt_at: Some(r.next_attempt_at),
+        }),
+        bootstrap_deadline_seconds: h.bootstrap_deadline_seconds,
+        last_folded_job_uid: h.last_folded_job_uid.clone(),
+    });
+    if let Some(count) = pure.index_blob_count {
+        let prev = st.storage_stats.clone().unwrap_or_default();
+        if prev.index_blob_count != Some(count as i64) {
+            st.storage_stats =
+                Some(StorageStats { index_blob_count: Some(count as i64), last_observed_at: Some(now), ..prev });
+        }
+    }
+    let generation = pure.observed_generation.unwrap_or(0);
+    st.conditions = merge_conditions(&st.conditions, desired, generation, now);
+    st
+}
+
+fn ktime(t: DateTime<Utc>) -> KTime {
+    KTime(k8s_openapi::jiff::Timestamp::from_second(t.timestamp()).unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH))
+}
+
+/// Desired conditions replace existing ones of the same type in place (order kept; new types
+/// appended). `lastTransitionTime` moves only when the status changes.
+pub fn merge_conditions(existing: &[Condition], desired: &[Cond], generation: i64, now: DateTime<Utc>) -> Vec<Condition> {
+    let render = |d: &Cond, prev: Option<&Condition>| Condition {
+        type_: d.type_.to_string(),
+        status: d.status.as_str().to_string(),
+        reason: d.reason.clone(),
+        message: d.message.clone(),
+        observed_generation: Some(generation),
+        last_transition_time: match prev {
+            Some(p) if p.status == d.status.as_str() => p.last_transition_time.clone(),
+            Some(_) | None => ktime(now),
+        },
+    };
+    let mut out: Vec<Condition> = existing
+        .iter()
+        .map(|c| match desired.iter().find(|d| d.type_ == c.type_) {
+            Some(d) => render(d, Some(c)),
+            None => c.clone(),
+        })
+        .collect();
+    for d in desired {
+        if !existing.iter().any(|c| c.type_ == d.type_) {
+            out.push(render(d, None));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::kstatus::CondStatus;
+    use chrono::TimeZone;
+
+    fn c(t: &'static str, s: CondStatus, r: &str) -> Cond {
+        Cond { type_: t, status: s, reason: r.into(), message: "m".into() }
+    }
+
+    #[test]
+    fn transition_time_moves_only_on_status_change() {
+        let t1 = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let t2 = Utc.with_ymd_and_hms(2026, 1, 2, 0, 0, 0).unwrap();
+        let first = merge_conditions(&[], &[c("Ready", CondStatus::True, "Connected")], 1, t1);
+        let same = merge_conditions(&first, &[c("Ready", CondStatus::True, "Connected")], 1, t2);
+        assert_eq!(first, same, "unchanged conditions render identically (no write)");
+        let reason_only = merge_conditions(&first, &[c("Ready", CondStatus::True, "Other")], 1, t2);
+        assert_eq!(reason_only[0].last_transition_time, first[0].last_transition_time);
+        let flipped = merge_conditions(&first, &[c("Ready", CondStatus::False, "BreakerOpen")], 1, t2);
+        assert_eq!(flipped[0].last_transition_time, ktime(t2));
+    }
+
+    #[test]
+    fn order_is_kept_and_foreign_conditions_survive() {
+        let t1 = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let mut existing = merge_conditions(&[], &[c("Stalled", CondStatus::False, "x"), c("Ready", CondStatus::True, "y")], 1, t1);
+        existing.push(Condition { type_: "MassDeletionHeld".into(), status: "False".into(), ..existing[0].clone() });
+        let out = merge_conditions(&existing, &[c("Ready", CondStatus::True, "y"), c("Stalled", CondStatus::False, "x")], 1, t1);
+        let types: Vec<&str> = out.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, vec!["Stalled", "Ready", "MassDeletionHeld"]);
+    }
+
+    #[test]
+    fn round_trip_keeps_breaker_state() {
+        let now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let pure = RepoStatus {
+            phase: Some(Phase::Failed),
+            observed_generation: Some(3),
+            unique_id: Some("abc".into()),
+            resolved_credential_version: Some("1/".into()),
+            last_reverify_at: None,
+            health: Health {
+                consecutive_probe_failures: 4,
+                strict_retry: None,
+                last_probe_at: Some(now),
+                ..Health::default()
+            },
+            terminal: Some(Terminal { reason: TerminalReason::RepositoryReinitializeBlocked, message: "msg".into() }),
+            reach: Some(ReachState { reach: Reach::RepositoryVanished, message: "gone".into() }),
+            bootstrapped: Some(Bootstrapped::Yes),
+            index_blob_count: Some(7),
+        };
+        let facts = crate::health::RepoFacts {
+            status: pure.clone(),
+            ..crate_facts()
+        };
+        let conds = crate::health::kstatus::conditions(&facts, &pure);
+        let api = from_pure(None, &pure, &conds, "s3", now);
+        let back = to_pure(Some(&api));
+        assert_eq!(back, pure);
+    }
+
+    fn crate_facts() -> crate::health::RepoFacts {
+        use crate::health::*;
+        RepoFacts {
+            id: RepoIdentity { kind: RepoKind::Repository, namespace: Some("t".into()), name: "r".into(), target: "s3://b/p".into() },
+            spec: SpecFacts {
+                generation: 3,
+                probe: ProbeSettings::default(),
+                create_enabled: true,
+                read_only: false,
+                suspended: false,
+                configured_deadline_seconds: None,
+            },
+            credential_version: Some("1/".into()),
+            reinit_ack: None,
+            reverify_requested_at: None,
+            status: RepoStatus::default(),
+            job: None,
+            warned_ack: None,
+            tuning: Tuning::default(),
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! Repository and ClusterRepository reconcilers: observe -> `health::plan` -> apply -> one
+//! status write. Both kinds share the spec and status shape, so one generic reconciler serves
+//! both through [`RepoObject`].
+pub mod apply;
+pub mod convert;
+pub mod observe;
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::Duration as StdDuration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Secret;
+use kopiur_api::repository::{RepositoryCommonSpec, RepositoryStatus};
+use kopiur_api::{ClusterRepository, Repository};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::Action;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::config::Config;
+use crate::health::RepoKind;
+use crate::metrics::Metrics;
+
+/// What the reconciler needs from either kind.
+pub trait RepoObject:
+    Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Serialize + Send + Sync + 'static
+{
+    const KIND: RepoKind;
+    fn common(&self) -> &RepositoryCommonSpec;
+    fn status_common(&self) -> Option<&RepositoryStatus>;
+    /// Where its Jobs, result ConfigMaps and (defaulted) Secret references live.
+    fn home_namespace(&self, operator_ns: &str) -> String;
+    fn api(client: Client, obj: &Self) -> Api<Self>;
+    /// The `status` object to write, given the common part.
+    fn status_value(&self, common: RepositoryStatus) -> serde_json::Value;
+    fn job_base_name(&self) -> String;
+}
+
+impl RepoObject for Repository {
+    const KIND: RepoKind = RepoKind::Repository;
+    fn common(&self) -> &RepositoryCommonSpec {
+        &self.spec.common
+    }
+    fn status_common(&self) -> Option<&RepositoryStatus> {
+        self.status.as_ref()
+    }
+    fn home_namespace(&self, _operator_ns: &str) -> String {
+        self.namespace().unwrap_or_default()
+    }
+    fn api(client: Client, obj: &Self) -> Api<Self> {
+        Api::namespaced(client, &obj.namespace().unwrap_or_default())
+    }
+    fn status_value(&self, common: RepositoryStatus) -> serde_json::Value {
+        serde_json::to_value(common).unwrap_or_default()
+    }
+    fn job_base_name(&self) -> String {
+        format!("{}-discovery", self.name_any())
+    }
+}
+
+impl RepoObject for ClusterRepository {
+    const KIND: RepoKind = RepoKind::ClusterRepository;
+    fn common(&self) -> &RepositoryCommonSpec {
+        &self.spec.common
+    }
+    fn status_common(&self) -> Option<&RepositoryStatus> {
+        self.status.as_ref().map(|s| &s.common)
+    }
+    fn home_namespace(&self, operator_ns: &str) -> String {
+        operator_ns.to_string()
+    }
+    fn api(client: Client, _obj: &Self) -> Api<Self> {
+        Api::all(client)
+    }
+    fn status_value(&self, common: RepositoryStatus) -> serde_json::Value {
+        let mut v = serde_json::to_value(common).unwrap_or_default();
+        let allowed = &self.spec.allowed_namespaces;
+        if let Some(m) = v.as_object_mut() {
+            m.insert("allowedNamespacesSummary".into(), allowed.summary().into());
+            match allowed {
+                kopiur_api::cluster_repository::AllowedNamespaces::List(l) => {
+                    m.insert("allowedNamespaceCount".into(), (l.len() as i64).into());
+                }
+                kopiur_api::cluster_repository::AllowedNamespaces::All(_)
+                | kopiur_api::cluster_repository::AllowedNamespaces::Selector(_) => {}
+            }
+        }
+        v
+    }
+    fn job_base_name(&self) -> String {
+        format!("crepo-{}-discovery", self.name_any())
+    }
+}
+
+/// Shared state of every reconciler.
+pub struct Ctx {
+    pub client: Client,
+    pub config: Config,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    pub jobs: Store<Job>,
+    pub secrets: Store<PartialObjectMeta<Secret>>,
+    /// Last InvalidReinitializeAck value warned per object uid (process memory).
+    pub warned_acks: Mutex<HashMap<String, String>>,
+    /// Namespaces where the mover ServiceAccount and RoleBinding are known to exist.
+    pub mover_rbac_ready: Mutex<std::collections::HashSet<String>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API call failed: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("the work spec could not be built: {0}")]
+    WorkSpec(String),
+    #[error("invalid spec: {0}")]
+    InvalidSpec(String),
+}
+
+/// Requeue classes: only the class decides timing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorClass {
+    Transient,
+    Structural,
+    Terminal,
+}
+
+impl ErrorClass {
+    pub fn label(self) -> &'static str {
+        match self {
+            ErrorClass::Transient => "transient",
+            ErrorClass::Structural => "structural",
+            ErrorClass::Terminal => "terminal",
+        }
+    }
+    pub fn requeue(self) -> StdDuration {
+        match self {
+            ErrorClass::Transient => StdDuration::from_secs(30),
+            ErrorClass::Structural => StdDuration::from_secs(300),
+            ErrorClass::Terminal => StdDuration::from_secs(1800),
+        }
+    }
+}
+
+impl Error {
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Error::Kube(_) => ErrorClass::Transient,
+            Error::WorkSpec(_) => ErrorClass::Structural,
+            Error::InvalidSpec(_) => ErrorClass::Terminal,
+        }
+    }
+}
+
+pub async fn reconcile<K: RepoObject>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let started = std::time::Instant::now();
+    let kind = K::KIND.as_str();
+    ctx.metrics.reconciliations.inc(&[kind]);
+    let res = reconcile_inner(obj.as_ref(), &ctx).await;
+    ctx.metrics.observe_duration(kind, started.elapsed().as_secs_f64());
+    res
+}
+
+async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Action, Error> {
+    if obj.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let now = chrono::Utc::now();
+    let facts = observe::facts(obj, ctx).await?;
+    let decision = crate::health::plan(&facts, now);
+    apply::apply(obj, ctx, &facts, decision, now).await
+}
+
+pub fn error_policy<K: RepoObject>(_obj: Arc<K>, err: &Error, ctx: Arc<Ctx>) -> Action {
+    let class = err.class();
+    ctx.metrics.reconcile_errors.inc(&[K::KIND.as_str(), class.label()]);
+    tracing::warn!(kind = K::KIND.as_str(), error = %err, class = class.label(), "reconcile failed");
+    Action::requeue(class.requeue())
+}

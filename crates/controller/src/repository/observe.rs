@@ -1,0 +1,220 @@
+//! Observe: gather one repository's facts from reflector stores (and, once per finished Job,
+//! its result ConfigMap) into the plain `RepoFacts` the breaker decides over.
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kopiur_api::names::annotation;
+use kopiur_api::repository::RepositoryMode;
+use kopiur_api::shared::Backend;
+use kopiur_mover::result::{BootstrapOutcome, BootstrapResult};
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+
+use super::{Ctx, Error, RepoObject};
+use crate::health::{
+    ConnectKind, ConnectResult, FailureClass, JobFacts, JobState, ProbeSettings, ProbeTrigger, RepoFacts,
+    RepoIdentity, SpecFacts,
+};
+
+/// Annotations the controller writes on its own bootstrap Jobs.
+pub const ANN_CREDENTIAL_VERSION: &str = "kopiur.home-operations.com/credential-version";
+pub const ANN_PROBE_KIND: &str = "kopiur.home-operations.com/probe-kind";
+pub const ANN_CREATE_GATE: &str = "kopiur.home-operations.com/create-gate";
+pub const GATE_VIA_ACK: &str = "AllowedViaReinitAck";
+
+pub fn job_name<K: RepoObject>(obj: &K) -> String {
+    kopiur_mover::job_name(&obj.job_base_name())
+}
+
+pub fn result_configmap_name(job: &str) -> String {
+    format!("{job}-result")
+}
+
+/// `s3://<bucket>/<prefix>` or `filesystem:<path>`, for messages.
+pub fn target(backend: &Backend) -> String {
+    match backend {
+        Backend::S3(s) => format!("s3://{}/{}", s.bucket, s.prefix.as_deref().unwrap_or("")),
+        Backend::Filesystem(f) => format!("filesystem:{}", f.path),
+        Backend::Azure(b) => format!("azure://{}/{}", b.container, b.prefix.as_deref().unwrap_or("")),
+        Backend::Gcs(b) => format!("gcs://{}/{}", b.bucket, b.prefix.as_deref().unwrap_or("")),
+        Backend::B2(b) => format!("b2://{}/{}", b.bucket, b.prefix.as_deref().unwrap_or("")),
+        Backend::Sftp(b) => format!("sftp://{}{}", b.host, b.path),
+        Backend::WebDav(b) => b.url.clone(),
+        Backend::Rclone(b) => format!("rclone:{}", b.remote_path),
+        Backend::Gdrive(b) => format!("gdrive:{}", b.folder_id),
+    }
+}
+
+/// The Secrets a repository's Jobs read: the password Secret, then the backend auth Secret.
+pub fn secret_names<K: RepoObject>(obj: &K) -> (String, Option<String>) {
+    let c = obj.common();
+    let pw = c.encryption.password_secret_ref.name.clone();
+    let auth = match &c.backend {
+        Backend::S3(s) => s.auth.as_ref().and_then(|a| a.secret_ref.as_ref()).map(|r| r.name.clone()),
+        Backend::Filesystem(_)
+        | Backend::Azure(_)
+        | Backend::Gcs(_)
+        | Backend::B2(_)
+        | Backend::Sftp(_)
+        | Backend::WebDav(_)
+        | Backend::Rclone(_)
+        | Backend::Gdrive(_) => None,
+    };
+    (pw, auth)
+}
+
+fn secret_rv(store: &kube::runtime::reflector::Store<PartialObjectMeta<Secret>>, ns: &str, name: &str) -> Option<String> {
+    store
+        .get(&ObjectRef::new(name).within(ns))
+        .map(|s| s.metadata.resource_version.clone().unwrap_or_default())
+}
+
+/// `"<pwRV>/<authRV>"`, or None while a referenced Secret is missing.
+pub fn credential_version<K: RepoObject>(obj: &K, ctx: &Ctx) -> Option<String> {
+    let ns = obj.home_namespace(&ctx.config.namespace);
+    let (pw, auth) = secret_names(obj);
+    let pw_rv = secret_rv(&ctx.secrets, &ns, &pw)?;
+    let auth_rv = match auth {
+        Some(a) => secret_rv(&ctx.secrets, &ns, &a)?,
+        None => String::new(),
+    };
+    Some(format!("{pw_rv}/{auth_rv}"))
+}
+
+fn to_chrono(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.0.as_second(), 0).unwrap_or_default()
+}
+
+/// The Job's terminal condition: `(completed_at, failed_reason)` once Complete or Failed.
+pub fn terminal(job: &Job) -> Option<(DateTime<Utc>, Option<String>)> {
+    let conds = job.status.as_ref()?.conditions.as_ref()?;
+    conds.iter().find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True").map(|c| {
+        let at = c.last_transition_time.as_ref().map(to_chrono).unwrap_or_else(Utc::now);
+        let reason = (c.type_ == "Failed").then(|| c.reason.clone().unwrap_or_default());
+        (at, reason)
+    })
+}
+
+pub fn connect_result(result: Option<&BootstrapResult>, job_uid: &str, failed_reason: Option<&str>) -> ConnectResult {
+    match result.filter(|r| r.job_uid == job_uid) {
+        Some(r) => match (&r.outcome, &r.unique_id_hex, &r.failure) {
+            (BootstrapOutcome::Connected | BootstrapOutcome::Created, Some(id), _) if !id.is_empty() => {
+                ConnectResult::Connected {
+                    unique_id: id.clone(),
+                    created: matches!(r.outcome, BootstrapOutcome::Created),
+                    index_blob_count: r.index_blob_count,
+                }
+            }
+            (_, _, Some(f)) => ConnectResult::Failed {
+                class: FailureClass::from_label(&f.class),
+                not_initialized: f.not_initialized,
+                timed_out: f.timed_out,
+            },
+            // Connected without an id (a repository server) or an empty failure: unknown.
+            (BootstrapOutcome::Connected | BootstrapOutcome::Created | BootstrapOutcome::Failed, _, None) => {
+                ConnectResult::Failed { class: FailureClass::Unknown, not_initialized: false, timed_out: false }
+            }
+        },
+        None => ConnectResult::NoResult { deadline_exceeded: failed_reason == Some("DeadlineExceeded") },
+    }
+}
+
+async fn read_result(ctx: &Ctx, ns: &str, job: &str) -> Result<Option<BootstrapResult>, Error> {
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(cm) = api.get_opt(&result_configmap_name(job)).await? else { return Ok(None) };
+    let Some(text) = cm.data.as_ref().and_then(|d| d.get("result.json")) else { return Ok(None) };
+    Ok(serde_json::from_str(text).ok())
+}
+
+pub async fn job_facts<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Option<JobFacts>, Error> {
+    let ns = obj.home_namespace(&ctx.config.namespace);
+    let name = job_name(obj);
+    let Some(job) = ctx.jobs.get(&ObjectRef::new(&name).within(&ns)) else { return Ok(None) };
+    let owner_uid = obj.meta().uid.clone().unwrap_or_default();
+    if !job.owner_references().iter().any(|o| o.uid == owner_uid) {
+        return Ok(None); // someone else's Job, or one of a deleted namesake
+    }
+    let uid = job.uid().unwrap_or_default();
+    let ann = job.annotations();
+    let kind = ann
+        .get(ANN_PROBE_KIND)
+        .and_then(|k| ConnectKind::from_probe_kind(k))
+        .unwrap_or(match job.labels().get(kopiur_mover::job::LABEL_CONNECT_KIND).map(String::as_str) {
+            Some("probe") => ConnectKind::Probe(ProbeTrigger::Periodic),
+            Some(_) | None => ConnectKind::Strict,
+        });
+    let state = match terminal(&job) {
+        None => JobState::Running,
+        Some((completed_at, failed_reason)) => {
+            let folded = obj
+                .status_common()
+                .and_then(|s| s.health.as_ref())
+                .and_then(|h| h.last_folded_job_uid.as_deref())
+                == Some(uid.as_str());
+            // Read the result only when it will be folded (once per Job).
+            let result = if folded { None } else { read_result(ctx, &ns, &name).await? };
+            JobState::Finished {
+                completed_at,
+                result: connect_result(result.as_ref(), &uid, failed_reason.as_deref()),
+            }
+        }
+    };
+    Ok(Some(JobFacts {
+        uid,
+        kind,
+        generation: ann.get(annotation::BOOTSTRAP_GENERATION).and_then(|g| g.parse().ok()),
+        credential_version: ann.get(ANN_CREDENTIAL_VERSION).cloned(),
+        via_reinit_ack: ann.get(ANN_CREATE_GATE).map(String::as_str) == Some(GATE_VIA_ACK),
+        state,
+    }))
+}
+
+pub fn spec_facts<K: RepoObject>(obj: &K) -> SpecFacts {
+    let c = obj.common();
+    let p = &c.health.probe;
+    SpecFacts {
+        generation: obj.meta().generation.unwrap_or(0),
+        probe: ProbeSettings {
+            enabled: p.enabled,
+            interval_seconds: (p.interval.as_secs() as i64).max(30),
+            failure_threshold: p.failure_threshold.max(1) as u32,
+            on_failure: match p.on_failure {
+                kopiur_api::repository::OnFailure::Degrade => crate::health::OnFailure::Degrade,
+                kopiur_api::repository::OnFailure::Alert => crate::health::OnFailure::Alert,
+            },
+        },
+        create_enabled: c.create.enabled,
+        read_only: match c.mode {
+            RepositoryMode::ReadOnly => true,
+            RepositoryMode::ReadWrite => false,
+        },
+        suspended: c.suspend,
+        configured_deadline_seconds: c
+            .bootstrap
+            .as_ref()
+            .and_then(|b| b.failure_policy.as_ref())
+            .and_then(|f| f.active_deadline_seconds),
+    }
+}
+
+pub async fn facts<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<RepoFacts, Error> {
+    let uid = obj.meta().uid.clone().unwrap_or_default();
+    let ann = obj.annotations();
+    Ok(RepoFacts {
+        id: RepoIdentity {
+            kind: K::KIND,
+            namespace: obj.namespace(),
+            name: obj.name_any(),
+            target: target(&obj.common().backend),
+        },
+        spec: spec_facts(obj),
+        credential_version: credential_version(obj, ctx),
+        reinit_ack: ann.get(annotation::ALLOW_REINITIALIZE).cloned(),
+        reverify_requested_at: ann.get(annotation::REVERIFY_REQUESTED_AT).cloned(),
+        status: super::convert::to_pure(obj.status_common()),
+        job: job_facts(obj, ctx).await?,
+        warned_ack: ctx.warned_acks.lock().ok().and_then(|m| m.get(&uid).cloned()),
+        tuning: ctx.config.tuning,
+    })
+}
