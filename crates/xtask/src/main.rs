@@ -52,9 +52,20 @@ fn build_workspace_bins() -> Result<()> {
     run(cargo().args(["build", "--workspace", "--bins"]))
 }
 
+/// promtool (Debian's `prometheus` package) unit-tests the shipped alert rules.
+fn ensure_promtool() -> Result<()> {
+    if Command::new("promtool").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        return Ok(());
+    }
+    step("Installing promtool (Debian package prometheus) for the alert-rule tests");
+    run(Command::new("apt-get").args(["update", "-qq"]))?;
+    run(Command::new("apt-get").args(["install", "-y", "-qq", "--no-install-recommends", "prometheus"]).env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
 fn test() -> Result<()> {
     let t0 = Instant::now();
-    build_tools(&[])?;
+    build_tools(&["etcd", "k8s", "kopia", "garage", "helm"])?;
+    ensure_promtool()?;
     step("Generated files are up to date (cargo xtask gen --check)");
     r#gen::run(&repo_root(), true)?;
     build_workspace_bins()?;
