@@ -11,7 +11,7 @@ pub type Time = DateTime<Utc>;
 
 /// The repository a deletion runs against: enough to name it in a message and to match a
 /// pinned Snapshot by uid.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RepoRef {
     pub kind: RepositoryKind,
     /// `None` for a ClusterRepository.
