@@ -1,0 +1,244 @@
+//! deploy/helm/kopiur: lint, render with default values and with every monitoring toggle,
+//! hardened pod, leader election and mover settings, the values schema, and that the
+//! PrometheusRule and dashboard are exactly the files under deploy/.
+use serde_json::{Value, json};
+
+use super::{Output, chart_dir, helm, read, run, yaml_docs, yaml_file};
+
+const ALL_MONITORING: &[&str] = &[
+    "monitoring.serviceMonitor.enabled=true",
+    "monitoring.prometheusRule.enabled=true",
+    "monitoring.dashboard.enabled=true",
+];
+
+fn template(sets: &[&str]) -> Output {
+    let mut c = helm();
+    c.args(["template", "kopiur"]).arg(chart_dir()).args(["--namespace", "kopiur-system"]);
+    for s in sets {
+        c.args(["--set", s]);
+    }
+    run(c)
+}
+
+fn render(sets: &[&str]) -> Vec<Value> {
+    let out = template(sets);
+    assert!(out.ok, "helm template {sets:?} failed:\n{}", out.stderr);
+    yaml_docs(&out.stdout)
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    let v = find(docs, kind);
+    assert_eq!(v.len(), 1, "expected exactly one {kind}, found {}", v.len());
+    v[0]
+}
+
+fn env<'a>(container: &'a Value, name: &str) -> &'a Value {
+    container["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == name)
+        .unwrap_or_else(|| panic!("env {name} missing"))
+}
+
+fn controller(docs: &[Value]) -> Value {
+    one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0].clone()
+}
+
+#[test]
+fn helm_lint_passes_with_defaults_and_every_monitoring_toggle() {
+    for sets in [&[][..], ALL_MONITORING] {
+        let mut c = helm();
+        c.arg("lint").arg(chart_dir()).arg("--strict");
+        for s in sets {
+            c.args(["--set", s]);
+        }
+        let out = run(c);
+        assert!(out.ok, "helm lint --strict {sets:?} failed:\n{}{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("0 chart(s) failed"), "{}", out.stdout);
+    }
+}
+
+#[test]
+fn default_render_is_the_operator_without_monitoring_objects() {
+    let docs = render(&[]);
+    for kind in ["ServiceAccount", "Deployment", "Service", "ClusterRoleBinding", "Role", "RoleBinding"] {
+        assert!(!find(&docs, kind).is_empty(), "default render lacks a {kind}");
+    }
+    assert_eq!(find(&docs, "ClusterRole").len(), 2, "controller and mover ClusterRoles");
+    assert!(find(&docs, "ServiceMonitor").is_empty());
+    assert!(find(&docs, "PrometheusRule").is_empty());
+    assert!(find(&docs, "ConfigMap").is_empty());
+    for d in &docs {
+        if d["kind"] != "ClusterRole" && d["kind"] != "ClusterRoleBinding" {
+            assert_eq!(d["metadata"]["namespace"], "kopiur-system", "{} {}", d["kind"], d["metadata"]["name"]);
+        }
+    }
+}
+
+#[test]
+fn controller_pod_is_hardened() {
+    let docs = render(&[]);
+    let pod = &one(&docs, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    let c = controller(&docs);
+    let sc = &c["securityContext"];
+    assert_eq!(sc["runAsNonRoot"], true);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert!(sc["capabilities"]["add"].is_null());
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    assert!(c["resources"]["requests"]["memory"].is_string() && c["resources"]["limits"]["memory"].is_string());
+    assert_eq!(c["ports"], json!([{"name": "metrics", "containerPort": 8081, "protocol": "TCP"}]));
+}
+
+#[test]
+fn controller_env_carries_namespace_lease_and_mover_settings() {
+    let app_version = yaml_file("deploy/helm/kopiur/Chart.yaml")["appVersion"].as_str().unwrap().to_string();
+    let c = controller(&render(&[]));
+    assert_eq!(env(&c, "KOPIUR_NAMESPACE")["valueFrom"]["fieldRef"]["fieldPath"], "metadata.namespace");
+    assert_eq!(env(&c, "POD_NAME")["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name");
+    assert_eq!(env(&c, "KOPIUR_LEASE_NAME")["value"], "kopiur-leader");
+    assert_eq!(env(&c, "KOPIUR_MAX_CONCURRENT_DELETE_JOBS")["value"], "0");
+    assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE")["value"], format!("ghcr.io/home-operations/kopiur-mover:{app_version}"));
+    assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE_PULL_POLICY")["value"], "IfNotPresent");
+    assert_eq!(c["image"], format!("ghcr.io/home-operations/kopiur-controller:{app_version}"));
+
+    let c = controller(&render(&[
+        "maxConcurrentDeleteJobs=4",
+        "mover.image.repository=registry.example/mover",
+        "mover.image.tag=v9",
+        "mover.image.pullPolicy=Always",
+        "image.tag=v8",
+        "leaderElection.leaseName=other-lease",
+    ]));
+    assert_eq!(env(&c, "KOPIUR_MAX_CONCURRENT_DELETE_JOBS")["value"], "4");
+    assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE")["value"], "registry.example/mover:v9");
+    assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE_PULL_POLICY")["value"], "Always");
+    assert_eq!(env(&c, "KOPIUR_LEASE_NAME")["value"], "other-lease");
+    assert_eq!(c["image"], "ghcr.io/home-operations/kopiur-controller:v8");
+}
+
+#[test]
+fn leader_election_role_is_scoped_to_the_lease() {
+    let docs = render(&[]);
+    let role = one(&docs, "Role");
+    assert_eq!(role["metadata"]["namespace"], "kopiur-system");
+    let rules = role["rules"].as_array().unwrap();
+    assert!(rules.iter().all(|r| r["apiGroups"] == json!(["coordination.k8s.io"]) && r["resources"] == json!(["leases"])));
+    let named = rules.iter().find(|r| r["resourceNames"] == json!(["kopiur-leader"])).expect("rule on kopiur-leader");
+    for v in ["get", "update"] {
+        assert!(named["verbs"].as_array().unwrap().contains(&json!(v)), "{v} on the Lease");
+    }
+    let sa = one(&docs, "ServiceAccount")["metadata"]["name"].clone();
+    assert_eq!(one(&docs, "RoleBinding")["subjects"][0]["name"], sa);
+    assert_eq!(one(&docs, "ClusterRoleBinding")["subjects"][0]["name"], sa);
+    assert_eq!(one(&docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"], sa);
+}
+
+#[test]
+fn metrics_service_selects_the_controller_on_8081() {
+    let docs = render(&[]);
+    let svc = one(&docs, "Service");
+    assert_eq!(svc["spec"]["ports"], json!([{"name": "metrics", "port": 8081, "targetPort": "metrics", "protocol": "TCP"}]));
+    let pod_labels = &one(&docs, "Deployment")["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(&pod_labels[k], v, "service selector {k}");
+    }
+}
+
+#[test]
+fn every_monitoring_toggle_renders_its_object() {
+    let docs = render(ALL_MONITORING);
+    let sm = one(&docs, "ServiceMonitor");
+    assert_eq!(sm["apiVersion"], "monitoring.coreos.com/v1");
+    let ep = &sm["spec"]["endpoints"][0];
+    assert_eq!(ep["port"], "metrics");
+    assert_eq!(ep["path"], "/metrics");
+    assert_eq!(ep["honorLabels"], true, "kopiur's own `namespace` label must survive the scrape");
+    let svc_labels = &one(&docs, "Service")["metadata"]["labels"];
+    for (k, v) in sm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(&svc_labels[k], v, "ServiceMonitor selector {k}");
+    }
+
+    let rule = one(&docs, "PrometheusRule");
+    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+    let file = yaml_file("deploy/prometheus/kopiur-rules.yaml");
+    assert_eq!(rule["spec"]["groups"], file["groups"], "the PrometheusRule must render exactly deploy/prometheus/kopiur-rules.yaml");
+
+    let cm = one(&docs, "ConfigMap");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    let shipped: Value = serde_json::from_str(cm["data"]["kopiur.json"].as_str().expect("data kopiur.json")).expect("dashboard JSON");
+    let source: Value = serde_json::from_str(&read("deploy/dashboards/kopiur.json")).unwrap();
+    assert_eq!(shipped, source, "the dashboard ConfigMap must carry deploy/dashboards/kopiur.json");
+}
+
+#[test]
+fn backup_stale_threshold_follows_values() {
+    let docs = render(&["monitoring.prometheusRule.enabled=true", "monitoring.prometheusRule.backupStaleAfterSeconds=90000"]);
+    let file = yaml_file("deploy/prometheus/kopiur-rules.yaml");
+    let rendered = &one(&docs, "PrometheusRule")["spec"]["groups"];
+    let mut changed = 0;
+    for (g, fg) in rendered.as_array().unwrap().iter().zip(file["groups"].as_array().unwrap()) {
+        for (r, fr) in g["rules"].as_array().unwrap().iter().zip(fg["rules"].as_array().unwrap()) {
+            if r["alert"] == "KopiurBackupStale" {
+                assert!(r["expr"].as_str().unwrap().ends_with("> 90000"), "{}", r["expr"]);
+                changed += 1;
+            } else {
+                assert_eq!(r, fr);
+            }
+        }
+    }
+    assert_eq!(changed, 1);
+}
+
+#[test]
+fn crds_are_installed_from_the_chart() {
+    let mut c = helm();
+    c.args(["template", "kopiur"]).arg(chart_dir()).arg("--include-crds");
+    let out = run(c);
+    assert!(out.ok, "{}", out.stderr);
+    let crds: Vec<String> = yaml_docs(&out.stdout)
+        .into_iter()
+        .filter(|d| d["kind"] == "CustomResourceDefinition")
+        .map(|d| d["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    let generated = std::fs::read_dir(super::repo_root().join("deploy/crds")).unwrap().count();
+    assert_eq!(crds.len(), generated, "{crds:?}");
+    assert!(crds.iter().all(|n| n.ends_with(".kopiur.home-operations.com")));
+}
+
+fn rejected(sets: &[&str], mentions: &str) {
+    let out = template(sets);
+    assert!(!out.ok, "values {sets:?} must be rejected by values.schema.json");
+    assert!(out.stderr.contains(mentions), "rejection of {sets:?} should mention {mentions}:\n{}", out.stderr);
+}
+
+#[test]
+fn values_schema_rejects_bad_values() {
+    rejected(&["maxConcurrentDeleteJobs=-1"], "maxConcurrentDeleteJobs");
+    rejected(&["maxConcurrentDeleteJobs=many"], "maxConcurrentDeleteJobs");
+    rejected(&["unknownTopLevelKey=1"], "unknownTopLevelKey");
+    rejected(&["mover.image.pullPolicy=Sometimes"], "pullPolicy");
+    rejected(&["monitoring.prometheusRule.enabeld=true"], "enabeld");
+    rejected(&["monitoring.serviceMonitor.interval=soon"], "interval");
+    // And the defaults themselves satisfy it (render succeeds).
+    assert!(template(&[]).ok);
+}
+
+#[test]
+fn values_schema_is_strict_at_the_top_level() {
+    let schema: Value = serde_json::from_str(&read("deploy/helm/kopiur/values.schema.json")).unwrap();
+    assert_eq!(schema["additionalProperties"], false);
+    let values = yaml_file("deploy/helm/kopiur/values.yaml");
+    let props = schema["properties"].as_object().unwrap();
+    for k in values.as_object().unwrap().keys() {
+        assert!(props.contains_key(k), "values.yaml key {k} is missing from values.schema.json");
+    }
+}

@@ -1,0 +1,105 @@
+//! Just enough PromQL lexing to list the metric names a query selects: strings, label
+//! matchers, range/subquery brackets and grouping label lists are skipped; an identifier
+//! followed by `(` is a function or aggregation; keywords are not names.
+use std::collections::BTreeSet;
+
+const KEYWORDS: &[&str] = &[
+    "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset", "atan2",
+];
+const GROUPING: &[&str] = &["by", "without", "on", "ignoring", "group_left", "group_right"];
+
+pub fn metric_names(expr: &str) -> BTreeSet<String> {
+    let chars: Vec<char> = expr.chars().collect();
+    let mut names = BTreeSet::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            '"' | '\'' | '`' => i = skip_string(&chars, i),
+            '{' => i = skip_until(&chars, i, '}'),
+            '[' => i = skip_until(&chars, i, ']'),
+            '#' => i = skip_until(&chars, i, '\n'),
+            c if c.is_ascii_digit() || (c == '.' && chars.get(i + 1).is_some_and(|d| d.is_ascii_digit())) => {
+                // Numbers, durations and exponents: 0.99, 1e3, 5m.
+                while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '.' || chars[i] == '_') {
+                    i += 1;
+                }
+            }
+            '$' => {
+                // A Grafana variable outside brackets, e.g. `$__range` in a function argument.
+                i += 1;
+                while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
+                    i += 1;
+                }
+            }
+            c if c.is_ascii_alphabetic() || c == '_' || c == ':' => {
+                let start = i;
+                while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_' || chars[i] == ':') {
+                    i += 1;
+                }
+                let word: String = chars[start..i].iter().collect();
+                let mut j = i;
+                while j < chars.len() && chars[j].is_whitespace() {
+                    j += 1;
+                }
+                let call = chars.get(j) == Some(&'(');
+                if GROUPING.contains(&word.as_str()) && call {
+                    i = skip_until(&chars, j, ')');
+                } else if !call && !KEYWORDS.contains(&word.as_str()) {
+                    names.insert(word);
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    names
+}
+
+fn skip_string(chars: &[char], open: usize) -> usize {
+    let q = chars[open];
+    let mut i = open + 1;
+    while i < chars.len() && chars[i] != q {
+        if chars[i] == '\\' && q != '`' {
+            i += 1;
+        }
+        i += 1;
+    }
+    i + 1
+}
+
+/// Skips to just past `close`, jumping over quoted strings on the way.
+fn skip_until(chars: &[char], open: usize, close: char) -> usize {
+    let mut i = open + 1;
+    while i < chars.len() && chars[i] != close {
+        if matches!(chars[i], '"' | '\'' | '`') {
+            i = skip_string(chars, i);
+        } else {
+            i += 1;
+        }
+    }
+    i + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::metric_names;
+
+    fn names(e: &str) -> Vec<String> {
+        metric_names(e).into_iter().collect()
+    }
+
+    #[test]
+    fn lists_selected_metrics_only() {
+        assert_eq!(
+            names(r#"histogram_quantile(0.99, sum by (kind, le) (rate(kopiur_controller_reconcile_duration_seconds_bucket{kind=~"a|b}"}[$__rate_interval])))"#),
+            ["kopiur_controller_reconcile_duration_seconds_bucket"]
+        );
+        assert_eq!(
+            names("time() - max by (namespace,policy) (kopiur_policy_last_backup_success_timestamp_seconds) > 172800"),
+            ["kopiur_policy_last_backup_success_timestamp_seconds"]
+        );
+        assert_eq!(names("count(a_metric) or vector(0)"), ["a_metric"]);
+        assert_eq!(names("x / on (namespace) group_left (policy) y offset 5m"), ["x", "y"]);
+        assert_eq!(names("up == bool 1 and 1e3 < other"), ["other", "up"]);
+    }
+}
