@@ -297,6 +297,107 @@ async fn hv8_pvc_at_mount_path() -> Result<()> {
     assert_eq!(t.exit_code, 7, "the write must be refused");
     assert_eq!(t.message.as_deref(), Some("readonly\n"));
     assert!(!pv_dir(&env.node_state_dir(), &uid).join("y").exists());
+
+    // NA-8: once the claim is gone, the directory and the PV go. Its pods go first: even
+    // terminal pods keep a claim in use for the pvc-protection controller.
+    for name in ["writer", "reader", "readonly"] {
+        pods.delete(name, &DeleteParams::default()).await?;
+    }
+    pvcs.delete("data", &DeleteParams::default()).await?;
+    let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(client.clone());
+    let pv_name = format!("pvc-{uid}");
+    eventually("PV deleted", Duration::from_secs(30), || async { pvs.get_opt(&pv_name).await.ok()?.is_none().then_some(()) }).await;
+    assert!(!pv_dir(&env.node_state_dir(), &uid).exists(), "PV directory removed");
+    Ok(())
+}
+
+/// NA-16: `OnFailure` restarts in place, keeping the emptyDir; the restart is counted and the
+/// previous exit lands in lastState.
+#[tokio::test]
+async fn na16_on_failure_restarts_in_place() -> Result<()> {
+    let env = TestEnv::shared();
+    let _g = env.log_guard();
+    let client = env.client().await?;
+    let ns = env.namespace("na16").await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let spec = json!({
+        "restartPolicy": "OnFailure",
+        "volumes": [{"name": "scratch", "emptyDir": {}}],
+        "containers": [{"name": "c", "image": "busybox",
+            "command": sh("if [ -f /scratch/seen ]; then echo second > /dev/termination-log; exit 0; fi; touch /scratch/seen; echo first > /dev/termination-log; exit 4"),
+            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
+    });
+    pods.create(&PostParams::default(), &pod("retry", spec)).await?;
+    let p = wait_terminal(&pods, "retry", Duration::from_secs(60)).await;
+    assert_eq!(phase(&p).as_deref(), Some("Succeeded"));
+    let cs = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+    assert_eq!(cs.restart_count, 1);
+    let last = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref()).expect("lastState.terminated");
+    assert_eq!((last.exit_code, last.message.as_deref()), (4, Some("first\n")));
+    let now = cs.state.as_ref().and_then(|s| s.terminated.as_ref()).unwrap();
+    assert_eq!((now.exit_code, now.message.as_deref()), (0, Some("second\n")));
+    let uid = p.metadata.uid.clone().unwrap();
+    assert!(read_pod_log(&env.node_state_dir(), &ns, "retry", &uid, "c", 1).is_ok(), "one log file per restart");
+    Ok(())
+}
+
+/// NA-9/NA-11: init containers, emptyDir, secret/configMap/downwardAPI files, the
+/// service-account token, and runAsUser + fsGroup.
+#[tokio::test]
+async fn na9_volumes_init_and_identity() -> Result<()> {
+    let env = TestEnv::shared();
+    let _g = env.log_guard();
+    let client = env.client().await?;
+    let ns = env.namespace("na9").await?;
+    let secret: Secret = serde_json::from_value(json!({"metadata": {"name": "s"}, "stringData": {"password": "pw1", "other": "o"}}))?;
+    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await?;
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "c"}, "data": {"conf": "k=v"}}))?;
+    Api::<ConfigMap>::namespaced(client.clone(), &ns).create(&PostParams::default(), &cm).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let script = r#"set -e
+out="uid=$(id -u)"
+out="$out init=$(cat /work/from-init)"
+out="$out pw=$(cat /etc/creds/pw)"
+[ ! -e /etc/creds/other ]
+out="$out mode=$(stat -c %a /etc/creds/pw)"
+out="$out conf=$(cat /etc/conf/conf)"
+out="$out name=$(cat /etc/info/name)"
+touch /work/mine
+out="$out gid=$(stat -c %g /work/mine)"
+out="$out ns=$(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace)"
+[ -s /var/run/secrets/kubernetes.io/serviceaccount/token ]
+printf '%s' "$out" > /dev/termination-log"#;
+    let spec = json!({
+        "restartPolicy": "Never",
+        "securityContext": {"runAsUser": 1000, "fsGroup": 2000},
+        "volumes": [
+            {"name": "work", "emptyDir": {}},
+            {"name": "creds", "secret": {"secretName": "s", "items": [{"key": "password", "path": "pw", "mode": 0o440}]}},
+            {"name": "conf", "configMap": {"name": "c"}},
+            {"name": "info", "downwardAPI": {"items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}},
+        ],
+        "initContainers": [{"name": "init", "image": "busybox", "command": sh("echo from-init > /work/from-init"),
+                            "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
+        "containers": [{"name": "main", "image": "busybox", "command": sh(script),
+            "volumeMounts": [
+                {"name": "work", "mountPath": "/work"},
+                {"name": "creds", "mountPath": "/etc/creds", "readOnly": true},
+                {"name": "conf", "mountPath": "/etc/conf"},
+                {"name": "info", "mountPath": "/etc/info"},
+            ]}],
+    });
+    pods.create(&PostParams::default(), &pod("vols", spec)).await?;
+    let p = wait_terminal(&pods, "vols", Duration::from_secs(60)).await;
+    let uid = p.metadata.uid.clone().unwrap();
+    let log = read_pod_log(&env.node_state_dir(), &ns, "vols", &uid, "main", 0).unwrap_or_default();
+    let t = terminated(&p, "main").expect("terminated");
+    assert_eq!(phase(&p).as_deref(), Some("Succeeded"), "{t:?} log: {log}");
+    assert_eq!(
+        t.message.as_deref(),
+        Some(format!("uid=1000 init=from-init pw=pw1 mode=440 conf=k=v name=vols gid=2000 ns={ns}").as_str())
+    );
+    let init = p.status.as_ref().unwrap().init_container_statuses.as_ref().unwrap();
+    assert_eq!(init[0].state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code, 0);
     Ok(())
 }
 

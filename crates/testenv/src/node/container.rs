@@ -25,7 +25,8 @@ pub struct Launch {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub plan: ExecPlan,
-    pub fs_group_dirs: Vec<PathBuf>,
+    /// Volume roots to give to the fsGroup, and whether each is writable.
+    pub fs_group_dirs: Vec<(PathBuf, bool)>,
     pub fs_group: Option<u32>,
 }
 
@@ -149,8 +150,12 @@ pub async fn prepare_launch(
                 std::fs::create_dir_all(&source).map_err(|e| StartFail::StartError(format!("subPath: {e}")))?;
             }
         }
-        if fs_group.is_some() && vol.kind == MountKind::Bind && !is_host_path_volume(pod, &vm.name) {
-            fs_group_dirs.push(vol.host_path.clone());
+        if fs_group.is_some() && vol.kind == MountKind::Bind {
+            match volume_class(pod, &vm.name) {
+                VolumeClass::Writable => fs_group_dirs.push((vol.host_path.clone(), true)),
+                VolumeClass::Projected => fs_group_dirs.push((vol.host_path.clone(), false)),
+                VolumeClass::Host => {}
+            }
         }
         mounts.push(MountSpec {
             source,
@@ -185,12 +190,22 @@ pub async fn prepare_launch(
     Ok(Launch { argv, env, plan, fs_group_dirs, fs_group })
 }
 
-fn is_host_path_volume(pod: &Pod, name: &str) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .and_then(|v| v.iter().find(|v| v.name == name))
-        .is_some_and(|v| v.host_path.is_some())
+enum VolumeClass {
+    /// emptyDir and PVCs: the fsGroup may write.
+    Writable,
+    /// secret, configMap, downwardAPI, projected: the fsGroup may read.
+    Projected,
+    /// hostPath: left alone.
+    Host,
+}
+
+fn volume_class(pod: &Pod, name: &str) -> VolumeClass {
+    let v = pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).and_then(|v| v.iter().find(|v| v.name == name));
+    match v {
+        Some(v) if v.empty_dir.is_some() || v.persistent_volume_claim.is_some() => VolumeClass::Writable,
+        Some(v) if v.host_path.is_some() => VolumeClass::Host,
+        _ => VolumeClass::Projected,
+    }
 }
 
 #[cfg(test)]

@@ -373,8 +373,8 @@ impl Worker {
             std::fs::set_permissions(&term_file, std::fs::Permissions::from_mode(0o666))?;
             super::mounts::ensure_targets(&launch.plan.mounts, &ctx.created)?;
             if let Some(g) = launch.fs_group {
-                for d in &launch.fs_group_dirs {
-                    volumes::apply_fs_group(d, g);
+                for (d, writable) in &launch.fs_group_dirs {
+                    volumes::apply_fs_group(d, g, *writable);
                 }
             }
             Ok(())

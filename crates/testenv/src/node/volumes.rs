@@ -231,21 +231,21 @@ pub async fn fetch_config_map(client: &Client, ns: &str, name: &str) -> Result<O
 /// TokenRequest for the pod's ServiceAccount, bound to the pod.
 async fn request_token(client: &Client, pod: &Pod, audiences: Vec<String>, expiration: i64) -> Result<String, String> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
-    let sa = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.service_account_name.clone())
-        .unwrap_or_else(|| "default".into());
+    let named = pod.spec.as_ref().and_then(|s| s.service_account_name.clone()).filter(|s| !s.is_empty());
+    let sa = named.clone().unwrap_or_else(|| "default".into());
+    // The apiserver binds a token to a pod only if the pod names that ServiceAccount, which
+    // needs the ServiceAccount admission plugin (disabled here) to fill in `default`.
+    let bound_object_ref = named.map(|_| BoundObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: pod.metadata.name.clone(),
+        uid: pod.metadata.uid.clone(),
+    });
     let req = TokenRequest {
         spec: TokenRequestSpec {
             audiences,
             expiration_seconds: Some(expiration.max(600)),
-            bound_object_ref: Some(BoundObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: pod.metadata.name.clone(),
-                uid: pod.metadata.uid.clone(),
-            }),
+            bound_object_ref,
         },
         ..Default::default()
     };
@@ -334,32 +334,33 @@ fn write_file(dir: &Path, rel: &str, data: &[u8], mode: i32) -> Result<(), Strin
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode as u32 & 0o7777)).map_err(|e| e.to_string())
 }
 
-/// NA-11: gives a volume to the fsGroup (group-owned, g+rwX, setgid on directories).
-pub fn apply_fs_group(root: &Path, gid: u32) {
-    fn walk(p: &Path, gid: u32) {
+/// NA-11: gives a volume to the fsGroup: group-owned, setgid directories, and group
+/// read (plus write for `writable` volumes such as emptyDir and PVCs) wherever the owner has it.
+pub fn apply_fs_group(root: &Path, gid: u32, writable: bool) {
+    fn walk(p: &Path, gid: u32, writable: bool) {
         let Ok(md) = std::fs::symlink_metadata(p) else { return };
         if md.file_type().is_symlink() {
             return;
         }
         let _ = std::os::unix::fs::lchown(p, None, Some(gid));
         let mut mode = md.permissions().mode() & 0o7777;
+        let owner = (mode >> 6) & 0o7;
+        let mut group = owner & if writable { 0o7 } else { 0o5 };
         if md.is_dir() {
-            mode |= 0o2070;
-            let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
+            group |= if writable { 0o7 } else { 0o5 };
+            mode |= 0o2000;
+        }
+        mode |= group << 3;
+        let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
+        if md.is_dir() {
             if let Ok(rd) = std::fs::read_dir(p) {
                 for e in rd.flatten() {
-                    walk(&e.path(), gid);
+                    walk(&e.path(), gid, writable);
                 }
             }
-        } else {
-            mode |= 0o060;
-            if mode & 0o100 != 0 {
-                mode |= 0o010;
-            }
-            let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
         }
     }
-    walk(root, gid);
+    walk(root, gid, writable);
 }
 
 #[cfg(test)]
@@ -387,5 +388,27 @@ mod tests {
         assert!(err.contains("couldn't find key zz"));
         write_keys(&sub, &data, Some(&missing), None, "Secret", "ns", "s", Some(true)).unwrap();
         assert!(write_file(&sub, "../escape", b"x", 0o644).is_err());
+    }
+
+    #[test]
+    fn fs_group_modes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ro = tmp.path().join("ro");
+        std::fs::create_dir(&ro).unwrap();
+        write_file(&ro, "secret", b"x", 0o400).unwrap();
+        apply_fs_group(&ro, 4242, false);
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&ro.join("secret")), 0o440);
+        assert_eq!(mode(&ro) & 0o2070, 0o2050);
+        let rw = tmp.path().join("rw");
+        std::fs::create_dir(&rw).unwrap();
+        write_file(&rw, "f", b"x", 0o644).unwrap();
+        apply_fs_group(&rw, 4242, true);
+        assert_eq!(mode(&rw.join("f")), 0o664);
+        assert_eq!(mode(&rw) & 0o2070, 0o2070);
+        use std::os::unix::fs::MetadataExt;
+        if unsafe { libc::geteuid() } == 0 {
+            assert_eq!(std::fs::metadata(rw.join("f")).unwrap().gid(), 4242);
+        }
     }
 }
