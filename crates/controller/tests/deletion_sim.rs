@@ -230,6 +230,7 @@ impl World {
                     skip: s.skip,
                     pruned_by: s.pruned_by,
                     binding: binding(s),
+                    held: s.record.as_ref().is_some_and(|r| r.decision == DeletionDecision::Held),
                 })
             })
             .collect()
@@ -562,6 +563,7 @@ fn flapping_schedule_with_50_children_deletes_nothing() {
     assert_eq!(w.event("SnapshotRetainedOnScheduleDelete"), 50);
     assert_eq!(w.counts.outcomes.get("cascade_retained"), Some(&50));
     assert_eq!(w.event("SnapshotDeletionHeld"), 0, "cascade-retained children are never held");
+    assert_eq!(w.event("MassDeletionHeld"), 0, "counted (inclusive) but never held: no alarm");
     // Rediscovered once each; later flaps do not touch discovered rows.
     assert_eq!(w.counts.discovered_rows, 50);
     let disc: Vec<&Snap> = w.snaps.values().filter(|s| s.discovered).collect();
@@ -623,6 +625,7 @@ fn namespace_teardown_under_orphan_keeps_all_data() {
     assert_eq!(w.counts.kopia_deletes, 0);
     assert_eq!(w.event("SnapshotOrphaned"), 200);
     assert_eq!(w.event("SnapshotDeletionHeld"), 0);
+    assert_eq!(w.event("MassDeletionHeld"), 0);
     assert_eq!(w.repos[&r].manifests.len(), 200);
     assert!(!w.terminating_ns.contains("app"));
 }
@@ -706,6 +709,7 @@ fn wave_of_600_then_ack_then_a_new_wave() {
     w.run(300);
     w.report("wave-600-then-15");
     assert_eq!(w.held(&r), 15, "the ack covers its own wave only");
+    assert_eq!(w.event("MassDeletionHeld"), 2, "one per wave");
     assert_eq!(w.counts.jobs_created, 3);
 }
 

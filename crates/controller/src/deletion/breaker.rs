@@ -28,6 +28,8 @@ pub struct PendingDeletion {
     pub skip: bool,
     pub pruned_by: PrunedBy,
     pub binding: Binding,
+    /// `status.deletion.decision` is Held: the member's own plan holds it.
+    pub held: bool,
 }
 
 /// Everything the breaker needs about one repository.
@@ -84,10 +86,16 @@ pub struct BreakerState {
     pub mode: BreakerMode,
     /// N: the inclusive pending external count.
     pub pending_external: u32,
-    /// The uids the breaker holds (every counted member while tripped). H = its size.
+    /// The uids the breaker holds: counted while tripped. Each reaches D10 on its own
+    /// reconcile unless an earlier row (skip, namespace axis, cascade guard) resolves it.
+    pub holding: BTreeSet<String>,
+    /// H: members of `holding` whose own plan has persisted Held. Only these make the
+    /// repository show `MassDeletionHeld=True`, so a cascade that the guard fully retains
+    /// (counted, hence tripping, but never held) raises no alarm.
     pub held: BTreeSet<String>,
-    /// V: the newest `deletionTimestamp` among the held members.
-    pub latest_held: Option<Time>,
+    /// V: the newest `deletionTimestamp` among `holding`, the value the ack command carries.
+    /// Taken over `holding` rather than `held` so one ack covers members not yet planned.
+    pub wave_latest: Option<Time>,
     pub ack: AckOutcome,
     /// Repository Events: `MassDeletionHeld` on False→True, `InvalidMassDeletionAck` once per
     /// distinct bad value.
@@ -127,15 +135,25 @@ pub fn evaluate(facts: &RepoDeletionFacts, now: Time) -> BreakerState {
     } else {
         BreakerMode::BelowThreshold
     };
-    let (held, latest_held) = match mode {
+    let (holding, held, wave_latest) = match mode {
         BreakerMode::Tripped => (
             counted.iter().map(|d| d.uid.clone()).collect(),
+            counted.iter().filter(|d| d.held).map(|d| d.uid.clone()).collect(),
             counted.iter().map(|d| d.deletion_timestamp).max(),
         ),
-        BreakerMode::Disabled | BreakerMode::BelowThreshold => (BTreeSet::new(), None),
+        BreakerMode::Disabled | BreakerMode::BelowThreshold => (BTreeSet::new(), BTreeSet::new(), None),
     };
-    let mut state =
-        BreakerState { repo: facts.repo.clone(), threshold, mode, pending_external, held, latest_held, ack, events: vec![] };
+    let mut state = BreakerState {
+        repo: facts.repo.clone(),
+        threshold,
+        mode,
+        pending_external,
+        holding,
+        held,
+        wave_latest,
+        ack,
+        events: vec![],
+    };
     if state.ack.newly_invalid
         && let Some(raw) = facts.ack_annotation.as_deref()
     {
@@ -145,7 +163,7 @@ pub fn evaluate(facts: &RepoDeletionFacts, now: Time) -> BreakerState {
             message: messages::invalid_ack(raw),
         });
     }
-    if let (BreakerMode::Tripped, false, Some(v)) = (mode, facts.held_condition_was_true, state.latest_held) {
+    if let (true, false, Some(v)) = (state.held_count() > 0, facts.held_condition_was_true, state.wave_latest) {
         state.events.push(PlannedEvent {
             kind: EventType::Warning,
             reason: event::MASS_DELETION_HELD,
@@ -185,12 +203,12 @@ impl BreakerState {
 
     /// The release command for the current wave, while anything is held.
     pub fn ack_command(&self) -> Option<String> {
-        self.latest_held.map(|v| messages::ack_command(&self.repo, v))
+        self.wave_latest.map(|v| messages::ack_command(&self.repo, v))
     }
 
     /// The `DeletionHeld=True` message for a held member of this repository.
     pub fn snapshot_held_message(&self) -> Option<String> {
-        self.latest_held.map(|v| messages::snapshot_held(&self.repo, self.threshold, v))
+        self.wave_latest.map(|v| messages::snapshot_held(&self.repo, self.threshold, v))
     }
 
     /// `status.deletionProtection`.
@@ -202,21 +220,26 @@ impl BreakerState {
         }
     }
 
-    /// The repository's `MassDeletionHeld` condition.
+    /// The repository's `MassDeletionHeld` condition: True while H ≥ 1.
     pub fn condition(&self) -> PlannedCondition {
-        let (status, reason, message) = match (self.mode, self.latest_held) {
-            (BreakerMode::Tripped, Some(v)) => (
+        let (status, reason, message) = match (self.mode, self.wave_latest, self.held_count()) {
+            (BreakerMode::Tripped, Some(v), 1..) => (
                 true,
                 reason::THRESHOLD_EXCEEDED,
                 messages::repository_held(&self.repo, self.held_count(), self.pending_external, self.threshold, v),
             ),
-            // Tripped always holds at least one member; this arm exists only to stay exhaustive.
-            (BreakerMode::Tripped, None) | (BreakerMode::BelowThreshold, _) => (
+            (BreakerMode::Tripped, _, 0) => (
+                false,
+                reason::BELOW_THRESHOLD,
+                messages::repository_pending_none_held(self.pending_external, self.threshold),
+            ),
+            // Tripped always has a newest member; this arm exists only to stay exhaustive.
+            (BreakerMode::Tripped, None, 1..) | (BreakerMode::BelowThreshold, _, _) => (
                 false,
                 reason::BELOW_THRESHOLD,
                 messages::repository_below_threshold(self.pending_external, self.threshold),
             ),
-            (BreakerMode::Disabled, _) => (false, reason::DISABLED, messages::repository_disabled()),
+            (BreakerMode::Disabled, _, _) => (false, reason::DISABLED, messages::repository_disabled()),
         };
         PlannedCondition { type_: condition::MASS_DELETION_HELD, status, reason, message }
     }
@@ -242,6 +265,7 @@ mod tests {
             skip: false,
             pruned_by: PrunedBy::External,
             binding: Binding::Pinned { repo_uid: "r1".into() },
+            held: true,
         }
     }
 
@@ -269,13 +293,27 @@ mod tests {
 
         let s = evaluate(&facts(wave(10)), t(100));
         assert_eq!((s.mode, s.pending_external, s.held_count()), (BreakerMode::Tripped, 10, 10));
-        assert_eq!(s.latest_held, Some(t(9)));
+        assert_eq!(s.wave_latest, Some(t(9)));
         let c = s.condition();
         assert!(c.status);
         assert_eq!(c.reason, "ThresholdExceeded");
         assert!(c.message.contains("allow-mass-deletion=\"2026-07-17T10:00:09Z\""), "{}", c.message);
         assert_eq!(s.events.len(), 1);
         assert_eq!(s.events[0].reason, "MassDeletionHeld");
+    }
+
+    #[test]
+    fn a_trip_nothing_is_held_for_raises_no_alarm() {
+        // A schedule cascade the guard retains: counted (inclusive), so the breaker trips, but
+        // no member's plan holds it.
+        let deletions = wave(50).into_iter().map(|d| PendingDeletion { held: false, ..d }).collect();
+        let s = evaluate(&facts(deletions), t(100));
+        assert_eq!((s.mode, s.pending_external, s.holding.len(), s.held_count()), (BreakerMode::Tripped, 50, 50, 0));
+        assert!(s.member(t(0)).tripped);
+        assert!(s.events.is_empty());
+        let c = s.condition();
+        assert_eq!((c.status, c.reason), (false, "BelowThreshold"));
+        assert!(c.message.contains("none is held"), "{}", c.message);
     }
 
     #[test]
@@ -341,7 +379,7 @@ mod tests {
         f.deletions.extend((0..15).map(|i| ext(&format!("n{i}"), 200 + i)));
         let s = evaluate(&f, t(300));
         assert_eq!((s.mode, s.pending_external, s.held_count()), (BreakerMode::Tripped, 15, 15));
-        assert_eq!(s.latest_held, Some(t(214)));
+        assert_eq!(s.wave_latest, Some(t(214)));
         assert!(!s.member(t(200)).acked);
         assert!(s.member(t(5)).acked);
     }

@@ -212,6 +212,7 @@ mod tests {
                 skip: false,
                 pruned_by: PrunedBy::External,
                 binding: Binding::Pinned { repo_uid: "r1".into() },
+                held: true,
             })
             .collect();
         evaluate(

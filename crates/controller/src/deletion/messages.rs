@@ -57,6 +57,15 @@ pub fn repository_below_threshold(pending: u32, threshold: u32) -> String {
     format!("{pending} external Snapshot deletions pending, below the threshold {threshold}")
 }
 
+/// `MassDeletionHeld=False` while the count is at or above the threshold but no member's own
+/// plan holds anything (a fully cascade-retained wave, or members not planned yet).
+pub fn repository_pending_none_held(pending: u32, threshold: u32) -> String {
+    format!(
+        "{pending} external Snapshot deletions pending (threshold {threshold}); none is held: they resolve without a \
+         kopia delete or are still being planned"
+    )
+}
+
 /// `MassDeletionHeld=False/Disabled`.
 pub fn repository_disabled() -> String {
     "the mass-deletion breaker is disabled (spec.deletionProtection.threshold: 0)".to_string()

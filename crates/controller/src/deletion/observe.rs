@@ -4,7 +4,7 @@
 use kopiur_api::Snapshot;
 use kopiur_api::names::{API_VERSION, annotation, finalizer, label, origin};
 use kopiur_api::shared::phase::SnapshotOrigin;
-use kopiur_api::snapshot::{DeletionRecord, SnapshotPhase};
+use kopiur_api::snapshot::{DeletionDecision, DeletionRecord, SnapshotPhase};
 
 use super::breaker::PendingDeletion;
 use super::pruned_by::{self, PrunedBy};
@@ -126,6 +126,10 @@ pub fn pending_deletion(
         skip: skip(s),
         pruned_by: pruned_by(s),
         binding: binding(s, resolves),
+        held: previous_record(s).is_some_and(|r| match r.decision {
+            DeletionDecision::Held => true,
+            DeletionDecision::Delete | DeletionDecision::Unknown(_) => false,
+        }),
     })
 }
 
