@@ -401,6 +401,26 @@ printf '%s' "$out" > /dev/termination-log"#;
     Ok(())
 }
 
+/// NA-16 (optional part): the pod's own activeDeadlineSeconds kills it: Failed, DeadlineExceeded.
+#[tokio::test]
+async fn na16_pod_active_deadline() -> Result<()> {
+    let env = TestEnv::shared();
+    let _g = env.log_guard();
+    let client = env.client().await?;
+    let ns = env.namespace("na16d").await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let spec = json!({"restartPolicy": "Never", "activeDeadlineSeconds": 1,
+                      "containers": [{"name": "c", "image": "busybox", "command": sh("sleep 600")}]});
+    pods.create(&PostParams::default(), &pod("deadline", spec)).await?;
+    let p = wait_terminal(&pods, "deadline", Duration::from_secs(30)).await;
+    let st = p.status.as_ref().unwrap();
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert_eq!(st.reason.as_deref(), Some("DeadlineExceeded"));
+    let t = terminated(&p, "c").expect("terminated");
+    assert!(t.exit_code == 137 || t.exit_code == 143, "{t:?}");
+    Ok(())
+}
+
 /// HV-9: deleting a running pod sends SIGTERM to its process and the object is gone within 10 s.
 #[tokio::test]
 async fn hv9_delete_running_pod() -> Result<()> {

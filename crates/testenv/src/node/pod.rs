@@ -26,7 +26,9 @@ pub enum Update {
 }
 
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
-const VOLUME_RETRY: Duration = Duration::from_secs(2);
+const VOLUME_RETRY: Duration = Duration::from_millis(500);
+/// How long a pod waits for its ServiceAccount before running without a token.
+const SA_WAIT: Duration = Duration::from_secs(10);
 
 struct Ctr {
     spec: Container,
@@ -91,6 +93,8 @@ struct Worker {
     stage: Stage,
     volumes: HashMap<String, ResolvedVolume>,
     volume_due: Instant,
+    volume_backoff: Duration,
+    created: Instant,
     phase: &'static str,
     pod_reason: Option<(String, String)>,
     start_time: Option<String>,
@@ -136,6 +140,8 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Update>) {
         stage: Stage::Volumes,
         volumes: HashMap::new(),
         volume_due: Instant::now(),
+        volume_backoff: VOLUME_RETRY,
+        created: Instant::now(),
         phase: "Pending",
         pod_reason: None,
         start_time: None,
@@ -292,6 +298,7 @@ impl Worker {
                     client: &self.ctx.client,
                     state_dir: &self.ctx.cfg.state_dir,
                     ca_pem: self.ctx.ca_pem.as_deref(),
+                    wait_for_service_account: self.created.elapsed() < SA_WAIT,
                 };
                 match volumes::prepare(&vctx, &self.pod).await {
                     Ok(v) => {
@@ -310,7 +317,8 @@ impl Worker {
                                 self.dirty = true;
                             }
                         }
-                        self.volume_due = now + VOLUME_RETRY;
+                        self.volume_due = now + self.volume_backoff;
+                        self.volume_backoff = (self.volume_backoff * 2).min(Duration::from_secs(5));
                     }
                 }
             }

@@ -44,6 +44,8 @@ pub struct VolumeCtx<'a> {
     pub client: &'a Client,
     pub state_dir: &'a Path,
     pub ca_pem: Option<&'a str>,
+    /// Keep the pod pending while the ServiceAccount token cannot be issued.
+    pub wait_for_service_account: bool,
 }
 
 /// Resolves every volume of the pod. `Err` is a message for a pod that must stay
@@ -153,7 +155,10 @@ pub async fn prepare(ctx: &VolumeCtx<'_>, pod: &Pod) -> Result<HashMap<String, R
                 }
                 out.insert(SA_VOLUME.into(), ResolvedVolume { host_path: dir, kind: MountKind::Bind, read_only: true });
             }
-            Err(e) => tracing::debug!(pod = ?pod.metadata.name, "no default token: {e}"),
+            // A new namespace gets its `default` ServiceAccount from the kcm a moment later:
+            // wait for it for a while, as admission would have.
+            Err(e) if ctx.wait_for_service_account => return Err(e),
+            Err(e) => tracing::info!(pod = ?pod.metadata.name, "running without an API token: {e}"),
         }
     }
     Ok(out)
