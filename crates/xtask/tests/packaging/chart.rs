@@ -126,19 +126,13 @@ fn controller_env_carries_namespace_lease_and_mover_settings() {
 }
 
 #[test]
-fn leader_election_role_is_scoped_to_the_lease() {
+fn controller_service_account_is_bound() {
     let docs = render(&[]);
-    let role = one(&docs, "Role");
-    assert_eq!(role["metadata"]["namespace"], "kopiur-system");
-    let rules = role["rules"].as_array().unwrap();
-    assert!(rules.iter().all(|r| r["apiGroups"] == json!(["coordination.k8s.io"]) && r["resources"] == json!(["leases"])));
-    let named = rules.iter().find(|r| r["resourceNames"] == json!(["kopiur-leader"])).expect("rule on kopiur-leader");
-    for v in ["get", "update"] {
-        assert!(named["verbs"].as_array().unwrap().contains(&json!(v)), "{v} on the Lease");
-    }
     let sa = one(&docs, "ServiceAccount")["metadata"]["name"].clone();
     assert_eq!(one(&docs, "RoleBinding")["subjects"][0]["name"], sa);
+    assert_eq!(one(&docs, "RoleBinding")["roleRef"]["name"], one(&docs, "Role")["metadata"]["name"]);
     assert_eq!(one(&docs, "ClusterRoleBinding")["subjects"][0]["name"], sa);
+    assert_eq!(one(&docs, "ClusterRoleBinding")["roleRef"]["name"], "kopiur-controller");
     assert_eq!(one(&docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"], sa);
 }
 

@@ -30,20 +30,28 @@ fn chart_rules_are_the_deploy_rules() {
     assert_same("deploy/prometheus/kopiur-rules.yaml", "prometheus/kopiur-rules.yaml");
 }
 
-#[test]
-fn chart_crds_are_the_generated_crds() {
-    let generated = yaml_files(&repo_root().join("deploy/crds"));
-    let shipped = yaml_files(&chart_dir().join("crds"));
-    assert!(!generated.is_empty(), "deploy/crds is empty: run cargo xtask gen");
+/// Every generated file of deploy/<dir> is in the chart's <dir>, byte for byte, and nothing else.
+fn assert_same_dir(dir: &str) {
+    let generated = yaml_files(&repo_root().join("deploy").join(dir));
+    let shipped = yaml_files(&chart_dir().join(dir));
+    let fix = format!("run: rm -f deploy/helm/kopiur/{dir}/*.yaml && cp deploy/{dir}/*.yaml deploy/helm/kopiur/{dir}/");
+    assert!(!generated.is_empty(), "deploy/{dir} is empty: run cargo xtask gen");
     assert_eq!(
         generated.keys().collect::<Vec<_>>(),
         shipped.keys().collect::<Vec<_>>(),
-        "deploy/helm/kopiur/crds must hold exactly the files of deploy/crds; run: rm deploy/helm/kopiur/crds/*.yaml && cp deploy/crds/*.yaml deploy/helm/kopiur/crds/"
+        "deploy/helm/kopiur/{dir} must hold exactly the files of deploy/{dir}; {fix}"
     );
     for (name, bytes) in &generated {
-        assert!(
-            shipped[name] == *bytes,
-            "deploy/helm/kopiur/crds/{name} differs from deploy/crds/{name}; run: cp deploy/crds/*.yaml deploy/helm/kopiur/crds/"
-        );
+        assert!(shipped[name] == *bytes, "deploy/helm/kopiur/{dir}/{name} differs from deploy/{dir}/{name}; {fix}");
     }
+}
+
+#[test]
+fn chart_crds_are_the_generated_crds() {
+    assert_same_dir("crds");
+}
+
+#[test]
+fn chart_rbac_is_the_generated_rbac() {
+    assert_same_dir("rbac");
 }

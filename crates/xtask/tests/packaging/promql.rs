@@ -7,6 +7,10 @@ const KEYWORDS: &[&str] = &[
     "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset", "atan2",
 ];
 const GROUPING: &[&str] = &["by", "without", "on", "ignoring", "group_left", "group_right"];
+const AGGREGATIONS: &[&str] = &[
+    "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk", "topk", "quantile",
+    "limitk", "limit_ratio",
+];
 
 pub fn metric_names(expr: &str) -> BTreeSet<String> {
     let chars: Vec<char> = expr.chars().collect();
@@ -42,7 +46,12 @@ pub fn metric_names(expr: &str) -> BTreeSet<String> {
                 while j < chars.len() && chars[j].is_whitespace() {
                     j += 1;
                 }
-                let call = chars.get(j) == Some(&'(');
+                let rest: String = chars[j..].iter().take(8).collect();
+                // `sum by (x) (…)`: an aggregation whose grouping comes before its argument.
+                let grouped_aggregation = AGGREGATIONS.contains(&word.as_str())
+                    && (rest.starts_with("by") || rest.starts_with("without"))
+                    && rest.chars().nth(if rest.starts_with("by") { 2 } else { 7 }).is_some_and(|c| c == ' ' || c == '(');
+                let call = chars.get(j) == Some(&'(') || grouped_aggregation;
                 if GROUPING.contains(&word.as_str()) && call {
                     i = skip_until(&chars, j, ')');
                 } else if !call && !KEYWORDS.contains(&word.as_str()) {
@@ -101,5 +110,7 @@ mod tests {
         assert_eq!(names("count(a_metric) or vector(0)"), ["a_metric"]);
         assert_eq!(names("x / on (namespace) group_left (policy) y offset 5m"), ["x", "y"]);
         assert_eq!(names("up == bool 1 and 1e3 < other"), ["other", "up"]);
+        assert_eq!(names("sum without (pod) (a) / count by(x) (b)"), ["a", "b"]);
+        assert_eq!(names("sum + by_name"), ["by_name", "sum"]);
     }
 }

@@ -13,9 +13,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: controller
 {{- end -}}
 
-{{/* Not `managed-by: kopiur`: that label marks the operator's own children (Jobs, ConfigMaps). */}}
+{{/* Labels of the controller's objects. */}}
 {{- define "kopiur.labels" -}}
 {{ include "kopiur.selectorLabels" . }}
+{{ include "kopiur.commonLabels" . }}
+{{- end -}}
+
+{{/* Not `managed-by: kopiur`: that label marks the operator's own children (Jobs, ConfigMaps). */}}
+{{- define "kopiur.commonLabels" -}}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: kopiur
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
