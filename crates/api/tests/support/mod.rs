@@ -38,11 +38,15 @@ pub fn yaml_docs(path: &Path) -> Vec<Value> {
 
 /// The openAPIV3Schema of the CRD serving `kind`.
 pub fn schema_for_kind(kind: &str) -> Value {
-    let crd = kopiur_api::crds()
-        .into_iter()
-        .find(|c| c.spec.names.kind == kind)
-        .unwrap_or_else(|| panic!("no CRD for kind {kind}"));
-    serde_json::to_value(&crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema).unwrap()
+    // Generating the CRDs is slow in debug builds; do it once per test binary.
+    static SCHEMAS: std::sync::OnceLock<Vec<(String, Value)>> = std::sync::OnceLock::new();
+    let schemas = SCHEMAS.get_or_init(|| {
+        kopiur_api::crds()
+            .into_iter()
+            .map(|c| (c.spec.names.kind.clone(), serde_json::to_value(&c.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema).unwrap()))
+            .collect()
+    });
+    schemas.iter().find(|(k, _)| k == kind).map(|(_, s)| s.clone()).unwrap_or_else(|| panic!("no CRD for kind {kind}"))
 }
 
 /// What the apiserver does on write: fill `default` for every absent property, then recurse
