@@ -206,7 +206,7 @@ pub struct RestorePolicy {
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("!has(self.source.identity) || has(self.repository)").message("repository is required when source.identity is used").reason(Reason::FieldValueRequired).field_path(".repository"),
-    validation = Rule::new("!has(self.policy) || !has(self.policy.waitTimeout) || !has(self.failurePolicy) || !has(self.failurePolicy.activeDeadlineSeconds) || duration(self.policy.waitTimeout.matches('^[0-9]+$') ? self.policy.waitTimeout + 's' : self.policy.waitTimeout) < duration(string(self.failurePolicy.activeDeadlineSeconds) + 's')").message("policy.waitTimeout must be shorter than failurePolicy.activeDeadlineSeconds"),
+    validation = Rule::new("!has(self.policy) || !has(self.policy.waitTimeout) || !has(self.failurePolicy) || !has(self.failurePolicy.activeDeadlineSeconds) || duration(self.policy.waitTimeout.matches('^[0-9]+$') ? self.policy.waitTimeout + 's' : self.policy.waitTimeout).getSeconds() < self.failurePolicy.activeDeadlineSeconds").message("policy.waitTimeout must be shorter than failurePolicy.activeDeadlineSeconds"),
 )]
 pub struct RestoreSpec {
     pub source: RestoreSource,

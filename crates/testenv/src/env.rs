@@ -15,7 +15,9 @@ pub struct TestEnv {
     keep: bool,
 }
 
-static SHARED: OnceLock<TestEnv> = OnceLock::new();
+/// The shared environment, or why it could not start (remembered, so a broken setup fails
+/// every test at once instead of being retried by each).
+static SHARED: OnceLock<Result<TestEnv, String>> = OnceLock::new();
 static SHARED_STATE: OnceLock<PathBuf> = OnceLock::new();
 
 extern "C" fn at_exit() {
@@ -65,11 +67,10 @@ impl TestEnv {
                     });
                 })
                 .expect("spawn supervisor");
-            match rx.recv().expect("supervisor thread died") {
-                Ok(env) => env,
-                Err(e) => panic!("starting the shared test environment failed: {e:#}"),
-            }
+            rx.recv().expect("supervisor thread died").map_err(|e| format!("{e:#}"))
         })
+        .as_ref()
+        .unwrap_or_else(|e| panic!("starting the shared test environment failed: {e}"))
     }
 
     /// A private control plane (caller owns it; dropped = shut down).
