@@ -132,9 +132,19 @@ pub fn resolve_env(
     for ef in c.env_from.iter().flatten() {
         let prefix = ef.prefix.clone().unwrap_or_default();
         let (kind, name, optional, data) = if let Some(s) = &ef.secret_ref {
-            ("secret", &s.name, s.optional.unwrap_or(false), src.secrets.get(&s.name))
+            (
+                "secret",
+                &s.name,
+                s.optional.unwrap_or(false),
+                src.secrets.get(&s.name),
+            )
         } else if let Some(m) = &ef.config_map_ref {
-            ("configmap", &m.name, m.optional.unwrap_or(false), src.config_maps.get(&m.name))
+            (
+                "configmap",
+                &m.name,
+                m.optional.unwrap_or(false),
+                src.config_maps.get(&m.name),
+            )
         } else {
             continue;
         };
@@ -170,7 +180,10 @@ pub fn resolve_env(
                     Some(v) => env.set(e.name.clone(), v.clone()),
                     None if optional => {}
                     None => {
-                        return Err(format!("couldn't find key {} in Secret {}/{}", s.key, ns, s.name));
+                        return Err(format!(
+                            "couldn't find key {} in Secret {}/{}",
+                            s.key, ns, s.name
+                        ));
                     }
                 },
                 None if optional => {}
@@ -219,11 +232,21 @@ pub fn field_value(pod: &Pod, path: &str) -> Option<String> {
         Some(key.to_string())
     };
     if let Some(k) = bracket("metadata.labels[") {
-        return Some(md.labels.as_ref().and_then(|l| l.get(&k)).cloned().unwrap_or_default());
+        return Some(
+            md.labels
+                .as_ref()
+                .and_then(|l| l.get(&k))
+                .cloned()
+                .unwrap_or_default(),
+        );
     }
     if let Some(k) = bracket("metadata.annotations[") {
         return Some(
-            md.annotations.as_ref().and_then(|l| l.get(&k)).cloned().unwrap_or_default(),
+            md.annotations
+                .as_ref()
+                .and_then(|l| l.get(&k))
+                .cloned()
+                .unwrap_or_default(),
         );
     }
     Some(match path {
@@ -267,7 +290,10 @@ pub fn resource_value(c: &Container, resource: &str, divisor: Option<&str>) -> O
         .and_then(|m| m.get(name))
         .and_then(|q| parse_quantity(&q.0))
         .unwrap_or(0.0);
-    let div = divisor.and_then(parse_quantity).filter(|d| *d > 0.0).unwrap_or(1.0);
+    let div = divisor
+        .and_then(parse_quantity)
+        .filter(|d| *d > 0.0)
+        .unwrap_or(1.0);
     Some(format!("{}", (value / div).ceil() as i64))
 }
 
@@ -307,14 +333,16 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
         ConfigMapEnvSource, ConfigMapKeySelector, EnvFromSource, EnvVar, EnvVarSource,
-        ObjectFieldSelector, PodSpec, ResourceFieldSelector, ResourceRequirements,
-        SecretEnvSource, SecretKeySelector,
+        ObjectFieldSelector, PodSpec, ResourceFieldSelector, ResourceRequirements, SecretEnvSource,
+        SecretKeySelector,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> =
-            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         move |n| m.get(n).cloned()
     }
 
@@ -340,7 +368,11 @@ mod tests {
         p.metadata.uid = Some("uid-1".into());
         p.metadata.labels = Some([("app".to_string(), "demo".to_string())].into());
         p.metadata.annotations = Some(
-            [("batch.kubernetes.io/job-completion-index".to_string(), "3".to_string())].into(),
+            [(
+                "batch.kubernetes.io/job-completion-index".to_string(),
+                "3".to_string(),
+            )]
+            .into(),
         );
         p.spec = Some(PodSpec {
             containers: vec![c],
@@ -352,22 +384,42 @@ mod tests {
     }
 
     fn var(name: &str, value: &str) -> EnvVar {
-        EnvVar { name: name.into(), value: Some(value.into()), ..Default::default() }
+        EnvVar {
+            name: name.into(),
+            value: Some(value.into()),
+            ..Default::default()
+        }
     }
 
     fn var_from(name: &str, vf: EnvVarSource) -> EnvVar {
-        EnvVar { name: name.into(), value_from: Some(vf), ..Default::default() }
+        EnvVar {
+            name: name.into(),
+            value_from: Some(vf),
+            ..Default::default()
+        }
     }
 
     fn sources() -> EnvSources {
         let mut s = EnvSources::default();
         s.secrets.insert(
             "sec".into(),
-            Some([("password".to_string(), "hunter2".to_string()), ("X".to_string(), "from-secret".to_string())].into()),
+            Some(
+                [
+                    ("password".to_string(), "hunter2".to_string()),
+                    ("X".to_string(), "from-secret".to_string()),
+                ]
+                .into(),
+            ),
         );
         s.config_maps.insert(
             "cm".into(),
-            Some([("mode".to_string(), "fast".to_string()), ("X".to_string(), "from-cm".to_string())].into()),
+            Some(
+                [
+                    ("mode".to_string(), "fast".to_string()),
+                    ("X".to_string(), "from-cm".to_string()),
+                ]
+                .into(),
+            ),
         );
         s.secrets.insert("gone".into(), None);
         s
@@ -379,16 +431,25 @@ mod tests {
             name: "c".into(),
             env_from: Some(vec![
                 EnvFromSource {
-                    config_map_ref: Some(ConfigMapEnvSource { name: "cm".into(), optional: None }),
+                    config_map_ref: Some(ConfigMapEnvSource {
+                        name: "cm".into(),
+                        optional: None,
+                    }),
                     prefix: Some("CM_".into()),
                     ..Default::default()
                 },
                 EnvFromSource {
-                    secret_ref: Some(SecretEnvSource { name: "sec".into(), optional: None }),
+                    secret_ref: Some(SecretEnvSource {
+                        name: "sec".into(),
+                        optional: None,
+                    }),
                     ..Default::default()
                 },
                 EnvFromSource {
-                    secret_ref: Some(SecretEnvSource { name: "gone".into(), optional: Some(true) }),
+                    secret_ref: Some(SecretEnvSource {
+                        name: "gone".into(),
+                        optional: Some(true),
+                    }),
                     ..Default::default()
                 },
             ]),
@@ -433,7 +494,10 @@ mod tests {
                 var_from("NS", field("metadata.namespace")),
                 var_from("UID", field("metadata.uid")),
                 var_from("APP", field("metadata.labels['app']")),
-                var_from("IDX", field("metadata.annotations['batch.kubernetes.io/job-completion-index']")),
+                var_from(
+                    "IDX",
+                    field("metadata.annotations['batch.kubernetes.io/job-completion-index']"),
+                ),
                 var_from("NODE", field("spec.nodeName")),
                 var_from("SA", field("spec.serviceAccountName")),
                 var_from("IP", field("status.podIP")),
@@ -464,7 +528,10 @@ mod tests {
         assert_eq!(m["SA"], "sa1");
         assert_eq!(m["IP"], "127.0.0.1");
         assert_eq!(m["HOSTNAME"], "override");
-        assert!(!env.iter().any(|(k, _)| k.contains("SERVICE_PORT_") || k.ends_with("_TCP")));
+        assert!(
+            !env.iter()
+                .any(|(k, _)| k.contains("SERVICE_PORT_") || k.ends_with("_TCP"))
+        );
     }
 
     #[test]
@@ -473,11 +540,17 @@ mod tests {
             name: "c".into(),
             env_from: Some(vec![
                 EnvFromSource {
-                    secret_ref: Some(SecretEnvSource { name: "sec".into(), optional: None }),
+                    secret_ref: Some(SecretEnvSource {
+                        name: "sec".into(),
+                        optional: None,
+                    }),
                     ..Default::default()
                 },
                 EnvFromSource {
-                    config_map_ref: Some(ConfigMapEnvSource { name: "cm".into(), optional: None }),
+                    config_map_ref: Some(ConfigMapEnvSource {
+                        name: "cm".into(),
+                        optional: None,
+                    }),
                     ..Default::default()
                 },
             ]),
@@ -491,7 +564,10 @@ mod tests {
 
     fn field(path: &str) -> EnvVarSource {
         EnvVarSource {
-            field_ref: Some(ObjectFieldSelector { field_path: path.into(), api_version: None }),
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                api_version: None,
+            }),
             ..Default::default()
         }
     }
@@ -513,20 +589,38 @@ mod tests {
             )]),
             ..Default::default()
         };
-        let err = resolve_env(&pod_with(missing_key.clone()), &missing_key, &sources(), 1, "")
-            .unwrap_err();
-        assert!(err.contains("couldn't find key nokey in Secret ns1/sec"), "{err}");
+        let err = resolve_env(
+            &pod_with(missing_key.clone()),
+            &missing_key,
+            &sources(),
+            1,
+            "",
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("couldn't find key nokey in Secret ns1/sec"),
+            "{err}"
+        );
 
         let missing_secret = Container {
             name: "c".into(),
             env_from: Some(vec![EnvFromSource {
-                secret_ref: Some(SecretEnvSource { name: "gone".into(), optional: None }),
+                secret_ref: Some(SecretEnvSource {
+                    name: "gone".into(),
+                    optional: None,
+                }),
                 ..Default::default()
             }]),
             ..Default::default()
         };
-        let err = resolve_env(&pod_with(missing_secret.clone()), &missing_secret, &sources(), 1, "")
-            .unwrap_err();
+        let err = resolve_env(
+            &pod_with(missing_secret.clone()),
+            &missing_secret,
+            &sources(),
+            1,
+            "",
+        )
+        .unwrap_err();
         assert_eq!(err, "secret \"gone\" not found");
 
         let missing_cm = Container {
@@ -544,8 +638,14 @@ mod tests {
             )]),
             ..Default::default()
         };
-        let err = resolve_env(&pod_with(missing_cm.clone()), &missing_cm, &sources(), 1, "")
-            .unwrap_err();
+        let err = resolve_env(
+            &pod_with(missing_cm.clone()),
+            &missing_cm,
+            &sources(),
+            1,
+            "",
+        )
+        .unwrap_err();
         assert_eq!(err, "configmap \"absent\" not found");
     }
 
@@ -566,8 +666,14 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(resource_value(&c, "limits.cpu", None).unwrap(), "2");
-        assert_eq!(resource_value(&c, "limits.cpu", Some("1m")).unwrap(), "1500");
-        assert_eq!(resource_value(&c, "limits.memory", Some("1Mi")).unwrap(), "128");
+        assert_eq!(
+            resource_value(&c, "limits.cpu", Some("1m")).unwrap(),
+            "1500"
+        );
+        assert_eq!(
+            resource_value(&c, "limits.memory", Some("1Mi")).unwrap(),
+            "128"
+        );
         assert_eq!(resource_value(&c, "requests.memory", None).unwrap(), "0");
         assert!(resource_value(&c, "bogus", None).is_none());
         let _ = ResourceFieldSelector::default();
@@ -578,13 +684,20 @@ mod tests {
         let c = Container {
             name: "c".into(),
             env_from: Some(vec![EnvFromSource {
-                secret_ref: Some(SecretEnvSource { name: "b".into(), optional: None }),
+                secret_ref: Some(SecretEnvSource {
+                    name: "b".into(),
+                    optional: None,
+                }),
                 ..Default::default()
             }]),
             env: Some(vec![var_from(
                 "x",
                 EnvVarSource {
-                    secret_key_ref: Some(SecretKeySelector { name: "a".into(), key: "k".into(), optional: None }),
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: "a".into(),
+                        key: "k".into(),
+                        optional: None,
+                    }),
                     ..Default::default()
                 },
             )]),

@@ -49,7 +49,11 @@ impl ImageMap {
 
 /// Combines the image defaults with the container's `command`/`args` the way a container
 /// runtime does: `command` replaces ENTRYPOINT and drops CMD; `args` replaces CMD.
-pub fn effective_argv(entry: &ImageEntry, command: &[String], args: Option<&[String]>) -> Vec<String> {
+pub fn effective_argv(
+    entry: &ImageEntry,
+    command: &[String],
+    args: Option<&[String]>,
+) -> Vec<String> {
     let mut argv: Vec<String> = if command.is_empty() {
         entry.command.clone()
     } else {
@@ -103,17 +107,23 @@ mod tests {
     fn first_match_wins() {
         let m = map();
         assert_eq!(
-            m.lookup("ghcr.io/home-operations/kopiur-mover:v1.2").unwrap().command,
+            m.lookup("ghcr.io/home-operations/kopiur-mover:v1.2")
+                .unwrap()
+                .command,
             vec!["/abs/kopiur-mover"]
         );
-        assert_eq!(m.lookup("docker.io/library/busybox:1.36").unwrap().command, vec!["/bin/sh"]);
+        assert_eq!(
+            m.lookup("docker.io/library/busybox:1.36").unwrap().command,
+            vec!["/bin/sh"]
+        );
         assert_eq!(m.lookup("busybox").unwrap().command, vec!["/bin/sh"]);
         assert_eq!(m.lookup("nginx").unwrap().command, vec!["/bin/false"]);
     }
 
     #[test]
     fn unmapped_is_none() {
-        let m = ImageMap::parse(r#"{"images":[{"pattern":"*busybox*","command":["/bin/sh"]}]}"#).unwrap();
+        let m = ImageMap::parse(r#"{"images":[{"pattern":"*busybox*","command":["/bin/sh"]}]}"#)
+            .unwrap();
         assert!(m.lookup("quay.io/foo/bar:1").is_none());
     }
 
@@ -124,7 +134,11 @@ mod tests {
 
     #[test]
     fn argv_combination() {
-        let e = ImageEntry { pattern: "*".into(), command: vec!["ep".into()], args: vec!["cmd".into()] };
+        let e = ImageEntry {
+            pattern: "*".into(),
+            command: vec!["ep".into()],
+            args: vec!["cmd".into()],
+        };
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         // Neither: ENTRYPOINT + CMD.
         assert_eq!(effective_argv(&e, &[], None), s(&["ep", "cmd"]));
@@ -133,7 +147,10 @@ mod tests {
         // Only command: CMD dropped.
         assert_eq!(effective_argv(&e, &s(&["c"]), None), s(&["c"]));
         // Both.
-        assert_eq!(effective_argv(&e, &s(&["c"]), Some(&s(&["a", "b"]))), s(&["c", "a", "b"]));
+        assert_eq!(
+            effective_argv(&e, &s(&["c"]), Some(&s(&["a", "b"]))),
+            s(&["c", "a", "b"])
+        );
     }
 
     #[test]

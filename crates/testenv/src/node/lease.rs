@@ -32,7 +32,11 @@ fn memory_bytes() -> u64 {
         .and_then(|s| {
             s.lines()
                 .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()))
+                .and_then(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|kb| kb.parse::<u64>().ok())
+                })
         })
         .map(|kb| kb * 1024)
         .unwrap_or(8 << 30)
@@ -40,12 +44,14 @@ fn memory_bytes() -> u64 {
 
 fn disk_bytes(path: &std::path::Path) -> u64 {
     nix::sys::statvfs::statvfs(path)
-        .map(|s| s.blocks() as u64 * s.fragment_size() as u64)
+        .map(|s| s.blocks() * s.fragment_size())
         .unwrap_or(100 << 30)
 }
 
 fn read_trim(p: &str) -> String {
-    std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default()
+    std::fs::read_to_string(p)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 pub fn node_object() -> Value {
@@ -66,7 +72,9 @@ pub fn node_object() -> Value {
 }
 
 pub fn node_status(state_dir: &std::path::Path, kubelet_version: &str, ready: bool) -> Value {
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
     let resources = json!({
         "cpu": cpus.to_string(),
         "memory": format!("{}Ki", memory_bytes() / 1024),
@@ -118,19 +126,29 @@ pub fn node_status(state_dir: &std::path::Path, kubelet_version: &str, ready: bo
 }
 
 /// Creates (or adopts) the Node and reports it Ready.
-pub async fn register(client: &Client, state_dir: &std::path::Path, kubelet_version: &str) -> anyhow::Result<()> {
+pub async fn register(
+    client: &Client,
+    state_dir: &std::path::Path,
+    kubelet_version: &str,
+) -> anyhow::Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let node: Node = serde_json::from_value(node_object())?;
     match nodes.create(&PostParams::default(), &node).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {
             let labels = json!({"metadata": {"labels": node_object()["metadata"]["labels"]}});
-            nodes.patch(NODE_NAME, &PatchParams::default(), &Patch::Merge(&labels)).await?;
+            nodes
+                .patch(NODE_NAME, &PatchParams::default(), &Patch::Merge(&labels))
+                .await?;
         }
         Err(e) => return Err(e.into()),
     }
     nodes
-        .patch_status(NODE_NAME, &PatchParams::default(), &Patch::Strategic(&node_status(state_dir, kubelet_version, true)))
+        .patch_status(
+            NODE_NAME,
+            &PatchParams::default(),
+            &Patch::Strategic(&node_status(state_dir, kubelet_version, true)),
+        )
         .await?;
     renew_lease(client).await?;
     Ok(())
@@ -143,7 +161,10 @@ fn micro_now() -> String {
 async fn renew_lease(client: &Client) -> anyhow::Result<()> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NS);
     let patch = json!({"spec": {"holderIdentity": NODE_NAME, "leaseDurationSeconds": 40, "renewTime": micro_now()}});
-    match leases.patch(NODE_NAME, &PatchParams::default(), &Patch::Merge(&patch)).await {
+    match leases
+        .patch(NODE_NAME, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => {
             let lease: Lease = serde_json::from_value(json!({
@@ -163,7 +184,12 @@ async fn renew_lease(client: &Client) -> anyhow::Result<()> {
 }
 
 /// Renews the Lease every 10 s and the Ready heartbeat every 40 s until shutdown.
-pub async fn heartbeat(client: Client, state_dir: std::path::PathBuf, kubelet_version: String, mut shutdown: watch::Receiver<bool>) {
+pub async fn heartbeat(
+    client: Client,
+    state_dir: std::path::PathBuf,
+    kubelet_version: String,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut lease_tick = tokio::time::interval(LEASE_RENEW);
     let mut hb_tick = tokio::time::interval(HEARTBEAT);
     lease_tick.tick().await;
@@ -200,7 +226,12 @@ mod tests {
         let st = &s["status"];
         assert_eq!(st["capacity"]["pods"], "110");
         assert_eq!(st["nodeInfo"]["kubeletVersion"], "v1.34.4");
-        let ready = st["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
+        let ready = st["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap();
         assert_eq!(ready["status"], "True");
         assert_eq!(ready["reason"], "KubeletReady");
         assert_eq!(st["addresses"][0]["address"], "127.0.0.1");

@@ -30,11 +30,21 @@ use kube::Client;
 use kube::config::Kubeconfig;
 use tokio::sync::watch;
 
-pub use config::{Config, DEFAULT_KUBELET_VERSION, DEFAULT_MAX_GRACE, MAX_GRACE_ENV, NODE_NAME, STORAGE_CLASS, parse_grace};
+pub use config::{
+    Config, DEFAULT_KUBELET_VERSION, DEFAULT_MAX_GRACE, MAX_GRACE_ENV, NODE_NAME, STORAGE_CLASS,
+    parse_grace,
+};
 pub use provisioner::pv_dir;
 
 /// `<state>/pods/<ns>_<name>_<uid>/<container>/<restart>.log` (NA-12).
-pub fn pod_log_path(state_dir: &Path, ns: &str, name: &str, uid: &str, container: &str, restart: u32) -> PathBuf {
+pub fn pod_log_path(
+    state_dir: &Path,
+    ns: &str,
+    name: &str,
+    uid: &str,
+    container: &str,
+    restart: u32,
+) -> PathBuf {
     state_dir
         .join("pods")
         .join(format!("{ns}_{name}_{uid}"))
@@ -43,7 +53,14 @@ pub fn pod_log_path(state_dir: &Path, ns: &str, name: &str, uid: &str, container
 }
 
 /// Reads one container log (stdout and stderr interleaved).
-pub fn read_pod_log(state_dir: &Path, ns: &str, name: &str, uid: &str, container: &str, restart: u32) -> std::io::Result<String> {
+pub fn read_pod_log(
+    state_dir: &Path,
+    ns: &str,
+    name: &str,
+    uid: &str,
+    container: &str,
+    restart: u32,
+) -> std::io::Result<String> {
     let bytes = std::fs::read(pod_log_path(state_dir, ns, name, uid, container, restart))?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
@@ -65,10 +82,24 @@ pub struct Ctx {
 
 fn ca_from_kubeconfig(kc: &Kubeconfig, base: &Path) -> Option<String> {
     let ctx_name = kc.current_context.clone()?;
-    let cluster_name = kc.contexts.iter().find(|c| c.name == ctx_name)?.context.as_ref()?.cluster.clone();
-    let cluster = kc.clusters.iter().find(|c| c.name == cluster_name)?.cluster.as_ref()?;
+    let cluster_name = kc
+        .contexts
+        .iter()
+        .find(|c| c.name == ctx_name)?
+        .context
+        .as_ref()?
+        .cluster
+        .clone();
+    let cluster = kc
+        .clusters
+        .iter()
+        .find(|c| c.name == cluster_name)?
+        .cluster
+        .as_ref()?;
     if let Some(data) = &cluster.certificate_authority_data {
-        let bytes = base64::engine::general_purpose::STANDARD.decode(data.trim()).ok()?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .ok()?;
         return String::from_utf8(bytes).ok();
     }
     let file = cluster.certificate_authority.as_ref()?;
@@ -92,7 +123,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
 /// Runs the agent until `stop` completes, then stops every pod process (SIGTERM, then
 /// SIGKILL) and removes the mount targets it created.
 pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let kc = Kubeconfig::read_from(&cfg.kubeconfig).with_context(|| format!("reading {}", cfg.kubeconfig.display()))?;
+    let kc = Kubeconfig::read_from(&cfg.kubeconfig)
+        .with_context(|| format!("reading {}", cfg.kubeconfig.display()))?;
     let ca_pem = ca_from_kubeconfig(&kc, cfg.kubeconfig.parent().unwrap_or(Path::new(".")));
     let kcfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
     let client = Client::try_from(kcfg)?;
@@ -143,14 +175,19 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> anyhow::R
         shutdown_rx.clone(),
     ));
     tasks.spawn(scheduler::run(client.clone(), shutdown_rx.clone()));
-    tasks.spawn(provisioner::run(client.clone(), ctx.cfg.state_dir.clone(), shutdown_rx.clone()));
+    tasks.spawn(provisioner::run(
+        client.clone(),
+        ctx.cfg.state_dir.clone(),
+        shutdown_rx.clone(),
+    ));
     tasks.spawn(kubelet::run(ctx.clone()));
 
     stop.await;
     tracing::info!("shutting down");
     let _ = shutdown_tx.send(true);
     let budget = ctx.cfg.max_grace + Duration::from_secs(10);
-    let _ = tokio::time::timeout(budget, async { while tasks.join_next().await.is_some() {} }).await;
+    let _ =
+        tokio::time::timeout(budget, async { while tasks.join_next().await.is_some() {} }).await;
     tasks.abort_all();
     for pgid in ctx.live.lock().unwrap().drain() {
         runner::signal_group(pgid, libc::SIGKILL);
@@ -158,6 +195,11 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> anyhow::R
     ctx.created.cleanup();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Completes once the shutdown flag is set (or its sender is gone).
+pub(crate) async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
 }
 
 #[cfg(test)]
@@ -172,12 +214,10 @@ mod tests {
         let p = pod_log_path(tmp.path(), "ns", "p", "u", "c", 0);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(&p, b"hello\n").unwrap();
-        assert_eq!(read_pod_log(tmp.path(), "ns", "p", "u", "c", 0).unwrap(), "hello\n");
+        assert_eq!(
+            read_pod_log(tmp.path(), "ns", "p", "u", "c", 0).unwrap(),
+            "hello\n"
+        );
         assert!(read_pod_log(tmp.path(), "ns", "p", "u", "c", 1).is_err());
     }
-}
-
-/// Completes once the shutdown flag is set (or its sender is gone).
-pub(crate) async fn stopped(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|s| *s).await;
 }

@@ -28,16 +28,19 @@ fn node_labels() -> BTreeMap<String, String> {
 pub fn fits(pod: &Pod) -> bool {
     let labels = node_labels();
     let Some(spec) = &pod.spec else { return true };
-    if let Some(sel) = &spec.node_selector {
-        if sel.iter().any(|(k, v)| labels.get(k) != Some(v)) {
-            return false;
-        }
+    if let Some(sel) = &spec.node_selector
+        && sel.iter().any(|(k, v)| labels.get(k) != Some(v))
+    {
+        return false;
     }
     let terms = spec
         .affinity
         .as_ref()
         .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
         .map(|r| r.node_selector_terms.clone());
     let Some(terms) = terms else { return true };
     if terms.is_empty() {
@@ -76,7 +79,9 @@ async fn bind(client: &Client, pod: &Pod) -> Result<(), kube::Error> {
         },
     };
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let _: serde_json::Value = api.create_subresource("binding", &name, &PostParams::default(), &binding).await?;
+    let _: serde_json::Value = api
+        .create_subresource("binding", &name, &PostParams::default(), &binding)
+        .await?;
     Ok(())
 }
 
@@ -89,7 +94,10 @@ async fn mark_unschedulable(client: &Client, pod: &Pod) {
         "lastTransitionTime": super::status::now(), "lastProbeTime": null,
     }]}});
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
+    if let Err(e) = api
+        .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+    {
         tracing::debug!(%ns, %name, "marking unschedulable: {e}");
     }
 }
@@ -115,8 +123,12 @@ pub async fn run(client: Client, mut shutdown: watch::Receiver<bool>) {
         };
         let spec = pod.spec.as_ref();
         if pod.metadata.deletion_timestamp.is_some()
-            || spec.and_then(|s| s.node_name.as_ref()).is_some_and(|n| !n.is_empty())
-            || spec.and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty())
+            || spec
+                .and_then(|s| s.node_name.as_ref())
+                .is_some_and(|n| !n.is_empty())
+            || spec
+                .and_then(|s| s.scheduling_gates.as_ref())
+                .is_some_and(|g| !g.is_empty())
         {
             continue;
         }
@@ -147,16 +159,24 @@ pub async fn run(client: Client, mut shutdown: watch::Receiver<bool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodSpec};
+    use k8s_openapi::api::core::v1::{
+        Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodSpec,
+    };
 
     fn pod(spec: PodSpec) -> Pod {
-        Pod { spec: Some(spec), ..Default::default() }
+        Pod {
+            spec: Some(spec),
+            ..Default::default()
+        }
     }
 
     #[test]
     fn selector_and_affinity() {
         assert!(fits(&pod(PodSpec::default())));
-        let sel = |k: &str, v: &str| PodSpec { node_selector: Some([(k.to_string(), v.to_string())].into()), ..Default::default() };
+        let sel = |k: &str, v: &str| PodSpec {
+            node_selector: Some([(k.to_string(), v.to_string())].into()),
+            ..Default::default()
+        };
         assert!(fits(&pod(sel("kubernetes.io/hostname", "local"))));
         assert!(!fits(&pod(sel("kubernetes.io/hostname", "other"))));
         assert!(!fits(&pod(sel("disktype", "ssd"))));

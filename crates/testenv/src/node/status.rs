@@ -58,9 +58,7 @@ impl Terminated {
             exit_code: 137,
             signal: None,
             reason: "ContainerStatusUnknown".into(),
-            message: Some(
-                "The container could not be located when the pod was terminated".into(),
-            ),
+            message: Some("The container could not be located when the pod was terminated".into()),
             started_at,
             finished_at: now(),
             container_id,
@@ -80,7 +78,11 @@ impl Terminated {
             t["message"] = json!(m);
         }
         // startedAt is required by consumers that compute durations; fall back to finishedAt.
-        t["startedAt"] = json!(self.started_at.clone().unwrap_or_else(|| self.finished_at.clone()));
+        t["startedAt"] = json!(
+            self.started_at
+                .clone()
+                .unwrap_or_else(|| self.finished_at.clone())
+        );
         if let Some(id) = &self.container_id {
             t["containerID"] = json!(id);
         }
@@ -90,14 +92,22 @@ impl Terminated {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum CState {
-    Waiting { reason: String, message: Option<String> },
-    Running { started_at: String },
+    Waiting {
+        reason: String,
+        message: Option<String>,
+    },
+    Running {
+        started_at: String,
+    },
     Terminated(Terminated),
 }
 
 impl CState {
     pub fn waiting(reason: &str, message: impl Into<Option<String>>) -> Self {
-        CState::Waiting { reason: reason.into(), message: message.into() }
+        CState::Waiting {
+            reason: reason.into(),
+            message: message.into(),
+        }
     }
 
     pub fn to_json(&self) -> Value {
@@ -229,7 +239,11 @@ pub fn start_fields(start_time: &str) -> Value {
 
 /// Terminal phase from the final exit codes under `restartPolicy: Never`.
 pub fn terminal_phase(exit_codes: impl IntoIterator<Item = i32>) -> &'static str {
-    if exit_codes.into_iter().all(|c| c == 0) { "Succeeded" } else { "Failed" }
+    if exit_codes.into_iter().all(|c| c == 0) {
+        "Succeeded"
+    } else {
+        "Failed"
+    }
 }
 
 /// NA-15: the message from the termination-log file, capped; under
@@ -291,7 +305,13 @@ mod tests {
 
     #[test]
     fn state_replaces_other_variants() {
-        let t = Terminated::exited(3, None, Some("boom".into()), Some("2025-01-01T00:00:00Z".into()), Some("proc://7".into()));
+        let t = Terminated::exited(
+            3,
+            None,
+            Some("boom".into()),
+            Some("2025-01-01T00:00:00Z".into()),
+            Some("proc://7".into()),
+        );
         let v = CState::Terminated(t.clone()).to_json();
         assert_eq!(v["running"], Value::Null);
         assert!(v.as_object().unwrap().contains_key("running"));
@@ -300,7 +320,12 @@ mod tests {
         assert_eq!(v["terminated"]["reason"], "Error");
         assert_eq!(v["terminated"]["message"], "boom");
         assert_eq!(v["terminated"]["containerID"], "proc://7");
-        assert!(v["terminated"]["finishedAt"].as_str().unwrap().ends_with('Z'));
+        assert!(
+            v["terminated"]["finishedAt"]
+                .as_str()
+                .unwrap()
+                .ends_with('Z')
+        );
         assert_eq!(v["terminated"]["startedAt"], "2025-01-01T00:00:00Z");
         let ok = Terminated::exited(0, None, Some(String::new()), None, None);
         assert_eq!(ok.reason, "Completed");
@@ -311,7 +336,13 @@ mod tests {
 
     #[test]
     fn container_status_shape() {
-        let mut s = CStatus::new("main", "busybox", CState::Running { started_at: "t0".into() });
+        let mut s = CStatus::new(
+            "main",
+            "busybox",
+            CState::Running {
+                started_at: "t0".into(),
+            },
+        );
         s.container_id = Some("proc://42".into());
         s.restart_count = 2;
         s.last_state = Some(Terminated::exited(1, None, None, Some("t".into()), None));
@@ -324,7 +355,14 @@ mod tests {
         assert_eq!(v["containerID"], "proc://42");
         assert_eq!(v["state"]["running"]["startedAt"], "t0");
         assert_eq!(v["lastState"]["terminated"]["exitCode"], 1);
-        let w = CStatus::new("c", "img", CState::waiting("ErrImagePull", Some("image \"img\" is not mapped".to_string())));
+        let w = CStatus::new(
+            "c",
+            "img",
+            CState::waiting(
+                "ErrImagePull",
+                Some("image \"img\" is not mapped".to_string()),
+            ),
+        );
         let v = w.to_json();
         assert_eq!(v["ready"], false);
         assert_eq!(v["state"]["waiting"]["reason"], "ErrImagePull");
@@ -333,7 +371,13 @@ mod tests {
 
     #[test]
     fn patch_shape() {
-        let statuses = vec![CStatus::new("a", "i", CState::Running { started_at: "t".into() })];
+        let statuses = vec![CStatus::new(
+            "a",
+            "i",
+            CState::Running {
+                started_at: "t".into(),
+            },
+        )];
         let p = status_patch(
             Some("Running"),
             Some(start_fields("t")),
@@ -367,9 +411,18 @@ mod tests {
         assert_eq!(termination_message(b"msg", None, 1, log), "msg");
         assert_eq!(termination_message(b"", None, 1, log), "");
         assert_eq!(termination_message(b"", Some("File"), 1, log), "");
-        assert_eq!(termination_message(b"", Some("FallbackToLogsOnError"), 0, log), "");
-        assert_eq!(termination_message(b"", Some("FallbackToLogsOnError"), 2, log), "line1\nline2\n");
-        assert_eq!(termination_message(b"file wins", Some("FallbackToLogsOnError"), 2, log), "file wins");
+        assert_eq!(
+            termination_message(b"", Some("FallbackToLogsOnError"), 0, log),
+            ""
+        );
+        assert_eq!(
+            termination_message(b"", Some("FallbackToLogsOnError"), 2, log),
+            "line1\nline2\n"
+        );
+        assert_eq!(
+            termination_message(b"file wins", Some("FallbackToLogsOnError"), 2, log),
+            "file wins"
+        );
         let big = "é".repeat(5000);
         let m = termination_message(big.as_bytes(), None, 0, log);
         assert!(m.len() <= MAX_TERMINATION_MESSAGE && m.len() > MAX_TERMINATION_MESSAGE - 4);
