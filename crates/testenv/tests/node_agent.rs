@@ -500,14 +500,14 @@ async fn na9_volumes_init_and_identity() -> Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let script = r#"set -e
 out="uid=$(id -u)"
-out="$out init=$(cat /work/from-init)"
+out="$out init=$(cat /workdir/from-init)"
 out="$out pw=$(cat /etc/creds/pw)"
 [ ! -e /etc/creds/other ]
 out="$out mode=$(stat -c %a /etc/creds/pw)"
 out="$out conf=$(cat /etc/conf/conf)"
 out="$out name=$(cat /etc/info/name)"
-touch /work/mine
-out="$out gid=$(stat -c %g /work/mine)"
+touch /workdir/mine
+out="$out gid=$(stat -c %g /workdir/mine)"
 out="$out ns=$(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace)"
 [ -s /var/run/secrets/kubernetes.io/serviceaccount/token ]
 printf '%s' "$out" > /dev/termination-log"#;
@@ -520,11 +520,11 @@ printf '%s' "$out" > /dev/termination-log"#;
             {"name": "conf", "configMap": {"name": "c"}},
             {"name": "info", "downwardAPI": {"items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}},
         ],
-        "initContainers": [{"name": "init", "image": "busybox", "command": sh("echo from-init > /work/from-init"),
-                            "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
+        "initContainers": [{"name": "init", "image": "busybox", "command": sh("echo from-init > /workdir/from-init"),
+                            "volumeMounts": [{"name": "work", "mountPath": "/workdir"}]}],
         "containers": [{"name": "main", "image": "busybox", "command": sh(script),
             "volumeMounts": [
-                {"name": "work", "mountPath": "/work"},
+                {"name": "work", "mountPath": "/workdir"},
                 {"name": "creds", "mountPath": "/etc/creds", "readOnly": true},
                 {"name": "conf", "mountPath": "/etc/conf"},
                 {"name": "info", "mountPath": "/etc/info"},

@@ -185,16 +185,47 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> anyhow::R
     stop.await;
     tracing::info!("shutting down");
     let _ = shutdown_tx.send(true);
-    let budget = ctx.cfg.max_grace + Duration::from_secs(10);
-    let _ =
-        tokio::time::timeout(budget, async { while tasks.join_next().await.is_some() {} }).await;
+    // Pod processes first, directly: workers may be stuck on an apiserver that is going
+    // away at the same time, and the supervisor may not wait long.
+    let grace = ctx.cfg.max_grace.min(SHUTDOWN_GRACE);
+    stop_groups(&ctx, grace).await;
+    ctx.created.cleanup();
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
     tasks.abort_all();
-    for pgid in ctx.live.lock().unwrap().drain() {
-        runner::signal_group(pgid, libc::SIGKILL);
-    }
+    // Anything a worker started meanwhile.
+    stop_groups(&ctx, Duration::ZERO).await;
     ctx.created.cleanup();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Upper bound on the SIGTERM grace at agent shutdown (not pod deletion).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// SIGTERM to every live process group, SIGKILL to those left after `grace`.
+async fn stop_groups(ctx: &Ctx, grace: Duration) {
+    let pgids: Vec<i32> = ctx.live.lock().unwrap().iter().copied().collect();
+    if pgids.is_empty() {
+        return;
+    }
+    let alive = |p: i32| unsafe { libc::kill(-p, 0) } == 0;
+    for &p in &pgids {
+        runner::signal_group(p, libc::SIGTERM);
+    }
+    let deadline = tokio::time::Instant::now() + grace;
+    while tokio::time::Instant::now() < deadline && pgids.iter().any(|&p| alive(p)) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for &p in &pgids {
+        runner::signal_group(p, libc::SIGKILL);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while tokio::time::Instant::now() < deadline && pgids.iter().any(|&p| alive(p)) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Completes once the shutdown flag is set (or its sender is gone).
