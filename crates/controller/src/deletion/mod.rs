@@ -30,6 +30,8 @@
 //! Per deleting Snapshot (its own reconcile; `owner` from a live GET via
 //! `cascade::schedule_state`):
 //! ```text
+//! // First: a Complete batch Job listing this uid is the evidence that releases it.
+//! if let MemberBatch::Completed { .. } = batch::member_batch(uid, &jobs) { /* remove finalizer */ }
 //! let facts = SnapshotDeletionFacts { .., breaker: state.member(deletion_timestamp), .. };
 //! let plan = plan::plan_snapshot_deletion(&facts, now);
 //! // plan.action: Orphan/Release -> remove finalizer; Wait -> delete backup Job, requeue 5 s;
