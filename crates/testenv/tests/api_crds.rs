@@ -171,6 +171,8 @@ async fn schema_defaults_are_materialized() -> Result<()> {
         let mut missing = Vec::new();
         contained(&expected, &stored, "", &mut missing);
         assert!(missing.is_empty(), "{}: defaults not materialized: {missing:#?}\nstored: {stored:#}", f.display());
+        // Fixtures may share a name; nothing holds a finalizer here, so this is immediate.
+        api.delete(created.metadata.name.as_deref().unwrap_or_default(), &Default::default()).await?;
         checked += 1;
     }
     assert!(checked >= 5, "default fixtures checked: {checked}");
@@ -184,10 +186,13 @@ async fn invalid_manifests_are_rejected_naming_the_field() -> Result<()> {
     let env = TestEnv::shared();
     let _g = env.log_guard();
     let client = env.client().await?;
-    let ns = env.namespace("invalid").await?;
     let mut failures = Vec::new();
     let files = yaml_files(&repo_root().join("crates/api/tests/invalid"));
     for f in &files {
+        // A namespace per fixture, so fixtures may reuse names; cluster-scoped setup objects
+        // are deleted at the end of their fixture.
+        let ns = env.namespace("invalid").await?;
+        let mut cleanup: Vec<(Api<DynamicObject>, String)> = Vec::new();
         let text = std::fs::read_to_string(f)?;
         let Some(expect) = text.lines().find_map(|l| l.trim().strip_prefix("# expect:")).map(|s| s.trim().to_string()) else {
             bail!("{} lacks a `# expect:` line", f.display());
@@ -201,6 +206,7 @@ async fn invalid_manifests_are_rejected_naming_the_field() -> Result<()> {
             d["metadata"].as_object_mut().context("metadata")?.remove("namespace");
             let obj: DynamicObject = serde_json::from_value(d)?;
             api.create(&PostParams::default(), &obj).await.with_context(|| format!("setup object of {}", f.display()))?;
+            cleanup.push((api, obj.metadata.name.clone().unwrap_or_default()));
         }
         let api = api_for(&client, &last, &ns).await?;
         let mut last = last;
@@ -219,6 +225,10 @@ async fn invalid_manifests_are_rejected_naming_the_field() -> Result<()> {
             Ok(_) => failures.push(format!("{}: ACCEPTED (expected rejection containing {expect:?})", f.display())),
             Err(kube::Error::Api(s)) if s.message.contains(&expect) => {}
             Err(e) => failures.push(format!("{}: rejected, but message lacks {expect:?}: {e}", f.display())),
+        }
+        let _ = api.delete(&name, &Default::default()).await;
+        for (api, name) in cleanup {
+            let _ = api.delete(&name, &Default::default()).await;
         }
     }
     assert!(failures.is_empty(), "{} of {} invalid fixtures misbehaved:\n{}", failures.len(), files.len(), failures.join("\n"));
