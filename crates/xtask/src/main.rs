@@ -98,6 +98,12 @@ fn bench() -> Result<()> {
 fn generate(check: bool) -> Result<()> {
     let root = repo_root();
     r#gen::run(&root, check)?;
+    generate_rbac(check)?;
+    sync_chart_copies(check)
+}
+
+fn generate_rbac(check: bool) -> Result<()> {
+    let root = repo_root();
     let path = root.join("deploy/rbac/kopiur-rbac.yaml");
     let want = rbac::render();
     let have = std::fs::read_to_string(&path).unwrap_or_default();
@@ -110,6 +116,35 @@ fn generate(check: bool) -> Result<()> {
     std::fs::create_dir_all(path.parent().unwrap())?;
     std::fs::write(&path, want)?;
     eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+/// The Helm chart carries copies of the generated CRDs and RBAC (Helm can only read files
+/// inside the chart directory).
+fn sync_chart_copies(check: bool) -> Result<()> {
+    let root = repo_root();
+    let chart = root.join("deploy/helm/kopiur");
+    let mut drift = Vec::new();
+    for (src_dir, dst_dir) in [("deploy/crds", "crds"), ("deploy/rbac", "rbac")] {
+        for e in std::fs::read_dir(root.join(src_dir))?.flatten() {
+            let src = e.path();
+            let dst = chart.join(dst_dir).join(e.file_name());
+            let want = std::fs::read(&src)?;
+            if std::fs::read(&dst).ok().as_ref() == Some(&want) {
+                continue;
+            }
+            if check {
+                drift.push(dst.display().to_string());
+            } else {
+                std::fs::create_dir_all(dst.parent().unwrap())?;
+                std::fs::write(&dst, want)?;
+                eprintln!("wrote {}", dst.display());
+            }
+        }
+    }
+    if !drift.is_empty() {
+        bail!("chart copies out of date (run `cargo xtask gen`): {}", drift.join(", "));
+    }
     Ok(())
 }
 
