@@ -163,7 +163,11 @@ fn plan_facts(m: &M, state: &BreakerState, on_namespace_delete: OnNamespaceDelet
         },
         on_schedule_delete: m.on_schedule_delete,
         breaker: state.member(t(m.ts)),
-        previous: m.decision.clone().map(|decision| DeletionRecord { decision, decided_at: Some(t(m.ts)), held_since: None }),
+        previous: m.decision.clone().map(|decision| DeletionRecord {
+            decision,
+            decided_at: Some(t(m.ts)),
+            held_since: None,
+        }),
     }
 }
 

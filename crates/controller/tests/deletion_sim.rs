@@ -274,7 +274,8 @@ impl World {
     }
 
     fn member_pass(&mut self) {
-        let uids: Vec<String> = self.snaps.values().filter(|s| s.deletion.is_some() && s.finalizer).map(|s| s.uid.clone()).collect();
+        let uids: Vec<String> =
+            self.snaps.values().filter(|s| s.deletion.is_some() && s.finalizer).map(|s| s.uid.clone()).collect();
         for uid in uids {
             let s = self.snaps[&uid].clone();
             // Evidence from a Complete batch releases the finalizer before any re-plan.
@@ -284,7 +285,9 @@ impl World {
                 continue;
             }
             let repo = s.repo.as_ref().and_then(|r| self.repos.get(r));
-            let breaker = repo.and_then(|r| r.state.as_ref()).map_or_else(MemberBreaker::quiet, |st| st.member(s.deletion.unwrap()));
+            let breaker = repo
+                .and_then(|r| r.state.as_ref())
+                .map_or_else(MemberBreaker::quiet, |st| st.member(s.deletion.unwrap()));
             let facts = SnapshotDeletionFacts {
                 deletion_timestamp: s.deletion.unwrap(),
                 skip: s.skip,
@@ -314,7 +317,7 @@ impl World {
             }
         }
         // The apiserver removes an object once its finalizers are gone.
-        self.snaps.retain(|_, s| !(s.deletion.is_some() && !s.finalizer));
+        self.snaps.retain(|_, s| s.deletion.is_none() || s.finalizer);
     }
 
     fn batch_jobs(&self) -> Vec<BatchJob> {
@@ -594,7 +597,9 @@ fn namespace_teardown_of_200_is_held_until_acked_then_one_batch() {
     }
 
     let cmd = w.ack_from_condition(&r);
-    assert!(cmd.starts_with("kubectl annotate repository/r -n backup kopiur.home-operations.com/allow-mass-deletion=\""));
+    assert!(
+        cmd.starts_with("kubectl annotate repository/r -n backup kopiur.home-operations.com/allow-mass-deletion=\"")
+    );
     w.run(120);
     w.report("teardown-acked");
     assert_eq!(w.counts.jobs_created, 1, "ceil(200/200) batches");
@@ -896,11 +901,8 @@ fn cold_schedule_store_fires_nothing_schedule_owned() {
     // Stamp the persisted decision as if decided with the schedule alive moments ago.
     for u in &kids {
         w.delete(u);
-        w.snaps.get_mut(u).unwrap().record = Some(DeletionRecord {
-            decision: DeletionDecision::Delete,
-            decided_at: Some(w.now),
-            held_since: None,
-        });
+        w.snaps.get_mut(u).unwrap().record =
+            Some(DeletionRecord { decision: DeletionDecision::Delete, decided_at: Some(w.now), held_since: None });
     }
     w.delete_schedule("s");
     w.store_cold_until = Some(w.now + Duration::seconds(30));

@@ -237,11 +237,17 @@ pub fn next_batches(queues: &[RepoQueue], jobs: &[BatchJob], tuning: &BatchTunin
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MemberBatch {
     NotListed,
-    Running { job: String },
+    Running {
+        job: String,
+    },
     /// A Complete Job lists it: remove the finalizer, count `deletions_total{deleted}`.
-    Completed { job: String },
+    Completed {
+        job: String,
+    },
     /// A Failed Job lists it: keep the finalizer; it re-batches after the Job is reaped.
-    Failed { job: String },
+    Failed {
+        job: String,
+    },
 }
 
 pub fn member_batch(uid: &str, jobs: &[BatchJob]) -> MemberBatch {
@@ -371,7 +377,12 @@ mod tests {
 
     #[test]
     fn one_job_in_flight_per_repository() {
-        let running = BatchJob { name: "snapdel-x".into(), repo_uid: "r1".into(), members: vec!["z".into()], phase: JobPhase::Running };
+        let running = BatchJob {
+            name: "snapdel-x".into(),
+            repo_uid: "r1".into(),
+            members: vec!["z".into()],
+            phase: JobPhase::Running,
+        };
         let q = [queue("r1", vec![member(1, 0)]), queue("r2", vec![member(2, 0)])];
         let d = next_batches(&q, &[running], &BatchTuning::default(), t(100));
         assert_eq!(d.create.iter().map(|b| b.repo_uid.as_str()).collect::<Vec<_>>(), ["r2"]);
@@ -398,7 +409,8 @@ mod tests {
             members: vec!["u0001".into()],
             phase: JobPhase::Failed { at: t(0) },
         };
-        let d = next_batches(&[queue("r1", vec![member(1, 0), member(2, 0)])], &[failed], &BatchTuning::default(), t(100));
+        let d =
+            next_batches(&[queue("r1", vec![member(1, 0), member(2, 0)])], &[failed], &BatchTuning::default(), t(100));
         assert_eq!(d.create.len(), 1);
         assert_eq!(d.create[0].members.iter().map(|m| m.uid.as_str()).collect::<Vec<_>>(), ["u0002"]);
     }
@@ -415,7 +427,12 @@ mod tests {
     #[test]
     fn reaping_rules() {
         let tuning = BatchTuning::default();
-        let mut job = BatchJob { name: "j".into(), repo_uid: "r".into(), members: vec!["a".into(), "b".into()], phase: JobPhase::Running };
+        let mut job = BatchJob {
+            name: "j".into(),
+            repo_uid: "r".into(),
+            members: vec!["a".into(), "b".into()],
+            phase: JobPhase::Running,
+        };
         assert_eq!(reap(&job, |_| false, &tuning, t(0)), Reap::Keep);
         job.phase = JobPhase::Complete { at: t(0) };
         assert_eq!(reap(&job, |m| m == "b", &tuning, t(1)), Reap::Keep);
@@ -428,8 +445,18 @@ mod tests {
     #[test]
     fn member_learns_from_the_jobs_that_list_it() {
         let jobs = vec![
-            BatchJob { name: "f".into(), repo_uid: "r".into(), members: vec!["a".into()], phase: JobPhase::Failed { at: t(0) } },
-            BatchJob { name: "c".into(), repo_uid: "r".into(), members: vec!["b".into()], phase: JobPhase::Complete { at: t(0) } },
+            BatchJob {
+                name: "f".into(),
+                repo_uid: "r".into(),
+                members: vec!["a".into()],
+                phase: JobPhase::Failed { at: t(0) },
+            },
+            BatchJob {
+                name: "c".into(),
+                repo_uid: "r".into(),
+                members: vec!["b".into()],
+                phase: JobPhase::Complete { at: t(0) },
+            },
             BatchJob { name: "r".into(), repo_uid: "r".into(), members: vec!["c".into()], phase: JobPhase::Running },
         ];
         assert_eq!(member_batch("a", &jobs), MemberBatch::Failed { job: "f".into() });

@@ -167,7 +167,13 @@ pub fn evaluate(facts: &RepoDeletionFacts, now: Time) -> BreakerState {
         state.events.push(PlannedEvent {
             kind: EventType::Warning,
             reason: event::MASS_DELETION_HELD,
-            message: messages::mass_deletion_held_event(&state.repo, state.held_count(), pending_external, threshold, v),
+            message: messages::mass_deletion_held_event(
+                &state.repo,
+                state.held_count(),
+                pending_external,
+                threshold,
+                v,
+            ),
         });
     }
     state

@@ -77,7 +77,10 @@ pub fn guard(ns_terminating: bool, owner: &Owner, on_schedule_delete: OnSchedule
         (Owner::Schedule { state: ScheduleState::Alive, .. }, _) => CascadeGuard::PassThrough,
         (Owner::Schedule { .. }, OnScheduleDelete::Delete) => CascadeGuard::PassThrough,
         (
-            Owner::Schedule { name, state: state @ (ScheduleState::Gone | ScheduleState::Replaced | ScheduleState::Terminating) },
+            Owner::Schedule {
+                name,
+                state: state @ (ScheduleState::Gone | ScheduleState::Replaced | ScheduleState::Terminating),
+            },
             OnScheduleDelete::Retain,
         ) => CascadeGuard::Retain { schedule: name.clone(), state: *state },
     }
@@ -108,10 +111,22 @@ mod tests {
     #[test]
     fn live_get_maps_to_state() {
         assert_eq!(schedule_state("a", &LiveSchedule::NotFound), ScheduleState::Gone);
-        assert_eq!(schedule_state("a", &LiveSchedule::Found { uid: "b".into(), terminating: false }), ScheduleState::Replaced);
-        assert_eq!(schedule_state("a", &LiveSchedule::Found { uid: "b".into(), terminating: true }), ScheduleState::Replaced);
-        assert_eq!(schedule_state("a", &LiveSchedule::Found { uid: "a".into(), terminating: true }), ScheduleState::Terminating);
-        assert_eq!(schedule_state("a", &LiveSchedule::Found { uid: "a".into(), terminating: false }), ScheduleState::Alive);
+        assert_eq!(
+            schedule_state("a", &LiveSchedule::Found { uid: "b".into(), terminating: false }),
+            ScheduleState::Replaced
+        );
+        assert_eq!(
+            schedule_state("a", &LiveSchedule::Found { uid: "b".into(), terminating: true }),
+            ScheduleState::Replaced
+        );
+        assert_eq!(
+            schedule_state("a", &LiveSchedule::Found { uid: "a".into(), terminating: true }),
+            ScheduleState::Terminating
+        );
+        assert_eq!(
+            schedule_state("a", &LiveSchedule::Found { uid: "a".into(), terminating: false }),
+            ScheduleState::Alive
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 
 use super::breaker::BreakerState;
 use super::cascade::ScheduleState;
+use super::namespace::{self, NamespaceAxis};
 use super::pruned_by::PrunedBy;
 use super::types::{Binding, DeletionDecision, DeletionPolicy, Manifest, OnNamespaceDelete, OnScheduleDelete, Time};
 
@@ -134,9 +135,9 @@ pub fn classify(ctx: &FireContext<'_>, c: &FireCandidate) -> Result<String, Excl
     if ctx.breaker.tripped() && external && !ctx.breaker.is_acked(c.deletion_timestamp) {
         return Err(Exclusion::Held);
     }
-    match (c.ns_terminating, ctx.on_namespace_delete) {
-        (true, OnNamespaceDelete::Orphan) => return Err(Exclusion::NamespaceOrphan),
-        (true, OnNamespaceDelete::Delete) | (false, _) => {}
+    match namespace::axis(c.ns_terminating, ctx.on_namespace_delete) {
+        NamespaceAxis::Orphan => return Err(Exclusion::NamespaceOrphan),
+        NamespaceAxis::NotTerminating | NamespaceAxis::Delete => {}
     }
     match (c.schedule, c.ns_terminating, external, c.on_schedule_delete) {
         (ScheduleLink::OwnedStoreCold, _, _, _) => return Err(Exclusion::ScheduleStoreCold),
@@ -229,7 +230,13 @@ mod tests {
     }
 
     fn ctx<'a>(b: &'a BreakerState, in_flight: &'a BTreeSet<String>) -> FireContext<'a> {
-        FireContext { repo_uid: "r1", repo_ready: true, on_namespace_delete: OnNamespaceDelete::Orphan, breaker: b, in_flight }
+        FireContext {
+            repo_uid: "r1",
+            repo_ready: true,
+            on_namespace_delete: OnNamespaceDelete::Orphan,
+            breaker: b,
+            in_flight,
+        }
     }
 
     #[test]

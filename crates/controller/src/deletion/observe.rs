@@ -34,7 +34,8 @@ pub fn finalizer_present(s: &Snapshot) -> bool {
 
 /// A catalog row: by status origin or by label (the label survives a status wipe).
 pub fn is_discovered(s: &Snapshot) -> bool {
-    let by_label = s.metadata.labels.as_ref().and_then(|l| l.get(label::ORIGIN)).is_some_and(|v| v == origin::DISCOVERED);
+    let by_label =
+        s.metadata.labels.as_ref().and_then(|l| l.get(label::ORIGIN)).is_some_and(|v| v == origin::DISCOVERED);
     let by_status = s.status.as_ref().and_then(|st| st.origin.as_ref()).is_some_and(|o| match o {
         SnapshotOrigin::Discovered => true,
         SnapshotOrigin::Scheduled
@@ -209,13 +210,11 @@ spec: {deletionPolicy: Delete}
 
     #[test]
     fn policy_falls_back_through_resolved_then_policy_default() {
-        let s = snap("apiVersion: kopiur.home-operations.com/v1alpha1\nkind: Snapshot\nmetadata: {name: a}\nspec: {}\n");
+        let s =
+            snap("apiVersion: kopiur.home-operations.com/v1alpha1\nkind: Snapshot\nmetadata: {name: a}\nspec: {}\n");
         assert_eq!(effective_policy(&s, None), DeletionPolicy::Delete);
         assert_eq!(effective_policy(&s, Some(DeletionPolicy::Orphan)), DeletionPolicy::Orphan);
-        assert_eq!(
-            binding(&s, || vec!["r1".into()]),
-            Binding::Unpinned { resolves: vec!["r1".into()] }
-        );
+        assert_eq!(binding(&s, || vec!["r1".into()]), Binding::Unpinned { resolves: vec!["r1".into()] });
     }
 
     #[test]

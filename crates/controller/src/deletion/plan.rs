@@ -69,7 +69,10 @@ pub enum ReleaseReason {
     PolicyRetain,
     NoManifest,
     /// The cascade guard kept the data; the catalog rediscovers it.
-    CascadeRetained { schedule: String, state: ScheduleState },
+    CascadeRetained {
+        schedule: String,
+        state: ScheduleState,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -247,7 +250,11 @@ pub fn plan_snapshot_deletion(f: &SnapshotDeletionFacts, now: Time) -> DeletionP
                 message: message.clone(),
             });
             if !was_held(previous) {
-                plan.events.push(PlannedEvent { kind: EventType::Warning, reason: event::SNAPSHOT_DELETION_HELD, message });
+                plan.events.push(PlannedEvent {
+                    kind: EventType::Warning,
+                    reason: event::SNAPSHOT_DELETION_HELD,
+                    message,
+                });
             }
         }
         Action::DeleteSnapshot(_) => {

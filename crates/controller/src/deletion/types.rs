@@ -58,9 +58,13 @@ pub enum Manifest {
 /// unpinned one (never reconciled before its deletion) only resolves one from its spec.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Binding {
-    Pinned { repo_uid: String },
+    Pinned {
+        repo_uid: String,
+    },
     /// `resolves` lists the repository uids the spec (or its policy) could resolve to.
-    Unpinned { resolves: Vec<String> },
+    Unpinned {
+        resolves: Vec<String>,
+    },
 }
 
 impl Binding {

@@ -95,7 +95,10 @@ fn golden_retention_prune_while_tripped_deletes() {
     let mut f = base();
     f.pruned_by = PrunedBy::Operator(PruneKind::Retention);
     f.breaker = tripped();
-    assert_eq!(plan_snapshot_deletion(&f, now()).action, Action::DeleteSnapshot(DeleteReason::OperatorPrune(PruneKind::Retention)));
+    assert_eq!(
+        plan_snapshot_deletion(&f, now()).action,
+        Action::DeleteSnapshot(DeleteReason::OperatorPrune(PruneKind::Retention))
+    );
 }
 
 #[test]
@@ -247,7 +250,8 @@ fn row_d10_held_keeps_held_since_and_emits_the_event_once() {
 #[test]
 fn row_d11_leaving_held_by_ack_or_by_count() {
     let mut f = base();
-    f.previous = Some(DeletionRecord { decision: DeletionDecision::Held, decided_at: Some(ts()), held_since: Some(ts()) });
+    f.previous =
+        Some(DeletionRecord { decision: DeletionDecision::Held, decided_at: Some(ts()), held_since: Some(ts()) });
     f.breaker = tripped();
     f.breaker.acked = true;
     f.breaker.ack_effective = Some(ts());
@@ -322,13 +326,17 @@ fn every_fact_combination_matches_the_table() {
     for skip in [false, true] {
         for policy in [DeletionPolicy::Delete, DeletionPolicy::Retain, DeletionPolicy::Orphan] {
             for manifest in [Manifest::Known("id".into()), Manifest::None, Manifest::Unsettled] {
-                for repo in [RepoPresence::Present { ready: true }, RepoPresence::Present { ready: false }, RepoPresence::Gone] {
+                for repo in
+                    [RepoPresence::Present { ready: true }, RepoPresence::Present { ready: false }, RepoPresence::Gone]
+                {
                     for ns_terminating in [false, true] {
                         for on_namespace_delete in [OnNamespaceDelete::Orphan, OnNamespaceDelete::Delete] {
                             for pruned_by in pruned {
                                 for owner in &owners {
                                     for on_schedule_delete in [OnScheduleDelete::Retain, OnScheduleDelete::Delete] {
-                                        for (tripped, acked) in [(false, false), (false, true), (true, false), (true, true)] {
+                                        for (tripped, acked) in
+                                            [(false, false), (false, true), (true, false), (true, true)]
+                                        {
                                             for prev in &previous {
                                                 let f = SnapshotDeletionFacts {
                                                     deletion_timestamp: ts(),
