@@ -17,7 +17,7 @@ pub struct RepositoryStatus {
     /// The repository's identity; empty over a repository-server connection.
     #[serde(default, rename = "uniqueIDHex")]
     pub unique_id_hex: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub client_options: ClientOptions,
     #[serde(default)]
     pub storage: Option<StorageInfo>,
@@ -58,7 +58,7 @@ pub struct SnapshotSource {
 #[serde(rename_all = "camelCase")]
 pub struct SnapshotManifest {
     pub id: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub source: SnapshotSource,
     #[serde(default)]
     pub description: String,
@@ -71,13 +71,13 @@ pub struct SnapshotManifest {
     #[serde(default)]
     pub root_entry: Option<RootEntry>,
     /// Stored with a `tag:` prefix (`"tag:k": "v"`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub tags: BTreeMap<String, String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub pins: Vec<String>,
     #[serde(default)]
     pub stats: Option<SnapshotStats>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub retention_reason: Vec<String>,
 }
 
@@ -114,7 +114,7 @@ pub struct DirSummary {
     pub dirs: i64,
     #[serde(default)]
     pub num_failed: i64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub errors: Vec<EntryError>,
 }
 
@@ -158,11 +158,11 @@ pub struct SnapshotStats {
 pub struct MaintenanceInfo {
     #[serde(default)]
     pub owner: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub quick: MaintenanceCycle,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub full: MaintenanceCycle,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub schedule: MaintenanceSchedule,
 }
 
@@ -183,7 +183,7 @@ pub struct MaintenanceSchedule {
     pub next_full_maintenance: Option<DateTime<Utc>>,
     #[serde(default)]
     pub next_quick_maintenance: Option<DateTime<Utc>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_default")]
     pub runs: BTreeMap<String, Vec<MaintenanceRun>>,
 }
 
@@ -205,6 +205,15 @@ pub struct MaintenanceRun {
     pub success: bool,
     #[serde(default)]
     pub error: Option<String>,
+}
+
+/// Go encodes nil slices and maps as `null`; read that as empty.
+fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 /// JSON starts at the first `{` or `[` on stdout (kopia may print notes before it).

@@ -104,6 +104,9 @@ pub struct JobInput {
     pub ttl_seconds_after_finished: Option<i32>,
     pub rust_log: Option<String>,
     pub log_format: Option<String>,
+    /// Additional plain variables (e.g. `KOPIUR_KOPIA_BINARY` for an auditing wrapper).
+    /// Never a secret value: those are referenced through Secrets only.
+    pub extra_env: Vec<EnvVar>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -267,6 +270,7 @@ pub fn build_job(input: &JobInput) -> Result<Job, JobError> {
     if let Some(f) = &input.log_format {
         envs.push(env("KOPIUR_LOG_FORMAT", f.clone()));
     }
+    envs.extend(input.extra_env.iter().cloned());
 
     let mut seen = std::collections::BTreeSet::new();
     let mut env_from: Vec<EnvFromSource> = input

@@ -361,7 +361,7 @@ async fn bootstrap_lifecycle() {
     let first = r.bootstrap();
     assert_eq!(first.outcome, BootstrapOutcome::Created, "{}", r.stderr);
     let id = first.unique_id_hex.clone().unwrap();
-    assert_eq!(id.len(), 32);
+    assert_eq!(id.len(), 64);
     assert_eq!(first.maintenance_owner.as_deref(), Some(OWNER));
     assert!(first.index_blob_count.is_some());
 

@@ -94,6 +94,7 @@ fn input(ws: WorkSpec) -> JobInput {
         ttl_seconds_after_finished: Some(job::DEFAULT_TTL_SECONDS),
         rust_log: None,
         log_format: None,
+        extra_env: vec![],
     }
 }
 
