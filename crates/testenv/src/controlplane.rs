@@ -374,6 +374,11 @@ impl ControlPlane {
             .arg("--kubelet-version")
             .arg(tools::version("K8S_VERSION"))
             .env("RUST_LOG", std::env::var("KOPIUR_TESTNODE_LOG").unwrap_or_else(|_| "info".into()));
+        // The mover image ships kopia on its PATH; pods inherit the agent's PATH here.
+        if let Some(dir) = tools::kopia().ok().and_then(|k| k.parent().map(|d| d.to_path_buf())) {
+            let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+            cmd.env("PATH", format!("{}:{path}", dir.display()));
+        }
         let mut proc_ = process::spawn("node-agent", cmd, &self.logs_dir().join("node-agent.log"))?;
         let client = self.client().await?;
         let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client);

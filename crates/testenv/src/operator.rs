@@ -1,0 +1,77 @@
+//! Runs the kopiur controller binary against a local control plane, under its own
+//! ServiceAccount bound to the generated RBAC (`deploy/rbac/`), so a missing rule fails the
+//! way it would in a cluster.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use kube::Client;
+use serde_json::json;
+
+use crate::controlplane::repo_root;
+use crate::env::TestEnv;
+use crate::process::{self, Proc, free_port};
+use crate::{apply, tools};
+
+pub struct Operator {
+    pub proc_: Proc,
+    pub metrics_port: u16,
+    pub namespace: String,
+}
+
+impl Operator {
+    /// Applies the generated RBAC, binds it to ServiceAccount `kopiur-controller` in `ns`
+    /// and starts the controller with a token kubeconfig for that account.
+    pub async fn start(env: &TestEnv, ns: &str, extra_env: &[(&str, &str)]) -> Result<Operator> {
+        let client = env.client().await?;
+        ensure_namespace(&client, ns).await?;
+        let rbac = std::fs::read_to_string(repo_root().join("deploy/rbac/kopiur-rbac.yaml"))?;
+        apply::apply_yaml(&client, ns, &rbac).await.context("applying deploy/rbac")?;
+        let binding = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": format!("kopiur-controller-{ns}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kopiur-controller"},
+            "subjects": [{"kind": "ServiceAccount", "name": "kopiur-controller", "namespace": ns}]
+        });
+        apply::apply_value(&client, ns, &binding).await?;
+        let kc = env
+            .cp
+            .service_account_kubeconfig(ns, "kopiur-controller", &env.state_dir().join(format!("operator-{ns}.kubeconfig")))
+            .await?;
+        let port = free_port()?;
+        let mut cmd = Command::new(tools::workspace_bin("kopiur-controller")?);
+        cmd.env("KUBECONFIG", &kc)
+            .env("KOPIUR_NAMESPACE", ns)
+            .env("KOPIUR_METRICS_ADDR", format!("127.0.0.1:{port}"))
+            .env("KOPIUR_MOVER_IMAGE", "ghcr.io/home-operations/kopiur-mover:local")
+            .env("RUST_LOG", std::env::var("KOPIUR_OPERATOR_LOG").unwrap_or_else(|_| "info,kube=warn".into()));
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        let proc_ = process::spawn("kopiur-controller", cmd, &env.cp.logs_dir().join(format!("kopiur-controller-{ns}.log")))?;
+        Ok(Operator { proc_, metrics_port: port, namespace: ns.to_string() })
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.proc_.log
+    }
+
+    pub fn stop(&mut self) {
+        self.proc_.stop(Duration::from_secs(10));
+    }
+
+    /// The controller's `/metrics` text.
+    pub async fn metrics(&self) -> Result<String> {
+        Ok(reqwest::get(format!("http://127.0.0.1:{}/metrics", self.metrics_port)).await?.text().await?)
+    }
+}
+
+pub async fn ensure_namespace(client: &Client, ns: &str) -> Result<()> {
+    apply::apply_value(client, ns, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await
+}
+
+/// Path of the operator log for a namespace (for printing on failure).
+pub fn log_file(env: &TestEnv, ns: &str) -> PathBuf {
+    env.cp.logs_dir().join(format!("kopiur-controller-{ns}.log"))
+}
