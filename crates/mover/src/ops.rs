@@ -177,15 +177,14 @@ impl<S: ResultSink> Ctx<S> {
                 return Exit::Success;
             }
         }
-        if let Ok(out) = self.run(cmd::index_list()).await
-            && let Ok(v) = model::parse::<Vec<Value>>("index list", &out.stdout)
-        {
-            result.index_blob_count = Some(v.len() as u64);
+        // Both are informational: a failure leaves the value unknown.
+        match self.run(cmd::index_list()).await.and_then(|o| model::parse::<Vec<Value>>("index list", &o.stdout)) {
+            Ok(v) => result.index_blob_count = Some(v.len() as u64),
+            Err(e) => tracing::warn!(error = %e, "index list failed; the index blob count is unknown"),
         }
-        if let Ok(out) = self.run(cmd::maintenance_info()).await
-            && let Ok(info) = model::parse::<MaintenanceInfo>("maintenance info", &out.stdout)
-        {
-            result.maintenance_owner = Some(info.owner);
+        match self.maintenance_info().await {
+            Ok(info) => result.maintenance_owner = Some(info.owner),
+            Err(e) => tracing::warn!(error = %e, "maintenance info failed; the owner is unknown"),
         }
         if op.list_snapshots {
             match self.run(cmd::snapshot_list(None)).await.and_then(|o| model::parse::<Vec<SnapshotManifest>>("snapshot list", &o.stdout)) {

@@ -309,7 +309,7 @@ async fn classification_acceptance() {
     let s = b.spec(b.backend(garage::BUCKET), Identity::new("app", "t"), b.snapshot_op(&missing, false));
     let r = b.mover(&s, &[]).await;
     assert_eq!(failure_class(&r.status()), "SourceError", "{}", r.stderr);
-    assert_eq!(r.exit, 1);
+    assert_eq!(r.exit, 1, "{}", r.stderr);
 
     // Foreign maintenance owner: Never yields and leaves the owner; Force takes over.
     let foreign = b.kopia("foreign", Identity::new("user", "host")).await;
@@ -362,7 +362,7 @@ async fn bootstrap_lifecycle() {
     assert_eq!(first.outcome, BootstrapOutcome::Created, "{}", r.stderr);
     let id = first.unique_id_hex.clone().unwrap();
     assert_eq!(id.len(), 64);
-    assert_eq!(first.maintenance_owner.as_deref(), Some(OWNER));
+    assert_eq!(first.maintenance_owner.as_deref(), Some(OWNER), "{}", r.stderr);
     assert!(first.index_blob_count.is_some());
 
     let r = b.bootstrap(garage::BUCKET, CreateGate::PinnedOnceReady, Some(id.clone()), false).await;
