@@ -8,3 +8,6 @@ pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod repository;
+pub mod snapshot;
+pub mod snapshot_policy;
+pub mod snapshot_schedule;

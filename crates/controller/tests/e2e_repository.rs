@@ -116,6 +116,25 @@ fn backend(proxy: &FaultProxy, g: &Garage, prefix: &str) -> Value {
     json!({"s3": {"bucket": g.bucket(), "endpoint": format!("http://{}", proxy.endpoint()), "region": g.region(), "prefix": prefix}})
 }
 
+async fn pods_summary(client: &Client) -> String {
+    use k8s_openapi::api::core::v1::Pod;
+    let Ok(pods) = Api::<Pod>::all(client.clone()).list(&Default::default()).await else { return String::new() };
+    pods.items
+        .iter()
+        .map(|p| {
+            let st = p.status.clone().unwrap_or_default();
+            format!(
+                "{}/{} phase={:?} containers={:?}",
+                p.metadata.namespace.as_deref().unwrap_or(""),
+                p.metadata.name.as_deref().unwrap_or(""),
+                st.phase,
+                st.container_statuses.map(|c| c.iter().map(|c| format!("{:?}", c.state)).collect::<Vec<_>>())
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, op: &Operator, mut f: F) -> Result<T>
 where
     F: FnMut() -> Fut,
@@ -203,11 +222,20 @@ async fn repository_breaker_end_to_end() -> Result<()> {
     assert!(stored_probe["interval"].is_string(), "interval materialized: {stored_probe}");
 
     // Bootstrap to Ready, uniqueId pinned, probe clock seeded.
-    let ready = wait_for("r Ready", Duration::from_secs(240), &op, || async {
+    let ready = match wait_for("r Ready", Duration::from_secs(240), &op, || async {
         let r = repos.get("r").await?;
         Ok((phase(&r) == "Ready").then_some(r))
     })
-    .await?;
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => panic!(
+            "{e:#}\nstatus: {:?}\npods:\n{}\nlogs:\n{}",
+            repos.get("r").await.ok().and_then(|r| r.status),
+            pods_summary(&client).await,
+            env.logs_summary(30)
+        ),
+    };
     let st = ready.status.clone().unwrap();
     let pin = st.unique_id.clone().context("uniqueId pinned")?;
     assert!(pin.len() >= 16 && pin.chars().all(|c| c.is_ascii_hexdigit()), "uniqueId {pin}");

@@ -338,6 +338,7 @@ async fn launch<K: RepoObject>(obj: &K, ctx: &Ctx, facts: &RepoFacts, l: &Launch
         ttl_seconds_after_finished: Some(kopiur_mover::job::DEFAULT_TTL_SECONDS),
         rust_log: ctx.config.mover_rust_log.clone(),
         log_format: None,
+        extra_env: Vec::new(),
     };
     let job = build_job(&input).map_err(|e| Error::WorkSpec(e.to_string()))?;
 

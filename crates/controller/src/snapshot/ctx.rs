@@ -1,0 +1,223 @@
+//! Shared state of the backup pipeline's reconcilers: the client, the reflector stores every
+//! consumer reads its facts from, and the status helpers they share.
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use kopiur_api::shared::RepositoryRef;
+use kopiur_api::{ClusterRepository, Repository, Snapshot, SnapshotPolicy, SnapshotSchedule};
+use kube::core::PartialObjectMeta;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client, Resource};
+
+use crate::config::Config;
+use crate::gating::{Gate, repository_ready};
+use crate::health::kstatus::Cond;
+use crate::metrics::Metrics;
+use crate::repository::Error;
+use crate::repository::apply::{FIELD_MANAGER, MOVER_CLUSTER_ROLE, MOVER_SERVICE_ACCOUNT};
+
+pub struct Stores {
+    pub jobs: Store<Job>,
+    pub repos: Store<Repository>,
+    pub crepos: Store<ClusterRepository>,
+    pub policies: Store<SnapshotPolicy>,
+    pub snapshots: Store<Snapshot>,
+    pub schedules: Store<SnapshotSchedule>,
+    pub pvcs: Store<PartialObjectMeta<PersistentVolumeClaim>>,
+}
+
+pub struct PipelineCtx {
+    pub client: Client,
+    pub config: Config,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    pub stores: Stores,
+    pub mover_rbac_ready: Mutex<HashSet<String>>,
+}
+
+/// The repository a consumer writes to, whichever kind, with what the run path needs.
+pub enum RepoView {
+    Namespaced(Arc<Repository>),
+    Cluster(Arc<ClusterRepository>),
+}
+
+impl RepoView {
+    pub fn common(&self) -> &kopiur_api::repository::RepositoryCommonSpec {
+        match self {
+            RepoView::Namespaced(r) => &r.spec.common,
+            RepoView::Cluster(c) => &c.spec.common,
+        }
+    }
+    pub fn meta(&self) -> &ObjectMeta {
+        match self {
+            RepoView::Namespaced(r) => r.meta(),
+            RepoView::Cluster(c) => c.meta(),
+        }
+    }
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RepoView::Namespaced(_) => "Repository",
+            RepoView::Cluster(_) => "ClusterRepository",
+        }
+    }
+    /// Where the repository's own Jobs (batch deletes) run.
+    pub fn home_namespace(&self, operator_ns: &str) -> String {
+        match self {
+            RepoView::Namespaced(r) => r.metadata.namespace.clone().unwrap_or_default(),
+            RepoView::Cluster(_) => operator_ns.to_string(),
+        }
+    }
+    pub fn uid(&self) -> String {
+        self.meta().uid.clone().unwrap_or_default()
+    }
+    pub fn name(&self) -> String {
+        self.meta().name.clone().unwrap_or_default()
+    }
+    pub fn namespace(&self) -> Option<String> {
+        match self {
+            RepoView::Namespaced(r) => r.metadata.namespace.clone(),
+            RepoView::Cluster(_) => None,
+        }
+    }
+    pub fn read_only(&self) -> bool {
+        match self.common().mode {
+            kopiur_api::repository::RepositoryMode::ReadOnly => true,
+            kopiur_api::repository::RepositoryMode::ReadWrite => false,
+        }
+    }
+    pub fn reverify_requested_at(&self) -> Option<DateTime<Utc>> {
+        self.meta()
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(kopiur_api::names::annotation::REVERIFY_REQUESTED_AT))
+            .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
+            .map(|t| t.with_timezone(&Utc))
+    }
+}
+
+impl PipelineCtx {
+    pub fn repository(&self, consumer_ns: &str, r: &RepositoryRef) -> Option<RepoView> {
+        match r.kind {
+            kopiur_api::shared::RepositoryKind::Repository => {
+                let ns = r.namespace.clone().unwrap_or_else(|| consumer_ns.to_string());
+                self.stores.repos.get(&ObjectRef::new(&r.name).within(&ns)).map(RepoView::Namespaced)
+            }
+            kopiur_api::shared::RepositoryKind::ClusterRepository => {
+                self.stores.crepos.get(&ObjectRef::new(&r.name)).map(RepoView::Cluster)
+            }
+        }
+    }
+
+    /// `RepositoryReady(R)`. Namespace labels are not watched here, so a ClusterRepository
+    /// with a label selector fails closed (parks) rather than admitting a namespace blindly.
+    pub fn gate(&self, consumer_ns: &str, r: &RepositoryRef) -> Gate {
+        repository_ready(&self.stores.repos, &self.stores.crepos, consumer_ns, None, r)
+    }
+
+    pub async fn event(&self, reference: &k8s_openapi::api::core::v1::ObjectReference, warning: bool, reason: &str, note: String) {
+        let ev = Event {
+            type_: if warning { EventType::Warning } else { EventType::Normal },
+            reason: reason.to_string(),
+            note: Some(truncate(&note, 1024)),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&ev, reference).await {
+            tracing::warn!(%err, reason, "publishing an Event failed");
+        }
+    }
+
+    /// The mover's ServiceAccount and RoleBinding in a consumer namespace.
+    pub async fn ensure_mover_rbac(&self, ns: &str) -> Result<(), Error> {
+        if self.mover_rbac_ready.lock().map(|s| s.contains(ns)).unwrap_or(false) {
+            return Ok(());
+        }
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let labels = managed_labels();
+        let sa = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(MOVER_SERVICE_ACCOUNT.into()),
+                namespace: Some(ns.into()),
+                labels: Some(labels.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<ServiceAccount>::namespaced(self.client.clone(), ns)
+            .patch(MOVER_SERVICE_ACCOUNT, &pp, &Patch::Apply(&sa))
+            .await?;
+        let rb = RoleBinding {
+            metadata: ObjectMeta {
+                name: Some(MOVER_SERVICE_ACCOUNT.into()),
+                namespace: Some(ns.into()),
+                labels: Some(labels),
+                ..Default::default()
+            },
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "ClusterRole".into(),
+                name: MOVER_CLUSTER_ROLE.into(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: MOVER_SERVICE_ACCOUNT.into(),
+                namespace: Some(ns.into()),
+                api_group: None,
+            }]),
+        };
+        Api::<RoleBinding>::namespaced(self.client.clone(), ns)
+            .patch(MOVER_SERVICE_ACCOUNT, &pp, &Patch::Apply(&rb))
+            .await?;
+        if let Ok(mut s) = self.mover_rbac_ready.lock() {
+            s.insert(ns.to_string());
+        }
+        Ok(())
+    }
+
+    /// Stamps `reverify-requested-at=now` on a repository (the caller checked the spacing).
+    pub async fn nudge(&self, repo: &RepoView, now: DateTime<Utc>) -> Result<(), Error> {
+        let body = serde_json::json!({"metadata": {"annotations": {
+            kopiur_api::names::annotation::REVERIFY_REQUESTED_AT: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        }}});
+        let pp = PatchParams::default();
+        match repo {
+            RepoView::Namespaced(r) => {
+                Api::<Repository>::namespaced(self.client.clone(), &r.metadata.namespace.clone().unwrap_or_default())
+                    .patch(&repo.name(), &pp, &Patch::Merge(&body))
+                    .await?;
+            }
+            RepoView::Cluster(_) => {
+                Api::<ClusterRepository>::all(self.client.clone()).patch(&repo.name(), &pp, &Patch::Merge(&body)).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+pub fn managed_labels() -> std::collections::BTreeMap<String, String> {
+    std::collections::BTreeMap::from([(kopiur_mover::job::LABEL_MANAGED_BY.to_string(), "kopiur".to_string())])
+}
+
+pub fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    s[..cut].to_string()
+}
+
+/// Conditions merged the one way every kopiur status does it (lastTransitionTime kept when
+/// the status is unchanged), so a steady state renders identically and writes nothing.
+pub fn merge(existing: &[Condition], desired: &[Cond], generation: i64, now: DateTime<Utc>) -> Vec<Condition> {
+    crate::repository::convert::merge_conditions(existing, desired, generation, now)
+}

@@ -1,0 +1,272 @@
+//! The backup and batch-delete Jobs: work spec and Job object for one Snapshot. Pure given
+//! its inputs, so the size cap is checked before anything is created.
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kopiur_api::domain::identity::{resolve_identity, source_path};
+use kopiur_api::shared::status::ResolvedIdentity;
+use kopiur_api::snapshot_policy::{DEFAULT_IGNORE_RULES, SourceKind};
+use kopiur_api::{Snapshot, SnapshotPolicy};
+use kopiur_kopia::cmd::{CacheSizes, Identity, PathPolicy};
+use kopiur_mover::job::{CacheVolume, JobInput, PvcMount, SOURCE_MOUNT, build_job};
+use kopiur_mover::workspec::{
+    DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DeleteMember, MAX_WORK_SPEC_BYTES, Operation, RepositoryInfo,
+    SCHEMA_VERSION, SnapshotDeleteBatchOp, SnapshotOp, TargetRef, WorkSpec,
+};
+use kube::{Resource, ResourceExt};
+
+use super::ctx::RepoView;
+use crate::repository::apply::{MOVER_SERVICE_ACCOUNT, kopia_backend};
+
+/// What the policy resolves to for one Snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recipe {
+    pub pvc: String,
+    pub read_only: bool,
+    pub identity: ResolvedIdentity,
+}
+
+/// The PVC and identity a Snapshot backs up: `spec.source` if set, else the policy's first
+/// `pvc` source.
+pub fn recipe(snap: &Snapshot, policy: &SnapshotPolicy) -> Result<Recipe, String> {
+    let ns = snap.namespace().unwrap_or_default();
+    let (index, pvc_override) = match &snap.spec.source {
+        Some(s) => (s.source_index.max(0) as usize, Some(s.target.pvc.name.clone())),
+        None => (0, None),
+    };
+    let source = policy
+        .spec
+        .sources
+        .get(index)
+        .ok_or_else(|| format!("the policy has no source at index {index}"))?;
+    let pvc = match (&source.kind, pvc_override) {
+        (_, Some(name)) => name,
+        (SourceKind::Pvc(p), None) => p.name.clone(),
+        (SourceKind::PvcSelector(_), None) => {
+            return Err("a pvcSelector source needs spec.source.target.pvc on the Snapshot".into());
+        }
+        (SourceKind::Nfs(_) | SourceKind::Stream(_), None) => {
+            return Err("only pvc sources are implemented in this release".into());
+        }
+    };
+    let id = resolve_identity(&policy.name_any(), &ns, policy.spec.identity.as_ref()).map_err(|e| e.to_string())?;
+    let path = source_path(source.resolved_source_path_strategy(), &ns, &pvc, source.source_path_override.as_deref());
+    Ok(Recipe {
+        pvc,
+        read_only: source.resolved_read_only(),
+        identity: ResolvedIdentity { username: id.username, hostname: id.hostname, source_path: Some(path) },
+    })
+}
+
+pub fn owner_of<K: Resource<DynamicType = ()>>(obj: &K) -> OwnerReference {
+    OwnerReference {
+        api_version: K::api_version(&()).to_string(),
+        kind: K::kind(&()).to_string(),
+        name: obj.meta().name.clone().unwrap_or_default(),
+        uid: obj.meta().uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(false),
+    }
+}
+
+fn repository_info(repo: &RepoView, identity: Identity) -> Result<RepositoryInfo, String> {
+    Ok(RepositoryInfo {
+        kind: repo.kind().to_string(),
+        namespace: repo.namespace(),
+        name: repo.name(),
+        uid: repo.uid(),
+        backend: kopia_backend(&repo.common().backend).map_err(|e| e.to_string())?,
+        client_identity: identity,
+        read_only: repo.read_only(),
+        cache: CacheSizes::default(),
+    })
+}
+
+/// Secrets the mover reads its credentials from: the password Secret and the backend's auth
+/// Secret, both by reference.
+fn secrets(repo: &RepoView) -> ((String, String), Vec<String>) {
+    let (pw, auth) = match repo {
+        RepoView::Namespaced(r) => crate::repository::observe::secret_names(r.as_ref()),
+        RepoView::Cluster(c) => crate::repository::observe::secret_names(c.as_ref()),
+    };
+    let key = repo.common().encryption.password_secret_ref.resolved_key().to_string();
+    let mut env_from = vec![pw.clone()];
+    env_from.extend(auth.filter(|a| *a != pw));
+    ((pw, key), env_from)
+}
+
+pub struct Built {
+    pub job: Job,
+    pub bytes: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("the work spec is {0} bytes, over the cap")]
+    TooLarge(usize),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub fn backup_job(
+    snap: &Snapshot,
+    policy: &SnapshotPolicy,
+    recipe: &Recipe,
+    repo: &RepoView,
+    image: &str,
+    rust_log: Option<String>,
+) -> Result<Built, BuildError> {
+    let ns = snap.namespace().unwrap_or_default();
+    let id = Identity::new(recipe.identity.username.clone(), recipe.identity.hostname.clone());
+    let p = &policy.spec;
+    let files = p.files.clone().unwrap_or_default();
+    let ignore = files.ignore_rules.clone().unwrap_or_else(|| DEFAULT_IGNORE_RULES.iter().map(|s| s.to_string()).collect());
+    let op = SnapshotOp {
+        mount_path: SOURCE_MOUNT.to_string(),
+        source_path: recipe.identity.source_path.clone().unwrap_or_default(),
+        snapshot: format!("{ns}/{}", snap.name_any()),
+        snapshot_uid: snap.uid().unwrap_or_default(),
+        tags: snap.spec.tags.clone().unwrap_or_default(),
+        description: snap.spec.description.clone(),
+        policy: PathPolicy {
+            ignore_identical_snapshots: files.ignore_identical_snapshots.unwrap_or(false),
+            compression: p.compression.as_ref().and_then(|c| c.compressor.clone()),
+            add_ignore: ignore,
+            ignore_file_errors: p.error_handling.as_ref().and_then(|e| e.ignore_file_errors),
+        },
+        fail_fast: p.error_handling.as_ref().and_then(|e| e.fail_fast).unwrap_or(false),
+        upload_limit_mb: p.upload.as_ref().and_then(|u| u.limit_mb).map(|v| v.max(0) as u64),
+        parallel: p.upload.as_ref().and_then(|u| u.max_parallel_file_reads).map(|v| v.max(1) as u32),
+    };
+    let spec = WorkSpec {
+        schema_version: SCHEMA_VERSION,
+        target_ref: TargetRef {
+            api_version: Snapshot::api_version(&()).to_string(),
+            kind: "Snapshot".into(),
+            namespace: Some(ns.clone()),
+            name: snap.name_any(),
+            uid: snap.uid().unwrap_or_default(),
+        },
+        repository: repository_info(repo, id).map_err(BuildError::Invalid)?,
+        command_timeout_seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
+        heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
+        operation: Operation::Snapshot(op),
+    };
+    let bytes = serde_json::to_vec(&spec).map(|v| v.len()).unwrap_or(usize::MAX);
+    if bytes > MAX_WORK_SPEC_BYTES {
+        return Err(BuildError::TooLarge(bytes));
+    }
+    let (password, env_from) = secrets(repo);
+    let fp = snap.spec.failure_policy.clone();
+    let input = JobInput {
+        name: kopiur_mover::job::job_name(&snap.name_any()),
+        namespace: ns,
+        image: image.to_string(),
+        image_pull_policy: None,
+        service_account_name: Some(MOVER_SERVICE_ACCOUNT.into()),
+        work_spec: spec,
+        password,
+        env_from_secrets: env_from,
+        destination_secret: None,
+        result_configmap: None,
+        connect_kind: None,
+        delete_repo_uid: None,
+        annotations: BTreeMap::new(),
+        owner: owner_of(snap),
+        cache: CacheVolume::EmptyDir,
+        source: Some(PvcMount { claim_name: recipe.pvc.clone(), mount_path: SOURCE_MOUNT.into(), read_only: recipe.read_only }),
+        restore: None,
+        repository_volume: None,
+        resources: None,
+        security_context: None,
+        pod_security_context: None,
+        node_selector: None,
+        tolerations: None,
+        affinity: None,
+        backoff_limit: fp.as_ref().and_then(|f| f.backoff_limit).unwrap_or(kopiur_mover::job::DEFAULT_BACKOFF_LIMIT),
+        active_deadline_seconds: fp
+            .as_ref()
+            .and_then(|f| f.active_deadline_seconds)
+            .unwrap_or(kopiur_mover::job::DEFAULT_ACTIVE_DEADLINE_SECONDS),
+        ttl_seconds_after_finished: Some(kopiur_mover::job::DEFAULT_TTL_SECONDS),
+        rust_log,
+        log_format: None,
+        extra_env: Vec::new(),
+    };
+    let job = build_job(&input).map_err(|e| BuildError::Invalid(e.to_string()))?;
+    Ok(Built { job, bytes })
+}
+
+/// A one-member delete batch for an operator-stamped prune (never held), named and shaped
+/// the way the batch dispatcher names its Jobs, so either path recognizes the other's work.
+pub fn delete_job(
+    snap: &Snapshot,
+    snapshot_id: &str,
+    identity: Identity,
+    repo: &RepoView,
+    operator_ns: &str,
+    image: &str,
+    rust_log: Option<String>,
+) -> Result<Job, BuildError> {
+    let uid = snap.uid().unwrap_or_default();
+    let repo_uid = repo.uid();
+    let name = crate::deletion::batch::batch_name(&repo_uid, [uid.as_str()]);
+    let ns = repo.home_namespace(operator_ns);
+    let spec = WorkSpec {
+        schema_version: SCHEMA_VERSION,
+        target_ref: TargetRef {
+            api_version: "kopiur.home-operations.com/v1alpha1".into(),
+            kind: repo.kind().to_string(),
+            namespace: repo.namespace(),
+            name: repo.name(),
+            uid: repo_uid.clone(),
+        },
+        repository: repository_info(repo, identity).map_err(BuildError::Invalid)?,
+        command_timeout_seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
+        heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
+        operation: Operation::SnapshotDeleteBatch(SnapshotDeleteBatchOp {
+            members: vec![DeleteMember { uid: uid.clone(), snapshot_id: snapshot_id.to_string() }],
+            chunk_size: 50,
+            chunk_timeout_seconds: 300,
+        }),
+    };
+    let (password, env_from) = secrets(repo);
+    let owner = match repo {
+        RepoView::Namespaced(r) => owner_of(r.as_ref()),
+        RepoView::Cluster(c) => owner_of(c.as_ref()),
+    };
+    let input = JobInput {
+        name,
+        namespace: ns,
+        image: image.to_string(),
+        image_pull_policy: None,
+        service_account_name: Some(MOVER_SERVICE_ACCOUNT.into()),
+        work_spec: spec,
+        password,
+        env_from_secrets: env_from,
+        destination_secret: None,
+        result_configmap: None,
+        connect_kind: None,
+        delete_repo_uid: Some(repo_uid),
+        annotations: BTreeMap::from([(kopiur_api::names::annotation::DELETE_MEMBERS.to_string(), uid)]),
+        owner,
+        cache: CacheVolume::EmptyDir,
+        source: None,
+        restore: None,
+        repository_volume: None,
+        resources: None,
+        security_context: None,
+        pod_security_context: None,
+        node_selector: None,
+        tolerations: None,
+        affinity: None,
+        backoff_limit: kopiur_mover::job::DEFAULT_BACKOFF_LIMIT,
+        active_deadline_seconds: 3600,
+        ttl_seconds_after_finished: None,
+        rust_log,
+        log_format: None,
+        extra_env: Vec::new(),
+    };
+    build_job(&input).map_err(|e| BuildError::Invalid(e.to_string()))
+}

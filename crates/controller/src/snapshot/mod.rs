@@ -1,0 +1,8 @@
+//! Snapshot: one backup invocation. `plan` decides the run path, `reconcile` observes and
+//! applies it, `delete` runs the `snapshot-cleanup` finalizer, `job` builds the mover Jobs.
+pub mod ctx;
+pub mod delete;
+pub mod job;
+pub mod plan;
+pub mod reconcile;
+pub mod runtime;

@@ -1,0 +1,540 @@
+//! The Snapshot run path as a pure function: facts gathered from stores and the CR go in,
+//! one decision (phase, conditions, the one next step) comes out. Gating is deferral: a
+//! Snapshot whose repository is not Ready stays Pending and no consumer timer runs.
+use chrono::{DateTime, Duration, Utc};
+use kopiur_api::shared::status::Failure;
+use kopiur_api::snapshot::SnapshotPhase;
+
+use crate::gating::Gate;
+use crate::health::kstatus::{Cond, CondStatus};
+
+/// How long a missing source PVC may park a Snapshot before it fails.
+pub const SOURCE_MISSING_DEADLINE_SECONDS: i64 = 1800;
+/// Minimum spacing of `reverify-requested-at` stamps by writers.
+pub const REVERIFY_SPACING_SECONDS: i64 = 60;
+/// A Job that completed without the mover's terminal PATCH becoming visible is given this long
+/// for the status event to arrive before it is declared lost.
+pub const RESULT_GRACE_SECONDS: i64 = 120;
+/// Safety requeue for parked consumers (a missed repository event).
+pub const PARKED_REQUEUE_SECONDS: i64 = 300;
+
+/// The backup Job as seen in the store (or by a live GET when the store has not caught up).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobState {
+    Absent,
+    Active,
+    Complete { at: Option<DateTime<Utc>> },
+    Failed { reason: String },
+}
+
+/// Whether the recipe could be resolved and the source checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceState {
+    Present,
+    Missing { pvc: String },
+}
+
+/// The outcome of building the work spec (done in observe, because it needs the policy).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkSpecState {
+    Fits,
+    TooLarge { bytes: usize },
+    Invalid { message: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PolicyState {
+    /// The recipe is known (from the store, or pinned in status).
+    Known,
+    /// Not found and nothing pinned yet.
+    NotFound { name: String },
+    /// No `policyRef` at all: nothing to run.
+    NoPolicyRef,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunFacts {
+    pub phase: Option<SnapshotPhase>,
+    pub discovered: bool,
+    pub has_finalizer: bool,
+    pub policy: PolicyState,
+    pub gate: Gate,
+    pub repository_read_only: bool,
+    pub source: SourceState,
+    pub source_missing_since: Option<DateTime<Utc>>,
+    pub work_spec: WorkSpecState,
+    pub job: JobState,
+    /// `status.failure` as the mover left it.
+    pub failure: Option<Failure>,
+    pub completion_recorded: bool,
+    /// The repository's current `reverify-requested-at`, parsed.
+    pub reverify_requested_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing to do until something changes.
+    Idle,
+    /// Create the backup Job (the gate was evaluated in this very plan).
+    Launch,
+    /// The Job runs; its watch brings us back.
+    AwaitJob,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completion {
+    Succeeded,
+    Unchanged,
+    Failed,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunDecision {
+    /// The phase to write; `None` leaves an unknown phase untouched.
+    pub phase: Option<SnapshotPhase>,
+    pub conditions: Vec<Cond>,
+    pub step: Step,
+    pub add_finalizer: bool,
+    pub source_missing_since: Option<DateTime<Utc>>,
+    /// Written when the controller itself turns the Snapshot Failed.
+    pub failure: Option<Failure>,
+    /// This reconcile records the terminal transition (events, counters, nudge happen once).
+    pub record_completion: Option<Completion>,
+    /// Stamp `reverify-requested-at=now` on the repository.
+    pub nudge: bool,
+    /// A Warning Event for a non-terminal problem (WorkSpecTooLarge).
+    pub warning: Option<(&'static str, String)>,
+    pub requeue_after: Option<Duration>,
+    /// Parked on the repository gate (the gated gauge).
+    pub gated: bool,
+}
+
+fn cond(type_: &'static str, status: CondStatus, reason: &str, message: impl Into<String>) -> Cond {
+    Cond { type_, status, reason: reason.to_string(), message: message.into() }
+}
+
+/// kstatus trio for a non-terminal wait: Ready=False, Reconciling=True, Stalled=False.
+fn waiting(reason: &str, message: impl Into<String>) -> Vec<Cond> {
+    let m = message.into();
+    vec![
+        cond("Ready", CondStatus::False, reason, m.clone()),
+        cond("Reconciling", CondStatus::True, reason, m),
+        cond("Stalled", CondStatus::False, reason, ""),
+    ]
+}
+
+fn stalled(reason: &str, message: impl Into<String>) -> Vec<Cond> {
+    let m = message.into();
+    vec![
+        cond("Ready", CondStatus::False, reason, m.clone()),
+        cond("Reconciling", CondStatus::False, reason, ""),
+        cond("Stalled", CondStatus::True, reason, m),
+    ]
+}
+
+fn done(reason: &str, message: impl Into<String>) -> Vec<Cond> {
+    vec![
+        cond("Ready", CondStatus::True, reason, message),
+        cond("Reconciling", CondStatus::False, reason, ""),
+        cond("Stalled", CondStatus::False, reason, ""),
+    ]
+}
+
+impl RunDecision {
+    fn new(phase: Option<SnapshotPhase>, conditions: Vec<Cond>, step: Step) -> Self {
+        RunDecision {
+            phase,
+            conditions,
+            step,
+            add_finalizer: false,
+            source_missing_since: None,
+            failure: None,
+            record_completion: None,
+            nudge: false,
+            warning: None,
+            requeue_after: None,
+            gated: false,
+        }
+    }
+}
+
+/// Whether a writer may stamp a new `reverify-requested-at` (spaced by 60 s).
+pub fn nudge_due(current: Option<DateTime<Utc>>, now: DateTime<Utc>) -> bool {
+    current.is_none_or(|t| now - t >= Duration::seconds(REVERIFY_SPACING_SECONDS))
+}
+
+/// The run path (spec order): discovered rows, finalizer, one-shot terminal heal, the Job in
+/// flight, then the gates and the launch.
+pub fn plan(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
+    let mut d = plan_inner(f, now);
+    d.add_finalizer = !f.has_finalizer && !f.discovered;
+    if d.source_missing_since.is_none() && matches!(f.source, SourceState::Missing { .. }) {
+        d.source_missing_since = f.source_missing_since;
+    }
+    d
+}
+
+fn failed_terminal(f: &RunFacts, reason: &str, failure: Failure, nudge: bool, now: DateTime<Utc>) -> RunDecision {
+    let msg = failure.message.clone().unwrap_or_else(|| reason.to_string());
+    let mut d = RunDecision::new(Some(SnapshotPhase::Failed), stalled(reason, msg), Step::Idle);
+    d.failure = Some(failure);
+    d.record_completion = Some(Completion::Failed);
+    d.nudge = nudge && nudge_due(f.reverify_requested_at, now);
+    d
+}
+
+fn plan_inner(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
+    if f.discovered {
+        let mut d = RunDecision::new(
+            Some(SnapshotPhase::Discovered),
+            done("SnapshotDiscovered", "a kopia snapshot found in the repository"),
+            Step::Idle,
+        );
+        d.requeue_after = Some(Duration::seconds(600));
+        return d;
+    }
+    match &f.phase {
+        Some(SnapshotPhase::Succeeded) => {
+            let mut d = RunDecision::new(Some(SnapshotPhase::Succeeded), done("SnapshotCreated", "the backup completed"), Step::Idle);
+            d.record_completion = (!f.completion_recorded).then_some(Completion::Succeeded);
+            d
+        }
+        Some(SnapshotPhase::Unchanged) => {
+            let mut d = RunDecision::new(
+                Some(SnapshotPhase::Unchanged),
+                done("SnapshotUnchanged", "the source was identical to the previous snapshot; no manifest written"),
+                Step::Idle,
+            );
+            d.record_completion = (!f.completion_recorded).then_some(Completion::Unchanged);
+            d
+        }
+        Some(SnapshotPhase::Failed) => {
+            let reason = "SnapshotFailed";
+            let msg = f.failure.as_ref().and_then(|x| x.message.clone()).unwrap_or_else(|| "the backup failed".into());
+            // Failed is written together with completionRecordedAt by the controller; a Failed
+            // phase without it (written by an older version) is recorded once, without a nudge.
+            let mut d = RunDecision::new(Some(SnapshotPhase::Failed), stalled(reason, msg), Step::Idle);
+            d.record_completion = (!f.completion_recorded).then_some(Completion::Failed);
+            d
+        }
+        Some(SnapshotPhase::Discovered) => RunDecision::new(
+            Some(SnapshotPhase::Discovered),
+            done("SnapshotDiscovered", "a kopia snapshot found in the repository"),
+            Step::Idle,
+        ),
+        // A newer version's phase: leave it alone and launch nothing.
+        Some(SnapshotPhase::Unknown(p)) => {
+            RunDecision::new(None, waiting("UnknownPhase", format!("phase {p} is not understood by this version")), Step::Idle)
+        }
+        Some(SnapshotPhase::Running) => running(f, now),
+        // Deleting without a deletionTimestamp cannot happen through us; treat as not started.
+        Some(SnapshotPhase::Pending | SnapshotPhase::Deleting) | None => gates(f, now),
+    }
+}
+
+fn running(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
+    match &f.job {
+        JobState::Active => {
+            RunDecision::new(Some(SnapshotPhase::Running), waiting("BackupRunning", "the mover Job is running"), Step::AwaitJob)
+        }
+        JobState::Failed { reason } => {
+            let failure = f.failure.clone().unwrap_or_else(|| Failure {
+                kopia_error_class: Some("Unknown".into()),
+                message: Some(format!("the backup Job failed: {reason}")),
+                ..Failure::default()
+            });
+            failed_terminal(f, "SnapshotFailed", failure, true, now)
+        }
+        JobState::Complete { at } => {
+            let waited = at.map(|t| now - t).unwrap_or_else(Duration::zero);
+            if waited < Duration::seconds(RESULT_GRACE_SECONDS) {
+                let mut d = RunDecision::new(
+                    Some(SnapshotPhase::Running),
+                    waiting("BackupRunning", "the mover Job completed; waiting for its result"),
+                    Step::AwaitJob,
+                );
+                d.requeue_after = Some(Duration::seconds(RESULT_GRACE_SECONDS) - waited + Duration::seconds(1));
+                return d;
+            }
+            let failure = Failure {
+                kopia_error_class: Some("Unknown".into()),
+                message: Some("the mover Job completed without reporting a result".into()),
+                ..Failure::default()
+            };
+            failed_terminal(f, "MoverJobLost", failure, true, now)
+        }
+        JobState::Absent => {
+            let failure = Failure {
+                kopia_error_class: Some("Unknown".into()),
+                message: Some("the backup Job vanished before the mover reported a result".into()),
+                ..Failure::default()
+            };
+            failed_terminal(f, "MoverJobLost", failure, true, now)
+        }
+    }
+}
+
+fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
+    let pending = |reason: &str, msg: String| RunDecision::new(Some(SnapshotPhase::Pending), waiting(reason, msg), Step::Idle);
+    match &f.policy {
+        PolicyState::Known => {}
+        PolicyState::NotFound { name } => {
+            let mut d = pending("PolicyNotFound", format!("SnapshotPolicy {name} does not exist"));
+            d.requeue_after = Some(Duration::seconds(PARKED_REQUEUE_SECONDS));
+            return d;
+        }
+        PolicyState::NoPolicyRef => {
+            let failure = Failure { message: Some("spec.policyRef is required to run a backup".into()), ..Failure::default() };
+            return failed_terminal(f, "InvalidSpec", failure, false, now);
+        }
+    }
+    match &f.gate {
+        Gate::Open => {}
+        Gate::NotReady { .. } => {
+            let mut d = pending("RepositoryNotReady", f.gate.message());
+            d.gated = true;
+            d.requeue_after = Some(Duration::seconds(PARKED_REQUEUE_SECONDS));
+            return d;
+        }
+        Gate::NamespaceNotAllowed { .. } => {
+            let mut d = RunDecision::new(Some(SnapshotPhase::Pending), stalled("NamespaceNotAllowed", f.gate.message()), Step::Idle);
+            d.requeue_after = Some(Duration::seconds(PARKED_REQUEUE_SECONDS));
+            return d;
+        }
+    }
+    if f.repository_read_only {
+        let failure = Failure {
+            message: Some("the repository is mode ReadOnly; backups are refused".into()),
+            ..Failure::default()
+        };
+        return failed_terminal(f, "RepositoryReadOnly", failure, false, now);
+    }
+    match &f.source {
+        SourceState::Present => {}
+        SourceState::Missing { pvc } => {
+            let since = f.source_missing_since.unwrap_or(now);
+            let deadline = since + Duration::seconds(SOURCE_MISSING_DEADLINE_SECONDS);
+            if now >= deadline {
+                let failure = Failure {
+                    message: Some(format!("source PVC {pvc} has been missing since {}", since.to_rfc3339())),
+                    ..Failure::default()
+                };
+                let mut d = failed_terminal(f, "SourcePvcMissing", failure, false, now);
+                d.source_missing_since = Some(since);
+                return d;
+            }
+            let mut d = pending("SourcePvcMissing", format!("source PVC {pvc} does not exist"));
+            d.conditions.push(cond("SourcePvcAvailable", CondStatus::False, "SourcePvcMissing", format!("PVC {pvc} not found")));
+            d.source_missing_since = Some(since);
+            d.requeue_after = Some((deadline - now).min(Duration::seconds(PARKED_REQUEUE_SECONDS)));
+            return d;
+        }
+    }
+    match &f.work_spec {
+        WorkSpecState::Fits => {}
+        WorkSpecState::TooLarge { bytes } => {
+            let msg = format!("the work spec is {bytes} bytes, over the 102400-byte cap; reduce sources, tags or ignore rules");
+            let mut d = pending("WorkSpecTooLarge", msg.clone());
+            d.warning = Some(("WorkSpecTooLarge", msg));
+            d.requeue_after = Some(Duration::seconds(300));
+            return d;
+        }
+        WorkSpecState::Invalid { message } => {
+            let mut d = pending("InvalidWorkSpec", message.clone());
+            d.requeue_after = Some(Duration::seconds(300));
+            return d;
+        }
+    }
+    match &f.job {
+        // A Job already exists under our name (a stale status): adopt it instead of relaunching.
+        JobState::Active | JobState::Complete { .. } | JobState::Failed { .. } => running(f, now),
+        JobState::Absent => {
+            let mut d = RunDecision::new(Some(SnapshotPhase::Running), waiting("BackupRunning", "the mover Job was created"), Step::Launch);
+            d.conditions.push(cond("SourcePvcAvailable", CondStatus::True, "SourcePvcPresent", ""));
+            d
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap()
+    }
+
+    fn facts() -> RunFacts {
+        RunFacts {
+            phase: None,
+            discovered: false,
+            has_finalizer: true,
+            policy: PolicyState::Known,
+            gate: Gate::Open,
+            repository_read_only: false,
+            source: SourceState::Present,
+            source_missing_since: None,
+            work_spec: WorkSpecState::Fits,
+            job: JobState::Absent,
+            failure: None,
+            completion_recorded: false,
+            reverify_requested_at: None,
+        }
+    }
+
+    fn reason(d: &RunDecision) -> &str {
+        &d.conditions.iter().find(|c| c.type_ == "Ready").unwrap().reason
+    }
+
+    #[test]
+    fn open_gate_launches() {
+        let d = plan(&facts(), now());
+        assert_eq!(d.step, Step::Launch);
+        assert_eq!(d.phase, Some(SnapshotPhase::Running));
+        assert!(!d.add_finalizer);
+    }
+
+    #[test]
+    fn not_ready_parks_pending_and_never_fails() {
+        let mut f = facts();
+        f.gate = Gate::NotReady { repository: "t/r".into(), phase: "Degraded".into() };
+        f.source = SourceState::Missing { pvc: "data".into() };
+        f.source_missing_since = None;
+        // However long the outage, the gate parks: no consumer timer runs while parked.
+        for hours in [0, 1, 24, 240] {
+            let d = plan(&f, now() + Duration::hours(hours));
+            assert_eq!(d.phase, Some(SnapshotPhase::Pending));
+            assert_eq!(reason(&d), "RepositoryNotReady");
+            assert_eq!(d.step, Step::Idle);
+            assert!(d.gated);
+            assert!(d.source_missing_since.is_none(), "the PVC clock does not start while gated");
+            assert!(d.conditions[0].message.contains("t/r is Degraded"));
+        }
+    }
+
+    #[test]
+    fn missing_pvc_parks_then_fails_after_deadline() {
+        let mut f = facts();
+        f.source = SourceState::Missing { pvc: "data".into() };
+        let d = plan(&f, now());
+        assert_eq!(reason(&d), "SourcePvcMissing");
+        assert_eq!(d.source_missing_since, Some(now()));
+        assert_eq!(d.phase, Some(SnapshotPhase::Pending));
+        f.source_missing_since = Some(now());
+        let later = plan(&f, now() + Duration::minutes(29));
+        assert_eq!(later.phase, Some(SnapshotPhase::Pending));
+        assert_eq!(later.source_missing_since, Some(now()), "the clock is not restarted");
+        let expired = plan(&f, now() + Duration::minutes(30));
+        assert_eq!(expired.phase, Some(SnapshotPhase::Failed));
+        assert_eq!(reason(&expired), "SourcePvcMissing");
+        assert!(!expired.nudge, "controller-side refusals never nudge");
+    }
+
+    #[test]
+    fn oversize_work_spec_never_becomes_a_job() {
+        let mut f = facts();
+        f.work_spec = WorkSpecState::TooLarge { bytes: 200_000 };
+        let d = plan(&f, now());
+        assert_eq!(d.step, Step::Idle);
+        assert_eq!(reason(&d), "WorkSpecTooLarge");
+        assert_eq!(d.warning.as_ref().map(|w| w.0), Some("WorkSpecTooLarge"));
+        assert_eq!(d.requeue_after, Some(Duration::seconds(300)));
+    }
+
+    #[test]
+    fn read_only_is_a_refusal_without_nudge() {
+        let mut f = facts();
+        f.repository_read_only = true;
+        let d = plan(&f, now());
+        assert_eq!(d.phase, Some(SnapshotPhase::Failed));
+        assert_eq!(reason(&d), "RepositoryReadOnly");
+        assert!(!d.nudge);
+    }
+
+    #[test]
+    fn mover_success_heals_once() {
+        let mut f = facts();
+        f.phase = Some(SnapshotPhase::Succeeded);
+        f.job = JobState::Complete { at: Some(now()) };
+        let d = plan(&f, now());
+        assert_eq!(d.record_completion, Some(Completion::Succeeded));
+        assert_eq!(reason(&d), "SnapshotCreated");
+        assert_eq!(d.step, Step::Idle);
+        f.completion_recorded = true;
+        assert_eq!(plan(&f, now()).record_completion, None, "counted once");
+        // One-shot: even with the Job TTL-reaped, a terminal Snapshot never relaunches.
+        f.job = JobState::Absent;
+        assert_eq!(plan(&f, now()).step, Step::Idle);
+    }
+
+    #[test]
+    fn job_failure_fails_and_nudges_rate_limited() {
+        let mut f = facts();
+        f.phase = Some(SnapshotPhase::Running);
+        f.job = JobState::Failed { reason: "BackoffLimitExceeded".into() };
+        let d = plan(&f, now());
+        assert_eq!(d.phase, Some(SnapshotPhase::Failed));
+        assert_eq!(reason(&d), "SnapshotFailed");
+        assert!(d.nudge);
+        assert_eq!(d.failure.as_ref().unwrap().kopia_error_class.as_deref(), Some("Unknown"));
+        assert!(d.failure.as_ref().unwrap().message.as_ref().unwrap().contains("BackoffLimitExceeded"));
+        f.failure = Some(Failure { kopia_error_class: Some("RepositoryUnavailable".into()), ..Failure::default() });
+        f.reverify_requested_at = Some(now() - Duration::seconds(30));
+        let d = plan(&f, now());
+        assert_eq!(d.failure.unwrap().kopia_error_class.as_deref(), Some("RepositoryUnavailable"), "mover's failure kept");
+        assert!(!d.nudge, "a stamp under 60 s old is not rewritten");
+        f.reverify_requested_at = Some(now() - Duration::seconds(61));
+        assert!(plan(&f, now()).nudge);
+    }
+
+    #[test]
+    fn vanished_job_is_lost() {
+        let mut f = facts();
+        f.phase = Some(SnapshotPhase::Running);
+        let d = plan(&f, now());
+        assert_eq!(reason(&d), "MoverJobLost");
+        assert!(d.nudge);
+    }
+
+    #[test]
+    fn completed_job_waits_for_the_status_event() {
+        let mut f = facts();
+        f.phase = Some(SnapshotPhase::Running);
+        f.job = JobState::Complete { at: Some(now()) };
+        let d = plan(&f, now() + Duration::seconds(5));
+        assert_eq!(d.step, Step::AwaitJob);
+        assert_eq!(d.phase, Some(SnapshotPhase::Running));
+        let d = plan(&f, now() + Duration::seconds(RESULT_GRACE_SECONDS));
+        assert_eq!(reason(&d), "MoverJobLost");
+    }
+
+    #[test]
+    fn unknown_phase_is_left_alone() {
+        let mut f = facts();
+        f.phase = Some(SnapshotPhase::Unknown("Verifying".into()));
+        let d = plan(&f, now());
+        assert_eq!(d.phase, None);
+        assert_eq!(d.step, Step::Idle);
+    }
+
+    #[test]
+    fn finalizer_is_ensured_and_discovered_rows_are_retained() {
+        let mut f = facts();
+        f.has_finalizer = false;
+        assert!(plan(&f, now()).add_finalizer);
+        f.discovered = true;
+        let d = plan(&f, now());
+        assert_eq!(d.phase, Some(SnapshotPhase::Discovered));
+        assert_eq!(d.requeue_after, Some(Duration::seconds(600)));
+    }
+
+    #[test]
+    fn missing_policy_parks() {
+        let mut f = facts();
+        f.policy = PolicyState::NotFound { name: "p".into() };
+        let d = plan(&f, now());
+        assert_eq!(reason(&d), "PolicyNotFound");
+        assert_eq!(d.phase, Some(SnapshotPhase::Pending));
+    }
+}

@@ -1,0 +1,275 @@
+//! Snapshot reconciler: observe (stores, the CR) -> `plan::plan` -> apply (finalizer, one
+//! status write, Job, Events, nudge). The deletion path lives in `delete.rs`.
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::batch::v1::Job;
+use kopiur_api::names::{annotation, finalizer, label};
+use kopiur_api::shared::phase::SnapshotOrigin;
+use kopiur_api::shared::status::{ResolvedRepository, Timing};
+use kopiur_api::shared::{RepositoryKind, RepositoryRef};
+use kopiur_api::snapshot::{JobRef, SnapshotPhase, SnapshotResolved, SnapshotStatus};
+use kopiur_api::{Snapshot, SnapshotPolicy};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+
+use super::ctx::{PipelineCtx, RepoView};
+use super::job::{BuildError, Recipe, backup_job, recipe};
+use super::plan::{Completion, JobState, PolicyState, RunFacts, SourceState, Step, WorkSpecState, plan};
+use crate::repository::Error;
+
+pub fn job_state(job: Option<&Job>) -> JobState {
+    let Some(job) = job else { return JobState::Absent };
+    let conds = job.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+    if let Some(c) = conds.iter().find(|c| c.type_ == "Failed" && c.status == "True") {
+        return JobState::Failed { reason: c.reason.clone().unwrap_or_else(|| "Failed".into()) };
+    }
+    if conds.iter().any(|c| c.type_ == "Complete" && c.status == "True") {
+        let at = job.status.as_ref().and_then(|s| s.completion_time.as_ref()).map(|t| t.0);
+        return JobState::Complete { at: at.map(|t| DateTime::<Utc>::from_timestamp(t.as_second(), 0).unwrap_or_default()) };
+    }
+    JobState::Active
+}
+
+/// The repository a Snapshot targets: the pin, else `spec.repository`, else the policy's
+/// first repository.
+pub fn repository_ref(snap: &Snapshot, policy: Option<&SnapshotPolicy>) -> Option<RepositoryRef> {
+    if let Some(r) = snap.status.as_ref().and_then(|s| s.resolved.as_ref()).and_then(|r| r.repository.as_ref()) {
+        return Some(RepositoryRef { name: r.name.clone(), kind: r.kind, namespace: r.namespace.clone() });
+    }
+    if let Some(r) = &snap.spec.repository {
+        return Some(r.clone());
+    }
+    policy.and_then(|p| p.spec.target.repositories().first().map(|r| (*r).clone()))
+}
+
+fn policy_of(ctx: &PipelineCtx, snap: &Snapshot) -> Option<Arc<SnapshotPolicy>> {
+    let pr = snap.spec.policy_ref.as_ref()?;
+    let ns = pr.namespace.clone().or_else(|| snap.namespace()).unwrap_or_default();
+    ctx.stores.policies.get(&ObjectRef::new(&pr.name).within(&ns))
+}
+
+pub fn origin(snap: &Snapshot) -> SnapshotOrigin {
+    if let Some(o) = snap.status.as_ref().and_then(|s| s.origin.clone()) {
+        return o;
+    }
+    match snap.labels().get(label::ORIGIN).map(String::as_str) {
+        Some("scheduled") => SnapshotOrigin::Scheduled,
+        Some("discovered") => SnapshotOrigin::Discovered,
+        Some("adopted") => SnapshotOrigin::Adopted,
+        Some("replicated") => SnapshotOrigin::Replicated,
+        Some(_) | None => SnapshotOrigin::Manual,
+    }
+}
+
+pub async fn reconcile(snap: Arc<Snapshot>, ctx: Arc<PipelineCtx>) -> Result<Action, Error> {
+    ctx.metrics.reconciliations.inc(&["Snapshot"]);
+    let now = Utc::now();
+    if snap.meta().deletion_timestamp.is_some() {
+        return super::delete::reconcile_deletion(&snap, &ctx, now).await;
+    }
+    run_path(&snap, &ctx, now).await
+}
+
+async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Result<Action, Error> {
+    let ns = snap.namespace().unwrap_or_default();
+    let name = snap.name_any();
+    let status = snap.status.clone().unwrap_or_default();
+    let policy = policy_of(ctx, snap);
+    let origin = origin(snap);
+    let discovered = matches!(origin, SnapshotOrigin::Discovered);
+    let rref = repository_ref(snap, policy.as_deref());
+    let repo = rref.as_ref().and_then(|r| ctx.repository(&ns, r));
+    let gate = match &rref {
+        Some(r) => ctx.gate(&ns, r),
+        None => crate::gating::Gate::NotReady { repository: "(none)".into(), phase: "absent".into() },
+    };
+    let job_name = kopiur_mover::job::job_name(&name);
+    let mut job = ctx.stores.jobs.get(&ObjectRef::new(&job_name).within(&ns));
+    let phase = status.phase.clone();
+    if job.is_none() && matches!(phase, Some(SnapshotPhase::Running)) {
+        // The store may lag a Job we just created; ask the API before calling it lost.
+        match Api::<Job>::namespaced(ctx.client.clone(), &ns).get_opt(&job_name).await? {
+            Some(j) => job = Some(Arc::new(j)),
+            None => {}
+        }
+    }
+    // Only our own Job counts (a same-named Job owned by something else is not ours).
+    let job = job.filter(|j| j.owner_references().iter().any(|o| Some(&o.uid) == snap.meta().uid.as_ref()));
+
+    let policy_state = match (&snap.spec.policy_ref, &policy) {
+        (None, _) => PolicyState::NoPolicyRef,
+        (Some(_), Some(_)) => PolicyState::Known,
+        (Some(p), None) => PolicyState::NotFound { name: p.name.clone() },
+    };
+    let mut rec: Option<Recipe> = None;
+    let mut recipe_error = None;
+    if let Some(p) = &policy {
+        match recipe(snap, p) {
+            Ok(r) => rec = Some(r),
+            Err(e) => recipe_error = Some(e),
+        }
+    }
+    let source = match &rec {
+        Some(r) => {
+            let present = ctx.stores.pvcs.get(&ObjectRef::new(&r.pvc).within(&ns)).is_some();
+            if present { SourceState::Present } else { SourceState::Missing { pvc: r.pvc.clone() } }
+        }
+        None => SourceState::Present,
+    };
+    let built = match (&policy, &rec, &repo) {
+        (Some(p), Some(r), Some(rv)) => Some(backup_job(snap, p, r, rv, &ctx.config.mover_image, ctx.config.mover_rust_log.clone())),
+        _ => None,
+    };
+    let work_spec = match (&built, &recipe_error) {
+        (_, Some(e)) => WorkSpecState::Invalid { message: e.clone() },
+        (Some(Ok(_)), None) => WorkSpecState::Fits,
+        (Some(Err(BuildError::TooLarge(n))), None) => WorkSpecState::TooLarge { bytes: *n },
+        (Some(Err(BuildError::Invalid(m))), None) => WorkSpecState::Invalid { message: m.clone() },
+        (None, None) => WorkSpecState::Invalid { message: "the repository is not known yet".into() },
+    };
+    let facts = RunFacts {
+        phase: phase.clone(),
+        discovered,
+        has_finalizer: snap.finalizers().iter().any(|f| f == finalizer::SNAPSHOT_CLEANUP),
+        policy: policy_state,
+        gate,
+        repository_read_only: repo.as_ref().is_some_and(RepoView::read_only),
+        source,
+        source_missing_since: status.source_missing_since,
+        work_spec,
+        job: job_state(job.as_deref()),
+        failure: status.failure.clone(),
+        completion_recorded: status.completion_recorded_at.is_some(),
+        reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
+    };
+    let d = plan(&facts, now);
+    let api: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &ns);
+
+    let mut fresh: Option<Snapshot> = None;
+    if d.add_finalizer {
+        let mut fins = snap.finalizers().to_vec();
+        fins.push(finalizer::SNAPSHOT_CLEANUP.to_string());
+        let body = serde_json::json!({"metadata": {"finalizers": fins, "resourceVersion": snap.resource_version()}});
+        fresh = Some(api.patch(&name, &PatchParams::default(), &Patch::Merge(&body)).await?);
+    }
+
+    // The Job first: a lost status write is healed by adopting the Job next time, while a
+    // Running status without a Job would read as a lost Job.
+    if d.step == Step::Launch
+        && let Some(Ok(b)) = built
+    {
+        ctx.ensure_mover_rbac(&ns).await?;
+        match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &b.job).await {
+            Ok(_) => {
+                ctx.metrics.jobs_created.inc(&["backup", &ns]);
+                tracing::info!(snapshot = %name, namespace = %ns, bytes = b.bytes, "launched backup Job");
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // The desired status.
+    let mut next = status.clone();
+    if let Some(p) = &d.phase {
+        next.phase = Some(p.clone());
+    }
+    if next.origin.is_none() {
+        next.origin = Some(origin.clone());
+    }
+    next.observed_generation = snap.meta().generation;
+    next.source_missing_since = d.source_missing_since;
+    if let Some(f) = &d.failure {
+        next.failure = Some(f.clone());
+    }
+    // Pin once: repository (with uid), identity, policy, deletion policy.
+    if next.resolved.is_none()
+        && let (Some(r), Some(rv), Some(p), Some(rc)) = (&rref, &repo, &policy, &rec)
+    {
+        next.resolved = Some(SnapshotResolved {
+            repository: Some(ResolvedRepository {
+                kind: r.kind,
+                namespace: match r.kind {
+                    RepositoryKind::Repository => rv.namespace(),
+                    RepositoryKind::ClusterRepository => None,
+                },
+                name: rv.name(),
+                uid: Some(rv.uid()),
+            }),
+            policy: Some(p.name_any()),
+            identity: Some(rc.identity.clone()),
+            deletion_policy: Some(snap.spec.deletion_policy.unwrap_or(p.spec.default_deletion_policy)),
+            ..SnapshotResolved::default()
+        });
+    }
+    if d.step == Step::Launch {
+        next.job = Some(JobRef { name: job_name.clone(), attempts: 0 });
+        next.timing = Some(Timing { start_time: Some(now), ..Timing::default() });
+    }
+    if d.record_completion.is_some() {
+        next.completion_recorded_at = Some(now);
+    }
+    next.conditions = super::ctx::merge(&status.conditions, &d.conditions, snap.meta().generation.unwrap_or(0), now);
+    write_status(&api, fresh.as_ref().unwrap_or(snap), &status, &next).await?;
+
+    let reference = snap.object_ref(&());
+    if let Some((reason, note)) = &d.warning {
+        ctx.event(&reference, true, reason, note.clone()).await;
+    }
+    match d.record_completion {
+        Some(Completion::Succeeded) => {
+            let id = next.snapshot.as_ref().and_then(|s| s.kopia_snapshot_id.clone()).unwrap_or_default();
+            ctx.event(&reference, false, "SnapshotSucceeded", format!("kopia snapshot {id} created")).await;
+        }
+        Some(Completion::Unchanged) => {
+            ctx.event(&reference, false, "SnapshotSucceeded", "source unchanged; no new manifest".into()).await;
+        }
+        Some(Completion::Failed) => {
+            let msg = next.failure.as_ref().and_then(|f| f.message.clone()).unwrap_or_default();
+            ctx.event(&reference, true, "SnapshotFailed", msg).await;
+        }
+        None => {}
+    }
+    if d.nudge
+        && let Some(rv) = &repo
+    {
+        if let Err(e) = ctx.nudge(rv, now).await {
+            tracing::warn!(error = %e, snapshot = %name, "stamping reverify-requested-at failed");
+        }
+    }
+    Ok(match d.requeue_after {
+        Some(after) => Action::requeue(after.to_std().unwrap_or_default().max(std::time::Duration::from_secs(1))),
+        None => match d.step {
+            Step::AwaitJob | Step::Launch => Action::requeue(std::time::Duration::from_secs(300)),
+            Step::Idle => Action::await_change(),
+        },
+    })
+}
+
+/// One status write, skipped when nothing changed.
+/// Guarded by the resourceVersion we decided on: the mover PATCHes the same status, and a
+/// decision made on a stale copy must not overwrite its result. A conflict is not an error:
+/// the newer object's watch event brings the reconcile back.
+pub async fn write_status(
+    api: &Api<Snapshot>,
+    snap: &Snapshot,
+    current: &SnapshotStatus,
+    next: &SnapshotStatus,
+) -> Result<(), Error> {
+    if current == next {
+        return Ok(());
+    }
+    let body = serde_json::json!({"metadata": {"resourceVersion": snap.resource_version()}, "status": next});
+    match api.patch_status(&snap.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Whether the Snapshot carries `skip-snapshot-cleanup`.
+pub fn skip_cleanup(snap: &Snapshot) -> bool {
+    snap.annotations().contains_key(annotation::SKIP_SNAPSHOT_CLEANUP)
+}

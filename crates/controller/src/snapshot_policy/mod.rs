@@ -1,0 +1,3 @@
+//! SnapshotPolicy: `plan` selects what GFS retention prunes, `reconcile` applies it.
+pub mod plan;
+pub mod reconcile;

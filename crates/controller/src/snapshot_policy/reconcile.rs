@@ -1,0 +1,150 @@
+//! SnapshotPolicy reconciler: pins the identity and repositories in status, summarizes
+//! repository health, and runs GFS retention over the policy's Snapshots (each prune stamped
+//! `pruned-by: retention` before its DELETE). A prune pass runs on every reconcile, which the
+//! Snapshot watch triggers when a participant changes, plus a 300 s cadence.
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::Utc;
+use kopiur_api::SnapshotPolicy;
+use kopiur_api::domain::identity::resolve_identity;
+use kopiur_api::names::pruned_by;
+use kopiur_api::shared::status::ResolvedRepository;
+use kopiur_api::snapshot::SnapshotPhase;
+use kopiur_api::snapshot_policy::{LastSuccessfulSnapshot, PolicyResolved, RetentionStatus, SnapshotPolicyStatus};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Api, Resource, ResourceExt};
+
+use super::plan::{Member, RepoMembers, plan};
+use crate::gating::Gate;
+use crate::health::kstatus::{Cond, CondStatus};
+use crate::repository::Error;
+use crate::snapshot::ctx::PipelineCtx;
+use crate::snapshot::reconcile::origin;
+use crate::snapshot_schedule::reconcile::stamp_and_delete;
+
+pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Result<Action, Error> {
+    ctx.metrics.reconciliations.inc(&["SnapshotPolicy"]);
+    if policy.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let now = Utc::now();
+    let ns = policy.namespace().unwrap_or_default();
+    let name = policy.name_any();
+    let status = policy.status.clone().unwrap_or_default();
+    let mut next = status.clone();
+    next.observed_generation = policy.meta().generation;
+    let mut conds = Vec::new();
+
+    let identity = resolve_identity(&name, &ns, policy.spec.identity.as_ref());
+    let refs: Vec<_> = policy.spec.target.repositories().into_iter().cloned().collect();
+    let mut resolved_repos = Vec::new();
+    let mut summary = Vec::new();
+    let mut not_ready = Vec::new();
+    for r in &refs {
+        let gate = ctx.gate(&ns, r);
+        let rv = ctx.repository(&ns, r);
+        let phase = match &gate {
+            Gate::Open => "Ready".to_string(),
+            Gate::NotReady { phase, .. } => phase.clone(),
+            Gate::NamespaceNotAllowed { .. } => "NamespaceNotAllowed".to_string(),
+        };
+        summary.push(format!("{} ({phase})", r.name));
+        if gate != Gate::Open {
+            not_ready.push(gate.message());
+        }
+        if let Some(rv) = rv {
+            resolved_repos.push(ResolvedRepository { kind: r.kind, namespace: rv.namespace(), name: rv.name(), uid: Some(rv.uid()) });
+        }
+    }
+    next.repository_summary = Some(summary.join(", "));
+    match &identity {
+        Ok(id) => {
+            let prev = status.resolved.clone().unwrap_or_default();
+            // The identity is pinned once; a change is the fork guard's business, not ours.
+            next.resolved = Some(PolicyResolved {
+                identity: Some(prev.identity.clone().unwrap_or_else(|| id.clone())),
+                sources: prev.sources.clone(),
+                repositories: resolved_repos,
+            });
+        }
+        Err(e) => conds.push(Cond { type_: "Stalled", status: CondStatus::True, reason: "InvalidIdentity".into(), message: e.to_string() }),
+    }
+
+    // The policy's Snapshots, grouped by their pinned repository.
+    let mine: Vec<_> = ctx
+        .stores
+        .snapshots
+        .state()
+        .into_iter()
+        .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|s| s.spec.policy_ref.as_ref().is_some_and(|p| p.name == name))
+        .collect();
+    let mut groups: BTreeMap<String, RepoMembers> = BTreeMap::new();
+    for s in &mine {
+        let st = s.status.as_ref();
+        let Some(rr) = st.and_then(|st| st.resolved.as_ref()).and_then(|r| r.repository.clone()) else { continue };
+        let key = format!("{}/{}", rr.namespace.clone().unwrap_or_default(), rr.name);
+        let rref = kopiur_api::shared::RepositoryRef { name: rr.name.clone(), kind: rr.kind, namespace: rr.namespace.clone() };
+        let ready = ctx.gate(&ns, &rref) == Gate::Open;
+        let g = groups.entry(key.clone()).or_insert_with(|| RepoMembers { repository: key, ready, members: vec![] });
+        g.members.push(Member {
+            name: s.name_any(),
+            phase: st.and_then(|st| st.phase.clone()),
+            origin: Some(origin(s)),
+            deleting: s.meta().deletion_timestamp.is_some(),
+            end_time: st.and_then(|st| st.timing.as_ref()).and_then(|t| t.end_time),
+            kopia_snapshot_id: st.and_then(|st| st.snapshot.as_ref()).and_then(|x| x.kopia_snapshot_id.clone()),
+            pinned: s.spec.pin,
+        });
+    }
+    let groups: Vec<RepoMembers> = groups.into_values().collect();
+    let rp = plan(policy.spec.retention.as_ref(), &groups);
+    let api = Api::namespaced(ctx.client.clone(), &ns);
+    for victim in &rp.prune {
+        stamp_and_delete(&api, victim, pruned_by::RETENTION).await?;
+    }
+    let prev_ret = status.retention.clone().unwrap_or_default();
+    next.retention = Some(if rp.prune.is_empty() {
+        RetentionStatus { active_snapshot_count: rp.active as i32, ..prev_ret }
+    } else {
+        tracing::info!(policy = %name, namespace = %ns, pruned = rp.prune.len(), "retention pruned Snapshots");
+        RetentionStatus { active_snapshot_count: rp.active as i32, last_prune_at: Some(now), last_prune_deleted: rp.prune.len() as i32 }
+    });
+    if let Some(s) = mine
+        .iter()
+        .filter(|s| s.status.as_ref().and_then(|st| st.phase.as_ref()) == Some(&SnapshotPhase::Succeeded))
+        .max_by_key(|s| s.status.as_ref().and_then(|st| st.timing.as_ref()).and_then(|t| t.end_time))
+    {
+        next.last_successful_snapshot = Some(LastSuccessfulSnapshot {
+            name: s.name_any(),
+            end_time: s.status.as_ref().and_then(|st| st.timing.as_ref()).and_then(|t| t.end_time),
+        });
+    }
+
+    if not_ready.is_empty() {
+        conds.push(Cond { type_: "RepositoriesReady", status: CondStatus::True, reason: "RepositoriesReady".into(), message: String::new() });
+        conds.push(Cond { type_: "Ready", status: CondStatus::True, reason: "PolicyReady".into(), message: String::new() });
+    } else {
+        let m = not_ready.join("; ");
+        conds.push(Cond { type_: "RepositoriesReady", status: CondStatus::False, reason: "RepositoryNotReady".into(), message: m.clone() });
+        conds.push(Cond { type_: "Ready", status: CondStatus::False, reason: "RepositoryNotReady".into(), message: m });
+    }
+    next.conditions = crate::snapshot::ctx::merge(&status.conditions, &conds, policy.meta().generation.unwrap_or(0), now);
+    write_status(&ctx, &policy, &status, &next).await?;
+    Ok(Action::requeue(std::time::Duration::from_secs(300)))
+}
+
+async fn write_status(ctx: &PipelineCtx, p: &SnapshotPolicy, current: &SnapshotPolicyStatus, next: &SnapshotPolicyStatus) -> Result<(), Error> {
+    if current == next {
+        return Ok(());
+    }
+    let api: Api<SnapshotPolicy> = Api::namespaced(ctx.client.clone(), &p.namespace().unwrap_or_default());
+    let body = serde_json::json!({"metadata": {"resourceVersion": p.resource_version()}, "status": next});
+    match api.patch_status(&p.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

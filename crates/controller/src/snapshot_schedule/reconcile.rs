@@ -1,0 +1,265 @@
+//! SnapshotSchedule reconciler: children from the Snapshot store, the pin from status,
+//! `plan::plan` decides the one disposition; apply creates the child (idempotent by name),
+//! replaces or prunes children (stamped before each DELETE), and writes status once.
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use kopiur_api::domain::cron::{Cron, effective_timezone};
+use kopiur_api::names::{annotation, label, pruned_by};
+use kopiur_api::shared::status::NameRef;
+use kopiur_api::snapshot::{OnScheduleDelete, SnapshotPhase, SnapshotSpec};
+use kopiur_api::snapshot_schedule::{ScheduleRecord, ScheduleTarget, SnapshotScheduleStatus};
+use kopiur_api::{Snapshot, SnapshotSchedule};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+
+use super::plan::{Disposition, Pin, ScheduleFacts, plan};
+use crate::health::kstatus::{Cond, CondStatus};
+use crate::repository::Error;
+use crate::snapshot::ctx::PipelineCtx;
+use crate::snapshot::job::owner_of;
+
+/// The schedule's children: owned by this schedule's uid.
+pub fn children(ctx: &PipelineCtx, sched: &SnapshotSchedule) -> Vec<Arc<Snapshot>> {
+    let ns = sched.namespace().unwrap_or_default();
+    let uid = sched.uid().unwrap_or_default();
+    ctx.stores
+        .snapshots
+        .state()
+        .into_iter()
+        .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|s| s.owner_references().iter().any(|o| o.uid == uid))
+        .collect()
+}
+
+fn is_active(s: &Snapshot) -> bool {
+    if s.meta().deletion_timestamp.is_some() {
+        return false;
+    }
+    match s.status.as_ref().and_then(|st| st.phase.as_ref()) {
+        None | Some(SnapshotPhase::Pending | SnapshotPhase::Running) => true,
+        Some(
+            SnapshotPhase::Succeeded
+            | SnapshotPhase::Unchanged
+            | SnapshotPhase::Failed
+            | SnapshotPhase::Discovered
+            | SnapshotPhase::Deleting
+            | SnapshotPhase::Unknown(_),
+        ) => false,
+    }
+}
+
+/// Stamp, then delete. If the stamp fails the DELETE is not sent: an unstamped prune would
+/// read as an external deletion.
+pub async fn stamp_and_delete(api: &Api<Snapshot>, name: &str, value: &str) -> Result<(), Error> {
+    let body = serde_json::json!({"metadata": {"annotations": {annotation::PRUNED_BY: value}}});
+    match api.patch(name, &PatchParams::default(), &Patch::Merge(&body)).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// failedJobsHistoryLimit: the newest N Failed and, separately, the newest N Unchanged
+/// children stay; the rest are returned for pruning.
+pub fn history_prunes(children: &[Arc<Snapshot>], limit: i32) -> Vec<String> {
+    let limit = limit.max(0) as usize;
+    let mut out = Vec::new();
+    for wanted in [SnapshotPhase::Failed, SnapshotPhase::Unchanged] {
+        let mut pool: Vec<(DateTime<Utc>, String)> = children
+            .iter()
+            .filter(|s| s.meta().deletion_timestamp.is_none())
+            .filter(|s| s.status.as_ref().and_then(|st| st.phase.as_ref()) == Some(&wanted))
+            .map(|s| {
+                let st = s.status.as_ref();
+                let t = st
+                    .and_then(|st| st.timing.as_ref())
+                    .and_then(|t| t.end_time)
+                    .or_else(|| s.meta().creation_timestamp.as_ref().map(|c| DateTime::<Utc>::from_timestamp(c.0.as_second(), 0).unwrap_or_default()))
+                    .unwrap_or_default();
+                (t, s.name_any())
+            })
+            .collect();
+        // Newest first; ties by name.
+        pool.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        out.extend(pool.into_iter().skip(limit).map(|(_, n)| n));
+    }
+    out
+}
+
+pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> Result<Action, Error> {
+    ctx.metrics.reconciliations.inc(&["SnapshotSchedule"]);
+    if sched.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let now = Utc::now();
+    let ns = sched.namespace().unwrap_or_default();
+    let name = sched.name_any();
+    let uid = sched.uid().unwrap_or_default();
+    let status = sched.status.clone().unwrap_or_default();
+    let kids = children(&ctx, &sched);
+    let policy_name = match &sched.spec.target {
+        ScheduleTarget::PolicyRef(p) => Some(p.name.clone()),
+        ScheduleTarget::PolicySelector(_) => None,
+    };
+    let policy = policy_name.as_ref().and_then(|p| ctx.stores.policies.get(&ObjectRef::new(p).within(&ns)));
+    // Timezone: own, else the policy's repository default, else UTC.
+    let repo_tz = policy
+        .as_ref()
+        .and_then(|p| p.spec.target.repositories().first().map(|r| (*r).clone()))
+        .and_then(|r| ctx.repository(&ns, &r))
+        .and_then(|rv| rv.common().schedule_defaults.as_ref().and_then(|d| d.timezone.clone()));
+    let cron_spec = &sched.spec.schedule.cron;
+    let tz = effective_timezone(cron_spec.timezone.as_deref(), repo_tz.as_deref()).to_string();
+    let pinned = status.next_schedule.as_ref().and_then(|n| match (n.slot, n.at) {
+        (Some(slot), Some(at)) => Some(Pin { slot, at, timezone: n.timezone.clone().unwrap_or_else(|| "UTC".into()) }),
+        _ => None,
+    });
+    let facts = ScheduleFacts {
+        name: name.clone(),
+        uid: uid.clone(),
+        created: sched
+            .meta()
+            .creation_timestamp
+            .as_ref()
+            .and_then(|c| DateTime::<Utc>::from_timestamp(c.0.as_second(), 0))
+            .unwrap_or(now),
+        cron: Cron::parse(&cron_spec.cron, &uid).map_err(|e| e.to_string()),
+        timezone_name: tz,
+        jitter: cron_spec.jitter.clone(),
+        suspend: sched.spec.schedule.suspend,
+        concurrency: sched.spec.schedule.concurrency_policy,
+        starting_deadline_seconds: sched.spec.schedule.starting_deadline_seconds,
+        run_on_create: sched.spec.schedule.run_on_create,
+        pinned,
+        has_last_schedule: status.last_schedule.is_some(),
+        spec_changed: status.observed_generation.is_some() && status.observed_generation != sched.meta().generation,
+        active_children: kids.iter().filter(|s| is_active(s)).map(|s| s.name_any()).collect(),
+    };
+    let d = plan(&facts, now);
+    let snaps: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &ns);
+    let reference = sched.object_ref(&());
+
+    let mut next = status.clone();
+    next.observed_generation = sched.meta().generation;
+    let mut conds: Vec<Cond> = Vec::new();
+    match &d.disposition {
+        Disposition::Invalid { message } => {
+            conds.push(Cond { type_: "Ready", status: CondStatus::False, reason: "InvalidSchedule".into(), message: message.clone() });
+            conds.push(Cond { type_: "Stalled", status: CondStatus::True, reason: "InvalidSchedule".into(), message: message.clone() });
+        }
+        Disposition::Wait
+        | Disposition::SkipSuspended
+        | Disposition::SkipExpired
+        | Disposition::SkipActive
+        | Disposition::ReplaceActive { .. }
+        | Disposition::Fire => {
+            let (reason, msg) = match (&policy_name, &policy) {
+                (Some(_), Some(_)) => ("Scheduled".to_string(), format!("next slot pinned for {}", cron_spec.cron)),
+                (Some(p), None) => ("PolicyNotFound".to_string(), format!("SnapshotPolicy {p} does not exist; children park until it does")),
+                (None, _) => ("PolicySelectorNotImplemented".to_string(), "policySelector is not implemented in this release".to_string()),
+            };
+            let ok = reason == "Scheduled";
+            conds.push(Cond { type_: "Ready", status: if ok { CondStatus::True } else { CondStatus::False }, reason: reason.clone(), message: msg });
+            conds.push(Cond { type_: "Stalled", status: CondStatus::False, reason, message: String::new() });
+        }
+    }
+
+    if let Disposition::ReplaceActive { victims } = &d.disposition {
+        for v in victims {
+            stamp_and_delete(&snaps, v, pruned_by::REPLACED_RUN).await?;
+        }
+    }
+    if let Some(reason) = d.disposition.skip_reason() {
+        tracing::info!(schedule = %name, namespace = %ns, reason, "schedule slot skipped");
+        if matches!(d.disposition, Disposition::SkipExpired) {
+            ctx.event(&reference, false, "ScheduleSlotSkipped", "the slot passed its startingDeadlineSeconds; re-pinned to the next slot".into())
+                .await;
+        }
+    }
+    if let (Some(fire), Some(pname)) = (&d.fire, &policy_name) {
+        let default_deletion = policy.as_ref().map(|p| p.spec.default_deletion_policy).unwrap_or_default();
+        let child = Snapshot {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(fire.child.clone()),
+                namespace: Some(ns.clone()),
+                labels: Some(BTreeMap::from([
+                    (label::ORIGIN.to_string(), "scheduled".to_string()),
+                    (label::SCHEDULE.to_string(), name.clone()),
+                    (label::CONFIG.to_string(), pname.clone()),
+                ])),
+                owner_references: Some(vec![owner_of(sched.as_ref())]),
+                finalizers: Some(vec![kopiur_api::names::finalizer::SNAPSHOT_CLEANUP.to_string()]),
+                ..Default::default()
+            },
+            spec: SnapshotSpec {
+                policy_ref: Some(kopiur_api::shared::PolicyRef { name: pname.clone(), namespace: None }),
+                deletion_policy: Some(default_deletion),
+                on_schedule_delete: Some(sched.spec.deletion.on_schedule_delete),
+                ..SnapshotSpec::default()
+            },
+            status: None,
+        };
+        match snaps.create(&PostParams::default(), &child).await {
+            Ok(_) => tracing::info!(schedule = %name, child = %fire.child, "scheduled Snapshot created"),
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        next.last_schedule = Some(ScheduleRecord {
+            at: Some(fire.at),
+            slot: Some(fire.slot),
+            snapshot_ref: Some(NameRef { name: fire.child.clone() }),
+            timezone: d.next.as_ref().map(|p| p.timezone.clone()),
+        });
+    }
+    if let Some(p) = &d.next {
+        next.next_schedule = Some(ScheduleRecord { at: Some(p.at), slot: Some(p.slot), snapshot_ref: None, timezone: Some(p.timezone.clone()) });
+    }
+    // The newest Succeeded child.
+    if let Some(s) = kids
+        .iter()
+        .filter(|s| s.status.as_ref().and_then(|st| st.phase.as_ref()) == Some(&SnapshotPhase::Succeeded))
+        .max_by_key(|s| s.status.as_ref().and_then(|st| st.timing.as_ref()).and_then(|t| t.end_time))
+    {
+        let end = s.status.as_ref().and_then(|st| st.timing.as_ref()).and_then(|t| t.end_time);
+        next.last_successful_schedule =
+            Some(ScheduleRecord { at: end, slot: None, snapshot_ref: Some(NameRef { name: s.name_any() }), timezone: None });
+    }
+    // onScheduleDelete propagation to live children whose stamp differs.
+    let desired = sched.spec.deletion.on_schedule_delete;
+    for k in kids.iter().filter(|k| k.meta().deletion_timestamp.is_none()) {
+        if k.spec.on_schedule_delete.unwrap_or(OnScheduleDelete::Retain) != desired || k.spec.on_schedule_delete.is_none() {
+            let body = serde_json::json!({"spec": {"onScheduleDelete": desired}});
+            snaps.patch(&k.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await?;
+        }
+    }
+    // failedJobsHistoryLimit.
+    for victim in history_prunes(&kids, sched.spec.failed_jobs_history_limit) {
+        stamp_and_delete(&snaps, &victim, pruned_by::FAILED_HISTORY).await?;
+    }
+
+    next.conditions = crate::snapshot::ctx::merge(&status.conditions, &conds, sched.meta().generation.unwrap_or(0), now);
+    write_status(&ctx, &sched, &status, &next).await?;
+    Ok(Action::requeue(d.requeue_after.to_std().unwrap_or_default().max(std::time::Duration::from_secs(1))))
+}
+
+async fn write_status(ctx: &PipelineCtx, s: &SnapshotSchedule, current: &SnapshotScheduleStatus, next: &SnapshotScheduleStatus) -> Result<(), Error> {
+    if current == next {
+        return Ok(());
+    }
+    let api: Api<SnapshotSchedule> = Api::namespaced(ctx.client.clone(), &s.namespace().unwrap_or_default());
+    let body = serde_json::json!({"metadata": {"resourceVersion": s.resource_version()}, "status": next});
+    match api.patch_status(&s.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
