@@ -262,3 +262,47 @@ fn dest_env_strips_the_prefix() {
     );
     assert_eq!(v, vec![("AWS_ACCESS_KEY_ID".to_string(), "k".to_string())]);
 }
+
+fn manifest(id: &str, user: &str, path: &str, end: &str) -> kopiur_kopia::model::SnapshotManifest {
+    serde_json::from_value(serde_json::json!({
+        "id": id, "source": {"host": "t", "userName": user, "path": path}, "endTime": end,
+        "rootEntry": {"summ": {"size": 10, "files": 2}}, "tags": {"tag:k": "v"}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn catalog_is_newest_first_and_capped() {
+    let list: Vec<_> = (0..30).map(|i| manifest(&format!("{i:032x}"), "a", "/p", &format!("2026-01-{:02}T00:00:00Z", i + 1))).collect();
+    let (entries, truncated) = kopiur_mover::ops::catalog(list.clone(), 10, 1 << 20);
+    assert_eq!(entries.len(), 10);
+    assert!(truncated);
+    assert_eq!(entries[0].id, format!("{:032x}", 29));
+    assert_eq!(entries[0].tags["k"], "v");
+    let (entries, truncated) = kopiur_mover::ops::catalog(list.clone(), 1000, 1000);
+    assert!(truncated && entries.len() < 30 && !entries.is_empty());
+    let (entries, truncated) = kopiur_mover::ops::catalog(list, 1000, 1 << 20);
+    assert_eq!((entries.len(), truncated), (30, false));
+}
+
+#[test]
+fn restore_resolution_as_of_and_offset() {
+    let list = vec![
+        manifest("a", "app", "/pvc/data", "2026-01-01T00:00:00Z"),
+        manifest("b", "app", "/pvc/data", "2026-01-02T00:00:00Z"),
+        manifest("c", "app", "/pvc/data", "2026-01-03T00:00:00Z"),
+        manifest("x", "other", "/pvc/data", "2026-01-04T00:00:00Z"),
+    ];
+    let r = |as_of: Option<&str>, offset| ResolveIdentity {
+        identity: Identity::new("app", "t"),
+        source_path: "/pvc/data".into(),
+        as_of: as_of.map(|s| s.parse().unwrap()),
+        offset,
+    };
+    let id = |r: &ResolveIdentity| kopiur_mover::ops::resolve(list.clone(), r).map(|m| m.id);
+    assert_eq!(id(&r(None, 0)).as_deref(), Some("c"));
+    assert_eq!(id(&r(None, 1)).as_deref(), Some("b"));
+    assert_eq!(id(&r(Some("2026-01-02T12:00:00Z"), 0)).as_deref(), Some("b"));
+    assert_eq!(id(&r(Some("2025-12-31T00:00:00Z"), 0)), None);
+    assert_eq!(id(&r(None, 5)), None);
+}
