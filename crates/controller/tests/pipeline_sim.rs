@@ -9,7 +9,9 @@ use kopiur_api::domain::cron::Cron;
 use kopiur_api::snapshot::SnapshotPhase;
 use kopiur_api::snapshot_schedule::ConcurrencyPolicy;
 use kopiur_controller::gating::Gate;
-use kopiur_controller::snapshot::plan::{self as snap, JobState, PolicyState, RunFacts, SourceState, Step, WorkSpecState};
+use kopiur_controller::snapshot::plan::{
+    self as snap, JobState, PolicyState, RunFacts, SourceState, Step, WorkSpecState,
+};
 use kopiur_controller::snapshot_schedule::plan::{self as sched, Disposition, Pin, ScheduleFacts};
 
 const UID: &str = "5d1e3c52-7a8b-4c1d-9e0f-0123456789ab";
@@ -62,7 +64,12 @@ struct Counts {
     children_after_recovery: Vec<String>,
 }
 
-fn run(policy: ConcurrencyPolicy, world: &World, start: DateTime<Utc>, end: DateTime<Utc>) -> (Counts, BTreeMap<String, Child>) {
+fn run(
+    policy: ConcurrencyPolicy,
+    world: &World,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> (Counts, BTreeMap<String, Child>) {
     let mut children: BTreeMap<String, Child> = BTreeMap::new();
     let mut counts = Counts::default();
     let mut pin: Option<Pin> = None;
@@ -102,7 +109,8 @@ fn run(policy: ConcurrencyPolicy, world: &World, start: DateTime<Utc>, end: Date
         match &d.disposition {
             Disposition::SkipActive => counts.skip_active += 1,
             Disposition::Fire | Disposition::ReplaceActive { .. } => {}
-            Disposition::Wait | Disposition::SkipSuspended | Disposition::SkipExpired | Disposition::Invalid { .. } => {}
+            Disposition::Wait | Disposition::SkipSuspended | Disposition::SkipExpired | Disposition::Invalid { .. } => {
+            }
         }
         if let Some(f) = &d.fire {
             assert!(!children.contains_key(&f.child), "one child per slot");
@@ -112,7 +120,10 @@ fn run(policy: ConcurrencyPolicy, world: &World, start: DateTime<Utc>, end: Date
             if t >= world.ready_again {
                 counts.children_after_recovery.push(f.child.clone());
             }
-            children.insert(f.child.clone(), Child { phase: None, job: None, completion_recorded: false, parked_since_open: false });
+            children.insert(
+                f.child.clone(),
+                Child { phase: None, job: None, completion_recorded: false, parked_since_open: false },
+            );
             has_last = true;
         }
         pin = d.next;

@@ -10,10 +10,10 @@ use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kopiur_api::shared::RepositoryRef;
 use kopiur_api::{ClusterRepository, Repository, Snapshot, SnapshotPolicy, SnapshotSchedule};
+use kube::api::{Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource};
 
 use crate::config::Config;
@@ -121,7 +121,13 @@ impl PipelineCtx {
         repository_ready(&self.stores.repos, &self.stores.crepos, consumer_ns, None, r)
     }
 
-    pub async fn event(&self, reference: &k8s_openapi::api::core::v1::ObjectReference, warning: bool, reason: &str, note: String) {
+    pub async fn event(
+        &self,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
         let ev = Event {
             type_: if warning { EventType::Warning } else { EventType::Normal },
             reason: reason.to_string(),
@@ -194,7 +200,9 @@ impl PipelineCtx {
                     .await?;
             }
             RepoView::Cluster(_) => {
-                Api::<ClusterRepository>::all(self.client.clone()).patch(&repo.name(), &pp, &Patch::Merge(&body)).await?;
+                Api::<ClusterRepository>::all(self.client.clone())
+                    .patch(&repo.name(), &pp, &Patch::Merge(&body))
+                    .await?;
             }
         }
         Ok(())

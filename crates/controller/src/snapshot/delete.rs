@@ -19,8 +19,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
 use super::ctx::PipelineCtx;
-use super::reconcile::{job_state, origin, skip_cleanup, write_status};
 use super::plan::JobState;
+use super::reconcile::{job_state, origin, skip_cleanup, write_status};
 use crate::health::kstatus::{Cond, CondStatus};
 use crate::repository::Error;
 
@@ -33,9 +33,13 @@ pub enum Deletion {
     /// The backup Job still runs; delete it and wait.
     WaitForJob,
     /// Run (or await) the one-member delete Job.
-    DeleteManifest { id: String },
+    DeleteManifest {
+        id: String,
+    },
     /// External deletion under Delete: recorded, waiting for the dispatcher.
-    AwaitDispatcher { id: String },
+    AwaitDispatcher {
+        id: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,7 +101,9 @@ async fn release(snap: &Snapshot, ctx: &PipelineCtx) -> Result<Action, Error> {
     let api: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &snap.namespace().unwrap_or_default());
     match api.patch(&snap.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await {
         Ok(_) => Ok(Action::await_change()),
-        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(Action::requeue(std::time::Duration::from_secs(1))),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {
+            Ok(Action::requeue(std::time::Duration::from_secs(1)))
+        }
         Err(e) => Err(e.into()),
     }
 }
@@ -123,18 +129,26 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
         backup_job: job_state(backup_job.as_deref()),
         manifest: status.snapshot.as_ref().and_then(|s| s.kopia_snapshot_id.clone()),
         repo_present: repo.is_some(),
-        operator_pruned: !crate::deletion::pruned_by::from_annotations(snap.metadata.annotations.as_ref()).is_external(),
+        operator_pruned: !crate::deletion::pruned_by::from_annotations(snap.metadata.annotations.as_ref())
+            .is_external(),
     };
     let reference = snap.object_ref(&());
     match decide(&facts) {
         Deletion::Orphan => {
-            let why = if facts.skip { "SkipSnapshotCleanup" } else if facts.policy == DeletionPolicy::Orphan { "DeletionPolicyOrphan" } else { "RepositoryGone" };
+            let why = if facts.skip {
+                "SkipSnapshotCleanup"
+            } else if facts.policy == DeletionPolicy::Orphan {
+                "DeletionPolicyOrphan"
+            } else {
+                "RepositoryGone"
+            };
             ctx.event(&reference, false, "SnapshotOrphaned", format!("{why}: the kopia snapshot is kept")).await;
             release(snap, ctx).await
         }
         Deletion::Release => release(snap, ctx).await,
         Deletion::WaitForJob => {
-            let dp = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..DeleteParams::default() };
+            let dp =
+                DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..DeleteParams::default() };
             match Api::<Job>::namespaced(ctx.client.clone(), &ns).delete(&backup_job_name, &dp).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
@@ -146,7 +160,11 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
             let mut next = status.clone();
             next.phase = Some(SnapshotPhase::Deleting);
             if next.deletion.is_none() {
-                next.deletion = Some(DeletionRecord { decision: DeletionDecision::Delete, decided_at: Some(now), held_since: None });
+                next.deletion = Some(DeletionRecord {
+                    decision: DeletionDecision::Delete,
+                    decided_at: Some(now),
+                    held_since: None,
+                });
             }
             let c = Cond {
                 type_: "Ready",
@@ -167,8 +185,16 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
                 .and_then(|r| r.identity.clone())
                 .map(|i| Identity::new(i.username, i.hostname))
                 .unwrap_or_else(|| Identity::new("kopiur-ops", "kopiur"));
-            let job = super::job::delete_job(snap, &id, ident, &rv, &ctx.config.namespace, &ctx.config.mover_image, ctx.config.mover_rust_log.clone())
-                .map_err(|e| Error::WorkSpec(e.to_string()))?;
+            let job = super::job::delete_job(
+                snap,
+                &id,
+                ident,
+                &rv,
+                &ctx.config.namespace,
+                &ctx.config.mover_image,
+                ctx.config.mover_rust_log.clone(),
+            )
+            .map_err(|e| Error::WorkSpec(e.to_string()))?;
             let job_ns = rv.home_namespace(&ctx.config.namespace);
             let job_name = job.metadata.name.clone().unwrap_or_default();
             let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &job_ns);
@@ -184,12 +210,22 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
                         let _ = ctx.nudge(&rv, now).await;
                     }
                     tracing::warn!(snapshot = %name, %reason, "delete Job failed; retrying in 60 s");
-                    let dp = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..DeleteParams::default() };
+                    let dp = DeleteParams {
+                        propagation_policy: Some(PropagationPolicy::Background),
+                        ..DeleteParams::default()
+                    };
                     let _ = jobs.delete(&job_name, &dp).await;
                     Ok(Action::requeue(std::time::Duration::from_secs(60)))
                 }
                 JobState::Absent => {
-                    let gate = ctx.gate(&ns, &RepositoryRef { name: rv.name(), kind: pinned.map(|p| p.kind).unwrap_or_default(), namespace: rv.namespace() });
+                    let gate = ctx.gate(
+                        &ns,
+                        &RepositoryRef {
+                            name: rv.name(),
+                            kind: pinned.map(|p| p.kind).unwrap_or_default(),
+                            namespace: rv.namespace(),
+                        },
+                    );
                     if gate != crate::gating::Gate::Open {
                         // Parked: joins a batch once the repository is Ready again.
                         return Ok(Action::requeue(std::time::Duration::from_secs(300)));

@@ -11,8 +11,8 @@ use kopiur_api::{Snapshot, SnapshotPolicy};
 use kopiur_kopia::cmd::{CacheSizes, Identity, PathPolicy};
 use kopiur_mover::job::{CacheVolume, JobInput, PvcMount, SOURCE_MOUNT, build_job};
 use kopiur_mover::workspec::{
-    DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DeleteMember, MAX_WORK_SPEC_BYTES, Operation, RepositoryInfo,
-    SCHEMA_VERSION, SnapshotDeleteBatchOp, SnapshotOp, TargetRef, WorkSpec,
+    DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DeleteMember, MAX_WORK_SPEC_BYTES, Operation,
+    RepositoryInfo, SCHEMA_VERSION, SnapshotDeleteBatchOp, SnapshotOp, TargetRef, WorkSpec,
 };
 use kube::{Resource, ResourceExt};
 
@@ -35,11 +35,7 @@ pub fn recipe(snap: &Snapshot, policy: &SnapshotPolicy) -> Result<Recipe, String
         Some(s) => (s.source_index.max(0) as usize, Some(s.target.pvc.name.clone())),
         None => (0, None),
     };
-    let source = policy
-        .spec
-        .sources
-        .get(index)
-        .ok_or_else(|| format!("the policy has no source at index {index}"))?;
+    let source = policy.spec.sources.get(index).ok_or_else(|| format!("the policy has no source at index {index}"))?;
     let pvc = match (&source.kind, pvc_override) {
         (_, Some(name)) => name,
         (SourceKind::Pvc(p), None) => p.name.clone(),
@@ -121,7 +117,8 @@ pub fn backup_job(
     let id = Identity::new(recipe.identity.username.clone(), recipe.identity.hostname.clone());
     let p = &policy.spec;
     let files = p.files.clone().unwrap_or_default();
-    let ignore = files.ignore_rules.clone().unwrap_or_else(|| DEFAULT_IGNORE_RULES.iter().map(|s| s.to_string()).collect());
+    let ignore =
+        files.ignore_rules.clone().unwrap_or_else(|| DEFAULT_IGNORE_RULES.iter().map(|s| s.to_string()).collect());
     let op = SnapshotOp {
         mount_path: SOURCE_MOUNT.to_string(),
         source_path: recipe.identity.source_path.clone().unwrap_or_default(),
@@ -175,7 +172,11 @@ pub fn backup_job(
         annotations: BTreeMap::new(),
         owner: owner_of(snap),
         cache: CacheVolume::EmptyDir,
-        source: Some(PvcMount { claim_name: recipe.pvc.clone(), mount_path: SOURCE_MOUNT.into(), read_only: recipe.read_only }),
+        source: Some(PvcMount {
+            claim_name: recipe.pvc.clone(),
+            mount_path: SOURCE_MOUNT.into(),
+            read_only: recipe.read_only,
+        }),
         restore: None,
         repository_volume: None,
         resources: None,

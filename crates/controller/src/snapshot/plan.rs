@@ -195,7 +195,11 @@ fn plan_inner(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
     }
     match &f.phase {
         Some(SnapshotPhase::Succeeded) => {
-            let mut d = RunDecision::new(Some(SnapshotPhase::Succeeded), done("SnapshotCreated", "the backup completed"), Step::Idle);
+            let mut d = RunDecision::new(
+                Some(SnapshotPhase::Succeeded),
+                done("SnapshotCreated", "the backup completed"),
+                Step::Idle,
+            );
             d.record_completion = (!f.completion_recorded).then_some(Completion::Succeeded);
             d
         }
@@ -223,9 +227,11 @@ fn plan_inner(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
             Step::Idle,
         ),
         // A newer version's phase: leave it alone and launch nothing.
-        Some(SnapshotPhase::Unknown(p)) => {
-            RunDecision::new(None, waiting("UnknownPhase", format!("phase {p} is not understood by this version")), Step::Idle)
-        }
+        Some(SnapshotPhase::Unknown(p)) => RunDecision::new(
+            None,
+            waiting("UnknownPhase", format!("phase {p} is not understood by this version")),
+            Step::Idle,
+        ),
         Some(SnapshotPhase::Running) => running(f, now),
         // Deleting without a deletionTimestamp cannot happen through us; treat as not started.
         Some(SnapshotPhase::Pending | SnapshotPhase::Deleting) | None => gates(f, now),
@@ -234,9 +240,11 @@ fn plan_inner(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
 
 fn running(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
     match &f.job {
-        JobState::Active => {
-            RunDecision::new(Some(SnapshotPhase::Running), waiting("BackupRunning", "the mover Job is running"), Step::AwaitJob)
-        }
+        JobState::Active => RunDecision::new(
+            Some(SnapshotPhase::Running),
+            waiting("BackupRunning", "the mover Job is running"),
+            Step::AwaitJob,
+        ),
         JobState::Failed { reason } => {
             let failure = f.failure.clone().unwrap_or_else(|| Failure {
                 kopia_error_class: Some("Unknown".into()),
@@ -275,7 +283,8 @@ fn running(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
 }
 
 fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
-    let pending = |reason: &str, msg: String| RunDecision::new(Some(SnapshotPhase::Pending), waiting(reason, msg), Step::Idle);
+    let pending =
+        |reason: &str, msg: String| RunDecision::new(Some(SnapshotPhase::Pending), waiting(reason, msg), Step::Idle);
     match &f.policy {
         PolicyState::Known => {}
         PolicyState::NotFound { name } => {
@@ -284,7 +293,8 @@ fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
             return d;
         }
         PolicyState::NoPolicyRef => {
-            let failure = Failure { message: Some("spec.policyRef is required to run a backup".into()), ..Failure::default() };
+            let failure =
+                Failure { message: Some("spec.policyRef is required to run a backup".into()), ..Failure::default() };
             return failed_terminal(f, "InvalidSpec", failure, false, now);
         }
     }
@@ -297,7 +307,11 @@ fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
             return d;
         }
         Gate::NamespaceNotAllowed { .. } => {
-            let mut d = RunDecision::new(Some(SnapshotPhase::Pending), stalled("NamespaceNotAllowed", f.gate.message()), Step::Idle);
+            let mut d = RunDecision::new(
+                Some(SnapshotPhase::Pending),
+                stalled("NamespaceNotAllowed", f.gate.message()),
+                Step::Idle,
+            );
             d.requeue_after = Some(Duration::seconds(PARKED_REQUEUE_SECONDS));
             return d;
         }
@@ -324,7 +338,12 @@ fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
                 return d;
             }
             let mut d = pending("SourcePvcMissing", format!("source PVC {pvc} does not exist"));
-            d.conditions.push(cond("SourcePvcAvailable", CondStatus::False, "SourcePvcMissing", format!("PVC {pvc} not found")));
+            d.conditions.push(cond(
+                "SourcePvcAvailable",
+                CondStatus::False,
+                "SourcePvcMissing",
+                format!("PVC {pvc} not found"),
+            ));
             d.source_missing_since = Some(since);
             d.requeue_after = Some((deadline - now).min(Duration::seconds(PARKED_REQUEUE_SECONDS)));
             return d;
@@ -333,7 +352,9 @@ fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
     match &f.work_spec {
         WorkSpecState::Fits => {}
         WorkSpecState::TooLarge { bytes } => {
-            let msg = format!("the work spec is {bytes} bytes, over the 102400-byte cap; reduce sources, tags or ignore rules");
+            let msg = format!(
+                "the work spec is {bytes} bytes, over the 102400-byte cap; reduce sources, tags or ignore rules"
+            );
             let mut d = pending("WorkSpecTooLarge", msg.clone());
             d.warning = Some(("WorkSpecTooLarge", msg));
             d.requeue_after = Some(Duration::seconds(300));
@@ -349,7 +370,11 @@ fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
         // A Job already exists under our name (a stale status): adopt it instead of relaunching.
         JobState::Active | JobState::Complete { .. } | JobState::Failed { .. } => running(f, now),
         JobState::Absent => {
-            let mut d = RunDecision::new(Some(SnapshotPhase::Running), waiting("BackupRunning", "the mover Job was created"), Step::Launch);
+            let mut d = RunDecision::new(
+                Some(SnapshotPhase::Running),
+                waiting("BackupRunning", "the mover Job was created"),
+                Step::Launch,
+            );
             d.conditions.push(cond("SourcePvcAvailable", CondStatus::True, "SourcePvcPresent", ""));
             d
         }
@@ -482,7 +507,11 @@ mod tests {
         f.failure = Some(Failure { kopia_error_class: Some("RepositoryUnavailable".into()), ..Failure::default() });
         f.reverify_requested_at = Some(now() - Duration::seconds(30));
         let d = plan(&f, now());
-        assert_eq!(d.failure.unwrap().kopia_error_class.as_deref(), Some("RepositoryUnavailable"), "mover's failure kept");
+        assert_eq!(
+            d.failure.unwrap().kopia_error_class.as_deref(),
+            Some("RepositoryUnavailable"),
+            "mover's failure kept"
+        );
         assert!(!d.nudge, "a stamp under 60 s old is not rewritten");
         f.reverify_requested_at = Some(now() - Duration::seconds(61));
         assert!(plan(&f, now()).nudge);

@@ -28,7 +28,9 @@ pub fn job_state(job: Option<&Job>) -> JobState {
     }
     if conds.iter().any(|c| c.type_ == "Complete" && c.status == "True") {
         let at = job.status.as_ref().and_then(|s| s.completion_time.as_ref()).map(|t| t.0);
-        return JobState::Complete { at: at.map(|t| DateTime::<Utc>::from_timestamp(t.as_second(), 0).unwrap_or_default()) };
+        return JobState::Complete {
+            at: at.map(|t| DateTime::<Utc>::from_timestamp(t.as_second(), 0).unwrap_or_default()),
+        };
     }
     JobState::Active
 }
@@ -120,7 +122,9 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         None => SourceState::Present,
     };
     let built = match (&policy, &rec, &repo) {
-        (Some(p), Some(r), Some(rv)) => Some(backup_job(snap, p, r, rv, &ctx.config.mover_image, ctx.config.mover_rust_log.clone())),
+        (Some(p), Some(r), Some(rv)) => {
+            Some(backup_job(snap, p, r, rv, &ctx.config.mover_image, ctx.config.mover_rust_log.clone()))
+        }
         _ => None,
     };
     let work_spec = match (&built, &recipe_error) {

@@ -56,7 +56,10 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     let (jobs, job_w) = reflector::store::<Job>();
     let job_events = reflector::reflector(
         job_w,
-        watcher(Api::<Job>::all(client.clone()), watcher::Config::default().labels("app.kubernetes.io/managed-by=kopiur")),
+        watcher(
+            Api::<Job>::all(client.clone()),
+            watcher::Config::default().labels("app.kubernetes.io/managed-by=kopiur"),
+        ),
     )
     .default_backoff()
     .touched_objects();
@@ -65,14 +68,17 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
         .default_backoff()
         .touched_objects();
     let (crepos, crepo_w) = reflector::store::<ClusterRepository>();
-    let crepo_events = reflector::reflector(crepo_w, watcher(Api::<ClusterRepository>::all(client.clone()), wc.clone()))
-        .default_backoff()
-        .touched_objects();
-    let (pvcs, pvc_w) = reflector::store();
-    let pvc_events =
-        reflector::reflector(pvc_w, watcher(Api::<kube::core::PartialObjectMeta<PersistentVolumeClaim>>::all(client.clone()), wc.clone()))
+    let crepo_events =
+        reflector::reflector(crepo_w, watcher(Api::<ClusterRepository>::all(client.clone()), wc.clone()))
             .default_backoff()
             .touched_objects();
+    let (pvcs, pvc_w) = reflector::store();
+    let pvc_events = reflector::reflector(
+        pvc_w,
+        watcher(Api::<kube::core::PartialObjectMeta<PersistentVolumeClaim>>::all(client.clone()), wc.clone()),
+    )
+    .default_backoff()
+    .touched_objects();
 
     let snap_ctl = Controller::new(Api::<Snapshot>::all(client.clone()), wc.clone());
     let sched_ctl = Controller::new(Api::<SnapshotSchedule>::all(client.clone()), wc.clone());
@@ -118,7 +124,12 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
                 s.state()
                     .iter()
                     .filter(|x| x.namespace() == ns)
-                    .filter(|x| matches!(x.status.as_ref().and_then(|st| st.phase.as_ref()), None | Some(SnapshotPhase::Pending)))
+                    .filter(|x| {
+                        matches!(
+                            x.status.as_ref().and_then(|st| st.phase.as_ref()),
+                            None | Some(SnapshotPhase::Pending)
+                        )
+                    })
                     .map(|x| ObjectRef::from_obj(x.as_ref()))
                     .collect::<Vec<_>>()
             }

@@ -31,9 +31,14 @@ pub struct RepoMembers {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Blocked {
-    RepositoryNotReady { repository: String },
+    RepositoryNotReady {
+        repository: String,
+    },
     /// A participant lacks `timing.endTime`; bucket placement would be a guess.
-    MissingEndTime { repository: String, snapshot: String },
+    MissingEndTime {
+        repository: String,
+        snapshot: String,
+    },
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -55,7 +55,12 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
             not_ready.push(gate.message());
         }
         if let Some(rv) = rv {
-            resolved_repos.push(ResolvedRepository { kind: r.kind, namespace: rv.namespace(), name: rv.name(), uid: Some(rv.uid()) });
+            resolved_repos.push(ResolvedRepository {
+                kind: r.kind,
+                namespace: rv.namespace(),
+                name: rv.name(),
+                uid: Some(rv.uid()),
+            });
         }
     }
     next.repository_summary = Some(summary.join(", "));
@@ -69,7 +74,12 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
                 repositories: resolved_repos,
             });
         }
-        Err(e) => conds.push(Cond { type_: "Stalled", status: CondStatus::True, reason: "InvalidIdentity".into(), message: e.to_string() }),
+        Err(e) => conds.push(Cond {
+            type_: "Stalled",
+            status: CondStatus::True,
+            reason: "InvalidIdentity".into(),
+            message: e.to_string(),
+        }),
     }
 
     // The policy's Snapshots, grouped by their pinned repository.
@@ -86,7 +96,8 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
         let st = s.status.as_ref();
         let Some(rr) = st.and_then(|st| st.resolved.as_ref()).and_then(|r| r.repository.clone()) else { continue };
         let key = format!("{}/{}", rr.namespace.clone().unwrap_or_default(), rr.name);
-        let rref = kopiur_api::shared::RepositoryRef { name: rr.name.clone(), kind: rr.kind, namespace: rr.namespace.clone() };
+        let rref =
+            kopiur_api::shared::RepositoryRef { name: rr.name.clone(), kind: rr.kind, namespace: rr.namespace.clone() };
         let ready = ctx.gate(&ns, &rref) == Gate::Open;
         let g = groups.entry(key.clone()).or_insert_with(|| RepoMembers { repository: key, ready, members: vec![] });
         g.members.push(Member {
@@ -110,7 +121,11 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
         RetentionStatus { active_snapshot_count: rp.active as i32, ..prev_ret }
     } else {
         tracing::info!(policy = %name, namespace = %ns, pruned = rp.prune.len(), "retention pruned Snapshots");
-        RetentionStatus { active_snapshot_count: rp.active as i32, last_prune_at: Some(now), last_prune_deleted: rp.prune.len() as i32 }
+        RetentionStatus {
+            active_snapshot_count: rp.active as i32,
+            last_prune_at: Some(now),
+            last_prune_deleted: rp.prune.len() as i32,
+        }
     });
     if let Some(s) = mine
         .iter()
@@ -124,19 +139,40 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
     }
 
     if not_ready.is_empty() {
-        conds.push(Cond { type_: "RepositoriesReady", status: CondStatus::True, reason: "RepositoriesReady".into(), message: String::new() });
-        conds.push(Cond { type_: "Ready", status: CondStatus::True, reason: "PolicyReady".into(), message: String::new() });
+        conds.push(Cond {
+            type_: "RepositoriesReady",
+            status: CondStatus::True,
+            reason: "RepositoriesReady".into(),
+            message: String::new(),
+        });
+        conds.push(Cond {
+            type_: "Ready",
+            status: CondStatus::True,
+            reason: "PolicyReady".into(),
+            message: String::new(),
+        });
     } else {
         let m = not_ready.join("; ");
-        conds.push(Cond { type_: "RepositoriesReady", status: CondStatus::False, reason: "RepositoryNotReady".into(), message: m.clone() });
+        conds.push(Cond {
+            type_: "RepositoriesReady",
+            status: CondStatus::False,
+            reason: "RepositoryNotReady".into(),
+            message: m.clone(),
+        });
         conds.push(Cond { type_: "Ready", status: CondStatus::False, reason: "RepositoryNotReady".into(), message: m });
     }
-    next.conditions = crate::snapshot::ctx::merge(&status.conditions, &conds, policy.meta().generation.unwrap_or(0), now);
+    next.conditions =
+        crate::snapshot::ctx::merge(&status.conditions, &conds, policy.meta().generation.unwrap_or(0), now);
     write_status(&ctx, &policy, &status, &next).await?;
     Ok(Action::requeue(std::time::Duration::from_secs(300)))
 }
 
-async fn write_status(ctx: &PipelineCtx, p: &SnapshotPolicy, current: &SnapshotPolicyStatus, next: &SnapshotPolicyStatus) -> Result<(), Error> {
+async fn write_status(
+    ctx: &PipelineCtx,
+    p: &SnapshotPolicy,
+    current: &SnapshotPolicyStatus,
+    next: &SnapshotPolicyStatus,
+) -> Result<(), Error> {
     if current == next {
         return Ok(());
     }

@@ -47,10 +47,14 @@ pub enum Disposition {
     SkipExpired,
     SkipActive,
     /// Stamp `pruned-by: replaced-run` on each victim and delete it, then create the child.
-    ReplaceActive { victims: Vec<String> },
+    ReplaceActive {
+        victims: Vec<String>,
+    },
     Fire,
     /// The cron cannot be evaluated; nothing fires until the spec is fixed.
-    Invalid { message: String },
+    Invalid {
+        message: String,
+    },
 }
 
 impl Disposition {
@@ -60,7 +64,9 @@ impl Disposition {
             Disposition::SkipSuspended => Some("suspended"),
             Disposition::SkipExpired => Some("expired"),
             Disposition::SkipActive => Some("active_run"),
-            Disposition::Wait | Disposition::ReplaceActive { .. } | Disposition::Fire | Disposition::Invalid { .. } => None,
+            Disposition::Wait | Disposition::ReplaceActive { .. } | Disposition::Fire | Disposition::Invalid { .. } => {
+                None
+            }
         }
     }
 }
@@ -150,14 +156,15 @@ pub fn plan(f: &ScheduleFacts, now: DateTime<Utc>) -> ScheduleDecision {
         match (f.concurrency, f.active_children.is_empty()) {
             (ConcurrencyPolicy::Forbid, false) => Disposition::SkipActive,
             (ConcurrencyPolicy::Replace, false) => Disposition::ReplaceActive { victims: f.active_children.clone() },
-            (ConcurrencyPolicy::Forbid | ConcurrencyPolicy::Replace, true) | (ConcurrencyPolicy::Allow, _) => Disposition::Fire,
+            (ConcurrencyPolicy::Forbid | ConcurrencyPolicy::Replace, true) | (ConcurrencyPolicy::Allow, _) => {
+                Disposition::Fire
+            }
         }
     };
     let (after, fire) = match &disposition {
-        Disposition::Fire | Disposition::ReplaceActive { .. } => (
-            now.max(pin.slot),
-            Some(Fire { child: child_name(&f.name, pin.slot), slot: pin.slot, at: pin.at }),
-        ),
+        Disposition::Fire | Disposition::ReplaceActive { .. } => {
+            (now.max(pin.slot), Some(Fire { child: child_name(&f.name, pin.slot), slot: pin.slot, at: pin.at }))
+        }
         Disposition::SkipSuspended | Disposition::SkipExpired | Disposition::SkipActive => (now, None),
         Disposition::Wait | Disposition::Invalid { .. } => (now, None),
     };

@@ -83,7 +83,12 @@ pub fn history_prunes(children: &[Arc<Snapshot>], limit: i32) -> Vec<String> {
                 let t = st
                     .and_then(|st| st.timing.as_ref())
                     .and_then(|t| t.end_time)
-                    .or_else(|| s.meta().creation_timestamp.as_ref().map(|c| DateTime::<Utc>::from_timestamp(c.0.as_second(), 0).unwrap_or_default()))
+                    .or_else(|| {
+                        s.meta()
+                            .creation_timestamp
+                            .as_ref()
+                            .map(|c| DateTime::<Utc>::from_timestamp(c.0.as_second(), 0).unwrap_or_default())
+                    })
                     .unwrap_or_default();
                 (t, s.name_any())
             })
@@ -153,8 +158,18 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
     let mut conds: Vec<Cond> = Vec::new();
     match &d.disposition {
         Disposition::Invalid { message } => {
-            conds.push(Cond { type_: "Ready", status: CondStatus::False, reason: "InvalidSchedule".into(), message: message.clone() });
-            conds.push(Cond { type_: "Stalled", status: CondStatus::True, reason: "InvalidSchedule".into(), message: message.clone() });
+            conds.push(Cond {
+                type_: "Ready",
+                status: CondStatus::False,
+                reason: "InvalidSchedule".into(),
+                message: message.clone(),
+            });
+            conds.push(Cond {
+                type_: "Stalled",
+                status: CondStatus::True,
+                reason: "InvalidSchedule".into(),
+                message: message.clone(),
+            });
         }
         Disposition::Wait
         | Disposition::SkipSuspended
@@ -164,11 +179,22 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         | Disposition::Fire => {
             let (reason, msg) = match (&policy_name, &policy) {
                 (Some(_), Some(_)) => ("Scheduled".to_string(), format!("next slot pinned for {}", cron_spec.cron)),
-                (Some(p), None) => ("PolicyNotFound".to_string(), format!("SnapshotPolicy {p} does not exist; children park until it does")),
-                (None, _) => ("PolicySelectorNotImplemented".to_string(), "policySelector is not implemented in this release".to_string()),
+                (Some(p), None) => (
+                    "PolicyNotFound".to_string(),
+                    format!("SnapshotPolicy {p} does not exist; children park until it does"),
+                ),
+                (None, _) => (
+                    "PolicySelectorNotImplemented".to_string(),
+                    "policySelector is not implemented in this release".to_string(),
+                ),
             };
             let ok = reason == "Scheduled";
-            conds.push(Cond { type_: "Ready", status: if ok { CondStatus::True } else { CondStatus::False }, reason: reason.clone(), message: msg });
+            conds.push(Cond {
+                type_: "Ready",
+                status: if ok { CondStatus::True } else { CondStatus::False },
+                reason: reason.clone(),
+                message: msg,
+            });
             conds.push(Cond { type_: "Stalled", status: CondStatus::False, reason, message: String::new() });
         }
     }
@@ -181,8 +207,13 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
     if let Some(reason) = d.disposition.skip_reason() {
         tracing::info!(schedule = %name, namespace = %ns, reason, "schedule slot skipped");
         if matches!(d.disposition, Disposition::SkipExpired) {
-            ctx.event(&reference, false, "ScheduleSlotSkipped", "the slot passed its startingDeadlineSeconds; re-pinned to the next slot".into())
-                .await;
+            ctx.event(
+                &reference,
+                false,
+                "ScheduleSlotSkipped",
+                "the slot passed its startingDeadlineSeconds; re-pinned to the next slot".into(),
+            )
+            .await;
         }
     }
     if let (Some(fire), Some(pname)) = (&d.fire, &policy_name) {
@@ -221,7 +252,12 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         });
     }
     if let Some(p) = &d.next {
-        next.next_schedule = Some(ScheduleRecord { at: Some(p.at), slot: Some(p.slot), snapshot_ref: None, timezone: Some(p.timezone.clone()) });
+        next.next_schedule = Some(ScheduleRecord {
+            at: Some(p.at),
+            slot: Some(p.slot),
+            snapshot_ref: None,
+            timezone: Some(p.timezone.clone()),
+        });
     }
     // The newest Succeeded child.
     if let Some(s) = kids
@@ -230,13 +266,19 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         .max_by_key(|s| s.status.as_ref().and_then(|st| st.timing.as_ref()).and_then(|t| t.end_time))
     {
         let end = s.status.as_ref().and_then(|st| st.timing.as_ref()).and_then(|t| t.end_time);
-        next.last_successful_schedule =
-            Some(ScheduleRecord { at: end, slot: None, snapshot_ref: Some(NameRef { name: s.name_any() }), timezone: None });
+        next.last_successful_schedule = Some(ScheduleRecord {
+            at: end,
+            slot: None,
+            snapshot_ref: Some(NameRef { name: s.name_any() }),
+            timezone: None,
+        });
     }
     // onScheduleDelete propagation to live children whose stamp differs.
     let desired = sched.spec.deletion.on_schedule_delete;
     for k in kids.iter().filter(|k| k.meta().deletion_timestamp.is_none()) {
-        if k.spec.on_schedule_delete.unwrap_or(OnScheduleDelete::Retain) != desired || k.spec.on_schedule_delete.is_none() {
+        if k.spec.on_schedule_delete.unwrap_or(OnScheduleDelete::Retain) != desired
+            || k.spec.on_schedule_delete.is_none()
+        {
             let body = serde_json::json!({"spec": {"onScheduleDelete": desired}});
             snaps.patch(&k.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await?;
         }
@@ -246,12 +288,18 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         stamp_and_delete(&snaps, &victim, pruned_by::FAILED_HISTORY).await?;
     }
 
-    next.conditions = crate::snapshot::ctx::merge(&status.conditions, &conds, sched.meta().generation.unwrap_or(0), now);
+    next.conditions =
+        crate::snapshot::ctx::merge(&status.conditions, &conds, sched.meta().generation.unwrap_or(0), now);
     write_status(&ctx, &sched, &status, &next).await?;
     Ok(Action::requeue(d.requeue_after.to_std().unwrap_or_default().max(std::time::Duration::from_secs(1))))
 }
 
-async fn write_status(ctx: &PipelineCtx, s: &SnapshotSchedule, current: &SnapshotScheduleStatus, next: &SnapshotScheduleStatus) -> Result<(), Error> {
+async fn write_status(
+    ctx: &PipelineCtx,
+    s: &SnapshotSchedule,
+    current: &SnapshotScheduleStatus,
+    next: &SnapshotScheduleStatus,
+) -> Result<(), Error> {
     if current == next {
         return Ok(());
     }
