@@ -195,6 +195,8 @@ async fn main() -> anyhow::Result<()> {
         .shutdown_on_signal()
         .run(reconcile::<ClusterRepository>, error_policy::<ClusterRepository>, ctx)
         .for_each(|_| futures::future::ready(()));
-    futures::join!(a, b);
+    // The backup pipeline (Snapshot, SnapshotSchedule, SnapshotPolicy) over its own stores.
+    let pipeline = kopiur_controller::snapshot::runtime::run(client.clone(), config.clone(), metrics.clone());
+    futures::join!(a, b, pipeline);
     Ok(())
 }
