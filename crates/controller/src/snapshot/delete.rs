@@ -52,6 +52,9 @@ pub struct DeletionFacts {
     /// The pinned repository exists with the pinned uid.
     pub repo_present: bool,
     pub operator_pruned: bool,
+    /// Schedule-owned, the schedule is gone, replaced or terminating, and the child's stamped
+    /// `onScheduleDelete` is Retain: the cascade guard keeps the data.
+    pub cascade_retain: bool,
 }
 
 pub fn decide(f: &DeletionFacts) -> Deletion {
@@ -82,6 +85,9 @@ pub fn decide(f: &DeletionFacts) -> Deletion {
     if !f.repo_present {
         return Deletion::Orphan;
     }
+    if !f.operator_pruned && f.cascade_retain {
+        return Deletion::Release;
+    }
     if f.operator_pruned { Deletion::DeleteManifest { id } } else { Deletion::AwaitDispatcher { id } }
 }
 
@@ -93,6 +99,25 @@ fn effective_policy(snap: &Snapshot) -> DeletionPolicy {
         .deletion_policy
         .or_else(|| snap.status.as_ref().and_then(|s| s.resolved.as_ref()).and_then(|r| r.deletion_policy))
         .unwrap_or_default()
+}
+
+/// The schedule axis, read by a live GET (never the cache): a stale store must not turn a
+/// schedule deletion into data loss.
+async fn cascade_retain(snap: &Snapshot, ctx: &PipelineCtx) -> Result<bool, Error> {
+    let Some(owner) =
+        snap.owner_references().iter().find(|o| o.kind == "SnapshotSchedule" && o.controller == Some(true))
+    else {
+        return Ok(false);
+    };
+    if snap.spec.resolved_on_schedule_delete() != kopiur_api::snapshot::OnScheduleDelete::Retain {
+        return Ok(false);
+    }
+    let api: Api<kopiur_api::SnapshotSchedule> =
+        Api::namespaced(ctx.client.clone(), &snap.namespace().unwrap_or_default());
+    Ok(match api.get_opt(&owner.name).await? {
+        None => true,
+        Some(s) => s.uid().as_deref() != Some(owner.uid.as_str()) || s.meta().deletion_timestamp.is_some(),
+    })
 }
 
 async fn release(snap: &Snapshot, ctx: &PipelineCtx) -> Result<Action, Error> {
@@ -131,6 +156,7 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
         repo_present: repo.is_some(),
         operator_pruned: !crate::deletion::pruned_by::from_annotations(snap.metadata.annotations.as_ref())
             .is_external(),
+        cascade_retain: cascade_retain(snap, ctx).await?,
     };
     let reference = snap.object_ref(&());
     match decide(&facts) {
@@ -256,7 +282,18 @@ mod tests {
             manifest: Some("a".repeat(32)),
             repo_present: true,
             operator_pruned: true,
+            cascade_retain: false,
         }
+    }
+
+    #[test]
+    fn schedule_cascade_retains_unless_operator_pruned() {
+        let mut f = facts();
+        f.operator_pruned = false;
+        f.cascade_retain = true;
+        assert_eq!(decide(&f), Deletion::Release);
+        f.operator_pruned = true;
+        assert!(matches!(decide(&f), Deletion::DeleteManifest { .. }), "a retention prune is never cascade-retained");
     }
 
     #[test]
