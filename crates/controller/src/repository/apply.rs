@@ -328,7 +328,12 @@ async fn launch<K: RepoObject>(obj: &K, ctx: &Ctx, facts: &RepoFacts, l: &Launch
         restore: None,
         repository_volume: None,
         resources: None,
-        security_context: None,
+        // The image user cannot be verified against runAsNonRoot, so name the mover's UID/GID.
+        security_context: Some(k8s_openapi::api::core::v1::SecurityContext {
+            run_as_user: Some(kopiur_mover::job::MOVER_UID),
+            run_as_group: Some(kopiur_mover::job::MOVER_UID),
+            ..Default::default()
+        }),
         pod_security_context: None,
         node_selector: None,
         tolerations: None,

@@ -92,6 +92,16 @@ fn secrets(repo: &RepoView) -> ((String, String), Vec<String>) {
     ((pw, key), env_from)
 }
 
+/// The mover runs as 65532:65532 (the image's user); naming it keeps `runAsNonRoot`
+/// verifiable wherever the image metadata is not consulted.
+pub fn mover_identity() -> k8s_openapi::api::core::v1::PodSecurityContext {
+    k8s_openapi::api::core::v1::PodSecurityContext {
+        run_as_user: Some(kopiur_mover::job::MOVER_UID),
+        run_as_group: Some(kopiur_mover::job::MOVER_UID),
+        ..Default::default()
+    }
+}
+
 pub struct Built {
     pub job: Job,
     pub bytes: usize,
@@ -181,7 +191,7 @@ pub fn backup_job(
         repository_volume: None,
         resources: None,
         security_context: None,
-        pod_security_context: None,
+        pod_security_context: Some(mover_identity()),
         node_selector: None,
         tolerations: None,
         affinity: None,
@@ -258,7 +268,7 @@ pub fn delete_job(
         repository_volume: None,
         resources: None,
         security_context: None,
-        pod_security_context: None,
+        pod_security_context: Some(mover_identity()),
         node_selector: None,
         tolerations: None,
         affinity: None,

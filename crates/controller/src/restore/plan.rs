@@ -1,0 +1,311 @@
+//! The Restore run path as a pure function. One-shot: the resolution is pinned once; the gate
+//! parks (never fails) the Restore while its repository is not Ready, and the wait window for
+//! a missing snapshot starts only once the gate has passed.
+use chrono::{DateTime, Duration, Utc};
+use kopiur_api::restore::{OnMissingSnapshot, RestorePhase};
+use kopiur_api::shared::status::Failure;
+
+use crate::gating::Gate;
+use crate::health::kstatus::{Cond, CondStatus};
+use crate::snapshot::plan::JobState;
+
+/// What the source resolves to right now (only consulted until the pin exists).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Candidate {
+    /// A Known manifest (snapshotRef, or the policy's newest matching row).
+    Found { kopia_snapshot_id: String, snapshot: Option<String> },
+    /// The mover resolves the identity in-Job.
+    Deferred,
+    NotFound { what: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetState {
+    /// `pvcRef` exists, or the `pvc` target exists and was created by this Restore.
+    Ready,
+    /// A `pvc` target that does not exist yet.
+    Create,
+    /// A `pvc` target name taken by a PVC this Restore did not create.
+    ExistsNotOurs { name: String },
+    /// A `pvcRef` target that does not exist.
+    Missing { name: String },
+    /// `populator` / `streamExec`.
+    NotImplemented { what: &'static str },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RestoreFacts {
+    pub phase: Option<RestorePhase>,
+    pub gate: Gate,
+    pub pinned: bool,
+    pub candidate: Candidate,
+    pub on_missing: OnMissingSnapshot,
+    pub wait_timeout: Option<Duration>,
+    pub wait_started_at: Option<DateTime<Utc>>,
+    pub target: TargetState,
+    pub job: JobState,
+    pub failure: Option<Failure>,
+    pub reverify_requested_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    Idle,
+    /// Pin `candidate` now (before anything else happens).
+    Pin,
+    /// Pin NoSnapshot, create the empty target if needed, and complete.
+    CompleteEmpty,
+    CreatePvc,
+    Launch,
+    AwaitJob,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RestoreDecision {
+    pub phase: Option<RestorePhase>,
+    pub conditions: Vec<Cond>,
+    pub steps: Vec<Step>,
+    pub wait_started_at: Option<DateTime<Utc>>,
+    pub failure: Option<Failure>,
+    pub nudge: bool,
+    pub requeue_after: Option<Duration>,
+}
+
+fn cond(type_: &'static str, status: CondStatus, reason: &str, message: impl Into<String>) -> Cond {
+    Cond { type_, status, reason: reason.to_string(), message: message.into() }
+}
+
+fn decision(phase: RestorePhase, ready: CondStatus, reason: &str, msg: impl Into<String>) -> RestoreDecision {
+    let m = msg.into();
+    let (reconciling, stalled) = match (&phase, ready) {
+        (RestorePhase::Failed, _) => (CondStatus::False, CondStatus::True),
+        (_, CondStatus::True) => (CondStatus::False, CondStatus::False),
+        (_, CondStatus::False | CondStatus::Unknown) => (CondStatus::True, CondStatus::False),
+    };
+    RestoreDecision {
+        phase: Some(phase),
+        conditions: vec![
+            cond("Ready", ready, reason, m.clone()),
+            cond("Reconciling", reconciling, reason, ""),
+            cond("Stalled", stalled, reason, if stalled == CondStatus::True { m } else { String::new() }),
+        ],
+        steps: vec![],
+        wait_started_at: None,
+        failure: None,
+        nudge: false,
+        requeue_after: None,
+    }
+}
+
+fn fail(reason: &str, message: String, nudge: bool, f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
+    let mut d = decision(RestorePhase::Failed, CondStatus::False, reason, message.clone());
+    d.failure = Some(f.failure.clone().unwrap_or(Failure { message: Some(message), ..Failure::default() }));
+    d.nudge = nudge && crate::snapshot::plan::nudge_due(f.reverify_requested_at, now);
+    d
+}
+
+pub fn plan(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
+    let mut d = plan_inner(f, now);
+    if d.wait_started_at.is_none() {
+        d.wait_started_at = f.wait_started_at;
+    }
+    d
+}
+
+fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
+    match &f.phase {
+        Some(RestorePhase::Completed) => return decision(RestorePhase::Completed, CondStatus::True, "RestoreSucceeded", "restored"),
+        Some(RestorePhase::Failed) => {
+            let msg = f.failure.as_ref().and_then(|x| x.message.clone()).unwrap_or_else(|| "the restore failed".into());
+            return decision(RestorePhase::Failed, CondStatus::False, "RestoreFailed", msg);
+        }
+        Some(RestorePhase::Unknown(_)) => {
+            let mut d = decision(RestorePhase::Pending, CondStatus::False, "UnknownPhase", "phase not understood by this version");
+            d.phase = None;
+            return d;
+        }
+        Some(RestorePhase::Restoring) => {
+            return match &f.job {
+                JobState::Active | JobState::Complete { .. } => {
+                    let mut d = decision(RestorePhase::Restoring, CondStatus::False, "Restoring", "the restore Job is running");
+                    d.steps.push(Step::AwaitJob);
+                    if matches!(f.job, JobState::Complete { .. }) {
+                        d.requeue_after = Some(Duration::seconds(10));
+                    }
+                    d
+                }
+                JobState::Failed { reason } => fail("RestoreFailed", format!("the restore Job failed: {reason}"), true, f, now),
+                JobState::Absent => fail("MoverJobLost", "the restore Job vanished before reporting".into(), true, f, now),
+            };
+        }
+        Some(RestorePhase::Pending | RestorePhase::Resolving) | None => {}
+    }
+    // G1: parked while the repository is not Ready; no timer starts.
+    match &f.gate {
+        Gate::Open => {}
+        Gate::NotReady { .. } => {
+            let mut d = decision(RestorePhase::Pending, CondStatus::False, "RepositoryNotReady", f.gate.message());
+            d.requeue_after = Some(Duration::seconds(300));
+            return d;
+        }
+        Gate::NamespaceNotAllowed { .. } => {
+            let mut d = decision(RestorePhase::Pending, CondStatus::False, "NamespaceNotAllowed", f.gate.message());
+            d.conditions[2] = cond("Stalled", CondStatus::True, "NamespaceNotAllowed", f.gate.message());
+            d.requeue_after = Some(Duration::seconds(300));
+            return d;
+        }
+    }
+    let started = f.wait_started_at.unwrap_or(now);
+    match &f.target {
+        TargetState::NotImplemented { what } => {
+            return fail("FeatureNotImplemented", format!("target.{what} is not implemented in this release"), false, f, now);
+        }
+        TargetState::ExistsNotOurs { name } => {
+            return fail("TargetExists", format!("PVC {name} already exists and was not created by this Restore"), false, f, now);
+        }
+        TargetState::Missing { name } => {
+            let mut d = decision(RestorePhase::Pending, CondStatus::False, "TargetMissing", format!("PVC {name} does not exist"));
+            d.requeue_after = Some(Duration::seconds(30));
+            return d;
+        }
+        TargetState::Ready | TargetState::Create => {}
+    }
+    let mut steps = Vec::new();
+    if !f.pinned {
+        match &f.candidate {
+            Candidate::Found { .. } | Candidate::Deferred => steps.push(Step::Pin),
+            Candidate::NotFound { what } => {
+                let window_end = f.wait_timeout.map(|w| started + w);
+                if let Some(end) = window_end
+                    && now < end
+                {
+                    let mut d =
+                        decision(RestorePhase::Resolving, CondStatus::False, "WaitingForSnapshot", format!("waiting for {what}"));
+                    d.conditions.push(cond("Resolved", CondStatus::False, "WaitingForSnapshot", format!("waiting for {what}")));
+                    d.wait_started_at = Some(started);
+                    d.requeue_after = Some((end - now).min(Duration::seconds(30)));
+                    return d;
+                }
+                return match f.on_missing {
+                    OnMissingSnapshot::Fail => {
+                        let mut d = fail("SnapshotNotFound", format!("{what} does not exist"), false, f, now);
+                        d.conditions.push(cond("Resolved", CondStatus::False, "SnapshotNotFound", what.clone()));
+                        d.wait_started_at = Some(started);
+                        d
+                    }
+                    OnMissingSnapshot::Continue => {
+                        let mut d = decision(RestorePhase::Completed, CondStatus::True, "RestoreSucceeded", "no snapshot; target left empty");
+                        d.conditions.push(cond("Resolved", CondStatus::True, "NoSnapshotContinue", what.clone()));
+                        d.steps = vec![Step::CompleteEmpty];
+                        d.wait_started_at = Some(started);
+                        d
+                    }
+                };
+            }
+        }
+    }
+    if f.target == TargetState::Create {
+        steps.push(Step::CreatePvc);
+    }
+    match &f.job {
+        JobState::Absent => steps.push(Step::Launch),
+        JobState::Active | JobState::Complete { .. } | JobState::Failed { .. } => steps.push(Step::AwaitJob),
+    }
+    let mut d = decision(RestorePhase::Restoring, CondStatus::False, "Restoring", "the restore Job was created");
+    d.conditions.push(cond("Resolved", CondStatus::True, "SnapshotResolved", ""));
+    d.steps = steps;
+    d.wait_started_at = Some(started);
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap()
+    }
+
+    fn facts() -> RestoreFacts {
+        RestoreFacts {
+            phase: None,
+            gate: Gate::Open,
+            pinned: false,
+            candidate: Candidate::Found { kopia_snapshot_id: "a".repeat(32), snapshot: Some("s".into()) },
+            on_missing: OnMissingSnapshot::Fail,
+            wait_timeout: None,
+            wait_started_at: None,
+            target: TargetState::Create,
+            job: JobState::Absent,
+            failure: None,
+            reverify_requested_at: None,
+        }
+    }
+
+    fn reason(d: &RestoreDecision) -> &str {
+        &d.conditions[0].reason
+    }
+
+    #[test]
+    fn pins_creates_the_pvc_and_launches() {
+        let d = plan(&facts(), now());
+        assert_eq!(d.steps, vec![Step::Pin, Step::CreatePvc, Step::Launch]);
+        assert_eq!(d.phase, Some(RestorePhase::Restoring));
+        assert_eq!(d.wait_started_at, Some(now()));
+    }
+
+    #[test]
+    fn parks_while_not_ready_without_starting_the_wait() {
+        let mut f = facts();
+        f.gate = Gate::NotReady { repository: "t/r".into(), phase: "Degraded".into() };
+        f.candidate = Candidate::NotFound { what: "policy p".into() };
+        f.wait_timeout = Some(Duration::minutes(1));
+        let d = plan(&f, now() + Duration::hours(5));
+        assert_eq!(d.phase, Some(RestorePhase::Pending));
+        assert_eq!(reason(&d), "RepositoryNotReady");
+        assert_eq!(d.wait_started_at, None, "waitStartedAt stays unset while parked");
+        assert!(d.steps.is_empty());
+    }
+
+    #[test]
+    fn missing_snapshot_waits_then_fails_or_continues() {
+        let mut f = facts();
+        f.candidate = Candidate::NotFound { what: "Snapshot s".into() };
+        f.wait_timeout = Some(Duration::minutes(5));
+        let d = plan(&f, now());
+        assert_eq!(reason(&d), "WaitingForSnapshot");
+        f.wait_started_at = d.wait_started_at;
+        let d = plan(&f, now() + Duration::minutes(5));
+        assert_eq!(d.phase, Some(RestorePhase::Failed));
+        assert_eq!(reason(&d), "SnapshotNotFound");
+        assert!(!d.nudge);
+        f.on_missing = OnMissingSnapshot::Continue;
+        let d = plan(&f, now() + Duration::minutes(5));
+        assert_eq!(d.phase, Some(RestorePhase::Completed));
+        assert_eq!(d.steps, vec![Step::CompleteEmpty]);
+    }
+
+    #[test]
+    fn target_taken_fails_and_job_failure_nudges() {
+        let mut f = facts();
+        f.target = TargetState::ExistsNotOurs { name: "x".into() };
+        assert_eq!(reason(&plan(&f, now())), "TargetExists");
+        let mut f = facts();
+        f.phase = Some(RestorePhase::Restoring);
+        f.pinned = true;
+        f.job = JobState::Failed { reason: "BackoffLimitExceeded".into() };
+        let d = plan(&f, now());
+        assert_eq!(d.phase, Some(RestorePhase::Failed));
+        assert!(d.nudge);
+    }
+
+    #[test]
+    fn one_shot() {
+        let mut f = facts();
+        f.phase = Some(RestorePhase::Completed);
+        let d = plan(&f, now());
+        assert!(d.steps.is_empty());
+        assert_eq!(reason(&d), "RestoreSucceeded");
+    }
+}

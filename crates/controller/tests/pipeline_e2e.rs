@@ -1,0 +1,310 @@
+//! The backup pipeline end to end on a private local control plane, Garage and the real
+//! mover: a Repository on Garage, a SnapshotPolicy over a PVC holding data, a manual Snapshot
+//! reaching Succeeded with a kopia snapshot id, a SnapshotSchedule firing a child that also
+//! succeeds, retention pruning with every prune stamped `pruned-by: retention`, and the
+//! finalizer releasing a Retain Snapshot without contacting the repository.
+//!
+//! The generated controller RBAC does not yet grant the pipeline's writes (child Snapshots,
+//! finalizers, prune stamps, PVC reads); this test binds them from an extra ClusterRole,
+//! spelled out below, which is exactly what the generated role has to gain.
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use kopiur_api::{Repository, Snapshot};
+use kopiur_testenv::TestEnv;
+use kopiur_testenv::garage::Garage;
+use kopiur_testenv::operator::Operator;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use serde_json::{Value, json};
+
+const PASSWORD: &str = "pipeline-e2e correct horse";
+
+async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
+    kopiur_testenv::apply::apply_value(client, ns, &v).await
+}
+
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, log: &std::path::Path, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await? {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            let tail = kopiur_testenv::process::log_tail(log, 60);
+            bail!("timed out waiting for {what}\noperator log tail:\n{tail}");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn phase(s: &Snapshot) -> String {
+    s.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+}
+
+fn ready_reason(s: &Snapshot) -> Option<String> {
+    s.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let crd_dir = dir.path().join("crds");
+    std::fs::create_dir_all(&crd_dir)?;
+    for (file, crd) in [
+        ("repositories.yaml", Repository::crd()),
+        ("clusterrepositories.yaml", kopiur_api::ClusterRepository::crd()),
+        ("snapshots.yaml", Snapshot::crd()),
+        ("snapshotpolicies.yaml", kopiur_api::SnapshotPolicy::crd()),
+        ("snapshotschedules.yaml", kopiur_api::SnapshotSchedule::crd()),
+    ] {
+        std::fs::write(crd_dir.join(file), serde_yaml::to_string(&crd)?)?;
+    }
+    let env = &TestEnv::start(kopiur_testenv::Options { crds: vec![crd_dir], ..Default::default() }).await?;
+    let _guard = env.log_guard();
+    let client = env.client().await?;
+    let g = Garage::start(&dir.path().join("garage")).await?;
+
+    let op_ns = env.namespace("kopiur-system").await?;
+    // What the pipeline writes beyond the generated role.
+    apply(
+        &client,
+        &op_ns,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "kopiur-controller-pipeline"},
+            "rules": [
+                {"apiGroups": ["kopiur.home-operations.com"], "resources": ["snapshots"], "verbs": ["create", "patch", "update", "delete"]},
+                {"apiGroups": ["kopiur.home-operations.com"], "resources": ["repositories", "clusterrepositories"], "verbs": ["patch"]},
+                {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "watch"]}
+            ]
+        }),
+    )
+    .await?;
+    apply(
+        &client,
+        &op_ns,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": format!("kopiur-controller-pipeline-{op_ns}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kopiur-controller-pipeline"},
+            "subjects": [{"kind": "ServiceAccount", "name": "kopiur-controller", "namespace": op_ns}]
+        }),
+    )
+    .await?;
+    let op = Operator::start(env, &op_ns, &[]).await?;
+    let log = op.log_path().to_path_buf();
+
+    let ns = env.namespace("t").await?;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "kopia", "namespace": ns},
+        "stringData": {"KOPIA_PASSWORD": PASSWORD, "AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
+    }))?;
+    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await?;
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "r", "namespace": ns},
+            "spec": {
+                "backend": {"s3": {"bucket": g.bucket(), "endpoint": format!("http://{}", g.s3_addr()), "region": g.region(), "prefix": "pipeline/"}},
+                "encryption": {"passwordSecretRef": {"name": "kopia"}}
+            }
+        }),
+    )
+    .await?;
+
+    // A PVC with data, written straight into its host directory.
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": ns},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+        }),
+    )
+    .await?;
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let pvc = wait_for("PVC Bound", Duration::from_secs(60), &log, || async {
+        let p = pvcs.get("data").await?;
+        Ok((p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")).then_some(p))
+    })
+    .await?;
+    let host = kopiur_testenv::node::provisioner::pv_dir(&env.node_state_dir(), &pvc.uid().context("pvc uid")?);
+    std::fs::create_dir_all(host.join("nested"))?;
+    std::fs::write(host.join("hello.txt"), b"hello from the pipeline e2e\n")?;
+    let blob: Vec<u8> = (0..200_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    std::fs::write(host.join("nested/blob.bin"), &blob)?;
+
+    let repos: Api<Repository> = Api::namespaced(client.clone(), &ns);
+    wait_for("r Ready", Duration::from_secs(300), &log, || async {
+        let r = repos.get("r").await?;
+        Ok((r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str()) == Some("Ready")).then_some(()))
+    })
+    .await?;
+
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+            "metadata": {"name": "p", "namespace": ns},
+            "spec": {"repository": {"name": "r"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "data"}}],
+                     "retention": {"keepLatest": 2}}
+        }),
+    )
+    .await?;
+
+    // A manual Snapshot reaches Succeeded with a kopia snapshot id.
+    let snaps: Api<Snapshot> = Api::namespaced(client.clone(), &ns);
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": "manual-1", "namespace": ns},
+            "spec": {"policyRef": {"name": "p"}}
+        }),
+    )
+    .await?;
+    let done = wait_for("manual-1 Succeeded and healed", Duration::from_secs(300), &log, || async {
+        let s = snaps.get("manual-1").await?;
+        assert_ne!(phase(&s), "Failed", "manual-1 failed: {:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
+        Ok((phase(&s) == "Succeeded" && ready_reason(&s).as_deref() == Some("SnapshotCreated")).then_some(s))
+    })
+    .await?;
+    let st = done.status.clone().unwrap();
+    let id = st.snapshot.as_ref().and_then(|x| x.kopia_snapshot_id.clone()).context("kopiaSnapshotID")?;
+    println!("manual-1 kopia snapshot id {id}");
+    assert!(id.len() >= 32 && id.chars().all(|c| c.is_ascii_hexdigit()), "snapshot id {id}");
+    assert!(st.completion_recorded_at.is_some(), "second pass recorded the completion");
+    assert!(done.finalizers().iter().any(|f| f == kopiur_api::names::finalizer::SNAPSHOT_CLEANUP));
+    let resolved = st.resolved.clone().context("resolved pinned")?;
+    assert_eq!(resolved.repository.as_ref().map(|r| r.name.as_str()), Some("r"));
+    assert_eq!(resolved.identity.as_ref().map(|i| i.to_string()), Some(format!("p@{ns}:/pvc/data")));
+    assert!(st.stats.as_ref().and_then(|s| s.size_bytes).unwrap_or(0) >= 200_000, "stats: {:?}", st.stats);
+    // The backup Job carries no Secret value.
+    let job = Api::<Job>::namespaced(client.clone(), &ns).get("manual-1").await?;
+    let job_text = serde_json::to_string(&job)?;
+    assert!(!job_text.contains(PASSWORD) && !job_text.contains(g.secret_key()), "a Secret value leaked into the Job");
+
+    // A schedule fires every minute; its children succeed too.
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
+            "metadata": {"name": "every-minute", "namespace": ns},
+            "spec": {"policyRef": {"name": "p"}, "schedule": {"cron": "* * * * *"}}
+        }),
+    )
+    .await?;
+    let by_schedule = ListParams::default().labels("kopiur.home-operations.com/schedule=every-minute");
+    let children = wait_for("two scheduled Snapshots Succeeded", Duration::from_secs(240), &log, || async {
+        let l = snaps.list(&by_schedule).await?;
+        for s in &l.items {
+            assert_ne!(phase(s), "Failed", "{} failed: {:?}", s.name_any(), s.status.as_ref().and_then(|x| x.failure.clone()));
+        }
+        let ok: Vec<Snapshot> = l.items.into_iter().filter(|s| phase(s) == "Succeeded").collect();
+        Ok((ok.len() >= 2).then_some(ok))
+    })
+    .await?;
+    for c in &children {
+        let owner = c.owner_references().first().cloned().context("owner")?;
+        assert_eq!(owner.kind, "SnapshotSchedule");
+        assert_eq!(owner.controller, Some(true));
+        assert_eq!(c.spec.on_schedule_delete, Some(kopiur_api::snapshot::OnScheduleDelete::Retain));
+        let slot: i64 = c.name_any().rsplit('-').next().unwrap().parse()?;
+        assert_eq!(slot % 60, 0, "children are named by their minute slot: {}", c.name_any());
+    }
+    let sched: kopiur_api::SnapshotSchedule =
+        Api::namespaced(client.clone(), &ns).get("every-minute").await?;
+    let next = sched.status.as_ref().and_then(|s| s.next_schedule.clone()).context("nextSchedule pinned")?;
+    assert!(next.slot.is_some() && next.at.is_some());
+
+    // Retention keepLatest 2 over manual-1 plus the scheduled children: the oldest go, each
+    // stamped before its delete; their kopia manifests are removed through a delete Job.
+    let watcher_snaps = snaps.clone();
+    let stamped = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::<String, Option<String>>::new()));
+    let st2 = stamped.clone();
+    let ns2 = ns.clone();
+    let observer = tokio::spawn(async move {
+        // Record the pruned-by annotation of every Snapshot seen deleting.
+        loop {
+            if let Ok(l) = watcher_snaps.list(&ListParams::default()).await {
+                for s in l.items.iter().filter(|s| s.metadata.deletion_timestamp.is_some()) {
+                    st2.lock().unwrap().insert(s.name_any(), s.annotations().get("kopiur.home-operations.com/pruned-by").cloned());
+                }
+            }
+            let _ = &ns2;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    });
+    wait_for("manual-1 pruned by retention", Duration::from_secs(240), &log, || async {
+        Ok(snaps.get_opt("manual-1").await?.is_none().then_some(()))
+    })
+    .await?;
+    observer.abort();
+    let seen = stamped.lock().unwrap().clone();
+    println!("deleted while observed: {seen:?}");
+    assert!(seen.contains_key("manual-1"), "manual-1 was seen deleting");
+    for (name, v) in &seen {
+        assert_eq!(v.as_deref(), Some("retention"), "{name} was pruned without its stamp");
+    }
+    let delete_jobs = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels("kopiur.home-operations.com/op=snapshot-delete-batch"))
+        .await?;
+    println!("delete Jobs: {}", delete_jobs.items.len());
+    assert!(!delete_jobs.items.is_empty(), "the manifest was deleted through a batch Job");
+
+    // Deleting the schedule cascades to its children through the garbage collector; under
+    // the default onScheduleDelete Retain each is released with its data kept, no delete Job.
+    let jobs_before_cascade = delete_jobs.items.len();
+    Api::<kopiur_api::SnapshotSchedule>::namespaced(client.clone(), &ns).delete("every-minute", &DeleteParams::default()).await?;
+    wait_for("scheduled children released", Duration::from_secs(120), &log, || async {
+        Ok(snaps.list(&by_schedule).await?.items.is_empty().then_some(()))
+    })
+    .await?;
+    let delete_jobs = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels("kopiur.home-operations.com/op=snapshot-delete-batch"))
+        .await?;
+    assert_eq!(delete_jobs.items.len(), jobs_before_cascade, "cascade-retained children are not deleted from kopia");
+
+    // A Retain Snapshot releases its finalizer without any delete Job.
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": "keep-me", "namespace": ns},
+            "spec": {"policyRef": {"name": "p"}, "deletionPolicy": "Retain"}
+        }),
+    )
+    .await?;
+    wait_for("keep-me Succeeded", Duration::from_secs(300), &log, || async {
+        let s = snaps.get("keep-me").await?;
+        Ok((phase(&s) == "Succeeded").then_some(()))
+    })
+    .await?;
+    let before = delete_jobs.items.len();
+    snaps.delete("keep-me", &DeleteParams::default()).await?;
+    wait_for("keep-me gone", Duration::from_secs(60), &log, || async { Ok(snaps.get_opt("keep-me").await?.is_none().then_some(())) })
+        .await?;
+    let after = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels("kopiur.home-operations.com/op=snapshot-delete-batch"))
+        .await?
+        .items
+        .len();
+    assert_eq!(before, after, "Retain never contacts the repository");
+    drop(op);
+    Ok(())
+}
