@@ -8,6 +8,7 @@ pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod repository;
+pub mod restore;
 pub mod snapshot;
 pub mod snapshot_policy;
 pub mod snapshot_schedule;

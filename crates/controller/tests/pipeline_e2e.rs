@@ -55,6 +55,12 @@ fn ready_reason(s: &Snapshot) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
+    // Mover pods run as local processes that inherit the node agent's PATH; put the built
+    // kopia on it before the node agent starts. Nothing else in this process reads PATH
+    // concurrently at this point.
+    let kopia_dir = kopiur_testenv::tools::kopia()?.parent().context("kopia dir")?.to_path_buf();
+    let path = format!("{}:{}", kopia_dir.display(), std::env::var("PATH").unwrap_or_default());
+    unsafe { std::env::set_var("PATH", path) };
     let dir = tempfile::tempdir()?;
     let crd_dir = dir.path().join("crds");
     std::fs::create_dir_all(&crd_dir)?;
@@ -64,6 +70,7 @@ async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
         ("snapshots.yaml", Snapshot::crd()),
         ("snapshotpolicies.yaml", kopiur_api::SnapshotPolicy::crd()),
         ("snapshotschedules.yaml", kopiur_api::SnapshotSchedule::crd()),
+        ("restores.yaml", kopiur_api::Restore::crd()),
     ] {
         std::fs::write(crd_dir.join(file), serde_yaml::to_string(&crd)?)?;
     }
@@ -83,7 +90,7 @@ async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
             "rules": [
                 {"apiGroups": ["kopiur.home-operations.com"], "resources": ["snapshots"], "verbs": ["create", "patch", "update", "delete"]},
                 {"apiGroups": ["kopiur.home-operations.com"], "resources": ["repositories", "clusterrepositories"], "verbs": ["patch"]},
-                {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "watch"]}
+                {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "watch", "create"]}
             ]
         }),
     )
@@ -197,6 +204,34 @@ async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
     let job_text = serde_json::to_string(&job)?;
     assert!(!job_text.contains(PASSWORD) && !job_text.contains(g.secret_key()), "a Secret value leaked into the Job");
 
+    // Restore manual-1 into a new PVC; the files match byte for byte.
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
+            "metadata": {"name": "back", "namespace": ns},
+            "spec": {"source": {"snapshotRef": {"name": "manual-1"}},
+                     "target": {"pvc": {"name": "restored", "capacity": "1Gi"}}}
+        }),
+    )
+    .await?;
+    let restores: Api<kopiur_api::Restore> = Api::namespaced(client.clone(), &ns);
+    let restored = wait_for("Restore Completed", Duration::from_secs(300), &log, || async {
+        let r = restores.get("back").await?;
+        let p = r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default();
+        assert_ne!(p, "Failed", "restore failed: {:?}", r.status.as_ref().and_then(|s| s.failure.clone()));
+        Ok((p == "Completed").then_some(r))
+    })
+    .await?;
+    let pinned = restored.status.as_ref().and_then(|s| s.resolved.clone()).context("resolved")?;
+    assert_eq!(pinned.kopia_snapshot_id.as_deref(), Some(id.as_str()), "pinned to manual-1's manifest");
+    let target = pvcs.get("restored").await?;
+    let out = kopiur_testenv::node::provisioner::pv_dir(&env.node_state_dir(), &target.uid().context("uid")?);
+    assert_eq!(std::fs::read(out.join("hello.txt"))?, b"hello from the pipeline e2e\n");
+    assert_eq!(std::fs::read(out.join("nested/blob.bin"))?, blob, "restored bytes match");
+    println!("restore into PVC restored matched {} + {} bytes", 28, blob.len());
+
     // A schedule fires every minute; its children succeed too.
     apply(
         &client,
@@ -212,7 +247,13 @@ async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
     let children = wait_for("two scheduled Snapshots Succeeded", Duration::from_secs(240), &log, || async {
         let l = snaps.list(&by_schedule).await?;
         for s in &l.items {
-            assert_ne!(phase(s), "Failed", "{} failed: {:?}", s.name_any(), s.status.as_ref().and_then(|x| x.failure.clone()));
+            assert_ne!(
+                phase(s),
+                "Failed",
+                "{} failed: {:?}",
+                s.name_any(),
+                s.status.as_ref().and_then(|x| x.failure.clone())
+            );
         }
         let ok: Vec<Snapshot> = l.items.into_iter().filter(|s| phase(s) == "Succeeded").collect();
         Ok((ok.len() >= 2).then_some(ok))
@@ -226,8 +267,7 @@ async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
         let slot: i64 = c.name_any().rsplit('-').next().unwrap().parse()?;
         assert_eq!(slot % 60, 0, "children are named by their minute slot: {}", c.name_any());
     }
-    let sched: kopiur_api::SnapshotSchedule =
-        Api::namespaced(client.clone(), &ns).get("every-minute").await?;
+    let sched: kopiur_api::SnapshotSchedule = Api::namespaced(client.clone(), &ns).get("every-minute").await?;
     let next = sched.status.as_ref().and_then(|s| s.next_schedule.clone()).context("nextSchedule pinned")?;
     assert!(next.slot.is_some() && next.at.is_some());
 
@@ -242,7 +282,9 @@ async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
         loop {
             if let Ok(l) = watcher_snaps.list(&ListParams::default()).await {
                 for s in l.items.iter().filter(|s| s.metadata.deletion_timestamp.is_some()) {
-                    st2.lock().unwrap().insert(s.name_any(), s.annotations().get("kopiur.home-operations.com/pruned-by").cloned());
+                    st2.lock()
+                        .unwrap()
+                        .insert(s.name_any(), s.annotations().get("kopiur.home-operations.com/pruned-by").cloned());
                 }
             }
             let _ = &ns2;
@@ -269,7 +311,9 @@ async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
     // Deleting the schedule cascades to its children through the garbage collector; under
     // the default onScheduleDelete Retain each is released with its data kept, no delete Job.
     let jobs_before_cascade = delete_jobs.items.len();
-    Api::<kopiur_api::SnapshotSchedule>::namespaced(client.clone(), &ns).delete("every-minute", &DeleteParams::default()).await?;
+    Api::<kopiur_api::SnapshotSchedule>::namespaced(client.clone(), &ns)
+        .delete("every-minute", &DeleteParams::default())
+        .await?;
     wait_for("scheduled children released", Duration::from_secs(120), &log, || async {
         Ok(snaps.list(&by_schedule).await?.items.is_empty().then_some(()))
     })
@@ -297,8 +341,10 @@ async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
     .await?;
     let before = delete_jobs.items.len();
     snaps.delete("keep-me", &DeleteParams::default()).await?;
-    wait_for("keep-me gone", Duration::from_secs(60), &log, || async { Ok(snaps.get_opt("keep-me").await?.is_none().then_some(())) })
-        .await?;
+    wait_for("keep-me gone", Duration::from_secs(60), &log, || async {
+        Ok(snaps.get_opt("keep-me").await?.is_none().then_some(()))
+    })
+    .await?;
     let after = Api::<Job>::namespaced(client.clone(), &ns)
         .list(&ListParams::default().labels("kopiur.home-operations.com/op=snapshot-delete-batch"))
         .await?

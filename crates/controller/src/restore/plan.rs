@@ -13,10 +13,15 @@ use crate::snapshot::plan::JobState;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Candidate {
     /// A Known manifest (snapshotRef, or the policy's newest matching row).
-    Found { kopia_snapshot_id: String, snapshot: Option<String> },
+    Found {
+        kopia_snapshot_id: String,
+        snapshot: Option<String>,
+    },
     /// The mover resolves the identity in-Job.
     Deferred,
-    NotFound { what: String },
+    NotFound {
+        what: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,28 +119,40 @@ pub fn plan(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
 
 fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     match &f.phase {
-        Some(RestorePhase::Completed) => return decision(RestorePhase::Completed, CondStatus::True, "RestoreSucceeded", "restored"),
+        Some(RestorePhase::Completed) => {
+            return decision(RestorePhase::Completed, CondStatus::True, "RestoreSucceeded", "restored");
+        }
         Some(RestorePhase::Failed) => {
             let msg = f.failure.as_ref().and_then(|x| x.message.clone()).unwrap_or_else(|| "the restore failed".into());
             return decision(RestorePhase::Failed, CondStatus::False, "RestoreFailed", msg);
         }
         Some(RestorePhase::Unknown(_)) => {
-            let mut d = decision(RestorePhase::Pending, CondStatus::False, "UnknownPhase", "phase not understood by this version");
+            let mut d = decision(
+                RestorePhase::Pending,
+                CondStatus::False,
+                "UnknownPhase",
+                "phase not understood by this version",
+            );
             d.phase = None;
             return d;
         }
         Some(RestorePhase::Restoring) => {
             return match &f.job {
                 JobState::Active | JobState::Complete { .. } => {
-                    let mut d = decision(RestorePhase::Restoring, CondStatus::False, "Restoring", "the restore Job is running");
+                    let mut d =
+                        decision(RestorePhase::Restoring, CondStatus::False, "Restoring", "the restore Job is running");
                     d.steps.push(Step::AwaitJob);
                     if matches!(f.job, JobState::Complete { .. }) {
                         d.requeue_after = Some(Duration::seconds(10));
                     }
                     d
                 }
-                JobState::Failed { reason } => fail("RestoreFailed", format!("the restore Job failed: {reason}"), true, f, now),
-                JobState::Absent => fail("MoverJobLost", "the restore Job vanished before reporting".into(), true, f, now),
+                JobState::Failed { reason } => {
+                    fail("RestoreFailed", format!("the restore Job failed: {reason}"), true, f, now)
+                }
+                JobState::Absent => {
+                    fail("MoverJobLost", "the restore Job vanished before reporting".into(), true, f, now)
+                }
             };
         }
         Some(RestorePhase::Pending | RestorePhase::Resolving) | None => {}
@@ -158,13 +175,30 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     let started = f.wait_started_at.unwrap_or(now);
     match &f.target {
         TargetState::NotImplemented { what } => {
-            return fail("FeatureNotImplemented", format!("target.{what} is not implemented in this release"), false, f, now);
+            return fail(
+                "FeatureNotImplemented",
+                format!("target.{what} is not implemented in this release"),
+                false,
+                f,
+                now,
+            );
         }
         TargetState::ExistsNotOurs { name } => {
-            return fail("TargetExists", format!("PVC {name} already exists and was not created by this Restore"), false, f, now);
+            return fail(
+                "TargetExists",
+                format!("PVC {name} already exists and was not created by this Restore"),
+                false,
+                f,
+                now,
+            );
         }
         TargetState::Missing { name } => {
-            let mut d = decision(RestorePhase::Pending, CondStatus::False, "TargetMissing", format!("PVC {name} does not exist"));
+            let mut d = decision(
+                RestorePhase::Pending,
+                CondStatus::False,
+                "TargetMissing",
+                format!("PVC {name} does not exist"),
+            );
             d.requeue_after = Some(Duration::seconds(30));
             return d;
         }
@@ -179,9 +213,18 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
                 if let Some(end) = window_end
                     && now < end
                 {
-                    let mut d =
-                        decision(RestorePhase::Resolving, CondStatus::False, "WaitingForSnapshot", format!("waiting for {what}"));
-                    d.conditions.push(cond("Resolved", CondStatus::False, "WaitingForSnapshot", format!("waiting for {what}")));
+                    let mut d = decision(
+                        RestorePhase::Resolving,
+                        CondStatus::False,
+                        "WaitingForSnapshot",
+                        format!("waiting for {what}"),
+                    );
+                    d.conditions.push(cond(
+                        "Resolved",
+                        CondStatus::False,
+                        "WaitingForSnapshot",
+                        format!("waiting for {what}"),
+                    ));
                     d.wait_started_at = Some(started);
                     d.requeue_after = Some((end - now).min(Duration::seconds(30)));
                     return d;
@@ -194,7 +237,12 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
                         d
                     }
                     OnMissingSnapshot::Continue => {
-                        let mut d = decision(RestorePhase::Completed, CondStatus::True, "RestoreSucceeded", "no snapshot; target left empty");
+                        let mut d = decision(
+                            RestorePhase::Completed,
+                            CondStatus::True,
+                            "RestoreSucceeded",
+                            "no snapshot; target left empty",
+                        );
                         d.conditions.push(cond("Resolved", CondStatus::True, "NoSnapshotContinue", what.clone()));
                         d.steps = vec![Step::CompleteEmpty];
                         d.wait_started_at = Some(started);

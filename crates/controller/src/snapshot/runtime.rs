@@ -8,13 +8,15 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kopiur_api::restore::RestorePhase;
 use kopiur_api::snapshot::SnapshotPhase;
-use kopiur_api::{ClusterRepository, Repository, Snapshot, SnapshotPolicy, SnapshotSchedule};
+use kopiur_api::{ClusterRepository, Repository, Restore, Snapshot, SnapshotPolicy, SnapshotSchedule};
 use kube::runtime::controller::{Action, Config as CtlConfig};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
+use tokio::sync::mpsc;
 
 use super::ctx::{PipelineCtx, Stores};
 use crate::config::Config;
@@ -48,6 +50,32 @@ fn parked_on(snaps: &Store<Snapshot>, kind: &str, ns: Option<&str>, name: &str) 
         })
         .map(|s| ObjectRef::from_obj(s.as_ref()))
         .collect()
+}
+
+/// Restores not yet past the gate, in a namespace (or everywhere for a ClusterRepository).
+fn parked_restores(restores: &Store<Restore>, ns: Option<&str>) -> Vec<ObjectRef<Restore>> {
+    restores
+        .state()
+        .iter()
+        .filter(|r| ns.is_none() || r.namespace().as_deref() == ns)
+        .filter(|r| {
+            matches!(
+                r.status.as_ref().and_then(|s| s.phase.as_ref()),
+                None | Some(RestorePhase::Pending | RestorePhase::Resolving)
+            )
+        })
+        .map(|r| ObjectRef::from_obj(r.as_ref()))
+        .collect()
+}
+
+/// A minimal mpsc receiver stream (one adapter, no extra dependency).
+struct ReceiverStream<T>(mpsc::Receiver<T>);
+
+impl<T> futures::Stream for ReceiverStream<T> {
+    type Item = T;
+    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<T>> {
+        self.0.poll_recv(cx)
+    }
 }
 
 pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
@@ -99,41 +127,83 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
         mover_rbac_ready: Mutex::new(Default::default()),
     });
 
-    // Job -> its Snapshot (backup Jobs are owned by their Snapshot).
-    let snap_ctl = snap_ctl
-        .watches_stream(job_events, |job: Job| {
-            let ns = job.namespace().unwrap_or_default();
-            job.owner_references()
-                .iter()
-                .filter(|o| o.kind == "Snapshot")
-                .map(|o| ObjectRef::<Snapshot>::new(&o.name).within(&ns))
-                .collect::<Vec<_>>()
-        })
-        .watches_stream(repo_events, {
-            let s = snapshots.clone();
-            move |r: Repository| parked_on(&s, "Repository", r.namespace().as_deref(), &r.name_any())
-        })
-        .watches_stream(crepo_events, {
-            let s = snapshots.clone();
-            move |r: ClusterRepository| parked_on(&s, "ClusterRepository", None, &r.name_any())
-        })
-        .watches_stream(pvc_events, {
-            let s = snapshots.clone();
-            move |p: kube::core::PartialObjectMeta<PersistentVolumeClaim>| {
-                let ns = p.namespace();
-                s.state()
-                    .iter()
-                    .filter(|x| x.namespace() == ns)
-                    .filter(|x| {
-                        matches!(
-                            x.status.as_ref().and_then(|st| st.phase.as_ref()),
-                            None | Some(SnapshotPhase::Pending)
-                        )
-                    })
-                    .map(|x| ObjectRef::from_obj(x.as_ref()))
-                    .collect::<Vec<_>>()
+    let restore_ctl = Controller::new(Api::<Restore>::all(client.clone()), wc.clone());
+    let restores = restore_ctl.store();
+    let (snap_tx, snap_rx) = mpsc::channel::<ObjectRef<Snapshot>>(1024);
+    let (restore_tx, restore_rx) = mpsc::channel::<ObjectRef<Restore>>(1024);
+
+    // Job -> its Snapshot or Restore (backup and restore Jobs are owned by their CR).
+    {
+        let (stx, rtx) = (snap_tx.clone(), restore_tx.clone());
+        tokio::spawn(async move {
+            let mut s = std::pin::pin!(job_events);
+            while let Some(ev) = s.next().await {
+                let Ok(job) = ev else { continue };
+                let ns = job.namespace().unwrap_or_default();
+                for o in job.owner_references() {
+                    match o.kind.as_str() {
+                        "Snapshot" => drop(stx.send(ObjectRef::new(&o.name).within(&ns)).await),
+                        "Restore" => drop(rtx.send(ObjectRef::new(&o.name).within(&ns)).await),
+                        _ => {}
+                    }
+                }
             }
         });
+    }
+    // Repository -> parked consumers (G3). The reflector has already updated the store the
+    // reconcile reads, so the re-reconcile sees the new phase.
+    {
+        let (stx, rtx, s, r) = (snap_tx.clone(), restore_tx.clone(), snapshots.clone(), restores.clone());
+        tokio::spawn(async move {
+            let mut ev = std::pin::pin!(repo_events);
+            while let Some(e) = ev.next().await {
+                let Ok(repo) = e else { continue };
+                let ns = repo.namespace();
+                for x in parked_on(&s, "Repository", ns.as_deref(), &repo.name_any()) {
+                    let _ = stx.send(x).await;
+                }
+                for x in parked_restores(&r, ns.as_deref()) {
+                    let _ = rtx.send(x).await;
+                }
+            }
+        });
+    }
+    {
+        let (stx, rtx, s, r) = (snap_tx.clone(), restore_tx.clone(), snapshots.clone(), restores.clone());
+        tokio::spawn(async move {
+            let mut ev = std::pin::pin!(crepo_events);
+            while let Some(e) = ev.next().await {
+                let Ok(repo) = e else { continue };
+                for x in parked_on(&s, "ClusterRepository", None, &repo.name_any()) {
+                    let _ = stx.send(x).await;
+                }
+                for x in parked_restores(&r, None) {
+                    let _ = rtx.send(x).await;
+                }
+            }
+        });
+    }
+    // PVC -> Snapshots waiting for their source, Restores waiting for their target.
+    {
+        let (stx, rtx, s, r) = (snap_tx, restore_tx, snapshots.clone(), restores.clone());
+        tokio::spawn(async move {
+            let mut ev = std::pin::pin!(pvc_events);
+            while let Some(e) = ev.next().await {
+                let Ok(p) = e else { continue };
+                let ns = p.namespace();
+                for x in s.state().iter().filter(|x| x.namespace() == ns).filter(|x| {
+                    matches!(x.status.as_ref().and_then(|st| st.phase.as_ref()), None | Some(SnapshotPhase::Pending))
+                }) {
+                    let _ = stx.send(ObjectRef::from_obj(x.as_ref())).await;
+                }
+                for x in parked_restores(&r, ns.as_deref()) {
+                    let _ = rtx.send(x).await;
+                }
+            }
+        });
+    }
+    let snap_ctl = snap_ctl.reconcile_on(ReceiverStream(snap_rx));
+    let restore_ctl = restore_ctl.reconcile_on(ReceiverStream(restore_rx));
     let sched_ctl = sched_ctl.owns(Api::<Snapshot>::all(client.clone()), wc.clone());
     let policy_ctl = policy_ctl.watches(Api::<Snapshot>::all(client.clone()), wc.clone(), |s: Snapshot| {
         let ns = s.namespace().unwrap_or_default();
@@ -159,5 +229,10 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
         .shutdown_on_signal()
         .run(crate::snapshot_policy::reconcile::reconcile, error_policy::<SnapshotPolicy>, ctx.clone())
         .for_each(|_| futures::future::ready(()));
-    futures::join!(a, b, c);
+    let d = restore_ctl
+        .with_config(CtlConfig::default().debounce(Duration::from_millis(250)))
+        .shutdown_on_signal()
+        .run(crate::restore::reconcile::reconcile, error_policy::<Restore>, ctx.clone())
+        .for_each(|_| futures::future::ready(()));
+    futures::join!(a, b, c, d);
 }

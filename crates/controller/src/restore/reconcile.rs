@@ -1,0 +1,428 @@
+//! Restore reconciler: observe (source rows and the target PVC from stores) -> `plan::plan` ->
+//! apply (pin, target PVC, Job, one status write, nudge).
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kopiur_api::restore::{
+    Resolution, RestorePhase, RestoreResolved, RestoreSource, RestoreTarget, RestoreTargetStatus,
+};
+use kopiur_api::shared::status::ResolvedRepository;
+use kopiur_api::shared::{ObjectRef as ApiObjectRef, RepositoryRef};
+use kopiur_api::snapshot::SnapshotPhase;
+use kopiur_api::{Restore, Snapshot};
+use kopiur_kopia::cmd::{CacheSizes, Identity, RestoreOptions as KopiaRestoreOptions};
+use kopiur_mover::job::{CacheVolume, JobInput, PvcMount, RESTORE_MOUNT, build_job};
+use kopiur_mover::workspec::{
+    DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_HEARTBEAT_SECONDS, Operation, RepositoryInfo, ResolveIdentity, RestoreOp,
+    SCHEMA_VERSION, TargetRef, WorkSpec,
+};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+
+use super::plan::{Candidate, RestoreFacts, Step, TargetState, plan};
+use crate::repository::Error;
+use crate::repository::apply::{MOVER_SERVICE_ACCOUNT, kopia_backend};
+use crate::snapshot::ctx::{PipelineCtx, RepoView};
+use crate::snapshot::job::{mover_identity, owner_of};
+use crate::snapshot::reconcile::job_state;
+
+/// Annotation on a PVC this Restore created (its uid), so a rerun recognizes its own target.
+pub const CREATED_BY: &str = "kopiur.home-operations.com/restore-uid";
+
+fn target_name(r: &Restore) -> Option<String> {
+    match &r.spec.target {
+        RestoreTarget::Pvc(p) => Some(p.name.clone()),
+        RestoreTarget::PvcRef(o) => Some(o.name.clone()),
+        RestoreTarget::Populator(_) | RestoreTarget::StreamExec(_) => None,
+    }
+}
+
+/// The newest Snapshot of a policy that owns a manifest, at or before `as_of`, skipping
+/// `offset` newer ones.
+fn from_policy(
+    ctx: &PipelineCtx,
+    ns: &str,
+    name: &str,
+    as_of: Option<DateTime<Utc>>,
+    offset: usize,
+) -> Option<Arc<Snapshot>> {
+    let mut rows: Vec<(DateTime<Utc>, Arc<Snapshot>)> = ctx
+        .stores
+        .snapshots
+        .state()
+        .into_iter()
+        .filter(|s| s.namespace().as_deref() == Some(ns) && s.meta().deletion_timestamp.is_none())
+        .filter(|s| s.spec.policy_ref.as_ref().is_some_and(|p| p.name == name))
+        .filter(|s| {
+            s.status
+                .as_ref()
+                .and_then(|st| st.phase.as_ref())
+                .is_some_and(|p| matches!(p, SnapshotPhase::Succeeded | SnapshotPhase::Discovered))
+        })
+        .filter_map(|s| {
+            let end = s.status.as_ref()?.timing.as_ref()?.end_time?;
+            s.status.as_ref()?.snapshot.as_ref()?.kopia_snapshot_id.as_ref()?;
+            Some((end, s))
+        })
+        .filter(|(end, _)| as_of.is_none_or(|a| *end <= a))
+        .collect();
+    rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.name_any().cmp(&b.1.name_any())));
+    rows.into_iter().nth(offset).map(|(_, s)| s)
+}
+
+pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<Action, Error> {
+    ctx.metrics.reconciliations.inc(&["Restore"]);
+    if restore.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let now = Utc::now();
+    let ns = restore.namespace().unwrap_or_default();
+    let name = restore.name_any();
+    let status = restore.status.clone().unwrap_or_default();
+
+    // Source -> candidate and repository.
+    let mut source_snapshot: Option<Arc<Snapshot>> = None;
+    let candidate = match &restore.spec.source {
+        RestoreSource::SnapshotRef(o) => {
+            let sns = o.namespace.clone().unwrap_or_else(|| ns.clone());
+            match ctx.stores.snapshots.get(&ObjectRef::new(&o.name).within(&sns)) {
+                Some(s) => match s
+                    .status
+                    .as_ref()
+                    .and_then(|st| st.snapshot.as_ref())
+                    .and_then(|x| x.kopia_snapshot_id.clone())
+                {
+                    Some(id) => {
+                        source_snapshot = Some(s.clone());
+                        Candidate::Found { kopia_snapshot_id: id, snapshot: Some(o.name.clone()) }
+                    }
+                    None => Candidate::NotFound { what: format!("a manifest for Snapshot {}", o.name) },
+                },
+                None => Candidate::NotFound { what: format!("Snapshot {}", o.name) },
+            }
+        }
+        RestoreSource::FromPolicy(p) => {
+            let pns = p.namespace.clone().unwrap_or_else(|| ns.clone());
+            match from_policy(&ctx, &pns, &p.name, p.as_of, p.offset.max(0) as usize) {
+                Some(s) => {
+                    let id =
+                        s.status.as_ref().and_then(|st| st.snapshot.as_ref()).and_then(|x| x.kopia_snapshot_id.clone());
+                    source_snapshot = Some(s.clone());
+                    Candidate::Found { kopia_snapshot_id: id.unwrap_or_default(), snapshot: Some(s.name_any()) }
+                }
+                None => Candidate::NotFound { what: format!("a snapshot of policy {}", p.name) },
+            }
+        }
+        RestoreSource::Identity(_) => Candidate::Deferred,
+    };
+    let pinned_repo = status.resolved.as_ref().and_then(|r| r.repository.clone());
+    let rref: Option<RepositoryRef> = pinned_repo
+        .as_ref()
+        .map(|r| RepositoryRef { name: r.name.clone(), kind: r.kind, namespace: r.namespace.clone() })
+        .or_else(|| restore.spec.repository.clone())
+        .or_else(|| {
+            source_snapshot
+                .as_ref()
+                .and_then(|s| s.status.as_ref()?.resolved.as_ref()?.repository.as_ref())
+                .map(|r| RepositoryRef { name: r.name.clone(), kind: r.kind, namespace: r.namespace.clone() })
+        });
+    let gate = match &rref {
+        Some(r) => ctx.gate(&ns, r),
+        // No repository known yet (the source is missing): the gate is open so the
+        // missing-snapshot decision can be taken.
+        None => crate::gating::Gate::Open,
+    };
+    let repo = rref.as_ref().and_then(|r| ctx.repository(&ns, r));
+
+    let uid = restore.uid().unwrap_or_default();
+    let target = match (&restore.spec.target, target_name(&restore)) {
+        (RestoreTarget::Populator(_), _) => TargetState::NotImplemented { what: "populator" },
+        (RestoreTarget::StreamExec(_), _) => TargetState::NotImplemented { what: "streamExec" },
+        (RestoreTarget::Pvc(_), Some(t)) => match ctx.stores.pvcs.get(&ObjectRef::new(&t).within(&ns)) {
+            None => TargetState::Create,
+            Some(p) if p.annotations().get(CREATED_BY) == Some(&uid) => TargetState::Ready,
+            Some(_) => TargetState::ExistsNotOurs { name: t },
+        },
+        (RestoreTarget::PvcRef(o), Some(t)) => {
+            let tns = o.namespace.clone().unwrap_or_else(|| ns.clone());
+            if ctx.stores.pvcs.get(&ObjectRef::new(&t).within(&tns)).is_some() {
+                TargetState::Ready
+            } else {
+                TargetState::Missing { name: t }
+            }
+        }
+        (RestoreTarget::Pvc(_) | RestoreTarget::PvcRef(_), None) => TargetState::NotImplemented { what: "target" },
+    };
+    let job_name = kopiur_mover::job::job_name(&format!("{name}-restore"));
+    let job = ctx
+        .stores
+        .jobs
+        .get(&ObjectRef::new(&job_name).within(&ns))
+        .filter(|j| j.owner_references().iter().any(|o| o.uid == uid));
+    let job = match (job, &status.phase) {
+        (None, Some(RestorePhase::Restoring)) => {
+            Api::<Job>::namespaced(ctx.client.clone(), &ns).get_opt(&job_name).await?.map(Arc::new)
+        }
+        (j, _) => j,
+    };
+    let facts = RestoreFacts {
+        phase: status.phase.clone(),
+        gate,
+        pinned: status.resolved.is_some(),
+        candidate: candidate.clone(),
+        on_missing: restore.spec.resolved_on_missing_snapshot(),
+        wait_timeout: restore
+            .spec
+            .policy
+            .as_ref()
+            .and_then(|p| p.wait_timeout.as_ref())
+            .map(|d| chrono::Duration::seconds(d.as_secs() as i64)),
+        wait_started_at: status.wait_started_at,
+        target,
+        job: job_state(job.as_deref()),
+        failure: status.failure.clone(),
+        reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
+    };
+    let d = plan(&facts, now);
+
+    let mut next = status.clone();
+    next.observed_generation = restore.meta().generation;
+    next.source_kind = Some(restore.spec.source.kind());
+    if let Some(p) = &d.phase {
+        next.phase = Some(p.clone());
+    }
+    next.wait_started_at = d.wait_started_at;
+    if let Some(f) = &d.failure {
+        next.failure = Some(f.clone());
+    }
+    let resolved_repo = repo.as_ref().map(|rv| ResolvedRepository {
+        kind: rref.as_ref().map(|r| r.kind).unwrap_or_default(),
+        namespace: rv.namespace(),
+        name: rv.name(),
+        uid: Some(rv.uid()),
+    });
+    let identity = source_snapshot.as_ref().and_then(|s| s.status.as_ref()?.resolved.as_ref()?.identity.clone());
+    for step in &d.steps {
+        match step {
+            Step::Pin => {
+                next.resolved = Some(match &candidate {
+                    Candidate::Found { kopia_snapshot_id, snapshot } => RestoreResolved {
+                        resolution: Resolution::Snapshot,
+                        kopia_snapshot_id: Some(kopia_snapshot_id.clone()),
+                        snapshot_ref: snapshot.clone().map(|n| ApiObjectRef { name: n, namespace: None }),
+                        repository: resolved_repo.clone(),
+                        identity: identity.clone(),
+                        pinned_at: Some(now),
+                    },
+                    Candidate::Deferred | Candidate::NotFound { .. } => RestoreResolved {
+                        resolution: Resolution::Snapshot,
+                        kopia_snapshot_id: None,
+                        snapshot_ref: None,
+                        repository: resolved_repo.clone(),
+                        identity: None,
+                        pinned_at: Some(now),
+                    },
+                });
+            }
+            Step::CompleteEmpty => {
+                next.resolved = Some(RestoreResolved {
+                    resolution: Resolution::NoSnapshot,
+                    kopia_snapshot_id: None,
+                    snapshot_ref: None,
+                    repository: resolved_repo.clone(),
+                    identity: None,
+                    pinned_at: Some(now),
+                });
+                if let RestoreTarget::Pvc(_) = &restore.spec.target
+                    && facts.target == TargetState::Create
+                {
+                    create_pvc(&ctx, &restore).await?;
+                }
+            }
+            Step::CreatePvc => create_pvc(&ctx, &restore).await?,
+            Step::Launch => {
+                let Some(rv) = &repo else { continue };
+                let pinned = next.resolved.clone();
+                let job = restore_job(&restore, &ctx, rv, pinned.as_ref(), &job_name)?;
+                ctx.ensure_mover_rbac(&ns).await?;
+                match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &job).await {
+                    Ok(_) => ctx.metrics.jobs_created.inc(&["restore", &ns]),
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+                next.timing = Some(kopiur_api::shared::status::Timing { start_time: Some(now), ..Default::default() });
+            }
+            Step::AwaitJob | Step::Idle => {}
+        }
+    }
+    if let Some(t) = target_name(&restore) {
+        next.target =
+            Some(RestoreTargetStatus { pvc_ref: Some(ApiObjectRef { name: t, namespace: None }), pvc_prime: None });
+    }
+    next.conditions =
+        crate::snapshot::ctx::merge(&status.conditions, &d.conditions, restore.meta().generation.unwrap_or(0), now);
+    if d.nudge
+        && let Some(rv) = &repo
+        && let Err(e) = ctx.nudge(rv, now).await
+    {
+        tracing::warn!(error = %e, restore = %name, "stamping reverify-requested-at failed");
+    }
+    if next != status {
+        let api: Api<Restore> = Api::namespaced(ctx.client.clone(), &ns);
+        let body = serde_json::json!({"metadata": {"resourceVersion": restore.resource_version()}, "status": next});
+        match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(match d.requeue_after {
+        Some(a) => Action::requeue(a.to_std().unwrap_or_default().max(std::time::Duration::from_secs(1))),
+        None => Action::requeue(std::time::Duration::from_secs(300)),
+    })
+}
+
+async fn create_pvc(ctx: &PipelineCtx, restore: &Restore) -> Result<(), Error> {
+    let RestoreTarget::Pvc(p) = &restore.spec.target else { return Ok(()) };
+    let ns = restore.namespace().unwrap_or_default();
+    let modes: Vec<String> = p.access_modes.iter().map(|m| format!("{m:?}")).collect();
+    let pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": p.name, "namespace": ns,
+                     "annotations": {CREATED_BY: restore.uid().unwrap_or_default()},
+                     "labels": crate::snapshot::ctx::managed_labels()},
+        "spec": {"accessModes": modes, "resources": {"requests": {"storage": p.capacity}},
+                 "storageClassName": p.storage_class_name}
+    }))
+    .map_err(|e| Error::InvalidSpec(e.to_string()))?;
+    match Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &pvc).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn restore_job(
+    restore: &Restore,
+    ctx: &PipelineCtx,
+    repo: &RepoView,
+    pinned: Option<&RestoreResolved>,
+    job_name: &str,
+) -> Result<Job, Error> {
+    let ns = restore.namespace().unwrap_or_default();
+    let target = target_name(restore).unwrap_or_default();
+    let o = restore.spec.options.clone().unwrap_or_default();
+    let (snapshot_id, resolve) = match (&restore.spec.source, pinned.and_then(|p| p.kopia_snapshot_id.clone())) {
+        (_, Some(id)) => (Some(id), None),
+        (RestoreSource::Identity(i), None) => (
+            i.snapshot_id.clone(),
+            Some(ResolveIdentity {
+                identity: Identity::new(i.username.clone(), i.hostname.clone()),
+                source_path: i.source_path.clone().unwrap_or_else(|| "/".into()),
+                as_of: i.as_of,
+                offset: i.offset.unwrap_or(0).max(0) as u32,
+            }),
+        ),
+        (RestoreSource::SnapshotRef(_) | RestoreSource::FromPolicy(_), None) => {
+            return Err(Error::WorkSpec("the restore has no pinned snapshot id".into()));
+        }
+    };
+    let id = pinned
+        .and_then(|p| p.identity.clone())
+        .map(|i| Identity::new(i.username, i.hostname))
+        .unwrap_or_else(|| Identity::new("kopiur-restore", ns.clone()));
+    let spec = WorkSpec {
+        schema_version: SCHEMA_VERSION,
+        target_ref: TargetRef {
+            api_version: Restore::api_version(&()).to_string(),
+            kind: "Restore".into(),
+            namespace: Some(ns.clone()),
+            name: restore.name_any(),
+            uid: restore.uid().unwrap_or_default(),
+        },
+        repository: RepositoryInfo {
+            kind: repo.kind().into(),
+            namespace: repo.namespace(),
+            name: repo.name(),
+            uid: repo.uid(),
+            backend: kopia_backend(&repo.common().backend)?,
+            client_identity: id,
+            read_only: true,
+            cache: CacheSizes::default(),
+        },
+        command_timeout_seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
+        heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
+        operation: Operation::Restore(RestoreOp {
+            snapshot_id,
+            resolve,
+            target_path: RESTORE_MOUNT.into(),
+            options: KopiaRestoreOptions {
+                parallel: o.parallel.map(|p| p.max(1) as u32),
+                ignore_permission_errors: Some(kopiur_api::restore::RestoreOptions::resolved_ignore_permission_errors(
+                    restore.spec.options.as_ref(),
+                )),
+                write_files_atomically: Some(kopiur_api::restore::RestoreOptions::resolved_write_files_atomically(
+                    restore.spec.options.as_ref(),
+                )),
+                overwrite_files: o.overwrite_files,
+                overwrite_directories: o.overwrite_directories,
+                overwrite_symlinks: o.overwrite_symlinks,
+                skip_existing: o.skip_existing,
+                delete_extra: o.enable_file_deletion,
+                write_sparse_files: o.write_sparse_files,
+                skip_owners: o.skip_owners,
+                skip_permissions: o.skip_permissions,
+                skip_times: o.skip_times,
+                ignore_errors: o.ignore_errors,
+            },
+        }),
+    };
+    let (pw, auth) = match repo {
+        RepoView::Namespaced(r) => crate::repository::observe::secret_names(r.as_ref()),
+        RepoView::Cluster(c) => crate::repository::observe::secret_names(c.as_ref()),
+    };
+    let key = repo.common().encryption.password_secret_ref.resolved_key().to_string();
+    let mut env_from = vec![pw.clone()];
+    env_from.extend(auth.filter(|a| *a != pw));
+    let fp = restore.spec.failure_policy.clone();
+    let input = JobInput {
+        name: job_name.to_string(),
+        namespace: ns,
+        image: ctx.config.mover_image.clone(),
+        image_pull_policy: None,
+        service_account_name: Some(MOVER_SERVICE_ACCOUNT.into()),
+        work_spec: spec,
+        password: (pw, key),
+        env_from_secrets: env_from,
+        destination_secret: None,
+        result_configmap: None,
+        connect_kind: None,
+        delete_repo_uid: None,
+        annotations: BTreeMap::new(),
+        owner: owner_of(restore),
+        cache: CacheVolume::EmptyDir,
+        source: None,
+        restore: Some(PvcMount { claim_name: target, mount_path: RESTORE_MOUNT.into(), read_only: false }),
+        repository_volume: None,
+        resources: None,
+        security_context: None,
+        pod_security_context: Some(mover_identity()),
+        node_selector: None,
+        tolerations: None,
+        affinity: None,
+        backoff_limit: fp.as_ref().and_then(|f| f.backoff_limit).unwrap_or(kopiur_mover::job::DEFAULT_BACKOFF_LIMIT),
+        active_deadline_seconds: fp
+            .as_ref()
+            .and_then(|f| f.active_deadline_seconds)
+            .unwrap_or(kopiur_mover::job::DEFAULT_ACTIVE_DEADLINE_SECONDS),
+        ttl_seconds_after_finished: Some(kopiur_mover::job::DEFAULT_TTL_SECONDS),
+        rust_log: ctx.config.mover_rust_log.clone(),
+        log_format: None,
+        extra_env: Vec::new(),
+    };
+    build_job(&input).map_err(|e| Error::WorkSpec(e.to_string()))
+}
