@@ -11,6 +11,8 @@ pub struct Config {
     pub identity: String,
     pub mover_image: String,
     pub mover_rust_log: Option<String>,
+    /// Passed to movers as `KOPIUR_KOPIA_BINARY` (test environments and auditing wrappers).
+    pub mover_kopia_binary: Option<String>,
     pub metrics_addr: String,
     pub tuning: Tuning,
 }
@@ -31,6 +33,7 @@ impl Config {
             mover_image: std::env::var("KOPIUR_MOVER_IMAGE")
                 .unwrap_or_else(|_| format!("ghcr.io/home-operations/kopiur:{}", env!("CARGO_PKG_VERSION"))),
             mover_rust_log: std::env::var("KOPIUR_MOVER_RUST_LOG").ok(),
+            mover_kopia_binary: std::env::var("KOPIUR_MOVER_KOPIA_BINARY").ok(),
             metrics_addr: std::env::var("KOPIUR_METRICS_ADDR").unwrap_or_else(|_| "0.0.0.0:8081".into()),
             tuning: Tuning {
                 strict_retry_base_seconds: env_i64("KOPIUR_STRICT_RETRY_BASE_SECONDS", d.strict_retry_base_seconds).max(1),

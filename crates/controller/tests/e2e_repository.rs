@@ -94,6 +94,7 @@ async fn start_operator(env: &TestEnv, op_ns: &str, dir: &std::path::Path) -> Re
         // Operator timing knobs: shorter strict retries keep this test to minutes.
         .env("KOPIUR_STRICT_RETRY_BASE_SECONDS", "10")
         .env("KOPIUR_STRICT_RETRY_CAP_SECONDS", "40")
+        .env("KOPIUR_MOVER_KOPIA_BINARY", kopiur_testenv::tools::kopia()?)
         .env("RUST_LOG", "info,kube=warn")
         .stdout(Stdio::from(f.try_clone()?))
         .stderr(Stdio::from(f))

@@ -343,7 +343,16 @@ async fn launch<K: RepoObject>(obj: &K, ctx: &Ctx, facts: &RepoFacts, l: &Launch
         ttl_seconds_after_finished: Some(kopiur_mover::job::DEFAULT_TTL_SECONDS),
         rust_log: ctx.config.mover_rust_log.clone(),
         log_format: None,
-        extra_env: Vec::new(),
+        extra_env: ctx
+            .config
+            .mover_kopia_binary
+            .iter()
+            .map(|b| k8s_openapi::api::core::v1::EnvVar {
+                name: "KOPIUR_KOPIA_BINARY".into(),
+                value: Some(b.clone()),
+                value_from: None,
+            })
+            .collect(),
     };
     let job = build_job(&input).map_err(|e| Error::WorkSpec(e.to_string()))?;
 
