@@ -422,7 +422,7 @@ fn restore_job(
         ttl_seconds_after_finished: Some(kopiur_mover::job::DEFAULT_TTL_SECONDS),
         rust_log: ctx.config.mover_rust_log.clone(),
         log_format: None,
-        extra_env: Vec::new(),
+        extra_env: crate::snapshot::job::mover_env(&ctx.config),
     };
     build_job(&input).map_err(|e| Error::WorkSpec(e.to_string()))
 }

@@ -211,16 +211,8 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
                 .and_then(|r| r.identity.clone())
                 .map(|i| Identity::new(i.username, i.hostname))
                 .unwrap_or_else(|| Identity::new("kopiur-ops", "kopiur"));
-            let job = super::job::delete_job(
-                snap,
-                &id,
-                ident,
-                &rv,
-                &ctx.config.namespace,
-                &ctx.config.mover_image,
-                ctx.config.mover_rust_log.clone(),
-            )
-            .map_err(|e| Error::WorkSpec(e.to_string()))?;
+            let job = super::job::delete_job(snap, &id, ident, &rv, &ctx.config)
+                .map_err(|e| Error::WorkSpec(e.to_string()))?;
             let job_ns = rv.home_namespace(&ctx.config.namespace);
             let job_name = job.metadata.name.clone().unwrap_or_default();
             let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &job_ns);

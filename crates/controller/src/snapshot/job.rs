@@ -102,6 +102,20 @@ pub fn mover_identity() -> k8s_openapi::api::core::v1::PodSecurityContext {
     }
 }
 
+/// Plain variables every mover Job gets (never a secret): the kopia binary override used by
+/// test environments and auditing wrappers.
+pub fn mover_env(config: &crate::config::Config) -> Vec<k8s_openapi::api::core::v1::EnvVar> {
+    config
+        .mover_kopia_binary
+        .iter()
+        .map(|b| k8s_openapi::api::core::v1::EnvVar {
+            name: "KOPIUR_KOPIA_BINARY".into(),
+            value: Some(b.clone()),
+            value_from: None,
+        })
+        .collect()
+}
+
 pub struct Built {
     pub job: Job,
     pub bytes: usize,
@@ -120,8 +134,7 @@ pub fn backup_job(
     policy: &SnapshotPolicy,
     recipe: &Recipe,
     repo: &RepoView,
-    image: &str,
-    rust_log: Option<String>,
+    config: &crate::config::Config,
 ) -> Result<Built, BuildError> {
     let ns = snap.namespace().unwrap_or_default();
     let id = Identity::new(recipe.identity.username.clone(), recipe.identity.hostname.clone());
@@ -169,7 +182,7 @@ pub fn backup_job(
     let input = JobInput {
         name: kopiur_mover::job::job_name(&snap.name_any()),
         namespace: ns,
-        image: image.to_string(),
+        image: config.mover_image.clone(),
         image_pull_policy: None,
         service_account_name: Some(MOVER_SERVICE_ACCOUNT.into()),
         work_spec: spec,
@@ -201,9 +214,9 @@ pub fn backup_job(
             .and_then(|f| f.active_deadline_seconds)
             .unwrap_or(kopiur_mover::job::DEFAULT_ACTIVE_DEADLINE_SECONDS),
         ttl_seconds_after_finished: Some(kopiur_mover::job::DEFAULT_TTL_SECONDS),
-        rust_log,
+        rust_log: config.mover_rust_log.clone(),
         log_format: None,
-        extra_env: Vec::new(),
+        extra_env: mover_env(config),
     };
     let job = build_job(&input).map_err(|e| BuildError::Invalid(e.to_string()))?;
     Ok(Built { job, bytes })
@@ -216,14 +229,12 @@ pub fn delete_job(
     snapshot_id: &str,
     identity: Identity,
     repo: &RepoView,
-    operator_ns: &str,
-    image: &str,
-    rust_log: Option<String>,
+    config: &crate::config::Config,
 ) -> Result<Job, BuildError> {
     let uid = snap.uid().unwrap_or_default();
     let repo_uid = repo.uid();
     let name = crate::deletion::batch::batch_name(&repo_uid, [uid.as_str()]);
-    let ns = repo.home_namespace(operator_ns);
+    let ns = repo.home_namespace(&config.namespace);
     let spec = WorkSpec {
         schema_version: SCHEMA_VERSION,
         target_ref: TargetRef {
@@ -250,7 +261,7 @@ pub fn delete_job(
     let input = JobInput {
         name,
         namespace: ns,
-        image: image.to_string(),
+        image: config.mover_image.clone(),
         image_pull_policy: None,
         service_account_name: Some(MOVER_SERVICE_ACCOUNT.into()),
         work_spec: spec,
@@ -275,9 +286,9 @@ pub fn delete_job(
         backoff_limit: kopiur_mover::job::DEFAULT_BACKOFF_LIMIT,
         active_deadline_seconds: 3600,
         ttl_seconds_after_finished: None,
-        rust_log,
+        rust_log: config.mover_rust_log.clone(),
         log_format: None,
-        extra_env: Vec::new(),
+        extra_env: mover_env(config),
     };
     build_job(&input).map_err(|e| BuildError::Invalid(e.to_string()))
 }

@@ -122,9 +122,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         None => SourceState::Present,
     };
     let built = match (&policy, &rec, &repo) {
-        (Some(p), Some(r), Some(rv)) => {
-            Some(backup_job(snap, p, r, rv, &ctx.config.mover_image, ctx.config.mover_rust_log.clone()))
-        }
+        (Some(p), Some(r), Some(rv)) => Some(backup_job(snap, p, r, rv, &ctx.config)),
         _ => None,
     };
     let work_spec = match (&built, &recipe_error) {
