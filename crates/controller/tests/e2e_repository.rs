@@ -94,12 +94,23 @@ async fn start_operator(env: &TestEnv, op_ns: &str, dir: &std::path::Path) -> Re
         // Operator timing knobs: shorter strict retries keep this test to minutes.
         .env("KOPIUR_STRICT_RETRY_BASE_SECONDS", "10")
         .env("KOPIUR_STRICT_RETRY_CAP_SECONDS", "40")
-        .env("KOPIUR_MOVER_KOPIA_BINARY", kopiur_testenv::tools::kopia()?)
+        .env("KOPIUR_MOVER_KOPIA_BINARY", mover_kopia(dir)?)
         .env("RUST_LOG", "info,kube=warn")
         .stdout(Stdio::from(f.try_clone()?))
         .stderr(Stdio::from(f))
         .spawn()?;
     Ok(Operator { child, port, log })
+}
+
+/// Movers run as UID 65532, which cannot traverse root's home where the tool cache lives:
+/// hand them a copy in a world-readable directory.
+fn mover_kopia(dir: &std::path::Path) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    let bin = dir.join("kopia");
+    std::fs::copy(kopiur_testenv::tools::kopia()?, &bin)?;
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755))?;
+    Ok(bin)
 }
 
 fn secret(ns: &str, name: &str, password: &str, g: &Garage) -> Result<Secret> {

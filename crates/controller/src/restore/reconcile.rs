@@ -130,6 +130,17 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
                 .as_ref()
                 .and_then(|s| s.status.as_ref()?.resolved.as_ref()?.repository.as_ref())
                 .map(|r| RepositoryRef { name: r.name.clone(), kind: r.kind, namespace: r.namespace.clone() })
+        })
+        .or_else(|| match &restore.spec.source {
+            // No row yet: the policy's repository is the one the Restore waits on.
+            RestoreSource::FromPolicy(p) => {
+                let pns = p.namespace.clone().unwrap_or_else(|| ns.clone());
+                ctx.stores
+                    .policies
+                    .get(&ObjectRef::new(&p.name).within(&pns))
+                    .and_then(|pol| pol.spec.target.repositories().first().map(|r| (*r).clone()))
+            }
+            RestoreSource::SnapshotRef(_) | RestoreSource::Identity(_) => None,
         });
     let gate = match &rref {
         Some(r) => ctx.gate(&ns, r),

@@ -1,0 +1,287 @@
+//! Consumers park during an outage and resume on recovery, end to end (T10 for Snapshot and
+//! Restore): with the repository Degraded behind the fault proxy, a manual Snapshot and a
+//! fromPolicy Restore stay Pending with `RepositoryNotReady`, no backup or restore Job is
+//! created, nothing fails, and the Restore's wait window does not start. When the backend
+//! returns and the breaker closes, the Snapshot's Job starts promptly (a watch, not a poll
+//! interval), it succeeds, and the Restore restores it.
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use kopiur_api::{Repository, Restore, Snapshot};
+use kopiur_testenv::TestEnv;
+use kopiur_testenv::garage::Garage;
+use kopiur_testenv::operator::Operator;
+use kopiur_testenv::proxy::{FaultProxy, Mode};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use serde_json::{Value, json};
+
+async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
+    kopiur_testenv::apply::apply_value(client, ns, &v).await
+}
+
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, log: &std::path::Path, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await? {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            let tail = kopiur_testenv::process::log_tail(log, 60);
+            bail!("timed out waiting for {what}\noperator log tail:\n{tail}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn repo_phase(r: &Repository) -> String {
+    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+}
+
+fn snap_phase(s: &Snapshot) -> String {
+    s.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+}
+
+fn ready_reason(conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]) -> Option<String> {
+    conds.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
+    // Movers run as UID 65532 as local processes; give the node agent a kopia that user can
+    // execute (the cache under root's home is not reachable for it).
+    let kopia_dir = std::path::PathBuf::from(format!("/tmp/kopiur-pipeline-outage-kopia-{}", std::process::id()));
+    std::fs::create_dir_all(&kopia_dir)?;
+    let kopia = kopia_dir.join("kopia");
+    std::fs::copy(kopiur_testenv::tools::kopia()?, &kopia)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&kopia_dir, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::set_permissions(&kopia, std::fs::Permissions::from_mode(0o755))?;
+    }
+    unsafe { std::env::set_var("KOPIUR_TESTENV_KOPIA", &kopia) };
+
+    let dir = tempfile::tempdir()?;
+    let crd_dir = dir.path().join("crds");
+    std::fs::create_dir_all(&crd_dir)?;
+    for (file, crd) in [
+        ("repositories.yaml", Repository::crd()),
+        ("clusterrepositories.yaml", kopiur_api::ClusterRepository::crd()),
+        ("snapshots.yaml", Snapshot::crd()),
+        ("snapshotpolicies.yaml", kopiur_api::SnapshotPolicy::crd()),
+        ("snapshotschedules.yaml", kopiur_api::SnapshotSchedule::crd()),
+        ("restores.yaml", Restore::crd()),
+    ] {
+        std::fs::write(crd_dir.join(file), serde_yaml::to_string(&crd)?)?;
+    }
+    let env = &TestEnv::start(kopiur_testenv::Options { crds: vec![crd_dir], ..Default::default() }).await?;
+    let _guard = env.log_guard();
+    let client = env.client().await?;
+    let g = Garage::start(&dir.path().join("garage")).await?;
+    let proxy = FaultProxy::start(g.s3_addr()).await?;
+
+    let op_ns = env.namespace("kopiur-system").await?;
+    // What the pipeline writes beyond the generated role.
+    apply(
+        &client,
+        &op_ns,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "kopiur-controller-pipeline"},
+            "rules": [
+                {"apiGroups": ["kopiur.home-operations.com"], "resources": ["snapshots"], "verbs": ["create", "patch", "update", "delete"]},
+                {"apiGroups": ["kopiur.home-operations.com"], "resources": ["repositories", "clusterrepositories"], "verbs": ["patch"]},
+                {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "watch", "create"]}
+            ]
+        }),
+    )
+    .await?;
+    apply(
+        &client,
+        &op_ns,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": format!("kopiur-controller-pipeline-{op_ns}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kopiur-controller-pipeline"},
+            "subjects": [{"kind": "ServiceAccount", "name": "kopiur-controller", "namespace": op_ns}]
+        }),
+    )
+    .await?;
+    let op = Operator::start(
+        env,
+        &op_ns,
+        &[("KOPIUR_STRICT_RETRY_BASE_SECONDS", "10"), ("KOPIUR_STRICT_RETRY_CAP_SECONDS", "20")],
+    )
+    .await?;
+    let log = op.log_path().to_path_buf();
+
+    let ns = env.namespace("t").await?;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "kopia", "namespace": ns},
+        "stringData": {"KOPIA_PASSWORD": "outage e2e", "AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
+    }))?;
+    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await?;
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "r", "namespace": ns},
+            "spec": {
+                "backend": {"s3": {"bucket": g.bucket(), "endpoint": format!("http://{}", proxy.endpoint()), "region": g.region(), "prefix": "outage/"}},
+                "encryption": {"passwordSecretRef": {"name": "kopia"}},
+                "health": {"probe": {"interval": "30s"}}
+            }
+        }),
+    )
+    .await?;
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": ns},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+        }),
+    )
+    .await?;
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let pvc = wait_for("PVC Bound", Duration::from_secs(60), &log, || async {
+        let p = pvcs.get("data").await?;
+        Ok((p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")).then_some(p))
+    })
+    .await?;
+    let host = kopiur_testenv::node::provisioner::pv_dir(&env.node_state_dir(), &pvc.uid().context("pvc uid")?);
+    std::fs::write(host.join("state.txt"), b"written before the outage\n")?;
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+            "metadata": {"name": "p", "namespace": ns},
+            "spec": {"repository": {"name": "r"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "data"}}]}
+        }),
+    )
+    .await?;
+    let repos: Api<Repository> = Api::namespaced(client.clone(), &ns);
+    wait_for("r Ready", Duration::from_secs(300), &log, || async {
+        Ok((repo_phase(&repos.get("r").await?) == "Ready").then_some(()))
+    })
+    .await?;
+
+    // Outage: the breaker opens after three failed probes.
+    proxy.set(Mode::Refuse);
+    wait_for("r Degraded", Duration::from_secs(420), &log, || async {
+        Ok((repo_phase(&repos.get("r").await?) == "Degraded").then_some(()))
+    })
+    .await?;
+
+    let snaps: Api<Snapshot> = Api::namespaced(client.clone(), &ns);
+    let restores: Api<Restore> = Api::namespaced(client.clone(), &ns);
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": "during-outage", "namespace": ns},
+            "spec": {"policyRef": {"name": "p"}}
+        }),
+    )
+    .await?;
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
+            "metadata": {"name": "back", "namespace": ns},
+            "spec": {"source": {"fromPolicy": {"name": "p"}},
+                     "target": {"pvc": {"name": "restored", "capacity": "1Gi"}},
+                     "policy": {"waitTimeout": "10m"}}
+        }),
+    )
+    .await?;
+    // Parked, for 40 s of the outage: Pending / RepositoryNotReady, no Jobs, nothing Failed.
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let watch_until = Instant::now() + Duration::from_secs(40);
+    let mut parked_seen = false;
+    while Instant::now() < watch_until {
+        let s = snaps.get("during-outage").await?;
+        let r = restores.get("back").await?;
+        assert_ne!(snap_phase(&s), "Failed", "a parked Snapshot never fails");
+        let rst = r.status.clone().unwrap_or_default();
+        assert_ne!(rst.phase.as_ref().map(|p| p.as_str().to_string()).as_deref(), Some("Failed"));
+        assert!(rst.wait_started_at.is_none(), "the Restore's wait window does not start while parked");
+        if snap_phase(&s) == "Pending"
+            && ready_reason(&s.status.clone().unwrap_or_default().conditions).as_deref() == Some("RepositoryNotReady")
+            && ready_reason(&rst.conditions).as_deref() == Some("RepositoryNotReady")
+        {
+            parked_seen = true;
+        }
+        let ops: Vec<String> = jobs
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter_map(|j| j.labels().get("kopiur.home-operations.com/op").cloned())
+            .filter(|op| op == "backup" || op == "restore")
+            .collect();
+        assert!(ops.is_empty(), "no backup or restore Job while Degraded: {ops:?}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(parked_seen, "both consumers parked with RepositoryNotReady");
+    let parked = snaps.get("during-outage").await?;
+    let msg = parked.status.as_ref().unwrap().conditions.iter().find(|c| c.type_ == "Ready").unwrap().message.clone();
+    println!("parked: {msg}");
+    assert!(msg.contains("Degraded"), "the message names the repository phase: {msg}");
+
+    // Recovery: the breaker closes, the parked Snapshot launches once and succeeds.
+    proxy.set(Mode::Pass);
+    wait_for("r Ready again", Duration::from_secs(300), &log, || async {
+        Ok((repo_phase(&repos.get("r").await?) == "Ready").then_some(()))
+    })
+    .await?;
+    let ready_at = Instant::now();
+    wait_for("backup Job after recovery", Duration::from_secs(60), &log, || async {
+        Ok(jobs.get_opt("during-outage").await?.map(|_| ()))
+    })
+    .await?;
+    let latency = ready_at.elapsed();
+    println!("backup Job created {:.1} s after the repository was seen Ready", latency.as_secs_f64());
+    assert!(latency < Duration::from_secs(30), "resumed by a watch, not the 300 s safety requeue");
+    let done = wait_for("during-outage Succeeded", Duration::from_secs(300), &log, || async {
+        let s = snaps.get("during-outage").await?;
+        assert_ne!(snap_phase(&s), "Failed", "{:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
+        Ok((snap_phase(&s) == "Succeeded").then_some(s))
+    })
+    .await?;
+    let id = done.status.as_ref().and_then(|s| s.snapshot.as_ref()).and_then(|x| x.kopia_snapshot_id.clone());
+    // The Restore proceeds once the gate passes and restores that snapshot.
+    let r = wait_for("Restore Completed", Duration::from_secs(300), &log, || async {
+        let r = restores.get("back").await?;
+        let p = r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default();
+        assert_ne!(p, "Failed", "{:?}", r.status.as_ref().and_then(|s| s.failure.clone()));
+        Ok((p == "Completed").then_some(r))
+    })
+    .await?;
+    let resolved = r.status.as_ref().and_then(|s| s.resolved.clone()).context("resolved")?;
+    println!("restore resolved {:?} -> {:?}", resolved.resolution, resolved.kopia_snapshot_id);
+    assert_eq!(resolved.kopia_snapshot_id, id, "the Restore pinned the backup made after recovery");
+    let target = pvcs.get("restored").await?;
+    let out = kopiur_testenv::node::provisioner::pv_dir(&env.node_state_dir(), &target.uid().context("uid")?);
+    assert_eq!(std::fs::read(out.join("state.txt"))?, b"written before the outage\n");
+    let backup_jobs = jobs
+        .list(&ListParams::default().labels("kopiur.home-operations.com/op=backup"))
+        .await?
+        .items
+        .len();
+    assert_eq!(backup_jobs, 1, "exactly one backup Job over the whole outage and recovery");
+    drop(op);
+    let _ = std::fs::remove_dir_all(&kopia_dir);
+    Ok(())
+}
