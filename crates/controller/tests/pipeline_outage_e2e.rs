@@ -275,11 +275,8 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
     let target = pvcs.get("restored").await?;
     let out = kopiur_testenv::node::provisioner::pv_dir(&env.node_state_dir(), &target.uid().context("uid")?);
     assert_eq!(std::fs::read(out.join("state.txt"))?, b"written before the outage\n");
-    let backup_jobs = jobs
-        .list(&ListParams::default().labels("kopiur.home-operations.com/op=backup"))
-        .await?
-        .items
-        .len();
+    let backup_jobs =
+        jobs.list(&ListParams::default().labels("kopiur.home-operations.com/op=backup")).await?.items.len();
     assert_eq!(backup_jobs, 1, "exactly one backup Job over the whole outage and recovery");
     drop(op);
     let _ = std::fs::remove_dir_all(&kopia_dir);
