@@ -45,7 +45,8 @@ pub async fn apply<K: RepoObject>(
     let desired = super::convert::from_pure(current, &d.status, &d.conditions, obj.common().backend.key(), now);
     if current != Some(&desired) {
         let api = K::api(ctx.client.clone(), obj);
-        let body = serde_json::json!({ "status": obj.status_value(desired) });
+        let old = current.cloned().map(|c| obj.status_value(c)).unwrap_or(serde_json::Value::Null);
+        let body = serde_json::json!({ "status": merge_patch(&old, &obj.status_value(desired)) });
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await?;
     }
 
@@ -91,6 +92,47 @@ pub async fn apply<K: RepoObject>(
         // Safety net for a missed watch event.
         None => Action::requeue(std::time::Duration::from_secs(300)),
     })
+}
+
+/// A JSON merge patch from `old` to `new`: keys that disappeared become explicit nulls, so
+/// cleared fields (a closed breaker's `strictRetry`) are really removed from stored status.
+pub fn merge_patch(old: &serde_json::Value, new: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut out = serde_json::Map::new();
+            for k in o.keys() {
+                if !n.contains_key(k) {
+                    out.insert(k.clone(), Value::Null);
+                }
+            }
+            for (k, v) in n {
+                let patched = match o.get(k) {
+                    Some(ov) => merge_patch(ov, v),
+                    None => v.clone(),
+                };
+                out.insert(k.clone(), patched);
+            }
+            Value::Object(out)
+        }
+        (Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) | Value::Array(_) | Value::Object(_), _) => {
+            new.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_patch;
+    use serde_json::json;
+
+    #[test]
+    fn removed_keys_become_null_recursively() {
+        let old = json!({"phase": "Degraded", "health": {"consecutiveProbeFailures": 4, "strictRetry": {"attempt": 2}, "breakerOpenedAt": "t"}});
+        let new = json!({"phase": "Ready", "health": {"consecutiveProbeFailures": 0}});
+        let p = merge_patch(&old, &new);
+        assert_eq!(p, json!({"phase": "Ready", "health": {"consecutiveProbeFailures": 0, "strictRetry": null, "breakerOpenedAt": null}}));
+    }
 }
 
 fn truncate(s: &str, max: usize) -> String {
