@@ -93,9 +93,8 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     let phase = status.phase.clone();
     if job.is_none() && matches!(phase, Some(SnapshotPhase::Running)) {
         // The store may lag a Job we just created; ask the API before calling it lost.
-        match Api::<Job>::namespaced(ctx.client.clone(), &ns).get_opt(&job_name).await? {
-            Some(j) => job = Some(Arc::new(j)),
-            None => {}
+        if let Some(j) = Api::<Job>::namespaced(ctx.client.clone(), &ns).get_opt(&job_name).await? {
+            job = Some(Arc::new(j));
         }
     }
     // Only our own Job counts (a same-named Job owned by something else is not ours).
@@ -236,10 +235,9 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     }
     if d.nudge
         && let Some(rv) = &repo
+        && let Err(e) = ctx.nudge(rv, now).await
     {
-        if let Err(e) = ctx.nudge(rv, now).await {
-            tracing::warn!(error = %e, snapshot = %name, "stamping reverify-requested-at failed");
-        }
+        tracing::warn!(error = %e, snapshot = %name, "stamping reverify-requested-at failed");
     }
     Ok(match d.requeue_after {
         Some(after) => Action::requeue(after.to_std().unwrap_or_default().max(std::time::Duration::from_secs(1))),

@@ -311,3 +311,55 @@ async fn write_status(
         Err(e) => Err(e.into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn child(name: &str, phase: &str, end_minute: Option<u32>) -> Arc<Snapshot> {
+        let mut status = serde_json::json!({"phase": phase});
+        if let Some(m) = end_minute {
+            status["timing"] = serde_json::json!({"endTime": format!("2026-03-01T10:{m:02}:00Z")});
+        }
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+                "metadata": {"name": name, "namespace": "t", "creationTimestamp": "2026-03-01T09:00:00Z"},
+                "spec": {},
+                "status": status
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn history_keeps_the_newest_failed_and_unchanged_separately() {
+        let kids = vec![
+            child("f1", "Failed", Some(1)),
+            child("f2", "Failed", Some(2)),
+            child("f3", "Failed", Some(3)),
+            child("f4", "Failed", Some(4)),
+            child("f5", "Failed", Some(5)),
+            child("u1", "Unchanged", Some(1)),
+            child("u2", "Unchanged", Some(2)),
+            child("u3", "Unchanged", Some(3)),
+            child("ok", "Succeeded", Some(0)),
+            child("run", "Running", None),
+        ];
+        let mut pruned = history_prunes(&kids, 2);
+        pruned.sort();
+        assert_eq!(pruned, vec!["f1", "f2", "f3", "u1"]);
+        assert!(history_prunes(&kids, 10).is_empty());
+        let mut all = history_prunes(&kids, 0);
+        all.sort();
+        assert_eq!(all, vec!["f1", "f2", "f3", "f4", "f5", "u1", "u2", "u3"], "0 keeps none; others untouched");
+    }
+
+    #[test]
+    fn parked_children_are_active() {
+        assert!(is_active(&child("p", "Pending", None)));
+        assert!(is_active(&child("r", "Running", None)));
+        assert!(!is_active(&child("f", "Failed", Some(1))));
+        assert!(!is_active(&child("s", "Succeeded", Some(1))));
+    }
+}
