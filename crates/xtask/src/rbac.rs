@@ -40,6 +40,27 @@ const KIND_STATUS: &[&str] = &[
 const CONTROLLER: &[Rule] = &[
     Rule { group: "kopiur.home-operations.com", resources: KINDS, verbs: &["get", "list", "watch"], names: &[] },
     Rule { group: "kopiur.home-operations.com", resources: KIND_STATUS, verbs: &["get", "patch", "update"], names: &[] },
+    // Scheduled children, retention prunes (stamped `pruned-by` before their delete) and the
+    // `snapshot-cleanup` finalizer.
+    Rule { group: "kopiur.home-operations.com", resources: &["snapshots"], verbs: &["create", "patch", "update", "delete"], names: &[] },
+    // The projected Maintenance named after each repository.
+    Rule { group: "kopiur.home-operations.com", resources: &["maintenances"], verbs: &["create", "patch", "delete"], names: &[] },
+    // Finalizers and the annotations the controller itself writes (e.g. the reverify nudge).
+    Rule {
+        group: "kopiur.home-operations.com",
+        resources: &["repositories", "clusterrepositories", "snapshotpolicies", "snapshotschedules", "restores"],
+        verbs: &["patch", "update"],
+        names: &[],
+    },
+    // Owner references with blockOwnerDeletion on clusters that enforce owner permissions.
+    Rule {
+        group: "kopiur.home-operations.com",
+        resources: &["repositories/finalizers", "clusterrepositories/finalizers", "snapshotschedules/finalizers", "snapshots/finalizers", "restores/finalizers"],
+        verbs: &["update"],
+        names: &[],
+    },
+    // Source PVCs are read; a Restore may create its target PVC.
+    Rule { group: "", resources: &["persistentvolumeclaims"], verbs: &["get", "list", "watch", "create"], names: &[] },
     Rule { group: "batch", resources: &["jobs"], verbs: &["get", "list", "watch", "create", "delete"], names: &[] },
     Rule { group: "", resources: &["configmaps"], verbs: &["get", "create", "patch", "delete"], names: &[] },
     Rule { group: "", resources: &["secrets"], verbs: &["list", "watch"], names: &[] },
