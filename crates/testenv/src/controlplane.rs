@@ -374,8 +374,18 @@ impl ControlPlane {
             .arg("--kubelet-version")
             .arg(tools::version("K8S_VERSION"))
             .env("RUST_LOG", std::env::var("KOPIUR_TESTNODE_LOG").unwrap_or_else(|_| "info".into()));
-        // The mover image ships kopia on its PATH; pods inherit the agent's PATH here.
-        if let Some(dir) = tools::kopia().ok().and_then(|k| k.parent().map(|d| d.to_path_buf())) {
+        // The mover image ships kopia on its PATH; pods inherit the agent's PATH here. The
+        // cache under $HOME is not traversable by the non-root mover UID, so pods get a copy
+        // inside the state directory.
+        if let Ok(kopia) = tools::kopia() {
+            let dir = self.state.join("bin");
+            std::fs::create_dir_all(&dir)?;
+            std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+            let dst = dir.join("kopia");
+            if !dst.exists() {
+                std::fs::copy(&kopia, &dst)?;
+                std::fs::set_permissions(&dst, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+            }
             let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
             cmd.env("PATH", format!("{}:{path}", dir.display()));
         }
