@@ -345,7 +345,15 @@ impl ControlPlane {
         for (pattern, command) in &self.opts.images {
             images.push(serde_json::json!({"pattern": pattern, "command": command, "args": []}));
         }
-        if let Ok(mover) = tools::workspace_bin("kopiur-mover") {
+        if let Ok(built) = tools::workspace_bin("kopiur-mover") {
+            // Mover pods run as a non-root UID, which may not traverse the checkout (CI may
+            // clone under a 0700 home), so they run a copy kept in the state directory.
+            let dir = self.state.join("bin");
+            std::fs::create_dir_all(&dir)?;
+            std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+            let mover = dir.join("kopiur-mover");
+            std::fs::copy(&built, &mover)?;
+            std::fs::set_permissions(&mover, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
             images.push(serde_json::json!({"pattern": "*kopiur-mover*", "command": [mover], "args": []}));
             images.push(serde_json::json!({"pattern": "ghcr.io/home-operations/kopiur*", "command": [mover], "args": []}));
         }
