@@ -277,7 +277,89 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
     assert_eq!(std::fs::read(out.join("state.txt"))?, b"written before the outage\n");
     let backup_jobs =
         jobs.list(&ListParams::default().labels("kopiur.home-operations.com/op=backup")).await?.items.len();
-    assert_eq!(backup_jobs, 1, "exactly one backup Job over the whole outage and recovery");
+    assert_eq!(backup_jobs, 1, "exactly one backup Job over the first outage and recovery");
+
+    // T07 in miniature: a Forbid schedule every minute across a second outage. Once the
+    // breaker is open, exactly one child parks and no other child is created; on recovery
+    // that child runs exactly once.
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
+            "metadata": {"name": "minutely", "namespace": ns},
+            "spec": {"policyRef": {"name": "p"}, "schedule": {"cron": "* * * * *", "concurrencyPolicy": "Forbid"}}
+        }),
+    )
+    .await?;
+    let by_schedule = ListParams::default().labels("kopiur.home-operations.com/schedule=minutely");
+    wait_for("a scheduled child Succeeded", Duration::from_secs(180), &log, || async {
+        Ok(snaps.list(&by_schedule).await?.items.iter().any(|s| snap_phase(s) == "Succeeded").then_some(()))
+    })
+    .await?;
+    proxy.set(Mode::Refuse);
+    wait_for("r Degraded again", Duration::from_secs(420), &log, || async {
+        Ok((repo_phase(&repos.get("r").await?) == "Degraded").then_some(()))
+    })
+    .await?;
+    let at_open: std::collections::BTreeSet<String> =
+        snaps.list(&by_schedule).await?.items.iter().map(|s| s.name_any()).collect();
+    // Three more ticks with the breaker open.
+    let until = Instant::now() + Duration::from_secs(190);
+    let mut max_pending = 0;
+    let mut minted_while_open = std::collections::BTreeSet::new();
+    while Instant::now() < until {
+        let items = snaps.list(&by_schedule).await?.items;
+        assert_eq!(repo_phase(&repos.get("r").await?), "Degraded", "the breaker stays open during the outage");
+        let pending = items.iter().filter(|s| matches!(snap_phase(s).as_str(), "Pending" | "")).count();
+        max_pending = max_pending.max(pending);
+        for s in &items {
+            if !at_open.contains(&s.name_any()) {
+                minted_while_open.insert(s.name_any());
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let items = snaps.list(&by_schedule).await?.items;
+    let failed: Vec<String> = items.iter().filter(|s| snap_phase(s) == "Failed").map(|s| s.name_any()).collect();
+    let parked: Vec<String> = items.iter().filter(|s| snap_phase(s) == "Pending").map(|s| s.name_any()).collect();
+    println!(
+        "outage: children at open {}, minted while open {:?}, parked {:?}, failed {:?}",
+        at_open.len(),
+        minted_while_open,
+        parked,
+        failed
+    );
+    assert!(max_pending <= 1, "parked work is bounded at one under Forbid (saw {max_pending})");
+    // A child minted before the open may still be parked; either way, at most one new child.
+    let total_parked_or_new: std::collections::BTreeSet<String> =
+        minted_while_open.iter().cloned().chain(parked.iter().cloned()).collect();
+    assert!(total_parked_or_new.len() <= 1, "no other child while the parked one is active: {total_parked_or_new:?}");
+    assert_eq!(parked.len(), 1, "one child parked across three open ticks");
+    let parked_name = parked[0].clone();
+    proxy.set(Mode::Pass);
+    wait_for("r Ready after the second outage", Duration::from_secs(300), &log, || async {
+        Ok((repo_phase(&repos.get("r").await?) == "Ready").then_some(()))
+    })
+    .await?;
+    let ok = wait_for("the parked child Succeeded", Duration::from_secs(240), &log, || async {
+        let s = snaps.get(&parked_name).await?;
+        assert_ne!(snap_phase(&s), "Failed", "{:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
+        Ok((snap_phase(&s) == "Succeeded").then_some(s))
+    })
+    .await?;
+    assert_eq!(ok.status.as_ref().and_then(|s| s.job.as_ref()).map(|j| j.name.clone()), Some(parked_name.clone()));
+    let sched_jobs = jobs
+        .list(&ListParams::default().labels("kopiur.home-operations.com/op=backup"))
+        .await?
+        .items
+        .iter()
+        .filter(|j| j.name_any() == parked_name)
+        .count();
+    assert_eq!(sched_jobs, 1, "the parked child launched exactly one Job");
+    Api::<kopiur_api::SnapshotSchedule>::namespaced(client.clone(), &ns)
+        .delete("minutely", &kube::api::DeleteParams::default())
+        .await?;
     drop(op);
     let _ = std::fs::remove_dir_all(&kopia_dir);
     Ok(())
