@@ -101,6 +101,11 @@ impl ControlPlane {
         Ok(cp)
     }
 
+    /// PIDs of the running components (etcd, apiserver, kcm, node agent).
+    pub fn pids(&self) -> Vec<u32> {
+        [&self.etcd, &self.apiserver, &self.kcm, &self.node].iter().filter_map(|p| p.as_ref().and_then(|p| p.pid())).collect()
+    }
+
     pub fn server(&self) -> String {
         format!("https://127.0.0.1:{}", self.apiserver_port)
     }

@@ -11,31 +11,25 @@ async fn hv13_version_and_clean_teardown() -> Result<()> {
     let v = client.apiserver_version().await?;
     assert_eq!(v.git_version, kopiur_testenv::tools::version("K8S_VERSION"));
     let state = env.state_dir().to_path_buf();
-    let before = child_pids();
-    assert!(before.len() >= 3, "etcd, apiserver and kcm run as children: {before:?}");
+    let pids = env.cp.pids();
+    assert_eq!(pids.len(), 3, "etcd, apiserver and kcm run as children: {pids:?}");
+    for p in &pids {
+        assert!(alive(*p), "component {p} is running");
+    }
     drop(client);
     drop(env);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(child_pids().is_empty(), "no child process remains: {:?}", child_pids());
+    let left: Vec<u32> = pids.into_iter().filter(|p| alive(*p)).collect();
+    assert!(left.is_empty(), "no component process remains after teardown: {left:?}");
     assert!(!state.exists(), "state directory removed");
     Ok(())
 }
 
-/// Live (non-zombie) children of this test process.
-fn child_pids() -> Vec<u32> {
-    let me = std::process::id();
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        // After the parenthesised command come: state, ppid, ...
-        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        if f.len() > 1 && f[1].parse::<u32>().ok() == Some(me) && f[0] != "Z" {
-            out.push(pid);
-        }
+/// Whether `pid` is a live (non-zombie) process.
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()).is_some_and(|st| st != "Z"),
+        Err(_) => false,
     }
-    out
 }
 
 #[tokio::test]
