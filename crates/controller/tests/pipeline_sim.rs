@@ -159,6 +159,7 @@ fn run(
                 policy: PolicyState::Known,
                 gate: gate.clone(),
                 repository_read_only: false,
+                missing_secrets: vec![],
                 source: SourceState::Present,
                 source_missing_since: None,
                 work_spec: WorkSpecState::Fits,

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, ServiceAccount};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kopiur_api::shared::RepositoryRef;
@@ -31,6 +31,8 @@ pub struct Stores {
     pub snapshots: Store<Snapshot>,
     pub schedules: Store<SnapshotSchedule>,
     pub pvcs: Store<PartialObjectMeta<PersistentVolumeClaim>>,
+    /// Metadata only: Secret values never reach the controller.
+    pub secrets: Store<PartialObjectMeta<Secret>>,
 }
 
 pub struct PipelineCtx {
@@ -92,6 +94,17 @@ impl RepoView {
             kopiur_api::repository::RepositoryMode::ReadWrite => false,
         }
     }
+    /// The Secrets a mover Job of this repository reads (password, backend auth).
+    pub fn secret_names(&self) -> Vec<String> {
+        let (pw, auth) = match self {
+            RepoView::Namespaced(r) => crate::repository::observe::secret_names(r.as_ref()),
+            RepoView::Cluster(c) => crate::repository::observe::secret_names(c.as_ref()),
+        };
+        let mut v = vec![pw];
+        v.extend(auth.filter(|a| !v.contains(a)));
+        v
+    }
+
     pub fn reverify_requested_at(&self) -> Option<DateTime<Utc>> {
         self.meta()
             .annotations
@@ -119,6 +132,11 @@ impl PipelineCtx {
     /// with a label selector fails closed (parks) rather than admitting a namespace blindly.
     pub fn gate(&self, consumer_ns: &str, r: &RepositoryRef) -> Gate {
         repository_ready(&self.stores.repos, &self.stores.crepos, consumer_ns, None, r)
+    }
+
+    /// Of `names`, those with no Secret in `ns`.
+    pub fn missing_secrets(&self, ns: &str, names: &[String]) -> Vec<String> {
+        names.iter().filter(|n| self.stores.secrets.get(&ObjectRef::new(n).within(ns)).is_none()).cloned().collect()
     }
 
     pub async fn event(

@@ -60,6 +60,8 @@ pub struct RunFacts {
     pub policy: PolicyState,
     pub gate: Gate,
     pub repository_read_only: bool,
+    /// Secrets the mover needs that are absent from the Job namespace (names only).
+    pub missing_secrets: Vec<String>,
     pub source: SourceState,
     pub source_missing_since: Option<DateTime<Utc>>,
     pub work_spec: WorkSpecState,
@@ -323,6 +325,16 @@ fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
         };
         return failed_terminal(f, "RepositoryReadOnly", failure, false, now);
     }
+    if !f.missing_secrets.is_empty() {
+        let msg = format!(
+            "Secret {} does not exist in this namespace; the mover reads credentials from the Job's namespace",
+            f.missing_secrets.join(", ")
+        );
+        let mut d = pending("MissingCredentialsSecret", msg.clone());
+        d.conditions.push(cond("CredentialsAvailable", CondStatus::False, "MissingCredentialsSecret", msg));
+        d.requeue_after = Some(Duration::seconds(PARKED_REQUEUE_SECONDS));
+        return d;
+    }
     match &f.source {
         SourceState::Present => {}
         SourceState::Missing { pvc } => {
@@ -398,6 +410,7 @@ mod tests {
             policy: PolicyState::Known,
             gate: Gate::Open,
             repository_read_only: false,
+            missing_secrets: vec![],
             source: SourceState::Present,
             source_missing_since: None,
             work_spec: WorkSpecState::Fits,
@@ -406,6 +419,19 @@ mod tests {
             completion_recorded: false,
             reverify_requested_at: None,
         }
+    }
+
+    #[test]
+    fn missing_credentials_park_after_the_repository_gate() {
+        let mut f = facts();
+        f.missing_secrets = vec!["kopia".into()];
+        let d = plan(&f, now());
+        assert_eq!(d.phase, Some(SnapshotPhase::Pending));
+        assert_eq!(reason(&d), "MissingCredentialsSecret");
+        assert!(d.conditions.iter().any(|c| c.type_ == "CredentialsAvailable" && c.status == CondStatus::False));
+        assert_eq!(d.step, Step::Idle);
+        f.gate = Gate::NotReady { repository: "t/r".into(), phase: "Degraded".into() };
+        assert_eq!(reason(&plan(&f, now())), "RepositoryNotReady", "the repository gate is checked first");
     }
 
     fn reason(d: &RunDecision) -> &str {

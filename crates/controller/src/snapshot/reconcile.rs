@@ -138,6 +138,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         policy: policy_state,
         gate,
         repository_read_only: repo.as_ref().is_some_and(RepoView::read_only),
+        missing_secrets: repo.as_ref().map(|rv| ctx.missing_secrets(&ns, &rv.secret_names())).unwrap_or_default(),
         source,
         source_missing_since: status.source_missing_since,
         work_spec,

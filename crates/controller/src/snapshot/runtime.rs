@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kopiur_api::restore::RestorePhase;
 use kopiur_api::snapshot::SnapshotPhase;
 use kopiur_api::{ClusterRepository, Repository, Restore, Snapshot, SnapshotPolicy, SnapshotSchedule};
@@ -108,6 +108,14 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     .default_backoff()
     .touched_objects();
 
+    let (secrets, secret_w) = reflector::store();
+    let secret_events = reflector::reflector(
+        secret_w,
+        watcher(Api::<kube::core::PartialObjectMeta<Secret>>::all(client.clone()), wc.clone()),
+    )
+    .default_backoff()
+    .touched_objects();
+
     let snap_ctl = Controller::new(Api::<Snapshot>::all(client.clone()), wc.clone());
     let sched_ctl = Controller::new(Api::<SnapshotSchedule>::all(client.clone()), wc.clone());
     let policy_ctl = Controller::new(Api::<SnapshotPolicy>::all(client.clone()), wc.clone());
@@ -123,7 +131,16 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
             client.clone(),
             Reporter { controller: "kopiur-controller".into(), instance: Some(config.identity.clone()) },
         ),
-        stores: Stores { jobs, repos, crepos, policies, snapshots: snapshots.clone(), schedules, pvcs: pvcs.clone() },
+        stores: Stores {
+            jobs,
+            repos,
+            crepos,
+            policies,
+            snapshots: snapshots.clone(),
+            schedules,
+            pvcs: pvcs.clone(),
+            secrets,
+        },
         mover_rbac_ready: Mutex::new(Default::default()),
     });
 
@@ -179,6 +196,22 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
                 }
                 for x in parked_restores(&r, None) {
                     let _ = rtx.send(x).await;
+                }
+            }
+        });
+    }
+    // Secret -> Snapshots not yet launched in its namespace (MissingCredentialsSecret).
+    {
+        let (stx, s) = (snap_tx.clone(), snapshots.clone());
+        tokio::spawn(async move {
+            let mut ev = std::pin::pin!(secret_events);
+            while let Some(e) = ev.next().await {
+                let Ok(sec) = e else { continue };
+                let ns = sec.namespace();
+                for x in s.state().iter().filter(|x| x.namespace() == ns).filter(|x| {
+                    matches!(x.status.as_ref().and_then(|st| st.phase.as_ref()), None | Some(SnapshotPhase::Pending))
+                }) {
+                    let _ = stx.send(ObjectRef::from_obj(x.as_ref())).await;
                 }
             }
         });
