@@ -285,7 +285,11 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
     }
     if next != status {
         let api: Api<Restore> = Api::namespaced(ctx.client.clone(), &ns);
-        let body = serde_json::json!({"metadata": {"resourceVersion": restore.resource_version()}, "status": next});
+        let patch = crate::repository::apply::merge_patch(
+            &serde_json::to_value(&status).unwrap_or_default(),
+            &serde_json::to_value(&next).unwrap_or_default(),
+        );
+        let body = serde_json::json!({"metadata": {"resourceVersion": restore.resource_version()}, "status": patch});
         match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 409 => {}

@@ -262,7 +262,11 @@ pub async fn write_status(
     if current == next {
         return Ok(());
     }
-    let body = serde_json::json!({"metadata": {"resourceVersion": snap.resource_version()}, "status": next});
+    let patch = crate::repository::apply::merge_patch(
+        &serde_json::to_value(current).unwrap_or_default(),
+        &serde_json::to_value(next).unwrap_or_default(),
+    );
+    let body = serde_json::json!({"metadata": {"resourceVersion": snap.resource_version()}, "status": patch});
     match api.patch_status(&snap.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),

@@ -177,7 +177,11 @@ async fn write_status(
         return Ok(());
     }
     let api: Api<SnapshotPolicy> = Api::namespaced(ctx.client.clone(), &p.namespace().unwrap_or_default());
-    let body = serde_json::json!({"metadata": {"resourceVersion": p.resource_version()}, "status": next});
+    let patch = crate::repository::apply::merge_patch(
+        &serde_json::to_value(current).unwrap_or_default(),
+        &serde_json::to_value(next).unwrap_or_default(),
+    );
+    let body = serde_json::json!({"metadata": {"resourceVersion": p.resource_version()}, "status": patch});
     match api.patch_status(&p.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
