@@ -4,9 +4,7 @@
 //! succeeds, retention pruning with every prune stamped `pruned-by: retention`, and the
 //! finalizer releasing a Retain Snapshot without contacting the repository.
 //!
-//! The generated controller RBAC does not yet grant the pipeline's writes (child Snapshots,
-//! finalizers, prune stamps, PVC reads); this test binds them from an extra ClusterRole,
-//! spelled out below, which is exactly what the generated role has to gain.
+//! The controller runs under exactly the generated RBAC, so a missing rule fails here.
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -55,19 +53,6 @@ fn ready_reason(s: &Snapshot) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
-    // Mover pods run as the mover UID (65532) but as local processes: the cached kopia under
-    // root's home is not reachable for that user, so hand the node agent a world-readable
-    // copy. Nothing else in this process reads the environment concurrently at this point.
-    let kopia_dir = std::path::PathBuf::from(format!("/tmp/kopiur-pipeline-e2e-kopia-{}", std::process::id()));
-    std::fs::create_dir_all(&kopia_dir)?;
-    let kopia = kopia_dir.join("kopia");
-    std::fs::copy(kopiur_testenv::tools::kopia()?, &kopia)?;
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&kopia_dir, std::fs::Permissions::from_mode(0o755))?;
-        std::fs::set_permissions(&kopia, std::fs::Permissions::from_mode(0o755))?;
-    }
-    unsafe { std::env::set_var("KOPIUR_TESTENV_KOPIA", &kopia) };
     let dir = tempfile::tempdir()?;
     let crd_dir = dir.path().join("crds");
     std::fs::create_dir_all(&crd_dir)?;
@@ -87,32 +72,6 @@ async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
     let g = Garage::start(&dir.path().join("garage")).await?;
 
     let op_ns = env.namespace("kopiur-system").await?;
-    // What the pipeline writes beyond the generated role.
-    apply(
-        &client,
-        &op_ns,
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": "kopiur-controller-pipeline"},
-            "rules": [
-                {"apiGroups": ["kopiur.home-operations.com"], "resources": ["snapshots"], "verbs": ["create", "patch", "update", "delete"]},
-                {"apiGroups": ["kopiur.home-operations.com"], "resources": ["repositories", "clusterrepositories"], "verbs": ["patch"]},
-                {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "watch", "create"]}
-            ]
-        }),
-    )
-    .await?;
-    apply(
-        &client,
-        &op_ns,
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": format!("kopiur-controller-pipeline-{op_ns}")},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kopiur-controller-pipeline"},
-            "subjects": [{"kind": "ServiceAccount", "name": "kopiur-controller", "namespace": op_ns}]
-        }),
-    )
-    .await?;
     let op = Operator::start(env, &op_ns, &[]).await?;
     let log = op.log_path().to_path_buf();
 
@@ -358,6 +317,5 @@ async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
         .len();
     assert_eq!(before, after, "Retain never contacts the repository");
     drop(op);
-    let _ = std::fs::remove_dir_all(&kopia_dir);
     Ok(())
 }
