@@ -54,19 +54,6 @@ fn ready_reason(conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Conditi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
-    // Movers run as UID 65532 as local processes; give the node agent a kopia that user can
-    // execute (the cache under root's home is not reachable for it).
-    let kopia_dir = std::path::PathBuf::from(format!("/tmp/kopiur-pipeline-outage-kopia-{}", std::process::id()));
-    std::fs::create_dir_all(&kopia_dir)?;
-    let kopia = kopia_dir.join("kopia");
-    std::fs::copy(kopiur_testenv::tools::kopia()?, &kopia)?;
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&kopia_dir, std::fs::Permissions::from_mode(0o755))?;
-        std::fs::set_permissions(&kopia, std::fs::Permissions::from_mode(0o755))?;
-    }
-    unsafe { std::env::set_var("KOPIUR_TESTENV_KOPIA", &kopia) };
-
     let dir = tempfile::tempdir()?;
     let crd_dir = dir.path().join("crds");
     std::fs::create_dir_all(&crd_dir)?;
@@ -87,32 +74,6 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
     let proxy = FaultProxy::start(g.s3_addr()).await?;
 
     let op_ns = env.namespace("kopiur-system").await?;
-    // What the pipeline writes beyond the generated role.
-    apply(
-        &client,
-        &op_ns,
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": "kopiur-controller-pipeline"},
-            "rules": [
-                {"apiGroups": ["kopiur.home-operations.com"], "resources": ["snapshots"], "verbs": ["create", "patch", "update", "delete"]},
-                {"apiGroups": ["kopiur.home-operations.com"], "resources": ["repositories", "clusterrepositories"], "verbs": ["patch"]},
-                {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "watch", "create"]}
-            ]
-        }),
-    )
-    .await?;
-    apply(
-        &client,
-        &op_ns,
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": format!("kopiur-controller-pipeline-{op_ns}")},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kopiur-controller-pipeline"},
-            "subjects": [{"kind": "ServiceAccount", "name": "kopiur-controller", "namespace": op_ns}]
-        }),
-    )
-    .await?;
     let op = Operator::start(
         env,
         &op_ns,
@@ -361,6 +322,5 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
         .delete("minutely", &kube::api::DeleteParams::default())
         .await?;
     drop(op);
-    let _ = std::fs::remove_dir_all(&kopia_dir);
     Ok(())
 }
