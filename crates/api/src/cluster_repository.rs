@@ -15,7 +15,13 @@ use crate::shared::marker::True;
 #[schemars(transform = ExactlyOne { prefix: "allowedNamespaces: " })]
 pub enum AllowedNamespaces {
     All(True),
-    List(#[schemars(length(min = 1, max = 256), inner(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")))] Vec<String>),
+    List(
+        #[schemars(
+            length(min = 1, max = 256),
+            inner(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))
+        )]
+        Vec<String>,
+    ),
     Selector(LabelSelector),
 }
 

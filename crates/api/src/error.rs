@@ -4,7 +4,9 @@
 /// what a valid value looks like.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
-    #[error("invalid duration {input:?}: {why}; use an integer number of seconds or <n>h/<n>m/<n>s groups such as 1h30m (no days: write 720h for 30 days)")]
+    #[error(
+        "invalid duration {input:?}: {why}; use an integer number of seconds or <n>h/<n>m/<n>s groups such as 1h30m (no days: write 720h for 30 days)"
+    )]
     InvalidDuration { input: String, why: &'static str },
 
     /// A cron expression that does not parse; the message names the cron field and value

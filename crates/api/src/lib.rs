@@ -31,8 +31,7 @@ pub use snapshot_policy::{SnapshotPolicy, SnapshotPolicySpec};
 pub use snapshot_schedule::{SnapshotSchedule, SnapshotScheduleSpec};
 
 /// Every CRD this crate defines, in a stable order (used by CRD generation and tests).
-pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
-{
+pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
     use kube::CustomResourceExt;
     vec![
         Repository::crd(),

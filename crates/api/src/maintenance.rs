@@ -7,10 +7,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::Duration;
 use crate::repository::CredentialProjection;
+use crate::schema::ListMap;
 use crate::shared::phase::ManualRunPhase;
 use crate::shared::status::{Condition, Time};
 use crate::shared::{CronSpec, FailurePolicy, MoverSpec, RepositoryRef};
-use crate::schema::ListMap;
 
 pub fn default_quick() -> CronSpec {
     CronSpec::new("0 */6 * * *").with_jitter(Duration::from_secs(30 * 60))

@@ -224,7 +224,8 @@ pub struct Files {
 }
 
 /// The built-in ignore rules used when `files.ignoreRules` is absent.
-pub const DEFAULT_IGNORE_RULES: &[&str] = &["/lost+found", "System Volume Information", "$RECYCLE.BIN", "@eaDir", ".snapshot"];
+pub const DEFAULT_IGNORE_RULES: &[&str] =
+    &["/lost+found", "System Volume Information", "$RECYCLE.BIN", "@eaDir", ".snapshot"];
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

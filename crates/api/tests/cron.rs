@@ -4,7 +4,9 @@
 use chrono::{DateTime, Duration as ChronoDuration, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
 use kopiur_api::Duration;
-use kopiur_api::domain::cron::{Cron, Field, effective_timezone, fire_time, hashed_value, jitter_offset, next_slot, parse_timezone};
+use kopiur_api::domain::cron::{
+    Cron, Field, effective_timezone, fire_time, hashed_value, jitter_offset, next_slot, parse_timezone,
+};
 use kopiur_api::domain::hash::fnv1a64;
 use proptest::prelude::*;
 
@@ -153,7 +155,12 @@ fn fall_back_fires_a_repeated_local_time_once_at_its_first_occurrence() {
     let s = slots(&hourly, berlin, utc("2026-10-24T23:00:00Z"), 4);
     assert_eq!(
         s,
-        vec![utc("2026-10-24T23:15:00Z"), utc("2026-10-25T00:15:00Z"), utc("2026-10-25T02:15:00Z"), utc("2026-10-25T03:15:00Z")]
+        vec![
+            utc("2026-10-24T23:15:00Z"),
+            utc("2026-10-25T00:15:00Z"),
+            utc("2026-10-25T02:15:00Z"),
+            utc("2026-10-25T03:15:00Z")
+        ]
     );
 }
 

@@ -44,7 +44,11 @@ fn every_kind_has_category_short_name_status_and_printer_columns() {
 fn unions_are_plain_objects_without_one_of() {
     for crd in kopiur_api::crds() {
         let text = serde_json::to_string(&crd).unwrap();
-        assert!(!text.contains("\"oneOf\"") && !text.contains("\"anyOf\"") && !text.contains("\"allOf\""), "{}", crd.spec.names.kind);
+        assert!(
+            !text.contains("\"oneOf\"") && !text.contains("\"anyOf\"") && !text.contains("\"allOf\""),
+            "{}",
+            crd.spec.names.kind
+        );
     }
 }
 
@@ -74,7 +78,10 @@ fn every_cel_rule_has_a_message_that_names_a_field() {
                 .unwrap_or_default();
             for rule in rules {
                 count += 1;
-                let message = rule.get("message").and_then(Value::as_str).unwrap_or_else(|| panic!("rule without message at {path:?}: {rule}"));
+                let message = rule
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or_else(|| panic!("rule without message at {path:?}: {rule}"));
                 let lower = message.to_lowercase();
                 let mut candidates: Vec<String> = children.clone();
                 candidates.extend(path.iter().filter(|p| !p.starts_with('[') && !p.starts_with('{')).cloned());
@@ -105,9 +112,13 @@ fn cel_rules_stay_within_cost_bounds() {
         walk(&schema, &mut Vec::new(), &mut |path, node| {
             let Some(Value::Array(rules)) = node.get("x-kubernetes-validations") else { return };
             let check = |n: &serde_json::Map<String, Value>, what: &str| match n.get("type").and_then(Value::as_str) {
-                Some("string") => assert!(n.contains_key("maxLength") || n.contains_key("enum"), "{what} string without maxLength"),
+                Some("string") => {
+                    assert!(n.contains_key("maxLength") || n.contains_key("enum"), "{what} string without maxLength")
+                }
                 Some("array") => assert!(n.contains_key("maxItems"), "{what} list without maxItems"),
-                Some("object") if n.contains_key("additionalProperties") => assert!(n.contains_key("maxProperties"), "{what} map without maxProperties"),
+                Some("object") if n.contains_key("additionalProperties") => {
+                    assert!(n.contains_key("maxProperties"), "{what} map without maxProperties")
+                }
                 Some(_) | None => {}
             };
             check(node, &format!("{} {path:?}", crd.spec.names.kind));
@@ -201,7 +212,10 @@ fn parent_blocks_default_to_an_empty_object() {
     }
     assert_eq!(repo["properties"]["spec"]["properties"]["health"]["properties"]["probe"]["default"], json!({}));
     assert_eq!(schema_for_kind("SnapshotPolicy")["properties"]["spec"]["properties"]["deletion"]["default"], json!({}));
-    assert_eq!(schema_for_kind("SnapshotSchedule")["properties"]["spec"]["properties"]["deletion"]["default"], json!({}));
+    assert_eq!(
+        schema_for_kind("SnapshotSchedule")["properties"]["spec"]["properties"]["deletion"]["default"],
+        json!({})
+    );
     assert_eq!(schema_for_kind("Maintenance")["properties"]["spec"]["properties"]["schedule"]["default"], json!({}));
 }
 
@@ -211,7 +225,11 @@ fn resolved_defaults_are_not_in_the_schema() {
     assert!(snap["properties"]["spec"]["properties"]["deletionPolicy"].get("default").is_none());
     assert!(snap["properties"]["spec"]["properties"]["onScheduleDelete"].get("default").is_none());
     let restore = schema_for_kind("Restore");
-    assert!(restore["properties"]["spec"]["properties"]["policy"]["properties"]["onMissingSnapshot"].get("default").is_none());
+    assert!(
+        restore["properties"]["spec"]["properties"]["policy"]["properties"]["onMissingSnapshot"]
+            .get("default")
+            .is_none()
+    );
     let policy = schema_for_kind("SnapshotPolicy");
     let source = &policy["properties"]["spec"]["properties"]["sources"]["items"]["properties"];
     for f in ["readOnly", "sourcePathStrategy"] {
@@ -229,7 +247,9 @@ fn invalid_fixtures_parse_and_name_the_field() {
     for path in &files {
         let text = std::fs::read_to_string(path).unwrap();
         let first = text.lines().next().unwrap();
-        let expect = first.strip_prefix("# expect: ").unwrap_or_else(|| panic!("{}: first line must be `# expect: …`", path.display()));
+        let expect = first
+            .strip_prefix("# expect: ")
+            .unwrap_or_else(|| panic!("{}: first line must be `# expect: …`", path.display()));
         assert!(!expect.trim().is_empty());
         let docs = yaml_docs(path);
         let update = path.to_str().unwrap().ends_with(".update.yaml");

@@ -36,7 +36,8 @@ impl Config {
             mover_kopia_binary: std::env::var("KOPIUR_MOVER_KOPIA_BINARY").ok(),
             metrics_addr: std::env::var("KOPIUR_METRICS_ADDR").unwrap_or_else(|_| "0.0.0.0:8081".into()),
             tuning: Tuning {
-                strict_retry_base_seconds: env_i64("KOPIUR_STRICT_RETRY_BASE_SECONDS", d.strict_retry_base_seconds).max(1),
+                strict_retry_base_seconds: env_i64("KOPIUR_STRICT_RETRY_BASE_SECONDS", d.strict_retry_base_seconds)
+                    .max(1),
                 strict_retry_cap_seconds: env_i64("KOPIUR_STRICT_RETRY_CAP_SECONDS", d.strict_retry_cap_seconds).max(1),
                 reverify_spacing_seconds: env_i64("KOPIUR_REVERIFY_SPACING_SECONDS", d.reverify_spacing_seconds),
                 ..d

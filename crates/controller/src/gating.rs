@@ -14,16 +14,23 @@ use kube::runtime::reflector::{ObjectRef, Store};
 pub enum Gate {
     Open,
     /// Park Pending with Ready=False/RepositoryNotReady; the message names the phase.
-    NotReady { repository: String, phase: String },
+    NotReady {
+        repository: String,
+        phase: String,
+    },
     /// Stalled with NamespaceNotAllowed (ClusterRepository tenancy).
-    NamespaceNotAllowed { repository: String },
+    NamespaceNotAllowed {
+        repository: String,
+    },
 }
 
 impl Gate {
     pub fn message(&self) -> String {
         match self {
             Gate::Open => String::new(),
-            Gate::NotReady { repository, phase } => format!("repository {repository} is {phase}; waiting for it to become Ready"),
+            Gate::NotReady { repository, phase } => {
+                format!("repository {repository} is {phase}; waiting for it to become Ready")
+            }
             Gate::NamespaceNotAllowed { repository } => {
                 format!("this namespace is not in allowedNamespaces of ClusterRepository {repository}")
             }

@@ -11,9 +11,9 @@ use kopiur_controller::config::Config;
 use kopiur_controller::metrics::{Metrics, RepoGauge};
 use kopiur_controller::repository::observe::secret_names;
 use kopiur_controller::repository::{Ctx, RepoObject, error_policy, reconcile};
+use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::core::PartialObjectMeta;
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::mpsc;
@@ -103,15 +103,24 @@ async fn main() -> anyhow::Result<()> {
 
     // A passive replica is ready (it serves health and waits for the Lease).
     ready.store(true, Ordering::Relaxed);
-    kopiur_controller::leader::lead(client.clone(), &config.namespace, &config.lease_name, &config.identity, metrics.clone())
-        .await;
+    kopiur_controller::leader::lead(
+        client.clone(),
+        &config.namespace,
+        &config.lease_name,
+        &config.identity,
+        metrics.clone(),
+    )
+    .await;
 
     // Shared stores: owned Jobs (label-selected) and Secret metadata. The reflector updates the
     // store before it yields the event, so a reconcile triggered by it sees the new state.
     let (jobs, job_writer) = reflector::store::<Job>();
     let job_events = reflector::reflector(
         job_writer,
-        watcher(Api::<Job>::all(client.clone()), watcher::Config::default().labels("app.kubernetes.io/managed-by=kopiur")),
+        watcher(
+            Api::<Job>::all(client.clone()),
+            watcher::Config::default().labels("app.kubernetes.io/managed-by=kopiur"),
+        ),
     )
     .default_backoff()
     .touched_objects();
@@ -140,7 +149,8 @@ async fn main() -> anyhow::Result<()> {
     let (repo_tx, repo_rx) = mpsc::channel::<ObjectRef<Repository>>(1024);
     let (crepo_tx, crepo_rx) = mpsc::channel::<ObjectRef<ClusterRepository>>(1024);
     let wc = watcher::Config::default();
-    let repo_ctl = Controller::new(Api::<Repository>::all(client.clone()), wc.clone()).reconcile_on(ReceiverStream(repo_rx));
+    let repo_ctl =
+        Controller::new(Api::<Repository>::all(client.clone()), wc.clone()).reconcile_on(ReceiverStream(repo_rx));
     let crepo_ctl =
         Controller::new(Api::<ClusterRepository>::all(client.clone()), wc).reconcile_on(ReceiverStream(crepo_rx));
     let repo_store = repo_ctl.store();

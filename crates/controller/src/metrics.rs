@@ -146,14 +146,23 @@ impl Metrics {
                         h.counts[i]
                     );
                 }
-                let _ = writeln!(out, "kopiur_controller_reconcile_duration_seconds_bucket{{kind=\"{kind}\",le=\"+Inf\"}} {}", h.count);
+                let _ = writeln!(
+                    out,
+                    "kopiur_controller_reconcile_duration_seconds_bucket{{kind=\"{kind}\",le=\"+Inf\"}} {}",
+                    h.count
+                );
                 let _ = writeln!(out, "kopiur_controller_reconcile_duration_seconds_sum{{kind=\"{kind}\"}} {}", h.sum);
-                let _ = writeln!(out, "kopiur_controller_reconcile_duration_seconds_count{{kind=\"{kind}\"}} {}", h.count);
+                let _ =
+                    writeln!(out, "kopiur_controller_reconcile_duration_seconds_count{{kind=\"{kind}\"}} {}", h.count);
             }
         }
         if let Ok(rss) = std::fs::read_to_string("/proc/self/statm") {
             if let Some(pages) = rss.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()) {
-                let _ = writeln!(out, "# TYPE kopiur_process_resident_memory_bytes gauge\nkopiur_process_resident_memory_bytes {}", pages * 4096);
+                let _ = writeln!(
+                    out,
+                    "# TYPE kopiur_process_resident_memory_bytes gauge\nkopiur_process_resident_memory_bytes {}",
+                    pages * 4096
+                );
             }
         }
         // Business gauges only from the leader (a passive replica's stores are not authoritative).
@@ -174,7 +183,10 @@ impl Metrics {
             }
         }
         for (metric, get) in [
-            ("kopiur_repository_consecutive_backend_failures", (|r: &RepoGauge| r.streak) as fn(&RepoGauge) -> Option<i64>),
+            (
+                "kopiur_repository_consecutive_backend_failures",
+                (|r: &RepoGauge| r.streak) as fn(&RepoGauge) -> Option<i64>,
+            ),
             ("kopiur_repository_breaker_open_since_timestamp_seconds", |r: &RepoGauge| r.open_since),
             ("kopiur_repository_strict_retry_holdoff_seconds", |r: &RepoGauge| r.holdoff),
         ] {
@@ -217,10 +229,14 @@ mod tests {
         m.leader.store(true, std::sync::atomic::Ordering::Relaxed);
         let open = m.render(&[g("Degraded", Some(3), Some(1_700_000_000))]);
         assert!(open.contains("kopiur_repository_breaker_open_since_timestamp_seconds{kind=\"Repository\",namespace=\"t\",name=\"r\"} 1700000000"));
-        assert!(open.contains("kopiur_resource_phase{kind=\"Repository\",namespace=\"t\",name=\"r\",phase=\"Degraded\"} 1"));
+        assert!(
+            open.contains("kopiur_resource_phase{kind=\"Repository\",namespace=\"t\",name=\"r\",phase=\"Degraded\"} 1")
+        );
         let closed = m.render(&[g("Ready", Some(0), None)]);
         assert!(!closed.contains("kopiur_repository_breaker_open_since_timestamp_seconds{"));
-        assert!(closed.contains("kopiur_repository_consecutive_backend_failures{kind=\"Repository\",namespace=\"t\",name=\"r\"} 0"));
+        assert!(closed.contains(
+            "kopiur_repository_consecutive_backend_failures{kind=\"Repository\",namespace=\"t\",name=\"r\"} 0"
+        ));
     }
 
     #[test]

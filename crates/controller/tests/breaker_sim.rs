@@ -159,7 +159,11 @@ impl Sim {
             j.result = Some(if up {
                 ConnectResult::Connected { unique_id: PIN.into(), created: false, index_blob_count: Some(4) }
             } else {
-                ConnectResult::Failed { class: FailureClass::RepositoryUnavailable, not_initialized: false, timed_out: false }
+                ConnectResult::Failed {
+                    class: FailureClass::RepositoryUnavailable,
+                    not_initialized: false,
+                    timed_out: false,
+                }
             });
         }
 
@@ -177,8 +181,16 @@ impl Sim {
         let before = self.phase();
         let folded_strict_failure = matches!(
             (&self.facts.job, &d.plan),
-            (Some(JobFacts { kind: ConnectKind::Strict, state: JobState::Finished { result: ConnectResult::Failed { .. }, .. }, .. }), Plan::DeleteJob { .. })
-        ) && self.facts.status.health.last_folded_job_uid != self.facts.job.as_ref().map(|j| j.uid.clone());
+            (
+                Some(JobFacts {
+                    kind: ConnectKind::Strict,
+                    state: JobState::Finished { result: ConnectResult::Failed { .. }, .. },
+                    ..
+                }),
+                Plan::DeleteJob { .. }
+            )
+        ) && self.facts.status.health.last_folded_job_uid
+            != self.facts.job.as_ref().map(|j| j.uid.clone());
         self.facts.warned_ack = d.warned_ack.clone();
         // One status write, skipped when nothing changed.
         if d.status != self.facts.status || d.conditions != self.conditions {
@@ -212,11 +224,9 @@ impl Sim {
                 let label = l.kind.probe_kind();
                 *self.counts.launches.entry(label).or_default() += 1;
                 match l.kind {
-                    ConnectKind::Strict => self.strict_launches.push((
-                        self.now,
-                        before_retry_stamp(&self.facts),
-                        before,
-                    )),
+                    ConnectKind::Strict => {
+                        self.strict_launches.push((self.now, before_retry_stamp(&self.facts), before))
+                    }
                     ConnectKind::Probe(_) => self.probe_launches.push(self.now),
                 }
                 let completes_at = self.now + Duration::seconds(self.job_seconds);

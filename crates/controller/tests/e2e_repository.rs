@@ -223,9 +223,7 @@ async fn repository_breaker_end_to_end() -> Result<()> {
     assert_eq!(probe.failure_threshold, 3);
     assert_eq!(probe.on_failure, kopiur_api::repository::OnFailure::Degrade);
     let raw: Value = client
-        .request(
-            http_get(&format!("/apis/kopiur.home-operations.com/v1alpha1/namespaces/{ns}/repositories/r")),
-        )
+        .request(http_get(&format!("/apis/kopiur.home-operations.com/v1alpha1/namespaces/{ns}/repositories/r")))
         .await?;
     let stored_probe = &raw["spec"]["health"]["probe"];
     assert_eq!(stored_probe["enabled"], json!(true), "materialized: {stored_probe}");
@@ -257,7 +255,11 @@ async fn repository_breaker_end_to_end() -> Result<()> {
 
     // Short probe interval for the outage.
     repos
-        .patch("r", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"health": {"probe": {"interval": "30s"}}}})))
+        .patch(
+            "r",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"health": {"probe": {"interval": "30s"}}}})),
+        )
         .await?;
     wait_for("strict reconnect after the spec change", Duration::from_secs(120), &op, || async {
         let r = repos.get("r").await?;
@@ -289,13 +291,17 @@ async fn repository_breaker_end_to_end() -> Result<()> {
     assert!(h.breaker_opened_at.is_some() && h.strict_retry.is_some());
     let br = condition(&degraded, "BackendReachable").unwrap();
     assert_eq!((br.status.as_str(), br.reason.as_str()), ("False", "BackendUnreachable"));
-    assert_eq!(condition(&degraded, "Ready").map(|c| (c.status.as_str(), c.reason.as_str())), Some(("False", "BreakerOpen")));
+    assert_eq!(
+        condition(&degraded, "Ready").map(|c| (c.status.as_str(), c.reason.as_str())),
+        Some(("False", "BreakerOpen"))
+    );
     assert_eq!(condition(&degraded, "Reconciling").map(|c| c.status.as_str()), Some("True"));
     assert_ne!(condition(&degraded, "Stalled").map(|c| c.status.as_str()), Some("True"));
     assert_eq!(events(&client, &ns, "r", "RepositoryBreakerOpened").await?, 1);
     assert_eq!(op.metric(&trips_series).await, Some(1.0));
-    let open_since =
-        format!("kopiur_repository_breaker_open_since_timestamp_seconds{{kind=\"Repository\",namespace=\"{ns}\",name=\"r\"}}");
+    let open_since = format!(
+        "kopiur_repository_breaker_open_since_timestamp_seconds{{kind=\"Repository\",namespace=\"{ns}\",name=\"r\"}}"
+    );
     assert!(op.metric(&open_since).await.is_some(), "open_since series exists while open");
 
     // Stays Degraded through strict retries: no flapping, no second trip.

@@ -182,12 +182,23 @@ const RULES: &[Rule] = &[
     Rule {
         class: ErrorClass::SourceError,
         not_initialized: false,
-        any_of: &["failed to prepare source", "upload error", "unsupported source", "fatal error(s) while snapshotting"],
+        any_of: &[
+            "failed to prepare source",
+            "upload error",
+            "unsupported source",
+            "fatal error(s) while snapshotting",
+        ],
     },
     Rule {
         class: ErrorClass::NotFound,
         not_initialized: false,
-        any_of: &["no such file or directory", "not found", "does not exist", "unable to find snapshot", "nosuchbucket"],
+        any_of: &[
+            "no such file or directory",
+            "not found",
+            "does not exist",
+            "unable to find snapshot",
+            "nosuchbucket",
+        ],
     },
     Rule {
         class: ErrorClass::RepositoryUnavailable,

@@ -57,8 +57,7 @@ impl KopiaCommand {
         self
     }
     fn identity(self, id: &Identity) -> Self {
-        self.arg(format!("--override-username={}", id.username))
-            .arg(format!("--override-hostname={}", id.hostname))
+        self.arg(format!("--override-username={}", id.username)).arg(format!("--override-hostname={}", id.hostname))
     }
 }
 
@@ -83,7 +82,12 @@ fn cache_flags(c: &CacheSizes) -> Vec<String> {
 }
 
 /// `kopia repository connect <provider> …`.
-pub fn connect(backend: &Backend, id: &Identity, readonly: bool, cache: &CacheSizes) -> Result<KopiaCommand, KopiaError> {
+pub fn connect(
+    backend: &Backend,
+    id: &Identity,
+    readonly: bool,
+    cache: &CacheSizes,
+) -> Result<KopiaCommand, KopiaError> {
     let mut c = KopiaCommand::new("repository connect", &["repository", "connect"])
         .args(backend.provider_flags()?)
         .identity(id)
@@ -112,7 +116,12 @@ pub struct CreateOptions {
 
 /// `kopia repository create <provider> …`. kopia refuses storage that already holds data,
 /// which is the last backstop against re-creating over a repository.
-pub fn create(backend: &Backend, id: &Identity, opts: &CreateOptions, cache: &CacheSizes) -> Result<KopiaCommand, KopiaError> {
+pub fn create(
+    backend: &Backend,
+    id: &Identity,
+    opts: &CreateOptions,
+    cache: &CacheSizes,
+) -> Result<KopiaCommand, KopiaError> {
     let mut c = KopiaCommand::new("repository create", &["repository", "create"])
         .args(backend.provider_flags()?)
         .identity(id)

@@ -18,12 +18,7 @@ pub enum KopiaError {
     Timeout { command: &'static str, after: Duration },
     /// kopia exited non-zero (or was killed by a signal: `exit_code` is `None`).
     #[error("kopia {command} failed ({}): {}", classification.class, classification.summary())]
-    Failed {
-        command: &'static str,
-        exit_code: Option<i32>,
-        classification: Classification,
-        stderr_tail: Vec<String>,
-    },
+    Failed { command: &'static str, exit_code: Option<i32>, classification: Classification, stderr_tail: Vec<String> },
     /// stdout was not the JSON the command promises.
     #[error("kopia {command} printed unparseable JSON: {message}")]
     BadJson { command: &'static str, message: String },

@@ -210,10 +210,18 @@ impl Runner {
         };
         // Pipes close when the process exits (unless it left a grandchild holding them:
         // bound the wait so that cannot hang the mover).
-        let stdout = tokio::time::timeout(Duration::from_secs(10), out_task).await.ok().and_then(Result::ok).unwrap_or_default();
+        let stdout =
+            tokio::time::timeout(Duration::from_secs(10), out_task).await.ok().and_then(Result::ok).unwrap_or_default();
         let (stderr, stderr_tail) =
             tokio::time::timeout(Duration::from_secs(10), err_task).await.ok().and_then(Result::ok).unwrap_or_default();
-        Ok(Output { command: cmd.name, exit_code: status.code(), stdout, stderr, stderr_tail, elapsed: start.elapsed() })
+        Ok(Output {
+            command: cmd.name,
+            exit_code: status.code(),
+            stdout,
+            stderr,
+            stderr_tail,
+            elapsed: start.elapsed(),
+        })
     }
 
     /// Runs and maps a non-zero exit to the classified error.

@@ -111,12 +111,15 @@ fn delete_always_confirms() {
 
 #[test]
 fn json_parsing() {
-    let st: model::RepositoryStatus =
-        model::parse("repository status", "note\n{\"uniqueIDHex\":\"abcd\",\"clientOptions\":{\"hostname\":\"h\",\"username\":\"u\"},\"extra\":1}")
-            .unwrap();
+    let st: model::RepositoryStatus = model::parse(
+        "repository status",
+        "note\n{\"uniqueIDHex\":\"abcd\",\"clientOptions\":{\"hostname\":\"h\",\"username\":\"u\"},\"extra\":1}",
+    )
+    .unwrap();
     assert_eq!(st.unique_id_hex, "abcd");
     assert_eq!(st.client_options.hostname, "h");
-    let v: Vec<model::SnapshotManifest> = model::parse_stream("snapshot create", "{\"id\":\"a\"}\n{\"id\":\"b\"}\n").unwrap();
+    let v: Vec<model::SnapshotManifest> =
+        model::parse_stream("snapshot create", "{\"id\":\"a\"}\n{\"id\":\"b\"}\n").unwrap();
     assert_eq!(v.len(), 2);
     assert!(matches!(
         model::parse::<model::RepositoryStatus>("repository status", ""),

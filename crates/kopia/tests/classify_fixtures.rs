@@ -56,7 +56,8 @@ fn special_fixtures() {
 
 #[test]
 fn json_fixtures_parse() {
-    let st: RepositoryStatus = model::parse("repository status", &fixture("repository_status_filesystem.json")).unwrap();
+    let st: RepositoryStatus =
+        model::parse("repository status", &fixture("repository_status_filesystem.json")).unwrap();
     assert_eq!(st.unique_id_hex.len(), 64);
     assert_eq!(st.client_options.username, "kopiur-ops");
     let list: Vec<SnapshotManifest> = model::parse("snapshot list", &fixture("snapshot_list.json")).unwrap();

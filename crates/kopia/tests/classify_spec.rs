@@ -11,29 +11,65 @@ fn class(s: &str) -> Classification {
 fn spec_catalogue() {
     use ErrorClass::*;
     let rows: &[(&str, ErrorClass, bool)] = &[
-        ("error connecting to repository: unable to create format manager: invalid repository password", AuthFailure, false),
-        ("open repository: unable to open repository: unable to create format manager: invalid repository password", AuthFailure, false),
+        (
+            "error connecting to repository: unable to create format manager: invalid repository password",
+            AuthFailure,
+            false,
+        ),
+        (
+            "open repository: unable to open repository: unable to create format manager: invalid repository password",
+            AuthFailure,
+            false,
+        ),
         ("error connecting to repository: repository not initialized in the provided storage", NotFound, true),
-        ("can't connect to storage: error retrieving storage config from bucket \"b\": Access Denied.", AccessDenied, false),
+        (
+            "can't connect to storage: error retrieving storage config from bucket \"b\": Access Denied.",
+            AccessDenied,
+            false,
+        ),
         ("Forbidden: No such key: GK1a2b3c4d5e6f7a8b9c0d1e2f", AccessDenied, false),
         ("Forbidden: Invalid signature", AccessDenied, false),
         ("The Access Key Id you provided does not exist in our records.", AccessDenied, false),
-        ("The request signature we calculated does not match the signature you provided. Check your key and signing method.", AccessDenied, false),
+        (
+            "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
+            AccessDenied,
+            false,
+        ),
         ("dial tcp 127.0.0.1:9000: connect: connection refused", RepositoryUnavailable, false),
         ("dial tcp: lookup minio.backup.svc: no such host", RepositoryUnavailable, false),
         ("i/o timeout", RepositoryUnavailable, false),
         ("context deadline exceeded", RepositoryUnavailable, false),
         ("read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer", RepositoryUnavailable, false),
         ("x509: certificate signed by unknown authority", RepositoryUnavailable, false),
-        ("unable to complete GetBlob(kopia.repository,0,-1) despite 10 retries: dial tcp 10.0.0.9:9000: connect: connection refused", RepositoryUnavailable, false),
-        ("can't connect to storage: cannot access storage path: stat /repo: no such file or directory", NotFound, false),
+        (
+            "unable to complete GetBlob(kopia.repository,0,-1) despite 10 retries: dial tcp 10.0.0.9:9000: connect: connection refused",
+            RepositoryUnavailable,
+            false,
+        ),
+        (
+            "can't connect to storage: cannot access storage path: stat /repo: no such file or directory",
+            NotFound,
+            false,
+        ),
         ("unable to get repository storage: error listing blobs: The specified bucket does not exist", NotFound, false),
         ("unable to get repository storage: error listing blobs: Bucket not found: backups", NotFound, false),
         ("unable to get repository storage: found existing data in storage location", Unknown, false),
-        ("failed to prepare source: unable to get local filesystem entry: resolveSymlink: stat: lstat /source: no such file or directory", SourceError, false),
+        (
+            "failed to prepare source: unable to get local filesystem entry: resolveSymlink: stat: lstat /source: no such file or directory",
+            SourceError,
+            false,
+        ),
         ("upload error: unsupported source: app@media:/pvc/data", SourceError, false),
-        ("clock skew detected: local clock is out of sync with repository timestamp by more than allowed 5m0s", Unknown, false),
-        ("ERROR error connecting to repository: dial tcp 1.2.3.4:9000: connect: connection refused", RepositoryUnavailable, false),
+        (
+            "clock skew detected: local clock is out of sync with repository timestamp by more than allowed 5m0s",
+            Unknown,
+            false,
+        ),
+        (
+            "ERROR error connecting to repository: dial tcp 1.2.3.4:9000: connect: connection refused",
+            RepositoryUnavailable,
+            false,
+        ),
         ("unable to read index block", Unknown, false),
         ("repository upgrade in progress", Locked, false),
         ("", Unknown, false),
@@ -52,9 +88,15 @@ fn order_matters() {
         ErrorClass::AuthFailure
     );
     // An empty bucket is never "unreachable", although connect wording is present.
-    assert_eq!(class("error connecting to repository: repository not initialized in the provided storage").class, ErrorClass::NotFound);
+    assert_eq!(
+        class("error connecting to repository: repository not initialized in the provided storage").class,
+        ErrorClass::NotFound
+    );
     // A transport failure during upload is an outage, not a source problem.
-    assert_eq!(class("upload error: dial tcp 1.2.3.4:1: connect: connection refused").class, ErrorClass::RepositoryUnavailable);
+    assert_eq!(
+        class("upload error: dial tcp 1.2.3.4:1: connect: connection refused").class,
+        ErrorClass::RepositoryUnavailable
+    );
     // A missing source is a source problem, not a missing repository.
     assert_eq!(class("failed to prepare source: lstat /x: no such file or directory").class, ErrorClass::SourceError);
     // `block` and `clock skew` never read as Locked.

@@ -211,9 +211,8 @@ impl Bench {
         if !out.status.success() || phase != "Succeeded" {
             bail!("mover run {i} ended {} with phase {phase}: {}", out.status, String::from_utf8_lossy(&out.stderr));
         }
-        let ts = |k: &str| {
-            status.as_ref()?["timing"][k].as_str().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-        };
+        let ts =
+            |k: &str| status.as_ref()?["timing"][k].as_str().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
         let create = match (ts("startTime"), ts("endTime")) {
             (Some(a), Some(b)) => Some((b - a).num_milliseconds() as f64 / 1000.0),
             _ => None,

@@ -6,12 +6,15 @@
 //! `envFrom` with prefix `KOPIUR_DEST_`.
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::{Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule};
+use k8s_openapi::api::batch::v1::{
+    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyOnPodConditionsPattern,
+    PodFailurePolicyRule,
+};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, Container, EmptyDirVolumeSource, EnvFromSource, EnvVar, EnvVarSource, EphemeralVolumeSource,
-    PersistentVolumeClaimSpec, PersistentVolumeClaimTemplate, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
-    PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretEnvSource, SecretKeySelector, SecurityContext, Toleration, Volume,
-    VolumeMount, VolumeResourceRequirements,
+    Affinity, Capabilities, Container, EmptyDirVolumeSource, EnvFromSource, EnvVar, EnvVarSource,
+    EphemeralVolumeSource, PersistentVolumeClaimSpec, PersistentVolumeClaimTemplate, PersistentVolumeClaimVolumeSource,
+    PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretEnvSource,
+    SecretKeySelector, SecurityContext, Toleration, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -48,9 +51,14 @@ pub fn job_name(name: &str) -> String {
 pub enum CacheVolume {
     EmptyDir,
     /// A generic ephemeral volume of this size.
-    Ephemeral { capacity: String, storage_class_name: Option<String> },
+    Ephemeral {
+        capacity: String,
+        storage_class_name: Option<String>,
+    },
     /// A controller-owned PVC reused across runs.
-    Persistent { claim_name: String },
+    Persistent {
+        claim_name: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -191,7 +199,12 @@ fn pvc_volume(name: &str, m: &PvcMount) -> (Volume, VolumeMount) {
             }),
             ..Default::default()
         },
-        VolumeMount { name: name.into(), mount_path: m.mount_path.clone(), read_only: Some(m.read_only), ..Default::default() },
+        VolumeMount {
+            name: name.into(),
+            mount_path: m.mount_path.clone(),
+            read_only: Some(m.read_only),
+            ..Default::default()
+        },
     )
 }
 
@@ -201,10 +214,8 @@ pub fn build_job(input: &JobInput) -> Result<Job, JobError> {
     let op = input.work_spec.operation.label();
     let name = job_name(&input.name);
 
-    let mut labels = BTreeMap::from([
-        (LABEL_MANAGED_BY.to_string(), "kopiur".to_string()),
-        (LABEL_OP.to_string(), op.to_string()),
-    ]);
+    let mut labels =
+        BTreeMap::from([(LABEL_MANAGED_BY.to_string(), "kopiur".to_string()), (LABEL_OP.to_string(), op.to_string())]);
     match &input.connect_kind {
         Some(ConnectKind::Strict) => {
             labels.insert(LABEL_CONNECT_KIND.into(), "strict".into());
@@ -316,13 +327,18 @@ pub fn build_job(input: &JobInput) -> Result<Job, JobError> {
         },
         CacheVolume::Persistent { claim_name } => Volume {
             name: "kopia-cache".into(),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource { claim_name: claim_name.clone(), read_only: Some(false) }),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim_name.clone(),
+                read_only: Some(false),
+            }),
             ..Default::default()
         },
     };
     let mut volumes = vec![cache_volume];
-    let mut mounts = vec![VolumeMount { name: "kopia-cache".into(), mount_path: CACHE_MOUNT.into(), ..Default::default() }];
-    for (vname, m) in [("source", &input.source), ("restore", &input.restore), ("repository", &input.repository_volume)] {
+    let mut mounts =
+        vec![VolumeMount { name: "kopia-cache".into(), mount_path: CACHE_MOUNT.into(), ..Default::default() }];
+    for (vname, m) in [("source", &input.source), ("restore", &input.restore), ("repository", &input.repository_volume)]
+    {
         if let Some(m) = m {
             let (v, vm) = pvc_volume(vname, m);
             volumes.push(v);

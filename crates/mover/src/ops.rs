@@ -14,8 +14,8 @@ use crate::result::{
     MAX_RESULT_BYTES, MemberResult, Report, ResultSink, failure_patch, heartbeat_patch, stats_json, tail_bytes,
 };
 use crate::workspec::{
-    BootstrapRepositoryOp, CreateGate, MaintenanceMode, MaintenanceOp, Operation, ReplicateOp, RestoreOp, SnapshotDeleteBatchOp,
-    SnapshotOp, TakeoverPolicy, WorkSpec,
+    BootstrapRepositoryOp, CreateGate, MaintenanceMode, MaintenanceOp, Operation, ReplicateOp, RestoreOp,
+    SnapshotDeleteBatchOp, SnapshotOp, TakeoverPolicy, WorkSpec,
 };
 
 /// The mover's exit codes (the Job's podFailurePolicy keys on 2 and 3).
@@ -164,7 +164,9 @@ impl<S: ResultSink> Ctx<S> {
                 result.outcome = BootstrapOutcome::Failed;
                 result.failure = Some(BootstrapFailure {
                     class: ErrorClass::Unknown.as_str().into(),
-                    summary: "the connection reports no uniqueIDHex (a repository server is not supported for bootstrap)".into(),
+                    summary:
+                        "the connection reports no uniqueIDHex (a repository server is not supported for bootstrap)"
+                            .into(),
                     ..Default::default()
                 });
                 self.report(Report::Bootstrap(result)).await;
@@ -187,7 +189,11 @@ impl<S: ResultSink> Ctx<S> {
             Err(e) => tracing::warn!(error = %e, "maintenance info failed; the owner is unknown"),
         }
         if op.list_snapshots {
-            match self.run(cmd::snapshot_list(None)).await.and_then(|o| model::parse::<Vec<SnapshotManifest>>("snapshot list", &o.stdout)) {
+            match self
+                .run(cmd::snapshot_list(None))
+                .await
+                .and_then(|o| model::parse::<Vec<SnapshotManifest>>("snapshot list", &o.stdout))
+            {
                 Ok(list) => {
                     let (entries, truncated) = catalog(list, op.catalog_limit, MAX_RESULT_BYTES / 2);
                     result.snapshots = entries;
@@ -330,7 +336,8 @@ impl<S: ResultSink> Ctx<S> {
                 match resolve(list, r) {
                     Some(m) => m.id,
                     None => {
-                        self.report(Report::Status(json!({"status": {"resolved": {"resolution": "NoSnapshot"}}}))).await;
+                        self.report(Report::Status(json!({"status": {"resolved": {"resolution": "NoSnapshot"}}})))
+                            .await;
                         let f = Failure {
                             kopia_error_class: ErrorClass::NotFound.as_str().into(),
                             message: format!("no snapshot of {} matches", r.identity.source(&r.source_path)),
@@ -427,7 +434,9 @@ impl<S: ResultSink> Ctx<S> {
             (true, _, _) => false,
             (false, true, _) | (false, false, TakeoverPolicy::Force) => true,
             (false, false, TakeoverPolicy::Never) => return self.yielded(&owner, "LeaseHeldByOther").await,
-            (false, false, TakeoverPolicy::PromptCondition) => return self.yielded(&owner, "LeaseTakeoverPrompt").await,
+            (false, false, TakeoverPolicy::PromptCondition) => {
+                return self.yielded(&owner, "LeaseTakeoverPrompt").await;
+            }
         };
         if take_over && let Err(e) = self.policy(cmd::maintenance_set_owner("me")).await {
             return self.fail(&e).await;
@@ -437,7 +446,8 @@ impl<S: ResultSink> Ctx<S> {
             MaintenanceMode::Quick => false,
         };
         let start = Utc::now();
-        let run = self.with_heartbeat(self.runner.run(&cmd::maintenance_run(full).with_timeout(LONG_COMMAND_TIMEOUT))).await;
+        let run =
+            self.with_heartbeat(self.runner.run(&cmd::maintenance_run(full).with_timeout(LONG_COMMAND_TIMEOUT))).await;
         let out = match run.and_then(Output::ok) {
             Ok(o) => o,
             Err(e) => {

@@ -266,11 +266,13 @@ impl ResultSink for KubeSink {
                     .ok_or_else(|| anyhow::anyhow!("KOPIUR_RESULT_CONFIGMAP is not set"))?;
                 let body = serde_json::to_string(r)?;
                 anyhow::ensure!(body.len() <= MAX_RESULT_BYTES, "bootstrap result is {} bytes", body.len());
-                let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+                let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+                    Api::namespaced(self.client.clone(), &self.namespace);
                 api.patch(name, &pp, &Patch::Merge(json!({"data": {"result.json": body}}))).await?;
             }
             Report::Status(patch) => {
-                let (group, version) = self.target.api_version.split_once('/').unwrap_or(("", &self.target.api_version));
+                let (group, version) =
+                    self.target.api_version.split_once('/').unwrap_or(("", &self.target.api_version));
                 let ar = ApiResource {
                     group: group.into(),
                     version: version.into(),

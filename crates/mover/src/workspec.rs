@@ -177,9 +177,13 @@ pub struct DeleteMember {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CreateGate {
     #[serde(rename_all = "camelCase")]
-    Allowed { via_reinit_ack: bool },
+    Allowed {
+        via_reinit_ack: bool,
+    },
     #[serde(rename_all = "camelCase")]
-    DisabledBySpec { also_pinned: bool },
+    DisabledBySpec {
+        also_pinned: bool,
+    },
     PinnedOnceReady,
 }
 
@@ -254,7 +258,9 @@ pub struct ReplicateOp {
 /// Why a work spec cannot run.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkSpecError {
-    #[error("the work spec is {size} bytes, above the {MAX_WORK_SPEC_BYTES}-byte limit; reduce the member list or tags")]
+    #[error(
+        "the work spec is {size} bytes, above the {MAX_WORK_SPEC_BYTES}-byte limit; reduce the member list or tags"
+    )]
     TooLarge { size: usize },
     #[error("the work spec is unreadable: {0}")]
     Unreadable(String),

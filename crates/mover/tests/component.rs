@@ -154,7 +154,8 @@ impl Bench {
             c.env(k, v);
         }
         let start = Instant::now();
-        let out = tokio::time::timeout(Duration::from_secs(600), c.output()).await.expect("mover under 10 min").unwrap();
+        let out =
+            tokio::time::timeout(Duration::from_secs(600), c.output()).await.expect("mover under 10 min").unwrap();
         let reports = std::fs::read_to_string(&result)
             .unwrap_or_default()
             .lines()
@@ -391,7 +392,10 @@ async fn bootstrap_lifecycle() {
 async fn backup_unchanged_restore() {
     let b = Bench::new().await;
     assert_eq!(
-        b.bootstrap(garage::BUCKET, CreateGate::Allowed { via_reinit_ack: false }, None, false).await.bootstrap().outcome,
+        b.bootstrap(garage::BUCKET, CreateGate::Allowed { via_reinit_ack: false }, None, false)
+            .await
+            .bootstrap()
+            .outcome,
         BootstrapOutcome::Created
     );
     let src = b.path().join("src");
@@ -416,7 +420,12 @@ async fn backup_unchanged_restore() {
     std::fs::create_dir_all(&dst).unwrap();
     let op = Operation::Restore(RestoreOp {
         snapshot_id: None,
-        resolve: Some(ResolveIdentity { identity: app.clone(), source_path: "/pvc/data".into(), as_of: None, offset: 0 }),
+        resolve: Some(ResolveIdentity {
+            identity: app.clone(),
+            source_path: "/pvc/data".into(),
+            as_of: None,
+            offset: 0,
+        }),
         target_path: dst.display().to_string(),
         options: Default::default(),
     });
@@ -452,7 +461,10 @@ async fn backup_unchanged_restore() {
 async fn delete_batch_of_250() {
     let b = Bench::new().await;
     assert_eq!(
-        b.bootstrap(garage::BUCKET, CreateGate::Allowed { via_reinit_ack: false }, None, false).await.bootstrap().outcome,
+        b.bootstrap(garage::BUCKET, CreateGate::Allowed { via_reinit_ack: false }, None, false)
+            .await
+            .bootstrap()
+            .outcome,
         BootstrapOutcome::Created
     );
     // 250 sources in one `snapshot create` call: one manifest each.
@@ -480,7 +492,8 @@ async fn delete_batch_of_250() {
         .enumerate()
         .map(|(i, m)| DeleteMember { uid: format!("uid-{i}"), snapshot_id: m.id.clone() })
         .collect();
-    let op = Operation::SnapshotDeleteBatch(SnapshotDeleteBatchOp { members, chunk_size: 50, chunk_timeout_seconds: 300 });
+    let op =
+        Operation::SnapshotDeleteBatch(SnapshotDeleteBatchOp { members, chunk_size: 50, chunk_timeout_seconds: 300 });
     let before = b.audit_lines().len();
     let r = b.mover(&b.spec(b.backend(garage::BUCKET), Identity::new("kopiur-ops", "kopiur.t.r"), op), &[]).await;
     assert_eq!(r.exit, 0, "{}", r.stderr);

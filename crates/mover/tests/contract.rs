@@ -8,7 +8,8 @@ use kopiur_mover::job::{self, CacheVolume, ConnectKind, JobInput, PvcMount};
 use kopiur_mover::workspec::*;
 
 /// Secret values that live only in the (imaginary) Secrets of this fixture.
-const SECRETS: &[&str] = &["s3cr3t-AKIA-ACCESS-KEY-0001", "s3cr3t-SECRET-ACCESS-KEY-0002", "s3cr3t-kopia-password-0003"];
+const SECRETS: &[&str] =
+    &["s3cr3t-AKIA-ACCESS-KEY-0001", "s3cr3t-SECRET-ACCESS-KEY-0002", "s3cr3t-kopia-password-0003"];
 
 fn spec(op: Operation) -> WorkSpec {
     WorkSpec {
@@ -125,7 +126,11 @@ fn oversized_work_spec_is_refused_with_a_clear_error() {
     let members = (0..3000)
         .map(|i| DeleteMember { uid: format!("00000000-0000-0000-0000-{i:012}"), snapshot_id: format!("{i:032x}") })
         .collect();
-    let ws = spec(Operation::SnapshotDeleteBatch(SnapshotDeleteBatchOp { members, chunk_size: 50, chunk_timeout_seconds: 300 }));
+    let ws = spec(Operation::SnapshotDeleteBatch(SnapshotDeleteBatchOp {
+        members,
+        chunk_size: 50,
+        chunk_timeout_seconds: 300,
+    }));
     let err = ws.to_json().unwrap_err();
     assert!(matches!(err, WorkSpecError::TooLarge { size } if size > MAX_WORK_SPEC_BYTES));
     assert!(err.to_string().contains("102400"), "{err}");
@@ -176,7 +181,10 @@ fn job_shape() {
     assert!(pw.value.is_none());
     assert_eq!(pw.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap().name, "repo-pw");
     assert!(env.iter().any(|e| e.name == "KOPIUR_WORK_SPEC"));
-    assert!(env.iter().any(|e| e.name == "KOPIA_CONFIG_PATH" && e.value.as_deref() == Some("/var/cache/kopia/repository.config")));
+    assert!(
+        env.iter()
+            .any(|e| e.name == "KOPIA_CONFIG_PATH" && e.value.as_deref() == Some("/var/cache/kopia/repository.config"))
+    );
 
     // Cache at /var/cache/kopia; source read-only.
     let mounts = c.volume_mounts.as_ref().unwrap();
@@ -273,7 +281,9 @@ fn manifest(id: &str, user: &str, path: &str, end: &str) -> kopiur_kopia::model:
 
 #[test]
 fn catalog_is_newest_first_and_capped() {
-    let list: Vec<_> = (0..30).map(|i| manifest(&format!("{i:032x}"), "a", "/p", &format!("2026-01-{:02}T00:00:00Z", i + 1))).collect();
+    let list: Vec<_> = (0..30)
+        .map(|i| manifest(&format!("{i:032x}"), "a", "/p", &format!("2026-01-{:02}T00:00:00Z", i + 1)))
+        .collect();
     let (entries, truncated) = kopiur_mover::ops::catalog(list.clone(), 10, 1 << 20);
     assert_eq!(entries.len(), 10);
     assert!(truncated);

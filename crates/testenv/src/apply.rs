@@ -24,7 +24,8 @@ pub async fn apply_value(client: &Client, ns: &str, v: &Value) -> Result<()> {
     let name = v["metadata"]["name"].as_str().context("metadata.name missing")?.to_string();
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let gvk = GroupVersionKind::gvk(group, version, kind);
-    let (ar, caps) = discovery::pinned_kind(client, &gvk).await.with_context(|| format!("discovering {api_version} {kind}"))?;
+    let (ar, caps) =
+        discovery::pinned_kind(client, &gvk).await.with_context(|| format!("discovering {api_version} {kind}"))?;
     let api: Api<DynamicObject> = match caps.scope {
         Scope::Namespaced => {
             let target = v["metadata"]["namespace"].as_str().unwrap_or(ns);

@@ -103,7 +103,10 @@ impl ControlPlane {
 
     /// PIDs of the running components (etcd, apiserver, kcm, node agent).
     pub fn pids(&self) -> Vec<u32> {
-        [&self.etcd, &self.apiserver, &self.kcm, &self.node].iter().filter_map(|p| p.as_ref().and_then(|p| p.pid())).collect()
+        [&self.etcd, &self.apiserver, &self.kcm, &self.node]
+            .iter()
+            .filter_map(|p| p.as_ref().and_then(|p| p.pid()))
+            .collect()
     }
 
     pub fn server(&self) -> String {
@@ -310,11 +313,10 @@ impl ControlPlane {
         if let Some((b, max)) = &self.opts.job_backoff {
             cmd.env("KOPIUR_TESTENV_JOB_BACKOFF", b).env("KOPIUR_TESTENV_JOB_BACKOFF_MAX", max);
         }
-        let mut proc_ = process::spawn("kube-controller-manager", cmd, &self.logs_dir().join("kube-controller-manager.log"))?;
-        let http = reqwest::Client::builder()
-            .danger_accept_invalid_certs(true)
-            .timeout(Duration::from_secs(5))
-            .build()?;
+        let mut proc_ =
+            process::spawn("kube-controller-manager", cmd, &self.logs_dir().join("kube-controller-manager.log"))?;
+        let http =
+            reqwest::Client::builder().danger_accept_invalid_certs(true).timeout(Duration::from_secs(5)).build()?;
         let url = format!("https://127.0.0.1:{k}/healthz");
         wait_until(STEP_TIMEOUT, &mut proc_, || {
             let (http, url) = (http.clone(), url.clone());
@@ -360,7 +362,9 @@ impl ControlPlane {
             std::fs::copy(&built, &mover)?;
             std::fs::set_permissions(&mover, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
             images.push(serde_json::json!({"pattern": "*kopiur-mover*", "command": [mover], "args": []}));
-            images.push(serde_json::json!({"pattern": "ghcr.io/home-operations/kopiur*", "command": [mover], "args": []}));
+            images.push(
+                serde_json::json!({"pattern": "ghcr.io/home-operations/kopiur*", "command": [mover], "args": []}),
+            );
         }
         if let Ok(ctrl) = tools::workspace_bin("kopiur-controller") {
             images.push(serde_json::json!({"pattern": "*kopiur-controller*", "command": [ctrl], "args": []}));

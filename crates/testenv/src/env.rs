@@ -44,33 +44,34 @@ impl TestEnv {
     /// from a dedicated thread that lives as long as the process (the parent-death signal
     /// is per thread), and are ended by an exit hook.
     pub fn shared() -> &'static TestEnv {
-        SHARED.get_or_init(|| {
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::Builder::new()
-                .name("testenv-supervisor".into())
-                .spawn(move || {
-                    let rt = tokio::runtime::Builder::new_multi_thread()
-                        .worker_threads(1)
-                        .enable_all()
-                        .build()
-                        .expect("tokio runtime");
-                    rt.block_on(async move {
-                        let res = async {
-                            let state = new_state_dir("kopiur-testenv")?;
-                            let _ = SHARED_STATE.set(state.clone());
-                            unsafe { libc::atexit(at_exit) };
-                            TestEnv::start_in(&state, Options::default()).await
-                        }
-                        .await;
-                        tx.send(res).expect("send env");
-                        std::future::pending::<()>().await;
-                    });
-                })
-                .expect("spawn supervisor");
-            rx.recv().expect("supervisor thread died").map_err(|e| format!("{e:#}"))
-        })
-        .as_ref()
-        .unwrap_or_else(|e| panic!("starting the shared test environment failed: {e}"))
+        SHARED
+            .get_or_init(|| {
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::Builder::new()
+                    .name("testenv-supervisor".into())
+                    .spawn(move || {
+                        let rt = tokio::runtime::Builder::new_multi_thread()
+                            .worker_threads(1)
+                            .enable_all()
+                            .build()
+                            .expect("tokio runtime");
+                        rt.block_on(async move {
+                            let res = async {
+                                let state = new_state_dir("kopiur-testenv")?;
+                                let _ = SHARED_STATE.set(state.clone());
+                                unsafe { libc::atexit(at_exit) };
+                                TestEnv::start_in(&state, Options::default()).await
+                            }
+                            .await;
+                            tx.send(res).expect("send env");
+                            std::future::pending::<()>().await;
+                        });
+                    })
+                    .expect("spawn supervisor");
+                rx.recv().expect("supervisor thread died").map_err(|e| format!("{e:#}"))
+            })
+            .as_ref()
+            .unwrap_or_else(|e| panic!("starting the shared test environment failed: {e}"))
     }
 
     /// A private control plane (caller owns it; dropped = shut down).
@@ -140,7 +141,11 @@ pub struct LogGuard<'a>(&'a TestEnv);
 impl Drop for LogGuard<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("---- test environment logs ({}) ----\n{}", self.0.state_dir().display(), self.0.logs_summary(50));
+            eprintln!(
+                "---- test environment logs ({}) ----\n{}",
+                self.0.state_dir().display(),
+                self.0.logs_summary(50)
+            );
         }
     }
 }

@@ -380,12 +380,7 @@ pub mod s3 {
             }
         }
 
-        async fn request(
-            &self,
-            method: reqwest::Method,
-            path: &str,
-            query: &[(&str, &str)],
-        ) -> Result<(u16, String)> {
+        async fn request(&self, method: reqwest::Method, path: &str, query: &[(&str, &str)]) -> Result<(u16, String)> {
             let now = chrono::Utc::now();
             let amz_date = now.format("%Y%m%dT%H%M%SZ").to_string();
             let date = now.format("%Y%m%d").to_string();

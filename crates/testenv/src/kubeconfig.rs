@@ -17,11 +17,9 @@ pub enum Credential<'a> {
 /// Renders a one-cluster, one-user, one-context kubeconfig.
 pub fn render(server: &str, ca_pem: &[u8], user: &str, cred: Credential<'_>) -> String {
     let user_block = match cred {
-        Credential::ClientCert { cert_pem, key_pem } => format!(
-            "    client-certificate-data: {}\n    client-key-data: {}\n",
-            b64(cert_pem),
-            b64(key_pem)
-        ),
+        Credential::ClientCert { cert_pem, key_pem } => {
+            format!("    client-certificate-data: {}\n    client-key-data: {}\n", b64(cert_pem), b64(key_pem))
+        }
         Credential::Token(t) => format!("    token: {t}\n"),
     };
     format!(

@@ -37,7 +37,11 @@ impl Operator {
         apply::apply_value(&client, ns, &binding).await?;
         let kc = env
             .cp
-            .service_account_kubeconfig(ns, "kopiur-controller", &env.state_dir().join(format!("operator-{ns}.kubeconfig")))
+            .service_account_kubeconfig(
+                ns,
+                "kopiur-controller",
+                &env.state_dir().join(format!("operator-{ns}.kubeconfig")),
+            )
             .await?;
         let port = free_port()?;
         let mut cmd = Command::new(tools::workspace_bin("kopiur-controller")?);
@@ -49,7 +53,8 @@ impl Operator {
         for (k, v) in extra_env {
             cmd.env(k, v);
         }
-        let proc_ = process::spawn("kopiur-controller", cmd, &env.cp.logs_dir().join(format!("kopiur-controller-{ns}.log")))?;
+        let proc_ =
+            process::spawn("kopiur-controller", cmd, &env.cp.logs_dir().join(format!("kopiur-controller-{ns}.log")))?;
         Ok(Operator { proc_, metrics_port: port, namespace: ns.to_string() })
     }
 

@@ -99,5 +99,8 @@ pub fn workspace_bin(name: &str) -> Result<PathBuf> {
             return Ok(cand);
         }
     }
-    bail!("{name} not found next to {}: run `cargo build --workspace --bins` first (cargo xtask test does)", exe.display())
+    bail!(
+        "{name} not found next to {}: run `cargo build --workspace --bins` first (cargo xtask test does)",
+        exe.display()
+    )
 }

@@ -15,9 +15,8 @@ use serde_json::Value;
 const GROUP: &str = "kopiur.home-operations.com";
 
 fn yaml_files(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| rd.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
+    let mut v: Vec<PathBuf> =
+        std::fs::read_dir(dir).map(|rd| rd.flatten().map(|e| e.path()).collect()).unwrap_or_default();
     v.retain(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"));
     v.sort();
     v
@@ -99,7 +98,11 @@ async fn every_crd_is_established_and_in_the_kopiur_category() -> Result<()> {
         let cats = c.spec.names.categories.clone().unwrap_or_default();
         assert!(cats.iter().any(|x| x == "kopiur"), "{} in category kopiur", c.spec.names.kind);
         let v = &c.spec.versions[0];
-        assert!(v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(), "{} has a status subresource", c.spec.names.kind);
+        assert!(
+            v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
+            "{} has a status subresource",
+            c.spec.names.kind
+        );
         assert!(
             !v.additional_printer_columns.clone().unwrap_or_default().is_empty(),
             "{} has printer columns",
@@ -166,7 +169,8 @@ async fn schema_defaults_are_materialized() -> Result<()> {
         let mut input = input;
         input["metadata"].as_object_mut().context("metadata")?.remove("namespace");
         let obj: DynamicObject = serde_json::from_value(input)?;
-        let created = api.create(&PostParams::default(), &obj).await.with_context(|| format!("creating {}", f.display()))?;
+        let created =
+            api.create(&PostParams::default(), &obj).await.with_context(|| format!("creating {}", f.display()))?;
         let stored = serde_json::to_value(&created)?;
         let mut missing = Vec::new();
         contained(&expected, &stored, "", &mut missing);
@@ -194,7 +198,8 @@ async fn invalid_manifests_are_rejected_naming_the_field() -> Result<()> {
         let ns = env.namespace("invalid").await?;
         let mut cleanup: Vec<(Api<DynamicObject>, String)> = Vec::new();
         let text = std::fs::read_to_string(f)?;
-        let Some(expect) = text.lines().find_map(|l| l.trim().strip_prefix("# expect:")).map(|s| s.trim().to_string()) else {
+        let Some(expect) = text.lines().find_map(|l| l.trim().strip_prefix("# expect:")).map(|s| s.trim().to_string())
+        else {
             bail!("{} lacks a `# expect:` line", f.display());
         };
         let mut docs = kopiur_testenv::yaml::parse_values(&text)?;
@@ -205,7 +210,9 @@ async fn invalid_manifests_are_rejected_naming_the_field() -> Result<()> {
             let mut d = d;
             d["metadata"].as_object_mut().context("metadata")?.remove("namespace");
             let obj: DynamicObject = serde_json::from_value(d)?;
-            api.create(&PostParams::default(), &obj).await.with_context(|| format!("setup object of {}", f.display()))?;
+            api.create(&PostParams::default(), &obj)
+                .await
+                .with_context(|| format!("setup object of {}", f.display()))?;
             cleanup.push((api, obj.metadata.name.clone().unwrap_or_default()));
         }
         let api = api_for(&client, &last, &ns).await?;
@@ -231,7 +238,13 @@ async fn invalid_manifests_are_rejected_naming_the_field() -> Result<()> {
             let _ = api.delete(&name, &Default::default()).await;
         }
     }
-    assert!(failures.is_empty(), "{} of {} invalid fixtures misbehaved:\n{}", failures.len(), files.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} invalid fixtures misbehaved:\n{}",
+        failures.len(),
+        files.len(),
+        failures.join("\n")
+    );
     assert!(files.len() >= 30, "at least 30 invalid fixtures, have {}", files.len());
     Ok(())
 }
@@ -246,7 +259,8 @@ async fn table_view_has_printer_columns() -> Result<()> {
         .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
         .body(Vec::new())?;
     let table: Value = client.request(req).await?;
-    let cols: Vec<&str> = table["columnDefinitions"].as_array().context("a Table")?.iter().filter_map(|c| c["name"].as_str()).collect();
+    let cols: Vec<&str> =
+        table["columnDefinitions"].as_array().context("a Table")?.iter().filter_map(|c| c["name"].as_str()).collect();
     assert!(cols.contains(&"Phase"), "Repository table columns include Phase: {cols:?}");
     Ok(())
 }

@@ -6,7 +6,9 @@ use anyhow::Result;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kopiur_testenv::TestEnv;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams, PropagationPolicy,
+};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -79,10 +81,8 @@ async fn hv2_cel_rules_reject_with_their_message() -> Result<()> {
     assert!(matches!(err, kube::Error::Api(ref s) if s.code == 422), "{err:?}");
 
     api.create(&PostParams::default(), &widget("frozen", json!({"size": 2, "frozen": true}))).await?;
-    let err = api
-        .patch("frozen", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 3}})))
-        .await
-        .unwrap_err();
+    let err =
+        api.patch("frozen", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 3}}))).await.unwrap_err();
     assert!(err.to_string().contains("immutable once spec.frozen"), "{err}");
     // An allowed update still goes through.
     api.patch("frozen", &PatchParams::default(), &Patch::Merge(json!({"spec": {"mode": "Slow"}}))).await?;
@@ -102,7 +102,8 @@ async fn hv3_owner_reference_gc_background_foreground_orphan() -> Result<()> {
 
     // Background: owner deleted -> ConfigMap and Job (and its running pod) go.
     let owner = w.create(&PostParams::default(), &widget("bg", json!({}))).await?;
-    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "bg-cm", "ownerReferences": owned_by(&owner)}}))?;
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "bg-cm", "ownerReferences": owned_by(&owner)}}))?;
     cms.create(&PostParams::default(), &cm).await?;
     jobs.create(&PostParams::default(), &sleeper_job("bg-job", owned_by(&owner))).await?;
     eventually("the Job's pod is Running", Duration::from_secs(30), || async {
@@ -143,7 +144,8 @@ async fn hv3_owner_reference_gc_background_foreground_orphan() -> Result<()> {
 
     // Orphan: the dependent survives without the ownerReference.
     let owner = w.create(&PostParams::default(), &widget("or", json!({}))).await?;
-    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "or-cm", "ownerReferences": owned_by(&owner)}}))?;
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "or-cm", "ownerReferences": owned_by(&owner)}}))?;
     cms.create(&PostParams::default(), &cm).await?;
     let dp = DeleteParams { propagation_policy: Some(PropagationPolicy::Orphan), ..Default::default() };
     w.delete("or", &dp).await?;
@@ -196,7 +198,8 @@ async fn hv4_namespace_deletion_waits_for_finalizers() -> Result<()> {
     w.patch("held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await?;
     eventually("namespace gone", Duration::from_secs(60), || async { nss.get_opt(&ns).await.unwrap().is_none() }).await;
     let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(client);
-    eventually("PV deleted", Duration::from_secs(30), || async { pvs.get_opt(&pv_name).await.unwrap().is_none() }).await;
+    eventually("PV deleted", Duration::from_secs(30), || async { pvs.get_opt(&pv_name).await.unwrap().is_none() })
+        .await;
     Ok(())
 }
 

@@ -326,14 +326,23 @@ async fn error_texts_from_real_kopia() {
 
     // Maintenance by a non-owner.
     let other = kopia(t.path(), "other", SLOW);
-    other.run_ok(&cmd::connect(&b, &Identity::new("someone", "else"), false, &CacheSizes::default()).unwrap()).await.unwrap();
+    other
+        .run_ok(&cmd::connect(&b, &Identity::new("someone", "else"), false, &CacheSizes::default()).unwrap())
+        .await
+        .unwrap();
     let out = other.run(&cmd::maintenance_run(false)).await.unwrap();
     capture("maintenance_run_not_owner", &out.stderr);
     assert_eq!(out.exit_code, Some(1));
-    assert_eq!(classify::maintenance_owner_mismatch(&out.stderr).as_deref(), Some("kopiur@maintenance"), "{}", out.stderr);
+    assert_eq!(
+        classify::maintenance_owner_mismatch(&out.stderr).as_deref(),
+        Some("kopiur@maintenance"),
+        "{}",
+        out.stderr
+    );
 
     // Filesystem repository path missing.
-    let fs = Backend::Filesystem(kopiur_kopia::FilesystemBackend { path: t.path().join("no-repo").display().to_string() });
+    let fs =
+        Backend::Filesystem(kopiur_kopia::FilesystemBackend { path: t.path().join("no-repo").display().to_string() });
     let out = connect(&kopia(t.path(), "fs", SLOW), &fs).await.unwrap();
     capture("connect_fs_missing_path", &out.stderr);
     assert_eq!(out.exit_code, Some(1));

@@ -22,10 +22,7 @@ where
         if let Some(v) = f().await {
             return v;
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for: {what}"
-        );
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -60,10 +57,7 @@ fn phase(p: &Pod) -> Option<String> {
     p.status.as_ref().and_then(|s| s.phase.clone())
 }
 
-fn terminated(
-    p: &Pod,
-    container: &str,
-) -> Option<k8s_openapi::api::core::v1::ContainerStateTerminated> {
+fn terminated(p: &Pod, container: &str) -> Option<k8s_openapi::api::core::v1::ContainerStateTerminated> {
     p.status
         .as_ref()?
         .container_statuses
@@ -99,10 +93,7 @@ async fn wait_terminal(pods: &Api<Pod>, name: &str, timeout: Duration) -> Pod {
 
 async fn job_pods(client: &Client, ns: &str, job: &str) -> Vec<Pod> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    pods.list(&ListParams::default().labels(&format!("job-name={job}")))
-        .await
-        .unwrap()
-        .items
+    pods.list(&ListParams::default().labels(&format!("job-name={job}"))).await.unwrap().items
 }
 
 /// HV-5: a Job whose pod exits 0 completes; the job-tracking finalizer is released.
@@ -113,30 +104,22 @@ async fn hv5_job_complete() -> Result<()> {
     let client = env.client().await?;
     let ns = env.namespace("hv5").await?;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let spec = json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": sh("exit 0")}]});
-    jobs.create(&PostParams::default(), &job("ok", 0, json!({}), spec))
-        .await?;
+    let spec =
+        json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": sh("exit 0")}]});
+    jobs.create(&PostParams::default(), &job("ok", 0, json!({}), spec)).await?;
     let done = eventually("Job Complete=True", Duration::from_secs(60), || async {
         let j = jobs.get("ok").await.ok()?;
         (condition(&j, "Complete").map(|c| c.0).as_deref() == Some("True")).then_some(j)
     })
     .await;
     assert_eq!(done.status.as_ref().and_then(|s| s.succeeded), Some(1));
-    let pods = eventually(
-        "pod without the job-tracking finalizer",
-        Duration::from_secs(20),
-        || async {
-            let pods = job_pods(&client, &ns, "ok").await;
-            let released = pods.iter().all(|p| {
-                !p.metadata
-                    .finalizers
-                    .iter()
-                    .flatten()
-                    .any(|f| f == "batch.kubernetes.io/job-tracking")
-            });
-            (!pods.is_empty() && released).then_some(pods)
-        },
-    )
+    let pods = eventually("pod without the job-tracking finalizer", Duration::from_secs(20), || async {
+        let pods = job_pods(&client, &ns, "ok").await;
+        let released = pods
+            .iter()
+            .all(|p| !p.metadata.finalizers.iter().flatten().any(|f| f == "batch.kubernetes.io/job-tracking"));
+        (!pods.is_empty() && released).then_some(pods)
+    })
     .await;
     assert_eq!(pods.len(), 1);
     assert_eq!(phase(&pods[0]).as_deref(), Some("Succeeded"));
@@ -154,10 +137,10 @@ async fn hv6_job_backoff_limit_exceeded() -> Result<()> {
     let client = env.client().await?;
     let ns = env.namespace("hv6").await?;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let spec = json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": sh("exit 3")}]});
+    let spec =
+        json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": sh("exit 3")}]});
     let t0 = Instant::now();
-    jobs.create(&PostParams::default(), &job("fail", 2, json!({}), spec))
-        .await?;
+    jobs.create(&PostParams::default(), &job("fail", 2, json!({}), spec)).await?;
     let failed = eventually("Job Failed=True", Duration::from_secs(60), || async {
         let j = jobs.get("fail").await.ok()?;
         condition(&j, "Failed").filter(|c| c.0 == "True")
@@ -165,10 +148,7 @@ async fn hv6_job_backoff_limit_exceeded() -> Result<()> {
     .await;
     let elapsed = t0.elapsed();
     assert_eq!(failed.1.as_deref(), Some("BackoffLimitExceeded"));
-    assert!(
-        elapsed < Duration::from_secs(20),
-        "Job took {elapsed:?} to fail"
-    );
+    assert!(elapsed < Duration::from_secs(20), "Job took {elapsed:?} to fail");
     let pods = job_pods(&client, &ns, "fail").await;
     assert_eq!(
         pods.len(),
@@ -194,18 +174,10 @@ async fn hv6_job_active_deadline() -> Result<()> {
     let ns = env.namespace("hv6d").await?;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let spec = json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": sh("sleep 600")}]});
-    jobs.create(
-        &PostParams::default(),
-        &job("slow", 6, json!({"activeDeadlineSeconds": 2}), spec),
-    )
-    .await?;
+    jobs.create(&PostParams::default(), &job("slow", 6, json!({"activeDeadlineSeconds": 2}), spec)).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     eventually("the pod runs", Duration::from_secs(30), || async {
-        job_pods(&client, &ns, "slow")
-            .await
-            .iter()
-            .any(|p| phase(p).as_deref() == Some("Running"))
-            .then_some(())
+        job_pods(&client, &ns, "slow").await.iter().any(|p| phase(p).as_deref() == Some("Running")).then_some(())
     })
     .await;
     let failed = eventually("Job Failed=True", Duration::from_secs(40), || async {
@@ -214,18 +186,9 @@ async fn hv6_job_active_deadline() -> Result<()> {
     })
     .await;
     assert_eq!(failed.1.as_deref(), Some("DeadlineExceeded"));
-    eventually(
-        "the Job's pods are gone",
-        Duration::from_secs(20),
-        || async {
-            pods.list(&ListParams::default().labels("job-name=slow"))
-                .await
-                .ok()?
-                .items
-                .is_empty()
-                .then_some(())
-        },
-    )
+    eventually("the Job's pods are gone", Duration::from_secs(20), || async {
+        pods.list(&ListParams::default().labels("job-name=slow")).await.ok()?.items.is_empty().then_some(())
+    })
     .await;
     Ok(())
 }
@@ -238,18 +201,12 @@ async fn hv7_env_sources_and_config_errors() -> Result<()> {
     let _g = env.log_guard();
     let client = env.client().await?;
     let ns = env.namespace("hv7").await?;
-    let secret: Secret = serde_json::from_value(
-        json!({"metadata": {"name": "creds"}, "stringData": {"password": "hunter2"}}),
-    )?;
-    Api::<Secret>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &secret)
-        .await?;
-    let cm: ConfigMap = serde_json::from_value(
-        json!({"metadata": {"name": "cfg"}, "data": {"mode": "fast", "extra": "e1"}}),
-    )?;
-    Api::<ConfigMap>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &cm)
-        .await?;
+    let secret: Secret =
+        serde_json::from_value(json!({"metadata": {"name": "creds"}, "stringData": {"password": "hunter2"}}))?;
+    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await?;
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "cfg"}, "data": {"mode": "fast", "extra": "e1"}}))?;
+    Api::<ConfigMap>::namespaced(client.clone(), &ns).create(&PostParams::default(), &cm).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
 
     let spec = json!({
@@ -268,8 +225,7 @@ async fn hv7_env_sources_and_config_errors() -> Result<()> {
             ],
         }],
     });
-    pods.create(&PostParams::default(), &pod("envpod", spec))
-        .await?;
+    pods.create(&PostParams::default(), &pod("envpod", spec)).await?;
     let p = wait_terminal(&pods, "envpod", Duration::from_secs(60)).await;
     let t = terminated(&p, "c").expect("terminated");
     assert_eq!(phase(&p).as_deref(), Some("Succeeded"), "{t:?}");
@@ -288,35 +244,23 @@ async fn hv7_env_sources_and_config_errors() -> Result<()> {
             "env": [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "nope"}}}],
         }],
     });
-    pods.create(&PostParams::default(), &pod("missingkey", spec))
-        .await?;
-    let w = eventually(
-        "CreateContainerConfigError",
-        Duration::from_secs(30),
-        || async {
-            let p = pods.get("missingkey").await.ok()?;
-            waiting(&p, "c")
-                .filter(|w| w.reason.as_deref() == Some("CreateContainerConfigError"))
-                .map(|w| (w, p))
-        },
-    )
+    pods.create(&PostParams::default(), &pod("missingkey", spec)).await?;
+    let w = eventually("CreateContainerConfigError", Duration::from_secs(30), || async {
+        let p = pods.get("missingkey").await.ok()?;
+        waiting(&p, "c").filter(|w| w.reason.as_deref() == Some("CreateContainerConfigError")).map(|w| (w, p))
+    })
     .await;
     assert!(w.0.message.unwrap_or_default().contains("nope"));
     assert_eq!(phase(&w.1).as_deref(), Some("Pending"));
 
     let spec = json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "quay.io/nobody/unmapped:1.0", "command": sh("exit 0")}]});
-    pods.create(&PostParams::default(), &pod("unmapped", spec))
-        .await?;
+    pods.create(&PostParams::default(), &pod("unmapped", spec)).await?;
     let w = eventually("ErrImagePull", Duration::from_secs(30), || async {
         let p = pods.get("unmapped").await.ok()?;
         waiting(&p, "c").filter(|w| w.reason.as_deref() == Some("ErrImagePull"))
     })
     .await;
-    assert!(
-        w.message
-            .unwrap_or_default()
-            .contains("quay.io/nobody/unmapped:1.0")
-    );
+    assert!(w.message.unwrap_or_default().contains("quay.io/nobody/unmapped:1.0"));
     Ok(())
 }
 
@@ -339,15 +283,9 @@ async fn hv8_pvc_at_mount_path() -> Result<()> {
         (p.status.as_ref()?.phase.as_deref() == Some("Bound")).then_some(p)
     })
     .await;
-    assert_eq!(
-        bound.spec.as_ref().unwrap().storage_class_name.as_deref(),
-        Some(kopiur_testenv::node::STORAGE_CLASS)
-    );
+    assert_eq!(bound.spec.as_ref().unwrap().storage_class_name.as_deref(), Some(kopiur_testenv::node::STORAGE_CLASS));
     let uid = bound.metadata.uid.clone().unwrap();
-    assert_eq!(
-        bound.spec.as_ref().unwrap().volume_name.as_deref(),
-        Some(format!("pvc-{uid}").as_str())
-    );
+    assert_eq!(bound.spec.as_ref().unwrap().volume_name.as_deref(), Some(format!("pvc-{uid}").as_str()));
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let with_data = |script: &str, read_only: bool| {
@@ -358,47 +296,20 @@ async fn hv8_pvc_at_mount_path() -> Result<()> {
                             "volumeMounts": [{"name": "d", "mountPath": "/data", "readOnly": read_only}]}],
         })
     };
-    pods.create(
-        &PostParams::default(),
-        &pod("writer", with_data("echo hello > /data/x", false)),
-    )
-    .await?;
+    pods.create(&PostParams::default(), &pod("writer", with_data("echo hello > /data/x", false))).await?;
     let a = wait_terminal(&pods, "writer", Duration::from_secs(60)).await;
-    assert_eq!(
-        phase(&a).as_deref(),
-        Some("Succeeded"),
-        "{:?}",
-        terminated(&a, "c")
-    );
+    assert_eq!(phase(&a).as_deref(), Some("Succeeded"), "{:?}", terminated(&a, "c"));
     let host_file = pv_dir(&env.node_state_dir(), &uid).join("x");
     assert_eq!(std::fs::read_to_string(&host_file)?, "hello\n");
-    assert!(
-        !std::path::Path::new("/data/x").exists(),
-        "the mount stays in the pod's namespace"
-    );
+    assert!(!std::path::Path::new("/data/x").exists(), "the mount stays in the pod's namespace");
 
-    pods.create(
-        &PostParams::default(),
-        &pod(
-            "reader",
-            with_data("cat /data/x > /dev/termination-log", false),
-        ),
-    )
-    .await?;
+    pods.create(&PostParams::default(), &pod("reader", with_data("cat /data/x > /dev/termination-log", false))).await?;
     let b = wait_terminal(&pods, "reader", Duration::from_secs(60)).await;
     assert_eq!(phase(&b).as_deref(), Some("Succeeded"));
-    assert_eq!(
-        terminated(&b, "c").unwrap().message.as_deref(),
-        Some("hello\n")
-    );
+    assert_eq!(terminated(&b, "c").unwrap().message.as_deref(), Some("hello\n"));
 
-    let script =
-        "hostname > /dev/termination-log; if echo y > /data/y; then exit 0; else exit 7; fi";
-    pods.create(
-        &PostParams::default(),
-        &pod("readonly", with_data(script, true)),
-    )
-    .await?;
+    let script = "hostname > /dev/termination-log; if echo y > /data/y; then exit 0; else exit 7; fi";
+    pods.create(&PostParams::default(), &pod("readonly", with_data(script, true))).await?;
     let c = wait_terminal(&pods, "readonly", Duration::from_secs(60)).await;
     let t = terminated(&c, "c").unwrap();
     assert_eq!(t.exit_code, 7, "the write must be refused");
@@ -417,10 +328,7 @@ async fn hv8_pvc_at_mount_path() -> Result<()> {
         pvs.get_opt(&pv_name).await.ok()?.is_none().then_some(())
     })
     .await;
-    assert!(
-        !pv_dir(&env.node_state_dir(), &uid).exists(),
-        "PV directory removed"
-    );
+    assert!(!pv_dir(&env.node_state_dir(), &uid).exists(), "PV directory removed");
     Ok(())
 }
 
@@ -440,41 +348,17 @@ async fn na16_on_failure_restarts_in_place() -> Result<()> {
             "command": sh("if [ -f /scratch/seen ]; then echo second > /dev/termination-log; exit 0; fi; touch /scratch/seen; echo first > /dev/termination-log; exit 4"),
             "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
     });
-    pods.create(&PostParams::default(), &pod("retry", spec))
-        .await?;
+    pods.create(&PostParams::default(), &pod("retry", spec)).await?;
     let p = wait_terminal(&pods, "retry", Duration::from_secs(60)).await;
     assert_eq!(phase(&p).as_deref(), Some("Succeeded"));
-    let cs = &p
-        .status
-        .as_ref()
-        .unwrap()
-        .container_statuses
-        .as_ref()
-        .unwrap()[0];
+    let cs = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
     assert_eq!(cs.restart_count, 1);
-    let last = cs
-        .last_state
-        .as_ref()
-        .and_then(|s| s.terminated.as_ref())
-        .expect("lastState.terminated");
-    assert_eq!(
-        (last.exit_code, last.message.as_deref()),
-        (4, Some("first\n"))
-    );
-    let now = cs
-        .state
-        .as_ref()
-        .and_then(|s| s.terminated.as_ref())
-        .unwrap();
-    assert_eq!(
-        (now.exit_code, now.message.as_deref()),
-        (0, Some("second\n"))
-    );
+    let last = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref()).expect("lastState.terminated");
+    assert_eq!((last.exit_code, last.message.as_deref()), (4, Some("first\n")));
+    let now = cs.state.as_ref().and_then(|s| s.terminated.as_ref()).unwrap();
+    assert_eq!((now.exit_code, now.message.as_deref()), (0, Some("second\n")));
     let uid = p.metadata.uid.clone().unwrap();
-    assert!(
-        read_pod_log(&env.node_state_dir(), &ns, "retry", &uid, "c", 1).is_ok(),
-        "one log file per restart"
-    );
+    assert!(read_pod_log(&env.node_state_dir(), &ns, "retry", &uid, "c", 1).is_ok(), "one log file per restart");
     Ok(())
 }
 
@@ -486,17 +370,11 @@ async fn na9_volumes_init_and_identity() -> Result<()> {
     let _g = env.log_guard();
     let client = env.client().await?;
     let ns = env.namespace("na9").await?;
-    let secret: Secret = serde_json::from_value(
-        json!({"metadata": {"name": "s"}, "stringData": {"password": "pw1", "other": "o"}}),
-    )?;
-    Api::<Secret>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &secret)
-        .await?;
-    let cm: ConfigMap =
-        serde_json::from_value(json!({"metadata": {"name": "c"}, "data": {"conf": "k=v"}}))?;
-    Api::<ConfigMap>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &cm)
-        .await?;
+    let secret: Secret =
+        serde_json::from_value(json!({"metadata": {"name": "s"}, "stringData": {"password": "pw1", "other": "o"}}))?;
+    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await?;
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "c"}, "data": {"conf": "k=v"}}))?;
+    Api::<ConfigMap>::namespaced(client.clone(), &ns).create(&PostParams::default(), &cm).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let script = r#"set -e
 out="uid=$(id -u)"
@@ -530,8 +408,7 @@ printf '%s' "$out" > /dev/termination-log"#;
                 {"name": "info", "mountPath": "/etc/info"},
             ]}],
     });
-    pods.create(&PostParams::default(), &pod("vols", spec))
-        .await?;
+    pods.create(&PostParams::default(), &pod("vols", spec)).await?;
     let p = wait_terminal(&pods, "vols", Duration::from_secs(60)).await;
     let uid = p.metadata.uid.clone().unwrap();
     let log = read_pod_log(&env.node_state_dir(), &ns, "vols", &uid, "main", 0).unwrap_or_default();
@@ -539,29 +416,10 @@ printf '%s' "$out" > /dev/termination-log"#;
     assert_eq!(phase(&p).as_deref(), Some("Succeeded"), "{t:?} log: {log}");
     assert_eq!(
         t.message.as_deref(),
-        Some(
-            format!("uid=1000 init=from-init pw=pw1 mode=440 conf=k=v name=vols gid=2000 ns={ns}")
-                .as_str()
-        )
+        Some(format!("uid=1000 init=from-init pw=pw1 mode=440 conf=k=v name=vols gid=2000 ns={ns}").as_str())
     );
-    let init = p
-        .status
-        .as_ref()
-        .unwrap()
-        .init_container_statuses
-        .as_ref()
-        .unwrap();
-    assert_eq!(
-        init[0]
-            .state
-            .as_ref()
-            .unwrap()
-            .terminated
-            .as_ref()
-            .unwrap()
-            .exit_code,
-        0
-    );
+    let init = p.status.as_ref().unwrap().init_container_statuses.as_ref().unwrap();
+    assert_eq!(init[0].state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code, 0);
     Ok(())
 }
 
@@ -575,8 +433,7 @@ async fn na16_pod_active_deadline() -> Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let spec = json!({"restartPolicy": "Never", "activeDeadlineSeconds": 1,
                       "containers": [{"name": "c", "image": "busybox", "command": sh("sleep 600")}]});
-    pods.create(&PostParams::default(), &pod("deadline", spec))
-        .await?;
+    pods.create(&PostParams::default(), &pod("deadline", spec)).await?;
     let p = wait_terminal(&pods, "deadline", Duration::from_secs(30)).await;
     let st = p.status.as_ref().unwrap();
     assert_eq!(st.phase.as_deref(), Some("Failed"));
@@ -599,28 +456,15 @@ async fn hv9_delete_running_pod() -> Result<()> {
         "containers": [{"name": "c", "image": "busybox",
                         "command": sh("trap 'echo got-TERM; exit 0' TERM; echo started; sleep 600 & wait")}],
     });
-    pods.create(&PostParams::default(), &pod("sleeper", spec))
-        .await?;
+    pods.create(&PostParams::default(), &pod("sleeper", spec)).await?;
     let running = eventually("pod Running", Duration::from_secs(30), || async {
         let p = pods.get("sleeper").await.ok()?;
         (phase(&p).as_deref() == Some("Running")).then_some(p)
     })
     .await;
     let uid = running.metadata.uid.clone().unwrap();
-    let cid = running
-        .status
-        .as_ref()
-        .unwrap()
-        .container_statuses
-        .as_ref()
-        .unwrap()[0]
-        .container_id
-        .clone()
-        .unwrap();
-    let pid: i32 = cid
-        .strip_prefix("proc://")
-        .expect("proc:// container id")
-        .parse()?;
+    let cid = running.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].container_id.clone().unwrap();
+    let pid: i32 = cid.strip_prefix("proc://").expect("proc:// container id").parse()?;
     assert!(process_alive(pid), "container process {pid} runs");
     // Let the shell install its trap before the signal arrives.
     eventually("the container logged", Duration::from_secs(10), || async {
@@ -640,19 +484,13 @@ async fn hv9_delete_running_pod() -> Result<()> {
     assert!(t0.elapsed() < Duration::from_secs(10));
     assert!(!process_alive(pid), "container process {pid} ended");
     let log = read_pod_log(&env.node_state_dir(), &ns, "sleeper", &uid, "c", 0)?;
-    assert!(
-        log.contains("got-TERM"),
-        "SIGTERM reached the container: {log:?}"
-    );
+    assert!(log.contains("got-TERM"), "SIGTERM reached the container: {log:?}");
     Ok(())
 }
 
 fn process_alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, r)| !r.trim_start().starts_with('Z'))
-            .unwrap_or(false),
+        Ok(stat) => stat.rsplit_once(')').map(|(_, r)| !r.trim_start().starts_with('Z')).unwrap_or(false),
         Err(_) => false,
     }
 }

@@ -20,10 +20,7 @@ where
         if let Some(v) = f().await {
             return Ok(v);
         }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for: {what}"
-        );
+        anyhow::ensure!(Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -43,11 +40,7 @@ fn sleeper(name: &str, script: &str) -> Pod {
 #[tokio::test]
 async fn hv12_node_agent_restart_fails_orphans() -> Result<()> {
     // No CRDs: this test is about pods only.
-    let mut env = TestEnv::start(Options {
-        crds: vec![],
-        ..Options::default()
-    })
-    .await?;
+    let mut env = TestEnv::start(Options { crds: vec![], ..Options::default() }).await?;
     let res = body(&mut env).await;
     if res.is_err() {
         eprintln!("---- test environment logs ----\n{}", env.logs_summary(60));
@@ -59,32 +52,20 @@ async fn body(env: &mut TestEnv) -> Result<()> {
     let ns = env.namespace("hv12").await?;
     let client = env.client().await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    pods.create(&PostParams::default(), &sleeper("orphan", "sleep 600"))
-        .await?;
+    pods.create(&PostParams::default(), &sleeper("orphan", "sleep 600")).await?;
     let running = eventually("pod Running", Duration::from_secs(30), || async {
         let p = pods.get("orphan").await.ok()?;
         (phase(&p).as_deref() == Some("Running")).then_some(p)
     })
     .await?;
-    let cid = running
-        .status
-        .as_ref()
-        .unwrap()
-        .container_statuses
-        .as_ref()
-        .unwrap()[0]
-        .container_id
-        .clone()
-        .unwrap();
+    let cid = running.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].container_id.clone().unwrap();
     let pid: u32 = cid.strip_prefix("proc://").unwrap().parse()?;
 
     env.cp.kill_node_agent();
     // The parent-death signal takes the container process with the agent.
-    eventually(
-        "container process gone with the agent",
-        Duration::from_secs(5),
-        || async { (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(()) },
-    )
+    eventually("container process gone with the agent", Duration::from_secs(5), || async {
+        (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+    })
     .await?;
     env.cp.start_node_agent().await?;
 
@@ -93,36 +74,21 @@ async fn body(env: &mut TestEnv) -> Result<()> {
         (phase(&p).as_deref() == Some("Failed")).then_some(p)
     })
     .await?;
-    let cs = &failed
-        .status
-        .as_ref()
-        .unwrap()
-        .container_statuses
-        .as_ref()
-        .unwrap()[0];
+    let cs = &failed.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
     let t = cs
         .state
         .as_ref()
         .and_then(|s| s.terminated.as_ref())
         .ok_or_else(|| anyhow::anyhow!("not terminated: {cs:?}"))?;
     anyhow::ensure!(t.exit_code == 137, "exit code {}", t.exit_code);
-    anyhow::ensure!(
-        t.reason.as_deref() == Some("ContainerStatusUnknown"),
-        "reason {:?}",
-        t.reason
-    );
+    anyhow::ensure!(t.reason.as_deref() == Some("ContainerStatusUnknown"), "reason {:?}", t.reason);
     anyhow::ensure!(t.finished_at.is_some(), "finishedAt missing");
 
-    pods.create(&PostParams::default(), &sleeper("after", "exit 0"))
-        .await?;
-    eventually(
-        "a new pod succeeds after the restart",
-        Duration::from_secs(30),
-        || async {
-            let p = pods.get("after").await.ok()?;
-            (phase(&p).as_deref() == Some("Succeeded")).then_some(())
-        },
-    )
+    pods.create(&PostParams::default(), &sleeper("after", "exit 0")).await?;
+    eventually("a new pod succeeds after the restart", Duration::from_secs(30), || async {
+        let p = pods.get("after").await.ok()?;
+        (phase(&p).as_deref() == Some("Succeeded")).then_some(())
+    })
     .await?;
     Ok(())
 }

@@ -42,7 +42,8 @@ pub fn run(repo_root: &Path, check: bool) -> Result<()> {
         .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| !wanted.contains(n)))
         .collect();
     for path in &stale {
-        drifted.push(format!("{} (stale: no kind generates it)", path.strip_prefix(repo_root).unwrap_or(path).display()));
+        drifted
+            .push(format!("{} (stale: no kind generates it)", path.strip_prefix(repo_root).unwrap_or(path).display()));
     }
 
     if check {

@@ -60,7 +60,9 @@ fn ensure_promtool() -> Result<()> {
     }
     step("Installing promtool (Debian package prometheus) for the alert-rule tests");
     run(Command::new("apt-get").args(["update", "-qq"]))?;
-    run(Command::new("apt-get").args(["install", "-y", "-qq", "--no-install-recommends", "prometheus"]).env("DEBIAN_FRONTEND", "noninteractive"))
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-qq", "--no-install-recommends", "prometheus"])
+        .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 fn test() -> Result<()> {
@@ -70,7 +72,9 @@ fn test() -> Result<()> {
     step("Generated files are up to date (cargo xtask gen --check)");
     generate(true)?;
     build_workspace_bins()?;
-    step("Running every test tier: pure, property, simulation, component (kopia + Garage), end-to-end (local control plane)");
+    step(
+        "Running every test tier: pure, property, simulation, component (kopia + Garage), end-to-end (local control plane)",
+    );
     let mut cmd = cargo();
     cmd.args(["test", "--workspace", "--no-fail-fast", "--", "--test-threads=2"]);
     let res = run(&mut cmd);

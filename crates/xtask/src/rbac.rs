@@ -39,12 +39,27 @@ const KIND_STATUS: &[&str] = &[
 /// ServiceAccount and RoleBinding, and may bind only the mover ClusterRole.
 const CONTROLLER: &[Rule] = &[
     Rule { group: "kopiur.home-operations.com", resources: KINDS, verbs: &["get", "list", "watch"], names: &[] },
-    Rule { group: "kopiur.home-operations.com", resources: KIND_STATUS, verbs: &["get", "patch", "update"], names: &[] },
+    Rule {
+        group: "kopiur.home-operations.com",
+        resources: KIND_STATUS,
+        verbs: &["get", "patch", "update"],
+        names: &[],
+    },
     // Scheduled children, retention prunes (stamped `pruned-by` before their delete) and the
     // `snapshot-cleanup` finalizer.
-    Rule { group: "kopiur.home-operations.com", resources: &["snapshots"], verbs: &["create", "patch", "update", "delete"], names: &[] },
+    Rule {
+        group: "kopiur.home-operations.com",
+        resources: &["snapshots"],
+        verbs: &["create", "patch", "update", "delete"],
+        names: &[],
+    },
     // The projected Maintenance named after each repository.
-    Rule { group: "kopiur.home-operations.com", resources: &["maintenances"], verbs: &["create", "patch", "delete"], names: &[] },
+    Rule {
+        group: "kopiur.home-operations.com",
+        resources: &["maintenances"],
+        verbs: &["create", "patch", "delete"],
+        names: &[],
+    },
     // Finalizers and the annotations the controller itself writes (e.g. the reverify nudge).
     Rule {
         group: "kopiur.home-operations.com",
@@ -55,7 +70,13 @@ const CONTROLLER: &[Rule] = &[
     // Owner references with blockOwnerDeletion on clusters that enforce owner permissions.
     Rule {
         group: "kopiur.home-operations.com",
-        resources: &["repositories/finalizers", "clusterrepositories/finalizers", "snapshotschedules/finalizers", "snapshots/finalizers", "restores/finalizers"],
+        resources: &[
+            "repositories/finalizers",
+            "clusterrepositories/finalizers",
+            "snapshotschedules/finalizers",
+            "snapshots/finalizers",
+            "restores/finalizers",
+        ],
         verbs: &["update"],
         names: &[],
     },
@@ -66,8 +87,18 @@ const CONTROLLER: &[Rule] = &[
     Rule { group: "", resources: &["secrets"], verbs: &["list", "watch"], names: &[] },
     Rule { group: "", resources: &["namespaces"], verbs: &["get", "list", "watch"], names: &[] },
     Rule { group: "", resources: &["serviceaccounts"], verbs: &["get", "create", "patch"], names: &[] },
-    Rule { group: "rbac.authorization.k8s.io", resources: &["rolebindings"], verbs: &["get", "create", "patch"], names: &[] },
-    Rule { group: "rbac.authorization.k8s.io", resources: &["clusterroles"], verbs: &["bind"], names: &["kopiur-mover"] },
+    Rule {
+        group: "rbac.authorization.k8s.io",
+        resources: &["rolebindings"],
+        verbs: &["get", "create", "patch"],
+        names: &[],
+    },
+    Rule {
+        group: "rbac.authorization.k8s.io",
+        resources: &["clusterroles"],
+        verbs: &["bind"],
+        names: &["kopiur-mover"],
+    },
     Rule { group: "coordination.k8s.io", resources: &["leases"], verbs: &["get", "create", "update"], names: &[] },
     Rule { group: "events.k8s.io", resources: &["events"], verbs: &["create", "patch"], names: &[] },
 ];

@@ -11,7 +11,9 @@
 
 use std::str::FromStr;
 
-use chrono::{DateTime, Datelike, Duration as ChronoDuration, LocalResult, NaiveDate, NaiveDateTime, TimeZone, Timelike, Utc};
+use chrono::{
+    DateTime, Datelike, Duration as ChronoDuration, LocalResult, NaiveDate, NaiveDateTime, TimeZone, Timelike, Utc,
+};
 use chrono_tz::Tz;
 
 use crate::domain::hash::fnv1a64;
@@ -125,9 +127,7 @@ fn parse_number(field: Field, text: &str) -> Result<u32, Error> {
         };
         return Ok(base + pos as u32);
     }
-    let value: u32 = text
-        .parse()
-        .map_err(|_| err(format!("{} {text:?} is not a number", field.name())))?;
+    let value: u32 = text.parse().map_err(|_| err(format!("{} {text:?} is not a number", field.name())))?;
     let (min, max) = field.range();
     if value < min || value > max {
         return Err(err(format!("{} {value} out of range {min}-{max}", field.name())));
@@ -136,9 +136,7 @@ fn parse_number(field: Field, text: &str) -> Result<u32, Error> {
 }
 
 fn parse_step(field: Field, text: &str) -> Result<u32, Error> {
-    let step: u32 = text
-        .parse()
-        .map_err(|_| err(format!("{} step {text:?} is not a number", field.name())))?;
+    let step: u32 = text.parse().map_err(|_| err(format!("{} step {text:?} is not a number", field.name())))?;
     if step == 0 {
         return Err(err(format!("{} step must be at least 1", field.name())));
     }
@@ -246,7 +244,8 @@ impl Cron {
     /// The first slot strictly after `after`, evaluated on wall-clock time in `tz`.
     pub fn next_after(&self, after: DateTime<Utc>, tz: Tz) -> Result<DateTime<Utc>, Error> {
         let local = after.with_timezone(&tz).naive_local();
-        let start = local.with_second(0).and_then(|t| t.with_nanosecond(0)).unwrap_or(local) + ChronoDuration::minutes(1);
+        let start =
+            local.with_second(0).and_then(|t| t.with_nanosecond(0)).unwrap_or(local) + ChronoDuration::minutes(1);
         let horizon_year = start.year() + 8;
         let mut t = start;
         while t.year() <= horizon_year {
@@ -333,7 +332,13 @@ pub struct NextSlot {
     pub at: DateTime<Utc>,
 }
 
-pub fn next_slot(cron: &Cron, uid: &str, after: DateTime<Utc>, tz: Tz, jitter: Option<&Duration>) -> Result<NextSlot, Error> {
+pub fn next_slot(
+    cron: &Cron,
+    uid: &str,
+    after: DateTime<Utc>,
+    tz: Tz,
+    jitter: Option<&Duration>,
+) -> Result<NextSlot, Error> {
     let slot = cron.next_after(after, tz)?;
     Ok(NextSlot { slot, at: fire_time(uid, slot, jitter) })
 }

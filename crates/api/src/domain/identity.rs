@@ -32,7 +32,11 @@ pub fn validate_component(component: &'static str, value: &str) -> Result<(), Er
 
 /// The identity a policy writes as: the explicit override, else the policy name and the
 /// namespace.
-pub fn resolve_identity(policy_name: &str, namespace: &str, explicit: Option<&Identity>) -> Result<PinnedIdentity, Error> {
+pub fn resolve_identity(
+    policy_name: &str,
+    namespace: &str,
+    explicit: Option<&Identity>,
+) -> Result<PinnedIdentity, Error> {
     let username = explicit.and_then(|i| i.username.as_deref()).unwrap_or(policy_name);
     let hostname = explicit.and_then(|i| i.hostname.as_deref()).unwrap_or(namespace);
     validate_component("username", username)?;
@@ -42,7 +46,12 @@ pub fn resolve_identity(policy_name: &str, namespace: &str, explicit: Option<&Id
 
 /// The kopia source path of one PVC: the override, else `/pvc/<name>` or
 /// `/pvc/<namespace>/<name>`.
-pub fn source_path(strategy: SourcePathStrategy, pvc_namespace: &str, pvc_name: &str, override_path: Option<&str>) -> String {
+pub fn source_path(
+    strategy: SourcePathStrategy,
+    pvc_namespace: &str,
+    pvc_name: &str,
+    override_path: Option<&str>,
+) -> String {
     if let Some(path) = override_path {
         return path.to_owned();
     }

@@ -27,9 +27,7 @@ pub fn effective_jitter(own: Option<&Duration>, repository_default: Option<&Dura
 
 /// The mover Job TTL; batch-delete Jobs never get one.
 pub fn ttl_seconds_after_finished(recipe: Option<i64>, repository_default: Option<i64>) -> i64 {
-    recipe
-        .or(repository_default)
-        .unwrap_or(crate::shared::MoverDefaults::DEFAULT_TTL_SECONDS_AFTER_FINISHED)
+    recipe.or(repository_default).unwrap_or(crate::shared::MoverDefaults::DEFAULT_TTL_SECONDS_AFTER_FINISHED)
 }
 
 /// Hold-off of the breaker's strict retry: 120 s doubling per attempt, capped at 600 s.

@@ -229,7 +229,13 @@ impl Backend {
     pub fn is_core(&self) -> bool {
         match self {
             Self::S3(_) | Self::Filesystem(_) => true,
-            Self::Azure(_) | Self::Gcs(_) | Self::B2(_) | Self::Sftp(_) | Self::WebDav(_) | Self::Rclone(_) | Self::Gdrive(_) => false,
+            Self::Azure(_)
+            | Self::Gcs(_)
+            | Self::B2(_)
+            | Self::Sftp(_)
+            | Self::WebDav(_)
+            | Self::Rclone(_)
+            | Self::Gdrive(_) => false,
         }
     }
 

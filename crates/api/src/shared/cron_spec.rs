@@ -10,7 +10,10 @@ use crate::Duration;
 pub struct CronSpec {
     /// Five fields (minute hour day-of-month month day-of-week) or a macro; `H` is replaced by
     /// a value hashed from the owning object's UID.
-    #[schemars(length(max = 128), regex(pattern = r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|\S+( +\S+){4})$"))]
+    #[schemars(
+        length(max = 128),
+        regex(pattern = r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|\S+( +\S+){4})$")
+    )]
     pub cron: String,
     /// Each slot is delayed by a deterministic offset in `[0, jitter)`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

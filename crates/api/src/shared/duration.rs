@@ -119,9 +119,7 @@ fn parse_seconds(input: &str) -> Result<u64, Error> {
 
 fn add_group(input: &str, total: u64, number: Option<u64>, factor: u64) -> Result<u64, Error> {
     let n = number.ok_or_else(|| invalid(input, "a unit must follow a number"))?;
-    n.checked_mul(factor)
-        .and_then(|v| total.checked_add(v))
-        .ok_or_else(|| invalid(input, "out of range"))
+    n.checked_mul(factor).and_then(|v| total.checked_add(v)).ok_or_else(|| invalid(input, "out of range"))
 }
 
 fn canonical(seconds: u64) -> String {

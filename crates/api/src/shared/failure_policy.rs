@@ -31,8 +31,6 @@ impl FailurePolicy {
     }
 
     pub fn resolved_pod_startup_deadline_seconds(policy: Option<&Self>) -> i64 {
-        policy
-            .and_then(|p| p.pod_startup_deadline_seconds)
-            .unwrap_or(Self::DEFAULT_POD_STARTUP_DEADLINE_SECONDS)
+        policy.and_then(|p| p.pod_startup_deadline_seconds).unwrap_or(Self::DEFAULT_POD_STARTUP_DEADLINE_SECONDS)
     }
 }

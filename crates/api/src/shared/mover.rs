@@ -193,7 +193,8 @@ pub struct MoverSpec {
 pub mod rule {
     pub const MAINTENANCE: &str = "!has(self.inheritSecurityContextFrom) || (!has(self.inheritSecurityContextFrom.pvcConsumer) && !has(self.inheritSecurityContextFrom.snapshot))";
     pub const MAINTENANCE_MESSAGE: &str = "inheritSecurityContextFrom: only workloadSelector is valid on Maintenance";
-    pub const RESTORE: &str = "!has(self.inheritSecurityContextFrom) || !has(self.inheritSecurityContextFrom.pvcConsumer)";
+    pub const RESTORE: &str =
+        "!has(self.inheritSecurityContextFrom) || !has(self.inheritSecurityContextFrom.pvcConsumer)";
     pub const RESTORE_MESSAGE: &str = "inheritSecurityContextFrom.pvcConsumer is not valid on a Restore";
     pub const REPLICATION: &str = "!has(self.inheritSecurityContextFrom)";
     pub const REPLICATION_MESSAGE: &str = "inheritSecurityContextFrom is not valid on RepositoryReplication";

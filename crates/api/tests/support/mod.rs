@@ -43,7 +43,12 @@ pub fn schema_for_kind(kind: &str) -> Value {
     let schemas = SCHEMAS.get_or_init(|| {
         kopiur_api::crds()
             .into_iter()
-            .map(|c| (c.spec.names.kind.clone(), serde_json::to_value(&c.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema).unwrap()))
+            .map(|c| {
+                (
+                    c.spec.names.kind.clone(),
+                    serde_json::to_value(&c.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema).unwrap(),
+                )
+            })
             .collect()
     });
     schemas.iter().find(|(k, _)| k == kind).map(|(_, s)| s.clone()).unwrap_or_else(|| panic!("no CRD for kind {kind}"))

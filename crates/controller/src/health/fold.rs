@@ -134,11 +134,7 @@ pub fn success_fold(
             } else {
                 // R17: a different repository answered; never adopt it silently.
                 let message = messages::unique_id_mismatch(&facts.id, &pin, unique_id);
-                to_failed(
-                    out,
-                    TerminalReason::RepositoryUniqueIdMismatch { found: unique_id.to_string() },
-                    message,
-                );
+                to_failed(out, TerminalReason::RepositoryUniqueIdMismatch { found: unique_id.to_string() }, message);
                 out.status.reach = Some(ReachState {
                     reach: super::types::Reach::Reachable,
                     message: Verdict::Reachable { unique_id: String::new(), created, index_blob_count }.summary(),
@@ -222,7 +218,14 @@ fn to_failed(out: &mut FoldOutcome, reason: TerminalReason, message: String) {
     out.status.health.breaker_opened_at = None;
 }
 
-fn fold_strict(facts: &RepoFacts, job: &JobFacts, completed_at: Time, verdict: &Verdict, now: Time, out: &mut FoldOutcome) {
+fn fold_strict(
+    facts: &RepoFacts,
+    job: &JobFacts,
+    completed_at: Time,
+    verdict: &Verdict,
+    now: Time,
+    out: &mut FoldOutcome,
+) {
     let prev_phase = out.status.phase.unwrap_or(Phase::Pending);
     let pin = pinned(&out.status);
     match strict_route(verdict) {
@@ -294,13 +297,21 @@ fn fold_strict(facts: &RepoFacts, job: &JobFacts, completed_at: Time, verdict: &
                         Some(Bootstrapped::No { reason: reason.reason().to_string(), message: verdict.summary() });
                 }
             }
-            let message = format!("{}; fix it and the repository retries on the next spec or Secret change", verdict.summary());
+            let message =
+                format!("{}; fix it and the repository retries on the next spec or Secret change", verdict.summary());
             to_failed(out, reason, message);
         }
     }
 }
 
-fn fold_probe(facts: &RepoFacts, job: &JobFacts, completed_at: Time, verdict: &Verdict, now: Time, out: &mut FoldOutcome) {
+fn fold_probe(
+    facts: &RepoFacts,
+    job: &JobFacts,
+    completed_at: Time,
+    verdict: &Verdict,
+    now: Time,
+    out: &mut FoldOutcome,
+) {
     let prev_phase = out.status.phase.unwrap_or(Phase::Pending);
     match verdict {
         Verdict::Reachable { unique_id, created, index_blob_count } => {
@@ -363,4 +374,3 @@ impl FailureReasonLabel {
         }
     }
 }
-

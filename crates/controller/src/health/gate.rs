@@ -37,7 +37,9 @@ pub enum AckState {
     NotEvaluated,
     Honored,
     /// Present but not equal to the pin (or nothing pinned).
-    Invalid { value: String },
+    Invalid {
+        value: String,
+    },
 }
 
 pub fn ack_state(facts: &RepoFacts, phase: Phase) -> AckState {

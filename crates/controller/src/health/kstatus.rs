@@ -64,7 +64,10 @@ pub fn conditions(facts: &RepoFacts, st: &RepoStatus) -> Vec<Cond> {
         Phase::Initializing => match (&st.bootstrapped, &st.health.strict_retry) {
             (Some(Bootstrapped::No { reason, message }), Some(r)) => (
                 reason.clone(),
-                format!("first bootstrap failed: {message}; retrying at {}", r.next_attempt_at.format("%Y-%m-%dT%H:%M:%SZ")),
+                format!(
+                    "first bootstrap failed: {message}; retrying at {}",
+                    r.next_attempt_at.format("%Y-%m-%dT%H:%M:%SZ")
+                ),
             ),
             (Some(Bootstrapped::No { .. }), None) | (Some(Bootstrapped::Yes), _) | (None, _) => {
                 ("Bootstrapping".into(), format!("connecting to {target}"))
@@ -123,12 +126,9 @@ pub fn conditions(facts: &RepoFacts, st: &RepoStatus) -> Vec<Cond> {
         (Some(r), _) if r.reach != Reach::Reachable => {
             Some(cond("BackendReachable", CondStatus::False, r.reach.reason(), r.message.clone()))
         }
-        (Some(_), false) | (None, false) => Some(cond(
-            "BackendReachable",
-            CondStatus::Unknown,
-            "ProbeDisabled",
-            "spec.health.probe.enabled is false",
-        )),
+        (Some(_), false) | (None, false) => {
+            Some(cond("BackendReachable", CondStatus::Unknown, "ProbeDisabled", "spec.health.probe.enabled is false"))
+        }
         (Some(r), true) => Some(cond("BackendReachable", CondStatus::True, "Reachable", r.message.clone())),
         (None, true) => None,
     };

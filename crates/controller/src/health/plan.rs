@@ -222,9 +222,7 @@ fn ready_probe(facts: &RepoFacts, now: Time, d: &mut Decision) {
         (Some(_), None) => true,
         (None, _) => false,
     };
-    if attempt_pending
-        && let Some(a) = h.probe_attempt_at
-    {
+    if attempt_pending && let Some(a) = h.probe_attempt_at {
         let until = a + Duration::seconds(tuning.launch_grace_seconds);
         if now < until {
             d.requeue_after = Some(secs_until(now, until));

@@ -223,7 +223,9 @@ pub enum TerminalReason {
     Class(FailureClass),
     RepositoryNotInitialized,
     RepositoryReinitializeBlocked,
-    RepositoryUniqueIdMismatch { found: String },
+    RepositoryUniqueIdMismatch {
+        found: String,
+    },
     BootstrapJobFailed,
 }
 

@@ -5,17 +5,27 @@ use super::types::{ConnectResult, FailureClass, Reach};
 /// The verdict of one connect (rows checked top to bottom).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    Reachable { unique_id: String, created: bool, index_blob_count: Option<u64> },
+    Reachable {
+        unique_id: String,
+        created: bool,
+        index_blob_count: Option<u64>,
+    },
     /// The Job hit its deadline, or kopia's own command deadline fired.
-    ProbeDeadlineExceeded { job_deadline: bool },
+    ProbeDeadlineExceeded {
+        job_deadline: bool,
+    },
     /// The storage is reachable but holds no repository.
     NotInitialized,
     /// RepositoryUnavailable, or NotFound without notInitialized (a missing bucket or path).
-    BackendUnreachable { class: FailureClass },
+    BackendUnreachable {
+        class: FailureClass,
+    },
     /// The Job failed and the mover wrote nothing (crash, wedged pod).
     BootstrapJobFailed,
     /// Everything a human must fix: auth, access, permissions, a lock, anything unknown.
-    ConnectFailed { class: FailureClass },
+    ConnectFailed {
+        class: FailureClass,
+    },
 }
 
 impl Verdict {
@@ -102,11 +112,9 @@ pub enum StrictRoute {
 pub fn strict_route(verdict: &Verdict) -> StrictRoute {
     use super::types::TerminalReason;
     match verdict {
-        Verdict::Reachable { unique_id, created, index_blob_count } => StrictRoute::Ready {
-            unique_id: unique_id.clone(),
-            created: *created,
-            index_blob_count: *index_blob_count,
-        },
+        Verdict::Reachable { unique_id, created, index_blob_count } => {
+            StrictRoute::Ready { unique_id: unique_id.clone(), created: *created, index_blob_count: *index_blob_count }
+        }
         Verdict::ProbeDeadlineExceeded { .. } => StrictRoute::Retry,
         Verdict::BackendUnreachable { class: FailureClass::RepositoryUnavailable } => StrictRoute::Retry,
         Verdict::NotInitialized => StrictRoute::NotInitialized,

@@ -20,7 +20,8 @@ use kube::runtime::events::{Event as KEvent, EventType as KEventType};
 use kube::{Api, ResourceExt};
 
 use super::observe::{
-    ANN_CREATE_GATE, ANN_CREDENTIAL_VERSION, ANN_PROBE_KIND, GATE_VIA_ACK, job_name, result_configmap_name, secret_names,
+    ANN_CREATE_GATE, ANN_CREDENTIAL_VERSION, ANN_PROBE_KIND, GATE_VIA_ACK, job_name, result_configmap_name,
+    secret_names,
 };
 use super::{Ctx, Error, RepoObject};
 use crate::health::{ConnectKind, CreateGate, Decision, Effect, EventType, Launch, Plan, RepoFacts};
@@ -115,9 +116,10 @@ pub fn merge_patch(old: &serde_json::Value, new: &serde_json::Value) -> serde_js
             }
             Value::Object(out)
         }
-        (Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) | Value::Array(_) | Value::Object(_), _) => {
-            new.clone()
-        }
+        (
+            Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) | Value::Array(_) | Value::Object(_),
+            _,
+        ) => new.clone(),
     }
 }
 
@@ -131,7 +133,10 @@ mod tests {
         let old = json!({"phase": "Degraded", "health": {"consecutiveProbeFailures": 4, "strictRetry": {"attempt": 2}, "breakerOpenedAt": "t"}});
         let new = json!({"phase": "Ready", "health": {"consecutiveProbeFailures": 0}});
         let p = merge_patch(&old, &new);
-        assert_eq!(p, json!({"phase": "Ready", "health": {"consecutiveProbeFailures": 0, "strictRetry": null, "breakerOpenedAt": null}}));
+        assert_eq!(
+            p,
+            json!({"phase": "Ready", "health": {"consecutiveProbeFailures": 0, "strictRetry": null, "breakerOpenedAt": null}})
+        );
     }
 }
 
@@ -280,7 +285,9 @@ pub fn kopia_backend(b: &Backend) -> Result<kopiur_kopia::Backend, Error> {
         | Backend::Sftp(_)
         | Backend::WebDav(_)
         | Backend::Rclone(_)
-        | Backend::Gdrive(_) => Err(Error::InvalidSpec(format!("spec.backend.{} is not implemented in this release", b.key()))),
+        | Backend::Gdrive(_) => {
+            Err(Error::InvalidSpec(format!("spec.backend.{} is not implemented in this release", b.key())))
+        }
     }
 }
 

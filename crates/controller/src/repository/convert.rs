@@ -53,10 +53,9 @@ pub fn to_pure(st: Option<&RepositoryStatus>) -> RepoStatus {
     let h = st.health.clone().unwrap_or_default();
     let phase = st.phase.as_ref().and_then(phase_from_api);
     let terminal = match (phase, cond(&st.conditions, "Ready")) {
-        (Some(Phase::Failed), Some(c)) => Some(Terminal {
-            reason: terminal_reason_from(c.reason.as_str()),
-            message: c.message.clone(),
-        }),
+        (Some(Phase::Failed), Some(c)) => {
+            Some(Terminal { reason: terminal_reason_from(c.reason.as_str()), message: c.message.clone() })
+        }
         (Some(Phase::Failed), None) => {
             Some(Terminal { reason: TerminalReason::Class(FailureClass::Unknown), message: String::new() })
         }
@@ -151,7 +150,12 @@ fn ktime(t: DateTime<Utc>) -> KTime {
 
 /// Desired conditions replace existing ones of the same type in place (order kept; new types
 /// appended). `lastTransitionTime` moves only when the status changes.
-pub fn merge_conditions(existing: &[Condition], desired: &[Cond], generation: i64, now: DateTime<Utc>) -> Vec<Condition> {
+pub fn merge_conditions(
+    existing: &[Condition],
+    desired: &[Cond],
+    generation: i64,
+    now: DateTime<Utc>,
+) -> Vec<Condition> {
     let render = |d: &Cond, prev: Option<&Condition>| Condition {
         type_: d.type_.to_string(),
         status: d.status.as_str().to_string(),
@@ -204,9 +208,15 @@ mod tests {
     #[test]
     fn order_is_kept_and_foreign_conditions_survive() {
         let t1 = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
-        let mut existing = merge_conditions(&[], &[c("Stalled", CondStatus::False, "x"), c("Ready", CondStatus::True, "y")], 1, t1);
+        let mut existing =
+            merge_conditions(&[], &[c("Stalled", CondStatus::False, "x"), c("Ready", CondStatus::True, "y")], 1, t1);
         existing.push(Condition { type_: "MassDeletionHeld".into(), status: "False".into(), ..existing[0].clone() });
-        let out = merge_conditions(&existing, &[c("Ready", CondStatus::True, "y"), c("Stalled", CondStatus::False, "x")], 1, t1);
+        let out = merge_conditions(
+            &existing,
+            &[c("Ready", CondStatus::True, "y"), c("Stalled", CondStatus::False, "x")],
+            1,
+            t1,
+        );
         let types: Vec<&str> = out.iter().map(|c| c.type_.as_str()).collect();
         assert_eq!(types, vec!["Stalled", "Ready", "MassDeletionHeld"]);
     }
@@ -231,10 +241,7 @@ mod tests {
             bootstrapped: Some(Bootstrapped::Yes),
             index_blob_count: Some(7),
         };
-        let facts = crate::health::RepoFacts {
-            status: pure.clone(),
-            ..crate_facts()
-        };
+        let facts = crate::health::RepoFacts { status: pure.clone(), ..crate_facts() };
         let conds = crate::health::kstatus::conditions(&facts, &pure);
         let api = from_pure(None, &pure, &conds, "s3", now);
         let back = to_pure(Some(&api));
@@ -244,7 +251,12 @@ mod tests {
     fn crate_facts() -> crate::health::RepoFacts {
         use crate::health::*;
         RepoFacts {
-            id: RepoIdentity { kind: RepoKind::Repository, namespace: Some("t".into()), name: "r".into(), target: "s3://b/p".into() },
+            id: RepoIdentity {
+                kind: RepoKind::Repository,
+                namespace: Some("t".into()),
+                name: "r".into(),
+                target: "s3://b/p".into(),
+            },
             spec: SpecFacts {
                 generation: 3,
                 probe: ProbeSettings::default(),

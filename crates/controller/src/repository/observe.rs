@@ -13,8 +13,8 @@ use kube::{Api, ResourceExt};
 
 use super::{Ctx, Error, RepoObject};
 use crate::health::{
-    ConnectKind, ConnectResult, FailureClass, JobFacts, JobState, ProbeSettings, ProbeTrigger, RepoFacts,
-    RepoIdentity, SpecFacts,
+    ConnectKind, ConnectResult, FailureClass, JobFacts, JobState, ProbeSettings, ProbeTrigger, RepoFacts, RepoIdentity,
+    SpecFacts,
 };
 
 /// Annotations the controller writes on its own bootstrap Jobs.
@@ -64,10 +64,12 @@ pub fn secret_names<K: RepoObject>(obj: &K) -> (String, Option<String>) {
     (pw, auth)
 }
 
-fn secret_rv(store: &kube::runtime::reflector::Store<PartialObjectMeta<Secret>>, ns: &str, name: &str) -> Option<String> {
-    store
-        .get(&ObjectRef::new(name).within(ns))
-        .map(|s| s.metadata.resource_version.clone().unwrap_or_default())
+fn secret_rv(
+    store: &kube::runtime::reflector::Store<PartialObjectMeta<Secret>>,
+    ns: &str,
+    name: &str,
+) -> Option<String> {
+    store.get(&ObjectRef::new(name).within(ns)).map(|s| s.metadata.resource_version.clone().unwrap_or_default())
 }
 
 /// `"<pwRV>/<authRV>"`, or None while a referenced Secret is missing.
@@ -137,27 +139,21 @@ pub async fn job_facts<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Option<JobFa
     }
     let uid = job.uid().unwrap_or_default();
     let ann = job.annotations();
-    let kind = ann
-        .get(ANN_PROBE_KIND)
-        .and_then(|k| ConnectKind::from_probe_kind(k))
-        .unwrap_or(match job.labels().get(kopiur_mover::job::LABEL_CONNECT_KIND).map(String::as_str) {
+    let kind = ann.get(ANN_PROBE_KIND).and_then(|k| ConnectKind::from_probe_kind(k)).unwrap_or(
+        match job.labels().get(kopiur_mover::job::LABEL_CONNECT_KIND).map(String::as_str) {
             Some("probe") => ConnectKind::Probe(ProbeTrigger::Periodic),
             Some(_) | None => ConnectKind::Strict,
-        });
+        },
+    );
     let state = match terminal(&job) {
         None => JobState::Running,
         Some((completed_at, failed_reason)) => {
-            let folded = obj
-                .status_common()
-                .and_then(|s| s.health.as_ref())
-                .and_then(|h| h.last_folded_job_uid.as_deref())
-                == Some(uid.as_str());
+            let folded =
+                obj.status_common().and_then(|s| s.health.as_ref()).and_then(|h| h.last_folded_job_uid.as_deref())
+                    == Some(uid.as_str());
             // Read the result only when it will be folded (once per Job).
             let result = if folded { None } else { read_result(ctx, &ns, &name).await? };
-            JobState::Finished {
-                completed_at,
-                result: connect_result(result.as_ref(), &uid, failed_reason.as_deref()),
-            }
+            JobState::Finished { completed_at, result: connect_result(result.as_ref(), &uid, failed_reason.as_deref()) }
         }
     };
     Ok(Some(JobFacts {

@@ -116,7 +116,13 @@ async fn bench(runs: u32) -> Result<()> {
         v.sort();
         v[v.len() / 2]
     };
-    println!("bench testenv_warm_start_control_plane_ready_seconds median={:.2} runs={runs}", med(&mut cp).as_secs_f64());
-    println!("bench testenv_warm_start_with_node_agent_ready_seconds median={:.2} runs={runs}", med(&mut full).as_secs_f64());
+    println!(
+        "bench testenv_warm_start_control_plane_ready_seconds median={:.2} runs={runs}",
+        med(&mut cp).as_secs_f64()
+    );
+    println!(
+        "bench testenv_warm_start_with_node_agent_ready_seconds median={:.2} runs={runs}",
+        med(&mut full).as_secs_f64()
+    );
     Ok(())
 }

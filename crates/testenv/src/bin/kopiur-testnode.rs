@@ -35,9 +35,8 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("info,kube=warn,hyper=warn,tower=warn")
-            }),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,hyper=warn,tower=warn")),
         )
         .init();
     let args = Args::parse();
@@ -45,8 +44,7 @@ fn main() -> anyhow::Result<()> {
         Some(s) if s.is_finite() && s >= 0.0 => Duration::from_secs_f64(s),
         Some(s) => anyhow::bail!("invalid --max-grace-seconds {s}"),
         None => match std::env::var(MAX_GRACE_ENV) {
-            Ok(v) => node::parse_grace(&v)
-                .ok_or_else(|| anyhow::anyhow!("invalid {MAX_GRACE_ENV}={v:?}"))?,
+            Ok(v) => node::parse_grace(&v).ok_or_else(|| anyhow::anyhow!("invalid {MAX_GRACE_ENV}={v:?}"))?,
             Err(_) => node::DEFAULT_MAX_GRACE,
         },
     };
@@ -58,9 +56,6 @@ fn main() -> anyhow::Result<()> {
         kubelet_version: args.kubelet_version,
         max_grace,
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(node::run(cfg))
 }

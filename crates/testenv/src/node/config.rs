@@ -38,10 +38,7 @@ pub fn parse_grace(s: &str) -> Option<Duration> {
         return ms.trim().parse::<u64>().ok().map(Duration::from_millis);
     }
     let secs = s.strip_suffix('s').unwrap_or(s).trim();
-    secs.parse::<f64>()
-        .ok()
-        .filter(|v| v.is_finite() && *v >= 0.0)
-        .map(Duration::from_secs_f64)
+    secs.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0).map(Duration::from_secs_f64)
 }
 
 #[cfg(test)]

@@ -31,10 +31,7 @@ pub struct Launch {
 }
 
 fn config_error(message: impl Into<String>) -> StartFail {
-    StartFail::Waiting {
-        reason: "CreateContainerConfigError".into(),
-        message: message.into(),
-    }
+    StartFail::Waiting { reason: "CreateContainerConfigError".into(), message: message.into() }
 }
 
 /// Identity from the pod and container security contexts (NA-11).
@@ -44,27 +41,16 @@ pub type Identity = (Option<u32>, Option<u32>, Option<Vec<u32>>, Option<u32>);
 pub fn identity(pod: &Pod, c: &Container) -> Result<Identity, String> {
     let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let csc = c.security_context.as_ref();
-    let uid = csc
-        .and_then(|s| s.run_as_user)
-        .or(psc.and_then(|s| s.run_as_user));
-    let gid = csc
-        .and_then(|s| s.run_as_group)
-        .or(psc.and_then(|s| s.run_as_group));
-    let non_root = csc
-        .and_then(|s| s.run_as_non_root)
-        .or(psc.and_then(|s| s.run_as_non_root));
+    let uid = csc.and_then(|s| s.run_as_user).or(psc.and_then(|s| s.run_as_user));
+    let gid = csc.and_then(|s| s.run_as_group).or(psc.and_then(|s| s.run_as_group));
+    let non_root = csc.and_then(|s| s.run_as_non_root).or(psc.and_then(|s| s.run_as_non_root));
     if non_root == Some(true) && uid.unwrap_or(0) == 0 {
         return Err("container has runAsNonRoot and image will run as root".into());
     }
     let fs_group = psc.and_then(|s| s.fs_group).map(|g| g as u32);
-    let supplemental: Vec<u32> = psc
-        .and_then(|s| s.supplemental_groups.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|g| g as u32)
-        .collect();
-    let groups = if uid.is_some() || gid.is_some() || fs_group.is_some() || !supplemental.is_empty()
-    {
+    let supplemental: Vec<u32> =
+        psc.and_then(|s| s.supplemental_groups.clone()).unwrap_or_default().into_iter().map(|g| g as u32).collect();
+    let groups = if uid.is_some() || gid.is_some() || fs_group.is_some() || !supplemental.is_empty() {
         let mut g: Vec<u32> = fs_group.into_iter().chain(supplemental).collect();
         g.sort();
         g.dedup();
@@ -81,11 +67,7 @@ pub fn identity(pod: &Pod, c: &Container) -> Result<Identity, String> {
 }
 
 fn lossy(m: Option<BTreeMap<String, Vec<u8>>>) -> Option<BTreeMap<String, String>> {
-    m.map(|m| {
-        m.into_iter()
-            .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
-            .collect()
-    })
+    m.map(|m| m.into_iter().map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned())).collect())
 }
 
 /// Everything needed to start `c`, or why not.
@@ -107,9 +89,7 @@ pub async fn prepare_launch(
     let Some(entry) = map.lookup(&image) else {
         return Err(StartFail::Waiting {
             reason: "ErrImagePull".into(),
-            message: format!(
-                "Failed to pull image \"{image}\": no local executable is mapped for this image"
-            ),
+            message: format!("Failed to pull image \"{image}\": no local executable is mapped for this image"),
         });
     };
 
@@ -118,44 +98,27 @@ pub async fn prepare_launch(
     let (secret_names, cm_names) = referenced_sources(c);
     let mut sources = EnvSources::default();
     for s in secret_names {
-        let data = volumes::fetch_secret(&ctx.client, &ns, &s)
-            .await
-            .map_err(config_error)?;
+        let data = volumes::fetch_secret(&ctx.client, &ns, &s).await.map_err(config_error)?;
         sources.secrets.insert(s, lossy(data));
     }
     for m in cm_names {
-        let data = volumes::fetch_config_map(&ctx.client, &ns, &m)
-            .await
-            .map_err(config_error)?;
+        let data = volumes::fetch_config_map(&ctx.client, &ns, &m).await.map_err(config_error)?;
         sources.config_maps.insert(m, lossy(data));
     }
-    let env = resolve_env(pod, c, &sources, ctx.cfg.apiserver_port, &ctx.host_path)
-        .map_err(config_error)?;
-    let lookup = |n: &str| {
-        env.iter()
-            .rev()
-            .find(|(k, _)| k == n)
-            .map(|(_, v)| v.clone())
-    };
+    let env = resolve_env(pod, c, &sources, ctx.cfg.apiserver_port, &ctx.host_path).map_err(config_error)?;
+    let lookup = |n: &str| env.iter().rev().find(|(k, _)| k == n).map(|(_, v)| v.clone());
 
     let command: Vec<String> = c.command.clone().unwrap_or_default();
-    let mut argv: Vec<String> = effective_argv(entry, &command, c.args.as_deref())
-        .iter()
-        .map(|a| expand(a, lookup))
-        .collect();
+    let mut argv: Vec<String> =
+        effective_argv(entry, &command, c.args.as_deref()).iter().map(|a| expand(a, lookup)).collect();
     if argv.is_empty() {
-        return Err(StartFail::StartError(format!(
-            "no command for image \"{image}\""
-        )));
+        return Err(StartFail::StartError(format!("no command for image \"{image}\"")));
     }
     let path_var = lookup("PATH").unwrap_or_else(|| ctx.host_path.clone());
     match resolve_executable(&argv[0], &path_var) {
         Some(p) => argv[0] = p.to_string_lossy().into_owned(),
         None => {
-            return Err(StartFail::StartError(format!(
-                "exec: \"{}\": executable file not found in $PATH",
-                argv[0]
-            )));
+            return Err(StartFail::StartError(format!("exec: \"{}\": executable file not found in $PATH", argv[0])));
         }
     }
 
@@ -176,17 +139,12 @@ pub async fn prepare_launch(
         let mut source = vol.host_path.clone();
         if let Some(sub) = sub.filter(|_| vol.kind == MountKind::Bind) {
             let rel = Path::new(&sub);
-            if rel.is_absolute()
-                || rel
-                    .components()
-                    .any(|c| matches!(c, std::path::Component::ParentDir))
-            {
+            if rel.is_absolute() || rel.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
                 return Err(config_error(format!("invalid subPath {sub:?}")));
             }
             source = source.join(rel);
             if !source.exists() {
-                std::fs::create_dir_all(&source)
-                    .map_err(|e| StartFail::StartError(format!("subPath: {e}")))?;
+                std::fs::create_dir_all(&source).map_err(|e| StartFail::StartError(format!("subPath: {e}")))?;
             }
         }
         if fs_group.is_some() && vol.kind == MountKind::Bind {
@@ -211,11 +169,8 @@ pub async fn prepare_launch(
             kind: MountKind::Bind,
         });
     }
-    let term_target = c
-        .termination_message_path
-        .clone()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| DEFAULT_TERMINATION_PATH.into());
+    let term_target =
+        c.termination_message_path.clone().filter(|p| !p.is_empty()).unwrap_or_else(|| DEFAULT_TERMINATION_PATH.into());
     mounts.push(MountSpec {
         source: termination_file.to_path_buf(),
         target: PathBuf::from(term_target),
@@ -229,19 +184,9 @@ pub async fn prepare_launch(
         uid,
         gid,
         groups,
-        cwd: c
-            .working_dir
-            .clone()
-            .filter(|w| !w.is_empty())
-            .map(PathBuf::from),
+        cwd: c.working_dir.clone().filter(|w| !w.is_empty()).map(PathBuf::from),
     };
-    Ok(Launch {
-        argv,
-        env,
-        plan,
-        fs_group_dirs,
-        fs_group,
-    })
+    Ok(Launch { argv, env, plan, fs_group_dirs, fs_group })
 }
 
 enum VolumeClass {
@@ -254,15 +199,9 @@ enum VolumeClass {
 }
 
 fn volume_class(pod: &Pod, name: &str) -> VolumeClass {
-    let v = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .and_then(|v| v.iter().find(|v| v.name == name));
+    let v = pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).and_then(|v| v.iter().find(|v| v.name == name));
     match v {
-        Some(v) if v.empty_dir.is_some() || v.persistent_volume_claim.is_some() => {
-            VolumeClass::Writable
-        }
+        Some(v) if v.empty_dir.is_some() || v.persistent_volume_claim.is_some() => VolumeClass::Writable,
         Some(v) if v.host_path.is_some() => VolumeClass::Host,
         _ => VolumeClass::Projected,
     }
@@ -274,13 +213,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{PodSecurityContext, PodSpec, SecurityContext};
 
     fn pod(psc: Option<PodSecurityContext>) -> Pod {
-        Pod {
-            spec: Some(PodSpec {
-                security_context: psc,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        Pod { spec: Some(PodSpec { security_context: psc, ..Default::default() }), ..Default::default() }
     }
 
     #[test]
@@ -293,10 +226,7 @@ mod tests {
             supplemental_groups: Some(vec![3000]),
             ..Default::default()
         }));
-        assert_eq!(
-            identity(&p, &c).unwrap(),
-            (Some(1000), Some(0), Some(vec![2000, 3000]), Some(2000))
-        );
+        assert_eq!(identity(&p, &c).unwrap(), (Some(1000), Some(0), Some(vec![2000, 3000]), Some(2000)));
         let c2 = Container {
             security_context: Some(SecurityContext {
                 run_as_user: Some(7),
@@ -307,16 +237,10 @@ mod tests {
         };
         assert_eq!(identity(&p, &c2).unwrap().0, Some(7));
         assert_eq!(identity(&p, &c2).unwrap().1, Some(8));
-        let nonroot = pod(Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            ..Default::default()
-        }));
+        let nonroot = pod(Some(PodSecurityContext { run_as_non_root: Some(true), ..Default::default() }));
         assert!(identity(&nonroot, &c).is_err());
-        let nonroot_ok = pod(Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(5),
-            ..Default::default()
-        }));
+        let nonroot_ok =
+            pod(Some(PodSecurityContext { run_as_non_root: Some(true), run_as_user: Some(5), ..Default::default() }));
         assert!(identity(&nonroot_ok, &c).is_ok());
     }
 }

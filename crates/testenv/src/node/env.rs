@@ -132,19 +132,9 @@ pub fn resolve_env(
     for ef in c.env_from.iter().flatten() {
         let prefix = ef.prefix.clone().unwrap_or_default();
         let (kind, name, optional, data) = if let Some(s) = &ef.secret_ref {
-            (
-                "secret",
-                &s.name,
-                s.optional.unwrap_or(false),
-                src.secrets.get(&s.name),
-            )
+            ("secret", &s.name, s.optional.unwrap_or(false), src.secrets.get(&s.name))
         } else if let Some(m) = &ef.config_map_ref {
-            (
-                "configmap",
-                &m.name,
-                m.optional.unwrap_or(false),
-                src.config_maps.get(&m.name),
-            )
+            ("configmap", &m.name, m.optional.unwrap_or(false), src.config_maps.get(&m.name))
         } else {
             continue;
         };
@@ -180,10 +170,7 @@ pub fn resolve_env(
                     Some(v) => env.set(e.name.clone(), v.clone()),
                     None if optional => {}
                     None => {
-                        return Err(format!(
-                            "couldn't find key {} in Secret {}/{}",
-                            s.key, ns, s.name
-                        ));
+                        return Err(format!("couldn't find key {} in Secret {}/{}", s.key, ns, s.name));
                     }
                 },
                 None if optional => {}
@@ -196,18 +183,15 @@ pub fn resolve_env(
                     Some(v) => env.set(e.name.clone(), v.clone()),
                     None if optional => {}
                     None => {
-                        return Err(format!(
-                            "couldn't find key {} in ConfigMap {}/{}",
-                            m.key, ns, m.name
-                        ));
+                        return Err(format!("couldn't find key {} in ConfigMap {}/{}", m.key, ns, m.name));
                     }
                 },
                 None if optional => {}
                 None => return Err(format!("configmap \"{}\" not found", m.name)),
             }
         } else if let Some(f) = &vf.field_ref {
-            let v = field_value(pod, &f.field_path)
-                .ok_or_else(|| format!("unsupported fieldRef {:?}", f.field_path))?;
+            let v =
+                field_value(pod, &f.field_path).ok_or_else(|| format!("unsupported fieldRef {:?}", f.field_path))?;
             env.set(e.name.clone(), v);
         } else if let Some(r) = &vf.resource_field_ref {
             let divisor = r.divisor.as_ref().map(|q| q.0.as_str());
@@ -232,22 +216,10 @@ pub fn field_value(pod: &Pod, path: &str) -> Option<String> {
         Some(key.to_string())
     };
     if let Some(k) = bracket("metadata.labels[") {
-        return Some(
-            md.labels
-                .as_ref()
-                .and_then(|l| l.get(&k))
-                .cloned()
-                .unwrap_or_default(),
-        );
+        return Some(md.labels.as_ref().and_then(|l| l.get(&k)).cloned().unwrap_or_default());
     }
     if let Some(k) = bracket("metadata.annotations[") {
-        return Some(
-            md.annotations
-                .as_ref()
-                .and_then(|l| l.get(&k))
-                .cloned()
-                .unwrap_or_default(),
-        );
+        return Some(md.annotations.as_ref().and_then(|l| l.get(&k)).cloned().unwrap_or_default());
     }
     Some(match path {
         "metadata.name" => md.name.clone().unwrap_or_default(),
@@ -256,9 +228,9 @@ pub fn field_value(pod: &Pod, path: &str) -> Option<String> {
         "metadata.labels" => format_map(md.labels.as_ref()),
         "metadata.annotations" => format_map(md.annotations.as_ref()),
         "spec.nodeName" => spec.and_then(|s| s.node_name.clone()).unwrap_or_default(),
-        "spec.serviceAccountName" => spec
-            .and_then(|s| s.service_account_name.clone())
-            .unwrap_or_else(|| "default".into()),
+        "spec.serviceAccountName" => {
+            spec.and_then(|s| s.service_account_name.clone()).unwrap_or_else(|| "default".into())
+        }
         "status.podIP" | "status.hostIP" | "status.podIPs" | "status.hostIPs" => "127.0.0.1".into(),
         _ => return None,
     })
@@ -286,23 +258,15 @@ pub fn resource_value(c: &Container, resource: &str, divisor: Option<&str>) -> O
     if !matches!(name, "cpu" | "memory" | "ephemeral-storage") && !name.starts_with("hugepages-") {
         return None;
     }
-    let value = map
-        .and_then(|m| m.get(name))
-        .and_then(|q| parse_quantity(&q.0))
-        .unwrap_or(0.0);
-    let div = divisor
-        .and_then(parse_quantity)
-        .filter(|d| *d > 0.0)
-        .unwrap_or(1.0);
+    let value = map.and_then(|m| m.get(name)).and_then(|q| parse_quantity(&q.0)).unwrap_or(0.0);
+    let div = divisor.and_then(parse_quantity).filter(|d| *d > 0.0).unwrap_or(1.0);
     Some(format!("{}", (value / div).ceil() as i64))
 }
 
 /// Parses a Kubernetes quantity into base units (cores, bytes).
 pub fn parse_quantity(q: &str) -> Option<f64> {
     let q = q.trim();
-    let split = q
-        .find(|ch: char| !(ch.is_ascii_digit() || ch == '.' || ch == '+' || ch == '-'))
-        .unwrap_or(q.len());
+    let split = q.find(|ch: char| !(ch.is_ascii_digit() || ch == '.' || ch == '+' || ch == '-')).unwrap_or(q.len());
     let (num, suffix) = q.split_at(split);
     let n: f64 = num.parse().ok()?;
     let mult = match suffix {
@@ -332,17 +296,13 @@ pub fn parse_quantity(q: &str) -> Option<f64> {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        ConfigMapEnvSource, ConfigMapKeySelector, EnvFromSource, EnvVar, EnvVarSource,
-        ObjectFieldSelector, PodSpec, ResourceFieldSelector, ResourceRequirements, SecretEnvSource,
-        SecretKeySelector,
+        ConfigMapEnvSource, ConfigMapKeySelector, EnvFromSource, EnvVar, EnvVarSource, ObjectFieldSelector, PodSpec,
+        ResourceFieldSelector, ResourceRequirements, SecretEnvSource, SecretKeySelector,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let m: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |n| m.get(n).cloned()
     }
 
@@ -367,13 +327,8 @@ mod tests {
         p.metadata.namespace = Some("ns1".into());
         p.metadata.uid = Some("uid-1".into());
         p.metadata.labels = Some([("app".to_string(), "demo".to_string())].into());
-        p.metadata.annotations = Some(
-            [(
-                "batch.kubernetes.io/job-completion-index".to_string(),
-                "3".to_string(),
-            )]
-            .into(),
-        );
+        p.metadata.annotations =
+            Some([("batch.kubernetes.io/job-completion-index".to_string(), "3".to_string())].into());
         p.spec = Some(PodSpec {
             containers: vec![c],
             node_name: Some("local".into()),
@@ -384,19 +339,11 @@ mod tests {
     }
 
     fn var(name: &str, value: &str) -> EnvVar {
-        EnvVar {
-            name: name.into(),
-            value: Some(value.into()),
-            ..Default::default()
-        }
+        EnvVar { name: name.into(), value: Some(value.into()), ..Default::default() }
     }
 
     fn var_from(name: &str, vf: EnvVarSource) -> EnvVar {
-        EnvVar {
-            name: name.into(),
-            value_from: Some(vf),
-            ..Default::default()
-        }
+        EnvVar { name: name.into(), value_from: Some(vf), ..Default::default() }
     }
 
     fn sources() -> EnvSources {
@@ -404,22 +351,12 @@ mod tests {
         s.secrets.insert(
             "sec".into(),
             Some(
-                [
-                    ("password".to_string(), "hunter2".to_string()),
-                    ("X".to_string(), "from-secret".to_string()),
-                ]
-                .into(),
+                [("password".to_string(), "hunter2".to_string()), ("X".to_string(), "from-secret".to_string())].into(),
             ),
         );
         s.config_maps.insert(
             "cm".into(),
-            Some(
-                [
-                    ("mode".to_string(), "fast".to_string()),
-                    ("X".to_string(), "from-cm".to_string()),
-                ]
-                .into(),
-            ),
+            Some([("mode".to_string(), "fast".to_string()), ("X".to_string(), "from-cm".to_string())].into()),
         );
         s.secrets.insert("gone".into(), None);
         s
@@ -431,25 +368,16 @@ mod tests {
             name: "c".into(),
             env_from: Some(vec![
                 EnvFromSource {
-                    config_map_ref: Some(ConfigMapEnvSource {
-                        name: "cm".into(),
-                        optional: None,
-                    }),
+                    config_map_ref: Some(ConfigMapEnvSource { name: "cm".into(), optional: None }),
                     prefix: Some("CM_".into()),
                     ..Default::default()
                 },
                 EnvFromSource {
-                    secret_ref: Some(SecretEnvSource {
-                        name: "sec".into(),
-                        optional: None,
-                    }),
+                    secret_ref: Some(SecretEnvSource { name: "sec".into(), optional: None }),
                     ..Default::default()
                 },
                 EnvFromSource {
-                    secret_ref: Some(SecretEnvSource {
-                        name: "gone".into(),
-                        optional: Some(true),
-                    }),
+                    secret_ref: Some(SecretEnvSource { name: "gone".into(), optional: Some(true) }),
                     ..Default::default()
                 },
             ]),
@@ -494,10 +422,7 @@ mod tests {
                 var_from("NS", field("metadata.namespace")),
                 var_from("UID", field("metadata.uid")),
                 var_from("APP", field("metadata.labels['app']")),
-                var_from(
-                    "IDX",
-                    field("metadata.annotations['batch.kubernetes.io/job-completion-index']"),
-                ),
+                var_from("IDX", field("metadata.annotations['batch.kubernetes.io/job-completion-index']")),
                 var_from("NODE", field("spec.nodeName")),
                 var_from("SA", field("spec.serviceAccountName")),
                 var_from("IP", field("status.podIP")),
@@ -528,10 +453,7 @@ mod tests {
         assert_eq!(m["SA"], "sa1");
         assert_eq!(m["IP"], "127.0.0.1");
         assert_eq!(m["HOSTNAME"], "override");
-        assert!(
-            !env.iter()
-                .any(|(k, _)| k.contains("SERVICE_PORT_") || k.ends_with("_TCP"))
-        );
+        assert!(!env.iter().any(|(k, _)| k.contains("SERVICE_PORT_") || k.ends_with("_TCP")));
     }
 
     #[test]
@@ -540,17 +462,11 @@ mod tests {
             name: "c".into(),
             env_from: Some(vec![
                 EnvFromSource {
-                    secret_ref: Some(SecretEnvSource {
-                        name: "sec".into(),
-                        optional: None,
-                    }),
+                    secret_ref: Some(SecretEnvSource { name: "sec".into(), optional: None }),
                     ..Default::default()
                 },
                 EnvFromSource {
-                    config_map_ref: Some(ConfigMapEnvSource {
-                        name: "cm".into(),
-                        optional: None,
-                    }),
+                    config_map_ref: Some(ConfigMapEnvSource { name: "cm".into(), optional: None }),
                     ..Default::default()
                 },
             ]),
@@ -564,10 +480,7 @@ mod tests {
 
     fn field(path: &str) -> EnvVarSource {
         EnvVarSource {
-            field_ref: Some(ObjectFieldSelector {
-                field_path: path.into(),
-                api_version: None,
-            }),
+            field_ref: Some(ObjectFieldSelector { field_path: path.into(), api_version: None }),
             ..Default::default()
         }
     }
@@ -579,48 +492,24 @@ mod tests {
             env: Some(vec![var_from(
                 "PW",
                 EnvVarSource {
-                    secret_key_ref: Some(SecretKeySelector {
-                        name: "sec".into(),
-                        key: "nokey".into(),
-                        optional: None,
-                    }),
+                    secret_key_ref: Some(SecretKeySelector { name: "sec".into(), key: "nokey".into(), optional: None }),
                     ..Default::default()
                 },
             )]),
             ..Default::default()
         };
-        let err = resolve_env(
-            &pod_with(missing_key.clone()),
-            &missing_key,
-            &sources(),
-            1,
-            "",
-        )
-        .unwrap_err();
-        assert!(
-            err.contains("couldn't find key nokey in Secret ns1/sec"),
-            "{err}"
-        );
+        let err = resolve_env(&pod_with(missing_key.clone()), &missing_key, &sources(), 1, "").unwrap_err();
+        assert!(err.contains("couldn't find key nokey in Secret ns1/sec"), "{err}");
 
         let missing_secret = Container {
             name: "c".into(),
             env_from: Some(vec![EnvFromSource {
-                secret_ref: Some(SecretEnvSource {
-                    name: "gone".into(),
-                    optional: None,
-                }),
+                secret_ref: Some(SecretEnvSource { name: "gone".into(), optional: None }),
                 ..Default::default()
             }]),
             ..Default::default()
         };
-        let err = resolve_env(
-            &pod_with(missing_secret.clone()),
-            &missing_secret,
-            &sources(),
-            1,
-            "",
-        )
-        .unwrap_err();
+        let err = resolve_env(&pod_with(missing_secret.clone()), &missing_secret, &sources(), 1, "").unwrap_err();
         assert_eq!(err, "secret \"gone\" not found");
 
         let missing_cm = Container {
@@ -638,14 +527,7 @@ mod tests {
             )]),
             ..Default::default()
         };
-        let err = resolve_env(
-            &pod_with(missing_cm.clone()),
-            &missing_cm,
-            &sources(),
-            1,
-            "",
-        )
-        .unwrap_err();
+        let err = resolve_env(&pod_with(missing_cm.clone()), &missing_cm, &sources(), 1, "").unwrap_err();
         assert_eq!(err, "configmap \"absent\" not found");
     }
 
@@ -655,25 +537,16 @@ mod tests {
             name: "c".into(),
             resources: Some(ResourceRequirements {
                 limits: Some(
-                    [
-                        ("cpu".to_string(), Quantity("1500m".into())),
-                        ("memory".to_string(), Quantity("128Mi".into())),
-                    ]
-                    .into(),
+                    [("cpu".to_string(), Quantity("1500m".into())), ("memory".to_string(), Quantity("128Mi".into()))]
+                        .into(),
                 ),
                 ..Default::default()
             }),
             ..Default::default()
         };
         assert_eq!(resource_value(&c, "limits.cpu", None).unwrap(), "2");
-        assert_eq!(
-            resource_value(&c, "limits.cpu", Some("1m")).unwrap(),
-            "1500"
-        );
-        assert_eq!(
-            resource_value(&c, "limits.memory", Some("1Mi")).unwrap(),
-            "128"
-        );
+        assert_eq!(resource_value(&c, "limits.cpu", Some("1m")).unwrap(), "1500");
+        assert_eq!(resource_value(&c, "limits.memory", Some("1Mi")).unwrap(), "128");
         assert_eq!(resource_value(&c, "requests.memory", None).unwrap(), "0");
         assert!(resource_value(&c, "bogus", None).is_none());
         let _ = ResourceFieldSelector::default();
@@ -684,20 +557,13 @@ mod tests {
         let c = Container {
             name: "c".into(),
             env_from: Some(vec![EnvFromSource {
-                secret_ref: Some(SecretEnvSource {
-                    name: "b".into(),
-                    optional: None,
-                }),
+                secret_ref: Some(SecretEnvSource { name: "b".into(), optional: None }),
                 ..Default::default()
             }]),
             env: Some(vec![var_from(
                 "x",
                 EnvVarSource {
-                    secret_key_ref: Some(SecretKeySelector {
-                        name: "a".into(),
-                        key: "k".into(),
-                        optional: None,
-                    }),
+                    secret_key_ref: Some(SecretKeySelector { name: "a".into(), key: "k".into(), optional: None }),
                     ..Default::default()
                 },
             )]),

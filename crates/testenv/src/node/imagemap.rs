@@ -23,8 +23,8 @@ pub struct ImageEntry {
 
 impl ImageMap {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("reading image map {}: {e}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("reading image map {}: {e}", path.display()))?;
         Self::parse(&text)
     }
 
@@ -39,26 +39,14 @@ impl ImageMap {
 
     /// First matching entry wins.
     pub fn lookup(&self, image: &str) -> Option<&ImageEntry> {
-        self.images.iter().find(|e| {
-            glob::Pattern::new(&e.pattern)
-                .map(|p| p.matches(image))
-                .unwrap_or(false)
-        })
+        self.images.iter().find(|e| glob::Pattern::new(&e.pattern).map(|p| p.matches(image)).unwrap_or(false))
     }
 }
 
 /// Combines the image defaults with the container's `command`/`args` the way a container
 /// runtime does: `command` replaces ENTRYPOINT and drops CMD; `args` replaces CMD.
-pub fn effective_argv(
-    entry: &ImageEntry,
-    command: &[String],
-    args: Option<&[String]>,
-) -> Vec<String> {
-    let mut argv: Vec<String> = if command.is_empty() {
-        entry.command.clone()
-    } else {
-        command.to_vec()
-    };
+pub fn effective_argv(entry: &ImageEntry, command: &[String], args: Option<&[String]>) -> Vec<String> {
+    let mut argv: Vec<String> = if command.is_empty() { entry.command.clone() } else { command.to_vec() };
     match args {
         Some(a) if !a.is_empty() => argv.extend(a.iter().cloned()),
         _ if command.is_empty() => argv.extend(entry.args.iter().cloned()),
@@ -83,9 +71,7 @@ pub fn resolve_executable(program: &str, path_var: &str) -> Option<PathBuf> {
 
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p)
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+    std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -106,24 +92,15 @@ mod tests {
     #[test]
     fn first_match_wins() {
         let m = map();
-        assert_eq!(
-            m.lookup("ghcr.io/home-operations/kopiur-mover:v1.2")
-                .unwrap()
-                .command,
-            vec!["/abs/kopiur-mover"]
-        );
-        assert_eq!(
-            m.lookup("docker.io/library/busybox:1.36").unwrap().command,
-            vec!["/bin/sh"]
-        );
+        assert_eq!(m.lookup("ghcr.io/home-operations/kopiur-mover:v1.2").unwrap().command, vec!["/abs/kopiur-mover"]);
+        assert_eq!(m.lookup("docker.io/library/busybox:1.36").unwrap().command, vec!["/bin/sh"]);
         assert_eq!(m.lookup("busybox").unwrap().command, vec!["/bin/sh"]);
         assert_eq!(m.lookup("nginx").unwrap().command, vec!["/bin/false"]);
     }
 
     #[test]
     fn unmapped_is_none() {
-        let m = ImageMap::parse(r#"{"images":[{"pattern":"*busybox*","command":["/bin/sh"]}]}"#)
-            .unwrap();
+        let m = ImageMap::parse(r#"{"images":[{"pattern":"*busybox*","command":["/bin/sh"]}]}"#).unwrap();
         assert!(m.lookup("quay.io/foo/bar:1").is_none());
     }
 
@@ -134,11 +111,7 @@ mod tests {
 
     #[test]
     fn argv_combination() {
-        let e = ImageEntry {
-            pattern: "*".into(),
-            command: vec!["ep".into()],
-            args: vec!["cmd".into()],
-        };
+        let e = ImageEntry { pattern: "*".into(), command: vec!["ep".into()], args: vec!["cmd".into()] };
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         // Neither: ENTRYPOINT + CMD.
         assert_eq!(effective_argv(&e, &[], None), s(&["ep", "cmd"]));
@@ -147,10 +120,7 @@ mod tests {
         // Only command: CMD dropped.
         assert_eq!(effective_argv(&e, &s(&["c"]), None), s(&["c"]));
         // Both.
-        assert_eq!(
-            effective_argv(&e, &s(&["c"]), Some(&s(&["a", "b"]))),
-            s(&["c", "a", "b"])
-        );
+        assert_eq!(effective_argv(&e, &s(&["c"]), Some(&s(&["a", "b"]))), s(&["c", "a", "b"]));
     }
 
     #[test]

@@ -40,11 +40,7 @@ pub async fn run(ctx: Arc<Ctx>) {
             }
             Ok(watcher::Event::InitDone) => {
                 // Pods deleted while the watch was down never get a Delete event.
-                let gone: Vec<String> = workers
-                    .keys()
-                    .filter(|u| !seen.contains(*u))
-                    .cloned()
-                    .collect();
+                let gone: Vec<String> = workers.keys().filter(|u| !seen.contains(*u)).cloned().collect();
                 for uid in gone {
                     if let Some(tx) = workers.remove(&uid) {
                         let _ = tx.send(Update::Gone);
@@ -64,12 +60,7 @@ pub async fn run(ctx: Arc<Ctx>) {
     while tasks.join_next().await.is_some() {}
 }
 
-fn dispatch(
-    ctx: &Arc<Ctx>,
-    workers: &mut HashMap<String, watch::Sender<Update>>,
-    tasks: &mut JoinSet<()>,
-    p: Pod,
-) {
+fn dispatch(ctx: &Arc<Ctx>, workers: &mut HashMap<String, watch::Sender<Update>>, tasks: &mut JoinSet<()>, p: Pod) {
     let Some(uid) = p.metadata.uid.clone() else {
         return;
     };

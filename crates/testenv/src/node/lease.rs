@@ -32,26 +32,18 @@ fn memory_bytes() -> u64 {
         .and_then(|s| {
             s.lines()
                 .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| {
-                    l.split_whitespace()
-                        .nth(1)
-                        .and_then(|kb| kb.parse::<u64>().ok())
-                })
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()))
         })
         .map(|kb| kb * 1024)
         .unwrap_or(8 << 30)
 }
 
 fn disk_bytes(path: &std::path::Path) -> u64 {
-    nix::sys::statvfs::statvfs(path)
-        .map(|s| s.blocks() * s.fragment_size())
-        .unwrap_or(100 << 30)
+    nix::sys::statvfs::statvfs(path).map(|s| s.blocks() * s.fragment_size()).unwrap_or(100 << 30)
 }
 
 fn read_trim(p: &str) -> String {
-    std::fs::read_to_string(p)
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
 pub fn node_object() -> Value {
@@ -72,9 +64,7 @@ pub fn node_object() -> Value {
 }
 
 pub fn node_status(state_dir: &std::path::Path, kubelet_version: &str, ready: bool) -> Value {
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2);
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
     let resources = json!({
         "cpu": cpus.to_string(),
         "memory": format!("{}Ki", memory_bytes() / 1024),
@@ -126,20 +116,14 @@ pub fn node_status(state_dir: &std::path::Path, kubelet_version: &str, ready: bo
 }
 
 /// Creates (or adopts) the Node and reports it Ready.
-pub async fn register(
-    client: &Client,
-    state_dir: &std::path::Path,
-    kubelet_version: &str,
-) -> anyhow::Result<()> {
+pub async fn register(client: &Client, state_dir: &std::path::Path, kubelet_version: &str) -> anyhow::Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let node: Node = serde_json::from_value(node_object())?;
     match nodes.create(&PostParams::default(), &node).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {
             let labels = json!({"metadata": {"labels": node_object()["metadata"]["labels"]}});
-            nodes
-                .patch(NODE_NAME, &PatchParams::default(), &Patch::Merge(&labels))
-                .await?;
+            nodes.patch(NODE_NAME, &PatchParams::default(), &Patch::Merge(&labels)).await?;
         }
         Err(e) => return Err(e.into()),
     }
@@ -161,10 +145,7 @@ fn micro_now() -> String {
 async fn renew_lease(client: &Client) -> anyhow::Result<()> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NS);
     let patch = json!({"spec": {"holderIdentity": NODE_NAME, "leaseDurationSeconds": 40, "renewTime": micro_now()}});
-    match leases
-        .patch(NODE_NAME, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
+    match leases.patch(NODE_NAME, &PatchParams::default(), &Patch::Merge(&patch)).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => {
             let lease: Lease = serde_json::from_value(json!({
@@ -226,12 +207,7 @@ mod tests {
         let st = &s["status"];
         assert_eq!(st["capacity"]["pods"], "110");
         assert_eq!(st["nodeInfo"]["kubeletVersion"], "v1.34.4");
-        let ready = st["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["type"] == "Ready")
-            .unwrap();
+        let ready = st["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
         assert_eq!(ready["status"], "True");
         assert_eq!(ready["reason"], "KubeletReady");
         assert_eq!(st["addresses"][0]["address"], "127.0.0.1");

@@ -31,25 +31,13 @@ use kube::config::Kubeconfig;
 use tokio::sync::watch;
 
 pub use config::{
-    Config, DEFAULT_KUBELET_VERSION, DEFAULT_MAX_GRACE, MAX_GRACE_ENV, NODE_NAME, STORAGE_CLASS,
-    parse_grace,
+    Config, DEFAULT_KUBELET_VERSION, DEFAULT_MAX_GRACE, MAX_GRACE_ENV, NODE_NAME, STORAGE_CLASS, parse_grace,
 };
 pub use provisioner::pv_dir;
 
 /// `<state>/pods/<ns>_<name>_<uid>/<container>/<restart>.log` (NA-12).
-pub fn pod_log_path(
-    state_dir: &Path,
-    ns: &str,
-    name: &str,
-    uid: &str,
-    container: &str,
-    restart: u32,
-) -> PathBuf {
-    state_dir
-        .join("pods")
-        .join(format!("{ns}_{name}_{uid}"))
-        .join(container)
-        .join(format!("{restart}.log"))
+pub fn pod_log_path(state_dir: &Path, ns: &str, name: &str, uid: &str, container: &str, restart: u32) -> PathBuf {
+    state_dir.join("pods").join(format!("{ns}_{name}_{uid}")).join(container).join(format!("{restart}.log"))
 }
 
 /// Reads one container log (stdout and stderr interleaved).
@@ -82,24 +70,10 @@ pub struct Ctx {
 
 fn ca_from_kubeconfig(kc: &Kubeconfig, base: &Path) -> Option<String> {
     let ctx_name = kc.current_context.clone()?;
-    let cluster_name = kc
-        .contexts
-        .iter()
-        .find(|c| c.name == ctx_name)?
-        .context
-        .as_ref()?
-        .cluster
-        .clone();
-    let cluster = kc
-        .clusters
-        .iter()
-        .find(|c| c.name == cluster_name)?
-        .cluster
-        .as_ref()?;
+    let cluster_name = kc.contexts.iter().find(|c| c.name == ctx_name)?.context.as_ref()?.cluster.clone();
+    let cluster = kc.clusters.iter().find(|c| c.name == cluster_name)?.cluster.as_ref()?;
     if let Some(data) = &cluster.certificate_authority_data {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(data.trim())
-            .ok()?;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(data.trim()).ok()?;
         return String::from_utf8(bytes).ok();
     }
     let file = cluster.certificate_authority.as_ref()?;
@@ -123,8 +97,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
 /// Runs the agent until `stop` completes, then stops every pod process (SIGTERM, then
 /// SIGKILL) and removes the mount targets it created.
 pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let kc = Kubeconfig::read_from(&cfg.kubeconfig)
-        .with_context(|| format!("reading {}", cfg.kubeconfig.display()))?;
+    let kc = Kubeconfig::read_from(&cfg.kubeconfig).with_context(|| format!("reading {}", cfg.kubeconfig.display()))?;
     let ca_pem = ca_from_kubeconfig(&kc, cfg.kubeconfig.parent().unwrap_or(Path::new(".")));
     let kcfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
     let client = Client::try_from(kcfg)?;
@@ -175,11 +148,7 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> anyhow::R
         shutdown_rx.clone(),
     ));
     tasks.spawn(scheduler::run(client.clone(), shutdown_rx.clone()));
-    tasks.spawn(provisioner::run(
-        client.clone(),
-        ctx.cfg.state_dir.clone(),
-        shutdown_rx.clone(),
-    ));
+    tasks.spawn(provisioner::run(client.clone(), ctx.cfg.state_dir.clone(), shutdown_rx.clone()));
     tasks.spawn(kubelet::run(ctx.clone()));
 
     stop.await;
@@ -190,10 +159,7 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> anyhow::R
     let grace = ctx.cfg.max_grace.min(SHUTDOWN_GRACE);
     stop_groups(&ctx, grace).await;
     ctx.created.cleanup();
-    let _ = tokio::time::timeout(Duration::from_secs(2), async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), async { while tasks.join_next().await.is_some() {} }).await;
     tasks.abort_all();
     // Anything a worker started meanwhile.
     stop_groups(&ctx, Duration::ZERO).await;
@@ -245,10 +211,7 @@ mod tests {
         let p = pod_log_path(tmp.path(), "ns", "p", "u", "c", 0);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(&p, b"hello\n").unwrap();
-        assert_eq!(
-            read_pod_log(tmp.path(), "ns", "p", "u", "c", 0).unwrap(),
-            "hello\n"
-        );
+        assert_eq!(read_pod_log(tmp.path(), "ns", "p", "u", "c", 0).unwrap(), "hello\n");
         assert!(read_pod_log(tmp.path(), "ns", "p", "u", "c", 1).is_err());
     }
 }

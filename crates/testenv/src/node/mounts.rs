@@ -55,8 +55,7 @@ pub struct Prepared {
 }
 
 fn cstr(p: &Path) -> io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+    CString::new(p.as_os_str().as_bytes()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
 }
 
 impl ExecPlan {
@@ -71,11 +70,7 @@ impl ExecPlan {
         let mut mounts = Vec::new();
         for m in self.sorted_mounts() {
             mounts.push(PreparedMount {
-                source: if m.kind == MountKind::Tmpfs {
-                    CString::new("tmpfs")?
-                } else {
-                    cstr(&m.source)?
-                },
+                source: if m.kind == MountKind::Tmpfs { CString::new("tmpfs")? } else { cstr(&m.source)? },
                 target: cstr(&m.target)?,
                 read_only: m.read_only,
                 tmpfs: m.kind == MountKind::Tmpfs,
@@ -94,11 +89,7 @@ impl ExecPlan {
 }
 
 fn check(rc: libc::c_int) -> io::Result<()> {
-    if rc != 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    if rc != 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
 impl Prepared {
@@ -110,13 +101,7 @@ impl Prepared {
         unsafe {
             // PDEATHSIG follows the forking thread; the tokio worker threads live as long as
             // the agent, which is what we want.
-            check(libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ))?;
+            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0))?;
             if libc::getppid() != self.parent {
                 // The agent died before prctl took effect.
                 libc::_exit(137);
@@ -158,10 +143,7 @@ impl Prepared {
                 }
             }
             if !self.hostname.is_empty() {
-                check(libc::sethostname(
-                    self.hostname.as_ptr().cast(),
-                    self.hostname.len(),
-                ))?;
+                check(libc::sethostname(self.hostname.as_ptr().cast(), self.hostname.len()))?;
             }
             // Drop privileges last: mounts need root.
             if let Some(groups) = &self.groups {
@@ -195,17 +177,9 @@ impl CreatedPaths {
     /// A registry backed by `journal` (one path a line), preloaded from it.
     pub fn with_journal(journal: PathBuf) -> Self {
         let paths = std::fs::read_to_string(&journal)
-            .map(|s| {
-                s.lines()
-                    .filter(|l| !l.is_empty())
-                    .map(PathBuf::from)
-                    .collect()
-            })
+            .map(|s| s.lines().filter(|l| !l.is_empty()).map(PathBuf::from).collect())
             .unwrap_or_default();
-        CreatedPaths {
-            paths: Mutex::new(paths),
-            journal: Some(journal),
-        }
+        CreatedPaths { paths: Mutex::new(paths), journal: Some(journal) }
     }
 
     fn record(&self, p: PathBuf) {
@@ -213,11 +187,7 @@ impl CreatedPaths {
         if !v.contains(&p) {
             if let Some(j) = &self.journal {
                 use std::io::Write;
-                if let Ok(mut f) = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(j)
-                {
+                if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(j) {
                     let _ = writeln!(f, "{}", p.display());
                 }
             }
@@ -236,13 +206,8 @@ impl CreatedPaths {
             match std::fs::symlink_metadata(&cur) {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    std::fs::create_dir(&cur).or_else(|e| {
-                        if e.kind() == io::ErrorKind::AlreadyExists {
-                            Ok(())
-                        } else {
-                            Err(e)
-                        }
-                    })?;
+                    std::fs::create_dir(&cur)
+                        .or_else(|e| if e.kind() == io::ErrorKind::AlreadyExists { Ok(()) } else { Err(e) })?;
                     self.record(cur.clone());
                 }
                 Err(e) => return Err(e),
@@ -259,11 +224,7 @@ impl CreatedPaths {
         if let Some(parent) = file.parent() {
             self.create_dir_all(parent)?;
         }
-        std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(file)?;
+        std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(file)?;
         self.record(file.to_path_buf());
         Ok(())
     }
@@ -303,15 +264,10 @@ pub fn ensure_targets(mounts: &[MountSpec], created: &CreatedPaths) -> io::Resul
     let mut sorted = mounts.to_vec();
     sorted.sort_by_key(|s| s.target.components().count());
     for (i, m) in sorted.iter().enumerate() {
-        let is_file = m.kind == MountKind::Bind
-            && std::fs::metadata(&m.source)
-                .map(|md| !md.is_dir())
-                .unwrap_or(false);
+        let is_file = m.kind == MountKind::Bind && std::fs::metadata(&m.source).map(|md| !md.is_dir()).unwrap_or(false);
         let parent = sorted[..i]
             .iter()
-            .filter(|p| {
-                p.kind == MountKind::Bind && m.target.starts_with(&p.target) && m.target != p.target
-            })
+            .filter(|p| p.kind == MountKind::Bind && m.target.starts_with(&p.target) && m.target != p.target)
             .max_by_key(|p| p.target.components().count());
         match parent {
             Some(p) => {
@@ -383,18 +339,8 @@ mod tests {
         std::fs::write(&file_src, b"").unwrap();
         let root = tmp.path().join("ctr");
         let mounts = vec![
-            MountSpec {
-                source: src_b.clone(),
-                target: root.join("data/sub"),
-                read_only: false,
-                kind: MountKind::Bind,
-            },
-            MountSpec {
-                source: src_a.clone(),
-                target: root.join("data"),
-                read_only: false,
-                kind: MountKind::Bind,
-            },
+            MountSpec { source: src_b.clone(), target: root.join("data/sub"), read_only: false, kind: MountKind::Bind },
+            MountSpec { source: src_a.clone(), target: root.join("data"), read_only: false, kind: MountKind::Bind },
             MountSpec {
                 source: file_src,
                 target: root.join("etc/termination-log"),
@@ -405,10 +351,7 @@ mod tests {
         let created = CreatedPaths::default();
         ensure_targets(&mounts, &created).unwrap();
         assert!(root.join("data").is_dir());
-        assert!(
-            !root.join("data/sub").exists(),
-            "nested target must not be made on the host"
-        );
+        assert!(!root.join("data/sub").exists(), "nested target must not be made on the host");
         assert!(src_a.join("sub").is_dir());
         assert!(root.join("etc/termination-log").is_file());
         created.cleanup();
@@ -419,18 +362,8 @@ mod tests {
     fn prepare_orders_parent_first() {
         let plan = ExecPlan {
             mounts: vec![
-                MountSpec {
-                    source: "/s2".into(),
-                    target: "/a/b".into(),
-                    read_only: true,
-                    kind: MountKind::Bind,
-                },
-                MountSpec {
-                    source: "/s1".into(),
-                    target: "/a".into(),
-                    read_only: false,
-                    kind: MountKind::Bind,
-                },
+                MountSpec { source: "/s2".into(), target: "/a/b".into(), read_only: true, kind: MountKind::Bind },
+                MountSpec { source: "/s1".into(), target: "/a".into(), read_only: false, kind: MountKind::Bind },
             ],
             hostname: "p".into(),
             ..Default::default()

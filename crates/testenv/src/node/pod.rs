@@ -131,10 +131,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Update>) {
         ns,
         name,
         uid,
-        policy: spec
-            .restart_policy
-            .clone()
-            .unwrap_or_else(|| "Always".into()),
+        policy: spec.restart_policy.clone().unwrap_or_else(|| "Always".into()),
         inits: spec
             .init_containers
             .clone()
@@ -146,16 +143,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: watch::Receiver<Update>) {
             .containers
             .clone()
             .into_iter()
-            .map(|c| {
-                Ctr::new(
-                    c,
-                    if has_init {
-                        "PodInitializing"
-                    } else {
-                        "ContainerCreating"
-                    },
-                )
-            })
+            .map(|c| Ctr::new(c, if has_init { "PodInitializing" } else { "ContainerCreating" }))
             .collect(),
         stage: Stage::Volumes,
         volumes: HashMap::new(),
@@ -247,17 +235,10 @@ impl Worker {
             }
             self.step().await;
             if self.deadline.is_some_and(|d| d <= Instant::now()) && self.stage != Stage::Terminal {
-                let secs = self
-                    .pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.active_deadline_seconds)
-                    .unwrap_or(0);
+                let secs = self.pod.spec.as_ref().and_then(|s| s.active_deadline_seconds).unwrap_or(0);
                 self.terminate(Some((
                     "DeadlineExceeded".into(),
-                    format!(
-                        "Pod was active on the node longer than the specified deadline ({secs}s)"
-                    ),
+                    format!("Pod was active on the node longer than the specified deadline ({secs}s)"),
                 )))
                 .await;
             }
@@ -330,11 +311,7 @@ impl Worker {
                 match volumes::prepare(&vctx, &self.pod).await {
                     Ok(v) => {
                         self.volumes = v;
-                        self.stage = if self.inits.is_empty() {
-                            Stage::Main
-                        } else {
-                            Stage::Init(0)
-                        };
+                        self.stage = if self.inits.is_empty() { Stage::Main } else { Stage::Init(0) };
                         self.dirty = true;
                         Box::pin(self.step()).await;
                     }
@@ -376,28 +353,18 @@ impl Worker {
     }
 
     fn termination_file(&self, container: &str) -> PathBuf {
-        volumes::pod_dir(&self.ctx.cfg.state_dir, &self.uid)
-            .join("termination")
-            .join(container)
+        volumes::pod_dir(&self.ctx.cfg.state_dir, &self.uid).join("termination").join(container)
     }
 
     async fn start(&mut self, init: bool, idx: usize) {
-        let spec = if init {
-            self.inits[idx].spec.clone()
-        } else {
-            self.mains[idx].spec.clone()
-        };
+        let spec = if init { self.inits[idx].spec.clone() } else { self.mains[idx].spec.clone() };
         let term_file = self.termination_file(&spec.name);
         let prepared = prepare_launch(&self.ctx, &self.pod, &spec, &self.volumes, &term_file).await;
         let ctx = self.ctx.clone();
         let launch = match prepared {
             Ok(l) => l,
             Err(StartFail::Waiting { reason, message }) => {
-                let c = if init {
-                    &mut self.inits[idx]
-                } else {
-                    &mut self.mains[idx]
-                };
+                let c = if init { &mut self.inits[idx] } else { &mut self.mains[idx] };
                 let st = CState::waiting(&reason, Some(message));
                 if c.status.state != st {
                     tracing::info!(container = %spec.name, "{reason}");
@@ -414,24 +381,9 @@ impl Worker {
             }
         };
 
-        let c = if init {
-            &self.inits[idx]
-        } else {
-            &self.mains[idx]
-        };
-        let restart = if c.ever_started {
-            c.status.restart_count + 1
-        } else {
-            0
-        };
-        let log = pod_log_path(
-            &ctx.cfg.state_dir,
-            &self.ns,
-            &self.name,
-            &self.uid,
-            &spec.name,
-            restart as u32,
-        );
+        let c = if init { &self.inits[idx] } else { &self.mains[idx] };
+        let restart = if c.ever_started { c.status.restart_count + 1 } else { 0 };
+        let log = pod_log_path(&ctx.cfg.state_dir, &self.ns, &self.name, &self.uid, &spec.name, restart as u32);
         let setup = (|| -> std::io::Result<()> {
             use std::os::unix::fs::PermissionsExt;
             if let Some(d) = term_file.parent() {
@@ -447,16 +399,11 @@ impl Worker {
             }
             Ok(())
         })();
-        let spawned =
-            setup.and_then(|_| runner::spawn(&launch.argv, &launch.env, &launch.plan, &log));
+        let spawned = setup.and_then(|_| runner::spawn(&launch.argv, &launch.env, &launch.plan, &log));
         let mut sp = match spawned {
             Ok(s) => s,
             Err(e) => {
-                self.record_start_error(
-                    init,
-                    idx,
-                    format!("failed to start container {:?}: {e}", spec.name),
-                );
+                self.record_start_error(init, idx, format!("failed to start container {:?}: {e}", spec.name));
                 return;
             }
         };
@@ -465,19 +412,10 @@ impl Worker {
         let tx = self.exit_tx.clone();
         tokio::spawn(async move {
             let status = sp.child.wait().await;
-            let _ = tx.send(Exit {
-                init,
-                idx,
-                pgid,
-                status,
-            });
+            let _ = tx.send(Exit { init, idx, pgid, status });
         });
         let now = status::now();
-        let c = if init {
-            &mut self.inits[idx]
-        } else {
-            &mut self.mains[idx]
-        };
+        let c = if init { &mut self.inits[idx] } else { &mut self.mains[idx] };
         if c.ever_started {
             if let CState::Terminated(t) = &c.status.state {
                 c.status.last_state = Some(t.clone());
@@ -488,18 +426,11 @@ impl Worker {
         c.pgid = Some(pgid);
         c.started_at = Some(now.clone());
         c.status.container_id = Some(format!("proc://{pgid}"));
-        c.status.state = CState::Running {
-            started_at: now.clone(),
-        };
+        c.status.state = CState::Running { started_at: now.clone() };
         tracing::info!(container = %spec.name, pid = pgid, restart, argv = ?launch.argv, "started");
         if self.start_time.is_none() {
             self.start_time = Some(now);
-            if let Some(secs) = self
-                .pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.active_deadline_seconds)
-            {
+            if let Some(secs) = self.pod.spec.as_ref().and_then(|s| s.active_deadline_seconds) {
                 self.deadline = Some(Instant::now() + Duration::from_secs(secs.max(0) as u64));
             }
         }
@@ -511,11 +442,7 @@ impl Worker {
 
     fn record_start_error(&mut self, init: bool, idx: usize, msg: String) {
         tracing::warn!(ns = %self.ns, pod = %self.name, "start error: {msg}");
-        let c = if init {
-            &mut self.inits[idx]
-        } else {
-            &mut self.mains[idx]
-        };
+        let c = if init { &mut self.inits[idx] } else { &mut self.mains[idx] };
         if c.ever_started {
             if let CState::Terminated(t) = &c.status.state {
                 c.status.last_state = Some(t.clone());
@@ -533,11 +460,7 @@ impl Worker {
     }
 
     fn on_exit(&mut self, exit: Exit) {
-        let c = if exit.init {
-            &mut self.inits[exit.idx]
-        } else {
-            &mut self.mains[exit.idx]
-        };
+        let c = if exit.init { &mut self.inits[exit.idx] } else { &mut self.mains[exit.idx] };
         if c.pgid != Some(exit.pgid) {
             return;
         }
@@ -549,9 +472,7 @@ impl Worker {
             Err(_) => (255, None),
         };
         c.pgid = None;
-        let term_file = volumes::pod_dir(&self.ctx.cfg.state_dir, &self.uid)
-            .join("termination")
-            .join(&c.spec.name);
+        let term_file = volumes::pod_dir(&self.ctx.cfg.state_dir, &self.uid).join("termination").join(&c.spec.name);
         let log = pod_log_path(
             &self.ctx.cfg.state_dir,
             &self.ns,
@@ -561,12 +482,9 @@ impl Worker {
             c.status.restart_count as u32,
         );
         let file = std::fs::read(&term_file).unwrap_or_default();
-        let msg = status::termination_message(
-            &file,
-            c.spec.termination_message_policy.as_deref(),
-            code,
-            || std::fs::read(&log).unwrap_or_default(),
-        );
+        let msg = status::termination_message(&file, c.spec.termination_message_policy.as_deref(), code, || {
+            std::fs::read(&log).unwrap_or_default()
+        });
         tracing::info!(container = %c.spec.name, pid = exit.pgid, code, "exited");
         c.status.state = CState::Terminated(Terminated::exited(
             code,
@@ -591,11 +509,7 @@ impl Worker {
             "OnFailure" => code != 0,
             _ => !init || code != 0,
         };
-        let c = if init {
-            &mut self.inits[idx]
-        } else {
-            &mut self.mains[idx]
-        };
+        let c = if init { &mut self.inits[idx] } else { &mut self.mains[idx] };
         if restart {
             c.due = Instant::now() + c.backoff;
             c.backoff = (c.backoff * 2).min(MAX_BACKOFF);
@@ -617,8 +531,7 @@ impl Worker {
                 }
             }
         } else if self.mains.iter().all(|m| m.done) {
-            let phase =
-                status::terminal_phase(self.mains.iter().map(|m| m.exit_code().unwrap_or(1)));
+            let phase = status::terminal_phase(self.mains.iter().map(|m| m.exit_code().unwrap_or(1)));
             self.finish(phase);
         }
     }
@@ -643,9 +556,7 @@ impl Worker {
         for c in self.inits.iter_mut().chain(self.mains.iter_mut()) {
             let old = prev.get(&c.spec.name);
             c.status.restart_count = old.map(|o| o.restart_count).unwrap_or(0);
-            let old_term = old
-                .and_then(|o| o.state.as_ref())
-                .and_then(|s| s.terminated.as_ref());
+            let old_term = old.and_then(|o| o.state.as_ref()).and_then(|s| s.terminated.as_ref());
             let started = old
                 .and_then(|o| o.state.as_ref())
                 .and_then(|s| s.running.as_ref())
@@ -660,10 +571,8 @@ impl Worker {
                     t.container_id.clone(),
                 ));
             } else {
-                c.status.state = CState::Terminated(Terminated::unknown(
-                    started,
-                    old.and_then(|o| o.container_id.clone()),
-                ));
+                c.status.state =
+                    CState::Terminated(Terminated::unknown(started, old.and_then(|o| o.container_id.clone())));
             }
             c.status.container_id = old.and_then(|o| o.container_id.clone());
             c.done = true;
@@ -675,18 +584,8 @@ impl Worker {
     /// Stops every process: SIGTERM to the groups, SIGKILL after the grace period; then a
     /// terminal status (NA-18 steps 1–2).
     async fn terminate(&mut self, reason: Option<(String, String)>) {
-        let spec_grace = self
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.termination_grace_period_seconds)
-            .unwrap_or(30);
-        let grace_secs = self
-            .pod
-            .metadata
-            .deletion_grace_period_seconds
-            .unwrap_or(spec_grace)
-            .max(0) as u64;
+        let spec_grace = self.pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30);
+        let grace_secs = self.pod.metadata.deletion_grace_period_seconds.unwrap_or(spec_grace).max(0) as u64;
         let grace = Duration::from_secs(grace_secs).min(self.ctx.cfg.max_grace);
         let was_terminal = self.stage == Stage::Terminal;
         self.stage = Stage::Terminal;
@@ -700,11 +599,7 @@ impl Worker {
             }
             let all_main_ok = self.inits.iter().all(|c| c.exit_code() == Some(0))
                 && self.mains.iter().all(|c| c.exit_code() == Some(0));
-            self.phase = if all_main_ok && reason.is_none() {
-                "Succeeded"
-            } else {
-                "Failed"
-            };
+            self.phase = if all_main_ok && reason.is_none() { "Succeeded" } else { "Failed" };
             self.pod_reason = reason;
             self.dirty = true;
             tracing::info!(ns = %self.ns, pod = %self.name, phase = self.phase, "pod terminated");
@@ -715,13 +610,7 @@ impl Worker {
     }
 
     async fn stop_processes(&mut self, grace: Duration) {
-        let running = |w: &Worker| {
-            w.inits
-                .iter()
-                .chain(w.mains.iter())
-                .filter_map(|c| c.pgid)
-                .collect::<Vec<_>>()
-        };
+        let running = |w: &Worker| w.inits.iter().chain(w.mains.iter()).filter_map(|c| c.pgid).collect::<Vec<_>>();
         let pgids = running(self);
         if pgids.is_empty() {
             return;
@@ -760,10 +649,7 @@ impl Worker {
         self.cleanup();
         let dp = DeleteParams {
             grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions {
-                uid: Some(self.uid.clone()),
-                resource_version: None,
-            }),
+            preconditions: Some(Preconditions { uid: Some(self.uid.clone()), resource_version: None }),
             ..Default::default()
         };
         for attempt in 0..5 {
@@ -790,29 +676,12 @@ impl Worker {
         let sandbox = self.stage != Stage::Volumes;
         let inits_ok = self.inits.iter().all(|c| c.exit_code() == Some(0));
         let initialized = self.stage == Stage::Main || (self.stage == Stage::Terminal && inits_ok);
-        let ready =
-            !terminal && self.stage == Stage::Main && self.mains.iter().all(|c| c.pgid.is_some());
-        let not_ready = if terminal {
-            Some("PodCompleted")
-        } else {
-            Some("ContainersNotReady")
-        };
+        let ready = !terminal && self.stage == Stage::Main && self.mains.iter().all(|c| c.pgid.is_some());
+        let not_ready = if terminal { Some("PodCompleted") } else { Some("ContainersNotReady") };
         vec![
             ("PodReadyToStartContainers", sandbox || terminal, None),
-            (
-                "Initialized",
-                initialized,
-                if initialized {
-                    None
-                } else {
-                    Some("ContainersNotInitialized")
-                },
-            ),
-            (
-                "ContainersReady",
-                ready,
-                if ready { None } else { not_ready },
-            ),
+            ("Initialized", initialized, if initialized { None } else { Some("ContainersNotInitialized") }),
+            ("ContainersReady", ready, if ready { None } else { not_ready }),
             ("Ready", ready, if ready { None } else { not_ready }),
         ]
     }
@@ -820,15 +689,9 @@ impl Worker {
     /// Sends the current status as one strategic-merge patch (NA-13), skipping no-ops.
     async fn publish(&mut self) {
         let conds = self.conditions();
-        let changed: Vec<_> = conds
-            .iter()
-            .filter(|(k, v, _)| self.sent_conditions.get(k) != Some(v))
-            .cloned()
-            .collect();
-        let cond_json = changed
-            .iter()
-            .map(|(k, v, r)| condition(k, *v, *r, None))
-            .collect();
+        let changed: Vec<_> =
+            conds.iter().filter(|(k, v, _)| self.sent_conditions.get(k) != Some(v)).cloned().collect();
+        let cond_json = changed.iter().map(|(k, v, r)| condition(k, *v, *r, None)).collect();
         let mut extra = serde_json::Map::new();
         if let (Some(st), false) = (&self.start_time, self.start_sent)
             && let Value::Object(m) = status::start_fields(st)
@@ -841,26 +704,12 @@ impl Worker {
         }
         let inits: Vec<CStatus> = self.inits.iter().map(|c| c.status.clone()).collect();
         let mains: Vec<CStatus> = self.mains.iter().map(|c| c.status.clone()).collect();
-        let patch = status_patch(
-            Some(self.phase),
-            Some(Value::Object(extra)),
-            cond_json,
-            &inits,
-            &mains,
-        );
+        let patch = status_patch(Some(self.phase), Some(Value::Object(extra)), cond_json, &inits, &mains);
         if changed.is_empty() && self.last_patch.as_ref() == Some(&patch) {
             self.dirty = false;
             return;
         }
-        match self
-            .api
-            .patch_status(
-                &self.name,
-                &PatchParams::default(),
-                &Patch::Strategic(&patch),
-            )
-            .await
-        {
+        match self.api.patch_status(&self.name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
             Ok(p) => {
                 for (k, v, _) in changed {
                     self.sent_conditions.insert(k, v);

@@ -40,11 +40,7 @@ pub async fn ensure_storage_class(client: &Client) -> anyhow::Result<()> {
 }
 
 fn ours(pvc: &PersistentVolumeClaim) -> bool {
-    match pvc
-        .spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.as_deref())
-    {
+    match pvc.spec.as_ref().and_then(|s| s.storage_class_name.as_deref()) {
         None => true,
         Some(c) => c == STORAGE_CLASS,
     }
@@ -61,11 +57,7 @@ pub fn pv_for(pvc: &PersistentVolumeClaim, dir: &Path) -> Value {
         .and_then(|r| r.get("storage"))
         .map(|q| q.0.clone())
         .unwrap_or_else(|| "1Gi".into());
-    let modes = spec
-        .access_modes
-        .clone()
-        .filter(|m| !m.is_empty())
-        .unwrap_or_else(|| vec!["ReadWriteOnce".into()]);
+    let modes = spec.access_modes.clone().filter(|m| !m.is_empty()).unwrap_or_else(|| vec!["ReadWriteOnce".into()]);
     json!({
         "apiVersion": "v1",
         "kind": "PersistentVolume",
@@ -91,11 +83,7 @@ pub fn pv_for(pvc: &PersistentVolumeClaim, dir: &Path) -> Value {
     })
 }
 
-async fn provision(
-    client: &Client,
-    state_dir: &Path,
-    pvc: &PersistentVolumeClaim,
-) -> anyhow::Result<()> {
+async fn provision(client: &Client, state_dir: &Path, pvc: &PersistentVolumeClaim) -> anyhow::Result<()> {
     let ns = pvc.metadata.namespace.clone().unwrap_or_default();
     let name = pvc.metadata.name.clone().unwrap_or_default();
     let uid = pvc.metadata.uid.clone().unwrap_or_default();
@@ -114,31 +102,20 @@ async fn provision(
         Err(e) => return Err(e.into()),
     }
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-    let current = pvc
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_name.clone())
-        .unwrap_or_default();
+    let current = pvc.spec.as_ref().and_then(|s| s.volume_name.clone()).unwrap_or_default();
     if current.is_empty() {
         let patch = json!({"spec": {"volumeName": pv_name}});
-        pvcs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
+        pvcs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
     } else if current != pv_name {
         anyhow::bail!("claim already names volume {current}");
     }
-    pvs.patch_status(
-        &pv_name,
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"status": {"phase": "Bound"}})),
-    )
-    .await?;
+    pvs.patch_status(&pv_name, &PatchParams::default(), &Patch::Merge(&json!({"status": {"phase": "Bound"}}))).await?;
     let status = json!({"status": {
         "phase": "Bound",
         "capacity": pv_json["spec"]["capacity"],
         "accessModes": pv_json["spec"]["accessModes"],
     }});
-    pvcs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-        .await?;
+    pvcs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await?;
     tracing::info!(%ns, %name, pv = %pv_name, "claim bound");
     Ok(())
 }
@@ -154,13 +131,8 @@ async fn release(client: &Client, state_dir: &Path, pv_name: &str) {
             return;
         }
     };
-    let provisioned = pv
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(PROVISIONED_BY))
-        .map(String::as_str)
-        == Some(PROVISIONER);
+    let provisioned =
+        pv.metadata.annotations.as_ref().and_then(|a| a.get(PROVISIONED_BY)).map(String::as_str) == Some(PROVISIONER);
     let spec = pv.spec.unwrap_or_default();
     if !provisioned || spec.persistent_volume_reclaim_policy.as_deref() == Some("Retain") {
         return;
@@ -171,10 +143,7 @@ async fn release(client: &Client, state_dir: &Path, pv_name: &str) {
     // The pv-protection controller keeps its finalizer while the PV reports Bound, and no
     // PV binder runs here to move it on, so mark it Released first (as the binder would).
     let released = json!({"status": {"phase": "Released"}});
-    if let Err(e) = pvs
-        .patch_status(pv_name, &PatchParams::default(), &Patch::Merge(&released))
-        .await
-    {
+    if let Err(e) = pvs.patch_status(pv_name, &PatchParams::default(), &Patch::Merge(&released)).await {
         tracing::warn!(pv = pv_name, "marking released: {e}");
     }
     match pvs.delete(pv_name, &DeleteParams::default()).await {
@@ -196,16 +165,8 @@ async fn claim_exists(client: &Client, pv: &PersistentVolume) -> Option<bool> {
 }
 
 pub async fn run(client: Client, state_dir: PathBuf, mut shutdown: watch::Receiver<bool>) {
-    let pvcs = watcher(
-        Api::<PersistentVolumeClaim>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff();
-    let pvs = watcher(
-        Api::<PersistentVolume>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff();
+    let pvcs = watcher(Api::<PersistentVolumeClaim>::all(client.clone()), watcher::Config::default()).default_backoff();
+    let pvs = watcher(Api::<PersistentVolume>::all(client.clone()), watcher::Config::default()).default_backoff();
     futures::pin_mut!(pvcs);
     futures::pin_mut!(pvs);
     loop {

@@ -14,22 +14,14 @@ pub struct Spawned {
 }
 
 /// Spawns `argv` with exactly `env`, stdout and stderr appended to `log`.
-pub fn spawn(
-    argv: &[String],
-    env: &[(String, String)],
-    plan: &ExecPlan,
-    log: &Path,
-) -> io::Result<Spawned> {
+pub fn spawn(argv: &[String], env: &[(String, String)], plan: &ExecPlan, log: &Path) -> io::Result<Spawned> {
     let Some((program, args)) = argv.split_first() else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty command"));
     };
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)?;
+    let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
     let err = out.try_clone()?;
     let prepared = plan.prepare()?;
     let mut cmd = tokio::process::Command::new(program);
@@ -77,31 +69,20 @@ mod tests {
     async fn spawn_logs_and_exit_codes() {
         let tmp = tempfile::tempdir().unwrap();
         let log = tmp.path().join("c/0.log");
-        let argv: Vec<String> = ["/bin/sh", "-c", "echo out; echo err >&2; exit 3"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let argv: Vec<String> =
+            ["/bin/sh", "-c", "echo out; echo err >&2; exit 3"].iter().map(|s| s.to_string()).collect();
         // No mounts and no hostname: only process-group and PDEATHSIG handling, plus the
         // namespaces, which need root; skip when not root.
         if unsafe { libc::geteuid() } != 0 {
             return;
         }
-        let mut s = spawn(
-            &argv,
-            &[("PATH".into(), "/usr/bin:/bin".into())],
-            &ExecPlan::default(),
-            &log,
-        )
-        .unwrap();
+        let mut s = spawn(&argv, &[("PATH".into(), "/usr/bin:/bin".into())], &ExecPlan::default(), &log).unwrap();
         let st = s.child.wait().await.unwrap();
         assert_eq!(exit_code(st), (3, None));
         let text = std::fs::read_to_string(&log).unwrap();
         assert!(text.contains("out") && text.contains("err"));
 
-        let argv: Vec<String> = ["/bin/sh", "-c", "sleep 30"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let argv: Vec<String> = ["/bin/sh", "-c", "sleep 30"].iter().map(|s| s.to_string()).collect();
         let mut s = spawn(&argv, &[], &ExecPlan::default(), &log).unwrap();
         signal_group(s.pid, libc::SIGTERM);
         let st = s.child.wait().await.unwrap();
@@ -115,11 +96,7 @@ mod tests {
         }
         use super::super::mounts::{CreatedPaths, MountKind, MountSpec, ensure_targets};
         let tmp = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(
-            tmp.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .unwrap();
+        std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let rw = tmp.path().join("rw");
         let ro = tmp.path().join("ro");
         std::fs::create_dir_all(&rw).unwrap();
@@ -127,24 +104,13 @@ mod tests {
         std::fs::write(ro.join("f"), b"readonly-data").unwrap();
         let term = tmp.path().join("term");
         std::fs::write(&term, b"").unwrap();
-        std::fs::set_permissions(&term, std::os::unix::fs::PermissionsExt::from_mode(0o666))
-            .unwrap();
+        std::fs::set_permissions(&term, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
         std::fs::set_permissions(&rw, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
         let target = tmp.path().join("ctr");
         let plan = ExecPlan {
             mounts: vec![
-                MountSpec {
-                    source: rw.clone(),
-                    target: target.join("data"),
-                    read_only: false,
-                    kind: MountKind::Bind,
-                },
-                MountSpec {
-                    source: ro.clone(),
-                    target: target.join("ro"),
-                    read_only: true,
-                    kind: MountKind::Bind,
-                },
+                MountSpec { source: rw.clone(), target: target.join("data"), read_only: false, kind: MountKind::Bind },
+                MountSpec { source: ro.clone(), target: target.join("ro"), read_only: true, kind: MountKind::Bind },
                 MountSpec {
                     source: term.clone(),
                     target: target.join("termination-log"),
@@ -179,36 +145,19 @@ mod tests {
         let st = s.child.wait().await.unwrap();
         let logtext = std::fs::read_to_string(&log).unwrap_or_default();
         assert_eq!(exit_code(st), (0, None), "log: {logtext}");
-        let read = |n: &str| {
-            std::fs::read_to_string(rw.join(n))
-                .unwrap()
-                .trim()
-                .to_string()
-        };
+        let read = |n: &str| std::fs::read_to_string(rw.join(n)).unwrap().trim().to_string();
         assert_eq!(read("host"), "pod-abc");
         assert_eq!(read("uid"), "1000");
-        assert!(
-            read("groups").split_whitespace().any(|g| g == "2000"),
-            "{}",
-            read("groups")
-        );
+        assert!(read("groups").split_whitespace().any(|g| g == "2000"), "{}", read("groups"));
         assert_eq!(read("cwd"), format!("{t}/data"));
         assert_eq!(read("ro-copy"), "readonly-data");
         assert_eq!(read("ro-result"), "refused");
         assert_eq!(read("mem"), "done");
         assert_eq!(std::fs::read_to_string(&term).unwrap(), "bye\n");
         // Nothing leaked to the host namespace.
-        assert!(
-            std::fs::read_dir(target.join("data"))
-                .unwrap()
-                .next()
-                .is_none()
-        );
+        assert!(std::fs::read_dir(target.join("data")).unwrap().next().is_none());
         assert!(!target.join("mem/x").exists());
-        assert_ne!(
-            nix::unistd::gethostname().unwrap().to_string_lossy(),
-            "pod-abc"
-        );
+        assert_ne!(nix::unistd::gethostname().unwrap().to_string_lossy(), "pod-abc");
         created.cleanup();
         assert!(!target.exists());
     }

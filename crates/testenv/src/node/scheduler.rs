@@ -13,14 +13,10 @@ use super::config::NODE_NAME;
 use super::lease::arch;
 
 fn node_labels() -> BTreeMap<String, String> {
-    [
-        ("kubernetes.io/hostname", NODE_NAME),
-        ("kubernetes.io/os", "linux"),
-        ("kubernetes.io/arch", arch()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
+    [("kubernetes.io/hostname", NODE_NAME), ("kubernetes.io/os", "linux"), ("kubernetes.io/arch", arch())]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 /// Whether `nodeSelector` and required node affinity (`In`, `NotIn`, `Exists`,
@@ -37,10 +33,7 @@ pub fn fits(pod: &Pod) -> bool {
         .affinity
         .as_ref()
         .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| {
-            n.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        })
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
         .map(|r| r.node_selector_terms.clone());
     let Some(terms) = terms else { return true };
     if terms.is_empty() {
@@ -79,9 +72,7 @@ async fn bind(client: &Client, pod: &Pod) -> Result<(), kube::Error> {
         },
     };
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let _: serde_json::Value = api
-        .create_subresource("binding", &name, &PostParams::default(), &binding)
-        .await?;
+    let _: serde_json::Value = api.create_subresource("binding", &name, &PostParams::default(), &binding).await?;
     Ok(())
 }
 
@@ -94,10 +85,7 @@ async fn mark_unschedulable(client: &Client, pod: &Pod) {
         "lastTransitionTime": super::status::now(), "lastProbeTime": null,
     }]}});
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    if let Err(e) = api
-        .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
-        .await
-    {
+    if let Err(e) = api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
         tracing::debug!(%ns, %name, "marking unschedulable: {e}");
     }
 }
@@ -123,12 +111,8 @@ pub async fn run(client: Client, mut shutdown: watch::Receiver<bool>) {
         };
         let spec = pod.spec.as_ref();
         if pod.metadata.deletion_timestamp.is_some()
-            || spec
-                .and_then(|s| s.node_name.as_ref())
-                .is_some_and(|n| !n.is_empty())
-            || spec
-                .and_then(|s| s.scheduling_gates.as_ref())
-                .is_some_and(|g| !g.is_empty())
+            || spec.and_then(|s| s.node_name.as_ref()).is_some_and(|n| !n.is_empty())
+            || spec.and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty())
         {
             continue;
         }
@@ -164,10 +148,7 @@ mod tests {
     };
 
     fn pod(spec: PodSpec) -> Pod {
-        Pod {
-            spec: Some(spec),
-            ..Default::default()
-        }
+        Pod { spec: Some(spec), ..Default::default() }
     }
 
     #[test]

@@ -78,11 +78,7 @@ impl Terminated {
             t["message"] = json!(m);
         }
         // startedAt is required by consumers that compute durations; fall back to finishedAt.
-        t["startedAt"] = json!(
-            self.started_at
-                .clone()
-                .unwrap_or_else(|| self.finished_at.clone())
-        );
+        t["startedAt"] = json!(self.started_at.clone().unwrap_or_else(|| self.finished_at.clone()));
         if let Some(id) = &self.container_id {
             t["containerID"] = json!(id);
         }
@@ -92,22 +88,14 @@ impl Terminated {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum CState {
-    Waiting {
-        reason: String,
-        message: Option<String>,
-    },
-    Running {
-        started_at: String,
-    },
+    Waiting { reason: String, message: Option<String> },
+    Running { started_at: String },
     Terminated(Terminated),
 }
 
 impl CState {
     pub fn waiting(reason: &str, message: impl Into<Option<String>>) -> Self {
-        CState::Waiting {
-            reason: reason.into(),
-            message: message.into(),
-        }
+        CState::Waiting { reason: reason.into(), message: message.into() }
     }
 
     pub fn to_json(&self) -> Value {
@@ -212,16 +200,10 @@ pub fn status_patch(
         st.insert("conditions".into(), Value::Array(conditions));
     }
     if !init_statuses.is_empty() {
-        st.insert(
-            "initContainerStatuses".into(),
-            Value::Array(init_statuses.iter().map(CStatus::to_json).collect()),
-        );
+        st.insert("initContainerStatuses".into(), Value::Array(init_statuses.iter().map(CStatus::to_json).collect()));
     }
     if !statuses.is_empty() {
-        st.insert(
-            "containerStatuses".into(),
-            Value::Array(statuses.iter().map(CStatus::to_json).collect()),
-        );
+        st.insert("containerStatuses".into(), Value::Array(statuses.iter().map(CStatus::to_json).collect()));
     }
     json!({ "status": Value::Object(st) })
 }
@@ -239,21 +221,12 @@ pub fn start_fields(start_time: &str) -> Value {
 
 /// Terminal phase from the final exit codes under `restartPolicy: Never`.
 pub fn terminal_phase(exit_codes: impl IntoIterator<Item = i32>) -> &'static str {
-    if exit_codes.into_iter().all(|c| c == 0) {
-        "Succeeded"
-    } else {
-        "Failed"
-    }
+    if exit_codes.into_iter().all(|c| c == 0) { "Succeeded" } else { "Failed" }
 }
 
 /// NA-15: the message from the termination-log file, capped; under
 /// `FallbackToLogsOnError`, an empty file and a non-zero exit take the log tail.
-pub fn termination_message(
-    file: &[u8],
-    policy: Option<&str>,
-    exit_code: i32,
-    log: impl FnOnce() -> Vec<u8>,
-) -> String {
+pub fn termination_message(file: &[u8], policy: Option<&str>, exit_code: i32, log: impl FnOnce() -> Vec<u8>) -> String {
     let file_msg = String::from_utf8_lossy(file);
     if !file_msg.is_empty() || exit_code == 0 || policy != Some("FallbackToLogsOnError") {
         return cap_front(&file_msg, MAX_TERMINATION_MESSAGE).to_string();
@@ -320,12 +293,7 @@ mod tests {
         assert_eq!(v["terminated"]["reason"], "Error");
         assert_eq!(v["terminated"]["message"], "boom");
         assert_eq!(v["terminated"]["containerID"], "proc://7");
-        assert!(
-            v["terminated"]["finishedAt"]
-                .as_str()
-                .unwrap()
-                .ends_with('Z')
-        );
+        assert!(v["terminated"]["finishedAt"].as_str().unwrap().ends_with('Z'));
         assert_eq!(v["terminated"]["startedAt"], "2025-01-01T00:00:00Z");
         let ok = Terminated::exited(0, None, Some(String::new()), None, None);
         assert_eq!(ok.reason, "Completed");
@@ -336,13 +304,7 @@ mod tests {
 
     #[test]
     fn container_status_shape() {
-        let mut s = CStatus::new(
-            "main",
-            "busybox",
-            CState::Running {
-                started_at: "t0".into(),
-            },
-        );
+        let mut s = CStatus::new("main", "busybox", CState::Running { started_at: "t0".into() });
         s.container_id = Some("proc://42".into());
         s.restart_count = 2;
         s.last_state = Some(Terminated::exited(1, None, None, Some("t".into()), None));
@@ -355,14 +317,8 @@ mod tests {
         assert_eq!(v["containerID"], "proc://42");
         assert_eq!(v["state"]["running"]["startedAt"], "t0");
         assert_eq!(v["lastState"]["terminated"]["exitCode"], 1);
-        let w = CStatus::new(
-            "c",
-            "img",
-            CState::waiting(
-                "ErrImagePull",
-                Some("image \"img\" is not mapped".to_string()),
-            ),
-        );
+        let w =
+            CStatus::new("c", "img", CState::waiting("ErrImagePull", Some("image \"img\" is not mapped".to_string())));
         let v = w.to_json();
         assert_eq!(v["ready"], false);
         assert_eq!(v["state"]["waiting"]["reason"], "ErrImagePull");
@@ -371,13 +327,7 @@ mod tests {
 
     #[test]
     fn patch_shape() {
-        let statuses = vec![CStatus::new(
-            "a",
-            "i",
-            CState::Running {
-                started_at: "t".into(),
-            },
-        )];
+        let statuses = vec![CStatus::new("a", "i", CState::Running { started_at: "t".into() })];
         let p = status_patch(
             Some("Running"),
             Some(start_fields("t")),
@@ -411,18 +361,9 @@ mod tests {
         assert_eq!(termination_message(b"msg", None, 1, log), "msg");
         assert_eq!(termination_message(b"", None, 1, log), "");
         assert_eq!(termination_message(b"", Some("File"), 1, log), "");
-        assert_eq!(
-            termination_message(b"", Some("FallbackToLogsOnError"), 0, log),
-            ""
-        );
-        assert_eq!(
-            termination_message(b"", Some("FallbackToLogsOnError"), 2, log),
-            "line1\nline2\n"
-        );
-        assert_eq!(
-            termination_message(b"file wins", Some("FallbackToLogsOnError"), 2, log),
-            "file wins"
-        );
+        assert_eq!(termination_message(b"", Some("FallbackToLogsOnError"), 0, log), "");
+        assert_eq!(termination_message(b"", Some("FallbackToLogsOnError"), 2, log), "line1\nline2\n");
+        assert_eq!(termination_message(b"file wins", Some("FallbackToLogsOnError"), 2, log), "file wins");
         let big = "é".repeat(5000);
         let m = termination_message(big.as_bytes(), None, 0, log);
         assert!(m.len() <= MAX_TERMINATION_MESSAGE && m.len() > MAX_TERMINATION_MESSAGE - 4);

@@ -5,8 +5,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, DownwardAPIVolumeFile, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod,
-    Secret, ServiceAccount,
+    ConfigMap, DownwardAPIVolumeFile, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod, Secret, ServiceAccount,
 };
 use kube::api::PostParams;
 use kube::{Api, Client};
@@ -50,10 +49,7 @@ pub struct VolumeCtx<'a> {
 
 /// Resolves every volume of the pod. `Err` is a message for a pod that must stay
 /// Pending (unbound PVC, missing non-optional Secret/ConfigMap, API errors).
-pub async fn prepare(
-    ctx: &VolumeCtx<'_>,
-    pod: &Pod,
-) -> Result<HashMap<String, ResolvedVolume>, String> {
+pub async fn prepare(ctx: &VolumeCtx<'_>, pod: &Pod) -> Result<HashMap<String, ResolvedVolume>, String> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let spec = pod.spec.as_ref().ok_or("pod has no spec")?;
@@ -62,81 +58,36 @@ pub async fn prepare(
         let dir = volume_dir(ctx.state_dir, &uid, &v.name);
         let resolved = if let Some(pvc) = &v.persistent_volume_claim {
             let host = pvc_host_path(ctx.client, &ns, &pvc.claim_name).await?;
-            ResolvedVolume {
-                host_path: host,
-                kind: MountKind::Bind,
-                read_only: pvc.read_only.unwrap_or(false),
-            }
+            ResolvedVolume { host_path: host, kind: MountKind::Bind, read_only: pvc.read_only.unwrap_or(false) }
         } else if let Some(ed) = &v.empty_dir {
             mkdir(&dir, 0o777)?;
-            let kind = if ed.medium.as_deref() == Some("Memory") {
-                MountKind::Tmpfs
-            } else {
-                MountKind::Bind
-            };
-            ResolvedVolume {
-                host_path: dir,
-                kind,
-                read_only: false,
-            }
+            let kind = if ed.medium.as_deref() == Some("Memory") { MountKind::Tmpfs } else { MountKind::Bind };
+            ResolvedVolume { host_path: dir, kind, read_only: false }
         } else if let Some(s) = &v.secret {
             let name = s.secret_name.clone().unwrap_or_default();
             let data = fetch_secret(ctx.client, &ns, &name).await?;
             fresh_dir(&dir)?;
             match data {
-                Some(d) => write_keys(
-                    &dir,
-                    &d,
-                    s.items.as_deref(),
-                    s.default_mode,
-                    "Secret",
-                    &ns,
-                    &name,
-                    s.optional,
-                )?,
+                Some(d) => write_keys(&dir, &d, s.items.as_deref(), s.default_mode, "Secret", &ns, &name, s.optional)?,
                 None if s.optional.unwrap_or(false) => {}
                 None => return Err(format!("secret \"{name}\" not found")),
             }
-            ResolvedVolume {
-                host_path: dir,
-                kind: MountKind::Bind,
-                read_only: false,
-            }
+            ResolvedVolume { host_path: dir, kind: MountKind::Bind, read_only: false }
         } else if let Some(c) = &v.config_map {
             let data = fetch_config_map(ctx.client, &ns, &c.name).await?;
             fresh_dir(&dir)?;
             match data {
-                Some(d) => write_keys(
-                    &dir,
-                    &d,
-                    c.items.as_deref(),
-                    c.default_mode,
-                    "ConfigMap",
-                    &ns,
-                    &c.name,
-                    c.optional,
-                )?,
+                Some(d) => {
+                    write_keys(&dir, &d, c.items.as_deref(), c.default_mode, "ConfigMap", &ns, &c.name, c.optional)?
+                }
                 None if c.optional.unwrap_or(false) => {}
                 None => return Err(format!("configmap \"{}\" not found", c.name)),
             }
-            ResolvedVolume {
-                host_path: dir,
-                kind: MountKind::Bind,
-                read_only: false,
-            }
+            ResolvedVolume { host_path: dir, kind: MountKind::Bind, read_only: false }
         } else if let Some(d) = &v.downward_api {
             fresh_dir(&dir)?;
-            write_downward(
-                &dir,
-                pod,
-                d.items.as_deref().unwrap_or_default(),
-                d.default_mode,
-            )?;
-            ResolvedVolume {
-                host_path: dir,
-                kind: MountKind::Bind,
-                read_only: false,
-            }
+            write_downward(&dir, pod, d.items.as_deref().unwrap_or_default(), d.default_mode)?;
+            ResolvedVolume { host_path: dir, kind: MountKind::Bind, read_only: false }
         } else if let Some(p) = &v.projected {
             fresh_dir(&dir)?;
             for src in p.sources.iter().flatten() {
@@ -173,12 +124,7 @@ pub async fn prepare(
                     }
                 }
                 if let Some(d) = &src.downward_api {
-                    write_downward(
-                        &dir,
-                        pod,
-                        d.items.as_deref().unwrap_or_default(),
-                        p.default_mode,
-                    )?;
+                    write_downward(&dir, pod, d.items.as_deref().unwrap_or_default(), p.default_mode)?;
                 }
                 if let Some(t) = &src.service_account_token {
                     let token = request_token(
@@ -188,19 +134,10 @@ pub async fn prepare(
                         t.expiration_seconds.unwrap_or(3600),
                     )
                     .await?;
-                    write_file(
-                        &dir,
-                        &t.path,
-                        token.as_bytes(),
-                        p.default_mode.unwrap_or(0o644),
-                    )?;
+                    write_file(&dir, &t.path, token.as_bytes(), p.default_mode.unwrap_or(0o644))?;
                 }
             }
-            ResolvedVolume {
-                host_path: dir,
-                kind: MountKind::Bind,
-                read_only: false,
-            }
+            ResolvedVolume { host_path: dir, kind: MountKind::Bind, read_only: false }
         } else if let Some(h) = &v.host_path {
             let path = PathBuf::from(&h.path);
             match h.type_.as_deref() {
@@ -212,18 +149,11 @@ pub async fn prepare(
                     std::fs::File::create(&path).map_err(|e| e.to_string())?;
                 }
                 Some("Directory") if !path.is_dir() => {
-                    return Err(format!(
-                        "hostPath type check failed: {} is not a directory",
-                        h.path
-                    ));
+                    return Err(format!("hostPath type check failed: {} is not a directory", h.path));
                 }
                 _ => {}
             }
-            ResolvedVolume {
-                host_path: path,
-                kind: MountKind::Bind,
-                read_only: false,
-            }
+            ResolvedVolume { host_path: path, kind: MountKind::Bind, read_only: false }
         } else {
             return Err(format!("volume {:?}: unsupported volume type", v.name));
         };
@@ -242,14 +172,7 @@ pub async fn prepare(
                 if let Some(ca) = ctx.ca_pem {
                     write_file(&dir, "ca.crt", ca.as_bytes(), 0o644)?;
                 }
-                out.insert(
-                    SA_VOLUME.into(),
-                    ResolvedVolume {
-                        host_path: dir,
-                        kind: MountKind::Bind,
-                        read_only: true,
-                    },
-                );
+                out.insert(SA_VOLUME.into(), ResolvedVolume { host_path: dir, kind: MountKind::Bind, read_only: true });
             }
             // A new namespace gets its `default` ServiceAccount from the kcm a moment later:
             // wait for it for a while, as admission would have.
@@ -276,21 +199,13 @@ fn wants_default_token(pod: &Pod) -> bool {
 }
 
 async fn pvc_host_path(client: &Client, ns: &str, claim: &str) -> Result<PathBuf, String> {
-    let pvc = match Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
-        .get_opt(claim)
-        .await
-    {
+    let pvc = match Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns).get_opt(claim).await {
         Ok(Some(p)) => p,
         Ok(None) => return Err(format!("persistentvolumeclaim \"{claim}\" not found")),
         Err(e) => return Err(format!("getting persistentvolumeclaim \"{claim}\": {e}")),
     };
     let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
-    let Some(pv_name) = pvc
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_name.clone())
-        .filter(|_| bound)
-    else {
+    let Some(pv_name) = pvc.spec.as_ref().and_then(|s| s.volume_name.clone()).filter(|_| bound) else {
         return Err(format!("persistentvolumeclaim \"{claim}\" is not bound"));
     };
     let pv = Api::<PersistentVolume>::all(client.clone())
@@ -307,22 +222,11 @@ async fn pvc_host_path(client: &Client, ns: &str, claim: &str) -> Result<PathBuf
 }
 
 /// Secret data as strings; `None` when the Secret does not exist.
-pub async fn fetch_secret(
-    client: &Client,
-    ns: &str,
-    name: &str,
-) -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
-    match Api::<Secret>::namespaced(client.clone(), ns)
-        .get_opt(name)
-        .await
-    {
+pub async fn fetch_secret(client: &Client, ns: &str, name: &str) -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
+    match Api::<Secret>::namespaced(client.clone(), ns).get_opt(name).await {
         Ok(Some(s)) => {
-            let mut m: BTreeMap<String, Vec<u8>> = s
-                .data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.0))
-                .collect();
+            let mut m: BTreeMap<String, Vec<u8>> =
+                s.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
             for (k, v) in s.string_data.unwrap_or_default() {
                 m.insert(k, v.into_bytes());
             }
@@ -338,17 +242,10 @@ pub async fn fetch_config_map(
     ns: &str,
     name: &str,
 ) -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
-    match Api::<ConfigMap>::namespaced(client.clone(), ns)
-        .get_opt(name)
-        .await
-    {
+    match Api::<ConfigMap>::namespaced(client.clone(), ns).get_opt(name).await {
         Ok(Some(c)) => {
-            let mut m: BTreeMap<String, Vec<u8>> = c
-                .data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.into_bytes()))
-                .collect();
+            let mut m: BTreeMap<String, Vec<u8>> =
+                c.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into_bytes())).collect();
             for (k, v) in c.binary_data.unwrap_or_default() {
                 m.insert(k, v.0);
             }
@@ -360,18 +257,9 @@ pub async fn fetch_config_map(
 }
 
 /// TokenRequest for the pod's ServiceAccount, bound to the pod.
-async fn request_token(
-    client: &Client,
-    pod: &Pod,
-    audiences: Vec<String>,
-    expiration: i64,
-) -> Result<String, String> {
+async fn request_token(client: &Client, pod: &Pod, audiences: Vec<String>, expiration: i64) -> Result<String, String> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
-    let named = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.service_account_name.clone())
-        .filter(|s| !s.is_empty());
+    let named = pod.spec.as_ref().and_then(|s| s.service_account_name.clone()).filter(|s| !s.is_empty());
     let sa = named.clone().unwrap_or_else(|| "default".into());
     // The apiserver binds a token to a pod only if the pod names that ServiceAccount, which
     // needs the ServiceAccount admission plugin (disabled here) to fill in `default`.
@@ -382,27 +270,14 @@ async fn request_token(
         uid: pod.metadata.uid.clone(),
     });
     let req = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences,
-            expiration_seconds: Some(expiration.max(600)),
-            bound_object_ref,
-        },
+        spec: TokenRequestSpec { audiences, expiration_seconds: Some(expiration.max(600)), bound_object_ref },
         ..Default::default()
     };
     let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
-    let resp: TokenRequest = api
-        .create_subresource("token", &sa, &PostParams::default(), &req)
-        .await
-        .map_err(|e| {
-            if is_not_found(&e) {
-                format!("serviceaccount \"{sa}\" not found")
-            } else {
-                format!("token request: {e}")
-            }
-        })?;
-    resp.status
-        .map(|s| s.token)
-        .ok_or_else(|| "token request returned no token".into())
+    let resp: TokenRequest = api.create_subresource("token", &sa, &PostParams::default(), &req).await.map_err(|e| {
+        if is_not_found(&e) { format!("serviceaccount \"{sa}\" not found") } else { format!("token request: {e}") }
+    })?;
+    resp.status.map(|s| s.token).ok_or_else(|| "token request returned no token".into())
 }
 
 fn mkdir(dir: &Path, mode: u32) -> Result<(), String> {
@@ -432,18 +307,10 @@ fn write_keys(
         Some(items) if !items.is_empty() => {
             for it in items {
                 match data.get(&it.key) {
-                    Some(v) => write_file(
-                        dir,
-                        &it.path,
-                        v,
-                        it.mode.map(|m| m as u32).unwrap_or(mode) as i32,
-                    )?,
+                    Some(v) => write_file(dir, &it.path, v, it.mode.map(|m| m as u32).unwrap_or(mode) as i32)?,
                     None if optional.unwrap_or(false) => {}
                     None => {
-                        return Err(format!(
-                            "couldn't find key {} in {kind} {ns}/{name}",
-                            it.key
-                        ));
+                        return Err(format!("couldn't find key {} in {kind} {ns}/{name}", it.key));
                     }
                 }
             }
@@ -465,17 +332,12 @@ fn write_downward(
 ) -> Result<(), String> {
     for it in items {
         let value = if let Some(f) = &it.field_ref {
-            field_value(pod, &f.field_path)
-                .ok_or_else(|| format!("unsupported fieldRef {:?}", f.field_path))?
+            field_value(pod, &f.field_path).ok_or_else(|| format!("unsupported fieldRef {:?}", f.field_path))?
         } else if let Some(r) = &it.resource_field_ref {
             let c = pod
                 .spec
                 .as_ref()
-                .and_then(|s| {
-                    s.containers
-                        .iter()
-                        .find(|c| Some(&c.name) == r.container_name.as_ref())
-                })
+                .and_then(|s| s.containers.iter().find(|c| Some(&c.name) == r.container_name.as_ref()))
                 .cloned()
                 .unwrap_or_default();
             resource_value(&c, &r.resource, r.divisor.as_ref().map(|q| q.0.as_str()))
@@ -483,12 +345,7 @@ fn write_downward(
         } else {
             continue;
         };
-        write_file(
-            dir,
-            &it.path,
-            value.as_bytes(),
-            it.mode.or(default_mode).unwrap_or(0o644),
-        )?;
+        write_file(dir, &it.path, value.as_bytes(), it.mode.or(default_mode).unwrap_or(0o644))?;
     }
     Ok(())
 }
@@ -496,11 +353,7 @@ fn write_downward(
 /// Writes `rel` under `dir`; refuses paths that escape it.
 fn write_file(dir: &Path, rel: &str, data: &[u8], mode: i32) -> Result<(), String> {
     let rel_path = Path::new(rel);
-    if rel_path.is_absolute()
-        || rel_path
-            .components()
-            .any(|c| matches!(c, std::path::Component::ParentDir))
-    {
+    if rel_path.is_absolute() || rel_path.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
         return Err(format!("invalid volume file path {rel:?}"));
     }
     let path = dir.join(rel_path);
@@ -508,8 +361,7 @@ fn write_file(dir: &Path, rel: &str, data: &[u8], mode: i32) -> Result<(), Strin
         std::fs::create_dir_all(p).map_err(|e| e.to_string())?;
     }
     std::fs::write(&path, data).map_err(|e| format!("writing {}: {e}", path.display()))?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode as u32 & 0o7777))
-        .map_err(|e| e.to_string())
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode as u32 & 0o7777)).map_err(|e| e.to_string())
 }
 
 /// NA-11: gives a volume to the fsGroup: group-owned, setgid directories, and group
@@ -550,59 +402,23 @@ mod tests {
     #[test]
     fn keys_items_and_modes() {
         let tmp = tempfile::tempdir().unwrap();
-        let data: BTreeMap<String, Vec<u8>> = [
-            ("a".to_string(), b"1".to_vec()),
-            ("b".to_string(), b"2".to_vec()),
-        ]
-        .into();
-        write_keys(
-            tmp.path(),
-            &data,
-            None,
-            Some(0o400),
-            "Secret",
-            "ns",
-            "s",
-            None,
-        )
-        .unwrap();
+        let data: BTreeMap<String, Vec<u8>> =
+            [("a".to_string(), b"1".to_vec()), ("b".to_string(), b"2".to_vec())].into();
+        write_keys(tmp.path(), &data, None, Some(0o400), "Secret", "ns", "s", None).unwrap();
         assert_eq!(std::fs::read(tmp.path().join("a")).unwrap(), b"1");
-        let mode = std::fs::metadata(tmp.path().join("b"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777;
+        let mode = std::fs::metadata(tmp.path().join("b")).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o400);
 
         let sub = tmp.path().join("items");
         std::fs::create_dir(&sub).unwrap();
-        let items = vec![KeyToPath {
-            key: "b".into(),
-            path: "dir/bee".into(),
-            mode: Some(0o600),
-        }];
+        let items = vec![KeyToPath { key: "b".into(), path: "dir/bee".into(), mode: Some(0o600) }];
         write_keys(&sub, &data, Some(&items), None, "Secret", "ns", "s", None).unwrap();
         assert!(!sub.join("a").exists());
         assert_eq!(std::fs::read(sub.join("dir/bee")).unwrap(), b"2");
-        let missing = vec![KeyToPath {
-            key: "zz".into(),
-            path: "z".into(),
-            mode: None,
-        }];
-        let err =
-            write_keys(&sub, &data, Some(&missing), None, "Secret", "ns", "s", None).unwrap_err();
+        let missing = vec![KeyToPath { key: "zz".into(), path: "z".into(), mode: None }];
+        let err = write_keys(&sub, &data, Some(&missing), None, "Secret", "ns", "s", None).unwrap_err();
         assert!(err.contains("couldn't find key zz"));
-        write_keys(
-            &sub,
-            &data,
-            Some(&missing),
-            None,
-            "Secret",
-            "ns",
-            "s",
-            Some(true),
-        )
-        .unwrap();
+        write_keys(&sub, &data, Some(&missing), None, "Secret", "ns", "s", Some(true)).unwrap();
         assert!(write_file(&sub, "../escape", b"x", 0o644).is_err());
     }
 

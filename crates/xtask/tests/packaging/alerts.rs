@@ -149,7 +149,9 @@ fn promtool_checks_and_unit_tests_pass() {
     });
     let all = format!("{}{}", out.stdout, out.stderr);
     if all.contains("promtool not found") {
-        panic!("promtool is missing: install the Debian package `prometheus` (apt-get install -y prometheus) or set PROMTOOL");
+        panic!(
+            "promtool is missing: install the Debian package `prometheus` (apt-get install -y prometheus) or set PROMTOOL"
+        );
     }
     assert!(out.ok, "deploy/prometheus/test.sh failed:\n{all}");
     assert!(all.contains("SUCCESS: 10 rules found"), "promtool check rules:\n{all}");

@@ -140,7 +140,10 @@ fn controller_service_account_is_bound() {
 fn metrics_service_selects_the_controller_on_8081() {
     let docs = render(&[]);
     let svc = one(&docs, "Service");
-    assert_eq!(svc["spec"]["ports"], json!([{"name": "metrics", "port": 8081, "targetPort": "metrics", "protocol": "TCP"}]));
+    assert_eq!(
+        svc["spec"]["ports"],
+        json!([{"name": "metrics", "port": 8081, "targetPort": "metrics", "protocol": "TCP"}])
+    );
     let pod_labels = &one(&docs, "Deployment")["spec"]["template"]["metadata"]["labels"];
     for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
         assert_eq!(&pod_labels[k], v, "service selector {k}");
@@ -164,18 +167,23 @@ fn every_monitoring_toggle_renders_its_object() {
     let rule = one(&docs, "PrometheusRule");
     assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
     let file = yaml_file("deploy/prometheus/kopiur-rules.yaml");
-    assert_eq!(rule["spec"]["groups"], file["groups"], "the PrometheusRule must render exactly deploy/prometheus/kopiur-rules.yaml");
+    assert_eq!(
+        rule["spec"]["groups"], file["groups"],
+        "the PrometheusRule must render exactly deploy/prometheus/kopiur-rules.yaml"
+    );
 
     let cm = one(&docs, "ConfigMap");
     assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
-    let shipped: Value = serde_json::from_str(cm["data"]["kopiur.json"].as_str().expect("data kopiur.json")).expect("dashboard JSON");
+    let shipped: Value =
+        serde_json::from_str(cm["data"]["kopiur.json"].as_str().expect("data kopiur.json")).expect("dashboard JSON");
     let source: Value = serde_json::from_str(&read("deploy/dashboards/kopiur.json")).unwrap();
     assert_eq!(shipped, source, "the dashboard ConfigMap must carry deploy/dashboards/kopiur.json");
 }
 
 #[test]
 fn backup_stale_threshold_follows_values() {
-    let docs = render(&["monitoring.prometheusRule.enabled=true", "monitoring.prometheusRule.backupStaleAfterSeconds=90000"]);
+    let docs =
+        render(&["monitoring.prometheusRule.enabled=true", "monitoring.prometheusRule.backupStaleAfterSeconds=90000"]);
     let file = yaml_file("deploy/prometheus/kopiur-rules.yaml");
     let rendered = &one(&docs, "PrometheusRule")["spec"]["groups"];
     let mut changed = 0;

@@ -109,7 +109,12 @@ fn dashboard_is_templated_on_a_prometheus_datasource() {
     assert_eq!(ds["query"], "prometheus");
     let ds_ref = format!("${{{}}}", ds["name"].as_str().unwrap());
     for p in panels(&d).into_iter().filter(|p| p["type"] != "row") {
-        assert_eq!(p["datasource"]["uid"], ds_ref.as_str(), "panel {:?} must use the templated data source", p["title"]);
+        assert_eq!(
+            p["datasource"]["uid"],
+            ds_ref.as_str(),
+            "panel {:?} must use the templated data source",
+            p["title"]
+        );
         for t in p["targets"].as_array().expect("targets") {
             assert_eq!(t["datasource"]["uid"], ds_ref.as_str(), "panel {:?}: target data source", p["title"]);
         }

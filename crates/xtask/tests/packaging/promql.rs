@@ -3,13 +3,24 @@
 //! followed by `(` is a function or aggregation; keywords are not names.
 use std::collections::BTreeSet;
 
-const KEYWORDS: &[&str] = &[
-    "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset", "atan2",
-];
+const KEYWORDS: &[&str] =
+    &["by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset", "atan2"];
 const GROUPING: &[&str] = &["by", "without", "on", "ignoring", "group_left", "group_right"];
 const AGGREGATIONS: &[&str] = &[
-    "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk", "topk", "quantile",
-    "limitk", "limit_ratio",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "group",
+    "stddev",
+    "stdvar",
+    "count",
+    "count_values",
+    "bottomk",
+    "topk",
+    "quantile",
+    "limitk",
+    "limit_ratio",
 ];
 
 pub fn metric_names(expr: &str) -> BTreeSet<String> {
@@ -50,7 +61,10 @@ pub fn metric_names(expr: &str) -> BTreeSet<String> {
                 // `sum by (x) (…)`: an aggregation whose grouping comes before its argument.
                 let grouped_aggregation = AGGREGATIONS.contains(&word.as_str())
                     && (rest.starts_with("by") || rest.starts_with("without"))
-                    && rest.chars().nth(if rest.starts_with("by") { 2 } else { 7 }).is_some_and(|c| c == ' ' || c == '(');
+                    && rest
+                        .chars()
+                        .nth(if rest.starts_with("by") { 2 } else { 7 })
+                        .is_some_and(|c| c == ' ' || c == '(');
                 let call = chars.get(j) == Some(&'(') || grouped_aggregation;
                 if GROUPING.contains(&word.as_str()) && call {
                     i = skip_until(&chars, j, ')');
@@ -100,7 +114,9 @@ mod tests {
     #[test]
     fn lists_selected_metrics_only() {
         assert_eq!(
-            names(r#"histogram_quantile(0.99, sum by (kind, le) (rate(kopiur_controller_reconcile_duration_seconds_bucket{kind=~"a|b}"}[$__rate_interval])))"#),
+            names(
+                r#"histogram_quantile(0.99, sum by (kind, le) (rate(kopiur_controller_reconcile_duration_seconds_bucket{kind=~"a|b}"}[$__rate_interval])))"#
+            ),
             ["kopiur_controller_reconcile_duration_seconds_bucket"]
         );
         assert_eq!(

@@ -104,8 +104,12 @@ fn controller_cluster_role_is_least_privilege() {
         ctl.iter().filter(|(g, r, _, _)| g.is_empty() && r == "secrets").map(|(_, _, v, _)| v.as_str()).collect();
     assert!(secret_verbs.is_subset(&BTreeSet::from(["list", "watch"])), "secrets: {secret_verbs:?}");
     // It may bind only the mover ClusterRole, and escalate nothing.
-    let binds: Vec<&Grant> = ctl.iter().filter(|(_, _, v, _)| v == "bind" || v == "escalate" || v == "impersonate").collect();
-    assert_eq!(binds, vec![&("rbac.authorization.k8s.io".into(), "clusterroles".into(), "bind".into(), "kopiur-mover".into())]);
+    let binds: Vec<&Grant> =
+        ctl.iter().filter(|(_, _, v, _)| v == "bind" || v == "escalate" || v == "impersonate").collect();
+    assert_eq!(
+        binds,
+        vec![&("rbac.authorization.k8s.io".into(), "clusterroles".into(), "bind".into(), "kopiur-mover".into())]
+    );
 }
 
 #[test]
@@ -132,12 +136,23 @@ fn chart_rbac_equals_generated_rbac() {
         .collect();
     let chart = rendered();
     let union = |docs: &[Value]| -> BTreeSet<Grant> {
-        docs.iter().filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role").flat_map(|d| grants(&d["rules"])).collect()
+        docs.iter()
+            .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
+            .flat_map(|d| grants(&d["rules"]))
+            .collect()
     };
     let (want, have) = (union(&generated), union(&chart));
     assert!(!want.is_empty(), "deploy/rbac grants nothing");
-    assert_eq!(have.difference(&want).collect::<Vec<_>>(), Vec::<&Grant>::new(), "grants in the chart but not in deploy/rbac");
-    assert_eq!(want.difference(&have).collect::<Vec<_>>(), Vec::<&Grant>::new(), "grants in deploy/rbac but not in the chart");
+    assert_eq!(
+        have.difference(&want).collect::<Vec<_>>(),
+        Vec::<&Grant>::new(),
+        "grants in the chart but not in deploy/rbac"
+    );
+    assert_eq!(
+        want.difference(&have).collect::<Vec<_>>(),
+        Vec::<&Grant>::new(),
+        "grants in deploy/rbac but not in the chart"
+    );
     let mover = |docs: &[Value]| grants(&role(docs, "ClusterRole", "kopiur-mover")["rules"]);
     assert_eq!(mover(&chart), mover(&generated), "the kopiur-mover ClusterRole");
 }

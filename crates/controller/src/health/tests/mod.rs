@@ -1,7 +1,7 @@
 //! Fixtures shared by the breaker unit tests: a builder over a minimal repository.
 use chrono::{Duration, TimeZone, Utc};
 
-use super::kstatus::{CondStatus, Cond};
+use super::kstatus::{Cond, CondStatus};
 use super::types::*;
 
 mod gates;

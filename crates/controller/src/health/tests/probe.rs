@@ -88,7 +88,11 @@ fn default_outage_opens_about_six_minutes_after_first_failed_probe() {
         f.status = d.status;
         f.job = None;
         now = f.status.health.last_probe_at.unwrap()
-            + Duration::seconds(probe_spacing_seconds(&f.spec.probe, &f.tuning, f.status.health.consecutive_probe_failures));
+            + Duration::seconds(probe_spacing_seconds(
+                &f.spec.probe,
+                &f.tuning,
+                f.status.health.consecutive_probe_failures,
+            ));
     }
     assert_eq!(f.status.phase, Some(Phase::Degraded));
     assert_eq!(fails, vec![1802, 1924, 2166]);
@@ -137,7 +141,8 @@ fn reverify_recorded_while_degraded_without_launch_and_ignored_elsewhere() {
 
     for phase in [Phase::Failed, Phase::Pending, Phase::Initializing] {
         let mut g = with_phase(ready(), phase);
-        g.status.terminal = Some(Terminal { reason: TerminalReason::Class(FailureClass::AuthFailure), message: "m".into() });
+        g.status.terminal =
+            Some(Terminal { reason: TerminalReason::Class(FailureClass::AuthFailure), message: "m".into() });
         g.reverify_requested_at = Some(at(100).to_rfc3339());
         let d = plan(&g, at(110));
         assert_eq!(d.status.last_reverify_at, None, "{phase:?}");

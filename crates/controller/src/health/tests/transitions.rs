@@ -210,10 +210,7 @@ fn r9_threshold_failure_opens_once() {
     assert_eq!(d.status.health.breaker_opened_at, Some(at(601)));
     let r = d.status.health.strict_retry.clone().unwrap();
     assert_eq!((r.attempt, r.holdoff_seconds, r.next_attempt_at), (1, 120, at(721)));
-    assert_eq!(
-        d.effects,
-        vec![Effect::ProbeFailure { outcome: "unreachable" }, Effect::Trip { probe_kind: "probe" }]
-    );
+    assert_eq!(d.effects, vec![Effect::ProbeFailure { outcome: "unreachable" }, Effect::Trip { probe_kind: "probe" }]);
     assert_eq!(reasons(&d.events), vec!["RepositoryBreakerOpened"]);
     assert_eq!(cond(&d.conditions, "Ready").reason, "BreakerOpen");
     assert_kstatus(&d.conditions, False, True, False);
@@ -315,8 +312,7 @@ fn degraded() -> RepoFacts {
     let mut f = with_phase(ready(), Phase::Degraded);
     f.status.health.consecutive_probe_failures = 3;
     f.status.health.breaker_opened_at = Some(at(600));
-    f.status.health.strict_retry =
-        Some(StrictRetry { attempt: 1, holdoff_seconds: 120, next_attempt_at: at(720) });
+    f.status.health.strict_retry = Some(StrictRetry { attempt: 1, holdoff_seconds: 120, next_attempt_at: at(720) });
     f
 }
 
