@@ -52,14 +52,14 @@ pub fn to_pure(st: Option<&RepositoryStatus>) -> RepoStatus {
     let Some(st) = st else { return RepoStatus::default() };
     let h = st.health.clone().unwrap_or_default();
     let phase = st.phase.as_ref().and_then(phase_from_api);
-    let terminal = match (phase, cond(&st.conditions, "Ready")) {
-        (Some(Phase::Failed), Some(c)) => {
-            Some(Terminal { reason: terminal_reason_from(c.reason.as_str()), message: c.message.clone() })
-        }
-        (Some(Phase::Failed), None) => {
-            Some(Terminal { reason: TerminalReason::Class(FailureClass::Unknown), message: String::new() })
-        }
-        _ => None,
+    // Only a Failed repository carries a terminal record; every other phase is listed so a new
+    // phase must be judged here.
+    let terminal = match phase {
+        Some(Phase::Failed) => Some(match cond(&st.conditions, "Ready") {
+            Some(c) => Terminal { reason: terminal_reason_from(c.reason.as_str()), message: c.message.clone() },
+            None => Terminal { reason: TerminalReason::Class(FailureClass::Unknown), message: String::new() },
+        }),
+        Some(Phase::Pending | Phase::Initializing | Phase::Ready | Phase::Degraded) | None => None,
     };
     let reach = cond(&st.conditions, "BackendReachable")
         .filter(|c| c.status != "Unknown")
