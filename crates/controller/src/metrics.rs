@@ -47,6 +47,46 @@ pub fn labels(names: &[&str], values: &[String]) -> String {
     format!("{{{}}}", parts.join(","))
 }
 
+/// A gauge family whose whole series set is replaced by its owner on each pass (so a series
+/// disappears with its object). Rendered only by the leader.
+pub struct GaugeFamily {
+    name: &'static str,
+    help: &'static str,
+    labels: &'static [&'static str],
+    values: Mutex<BTreeMap<Vec<String>, i64>>,
+}
+
+impl GaugeFamily {
+    pub const fn new(name: &'static str, help: &'static str, labels: &'static [&'static str]) -> GaugeFamily {
+        GaugeFamily { name, help, labels, values: Mutex::new(BTreeMap::new()) }
+    }
+    /// Replace every series.
+    pub fn replace(&self, series: BTreeMap<Vec<String>, i64>) {
+        if let Ok(mut m) = self.values.lock() {
+            *m = series;
+        }
+    }
+    /// Replace the series whose first label equals `first` (one owner's slice).
+    pub fn replace_slice(&self, first: &str, series: BTreeMap<Vec<String>, i64>) {
+        if let Ok(mut m) = self.values.lock() {
+            m.retain(|k, _| k.first().map(String::as_str) != Some(first));
+            m.extend(series);
+        }
+    }
+    pub fn get(&self, values: &[&str]) -> Option<i64> {
+        let key: Vec<String> = values.iter().map(|s| s.to_string()).collect();
+        self.values.lock().ok().and_then(|m| m.get(&key).copied())
+    }
+    fn render(&self, out: &mut String) {
+        let _ = writeln!(out, "# HELP {} {}\n# TYPE {} gauge", self.name, self.help, self.name);
+        if let Ok(m) = self.values.lock() {
+            for (k, v) in m.iter() {
+                let _ = writeln!(out, "{}{} {v}", self.name, labels(self.labels, k));
+            }
+        }
+    }
+}
+
 const BUCKETS: [f64; 8] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0];
 
 #[derive(Default)]
@@ -64,6 +104,13 @@ pub struct Metrics {
     pub probe_failures: Counter,
     pub leader_transitions: Counter,
     pub leader_renew_failures: Counter,
+    pub deletion_failures: Counter,
+    pub deletions: Counter,
+    pub deletion_batches: Counter,
+    /// ADR-0006: held external deletions per repository.
+    pub deletions_held: GaugeFamily,
+    /// ADR-0006: the breaker's inclusive pending-external count per repository.
+    pub deletions_pending_external: GaugeFamily,
     durations: Mutex<BTreeMap<String, Hist>>,
     pub leader: std::sync::atomic::AtomicBool,
 }
@@ -90,6 +137,31 @@ impl Default for Metrics {
             ),
             leader_transitions: Counter::new("kopiur_leader_transitions_total", "Leadership acquisitions.", &[]),
             leader_renew_failures: Counter::new("kopiur_leader_renew_failures_total", "Failed Lease renewals.", &[]),
+            deletion_failures: Counter::new(
+                "kopiur_snapshot_deletion_failures_total",
+                "Members of failed batch delete Jobs.",
+                &["namespace"],
+            ),
+            deletions: Counter::new(
+                "kopiur_snapshot_deletions_total",
+                "Snapshot finalizers released, by outcome.",
+                &["namespace", "outcome"],
+            ),
+            deletion_batches: Counter::new(
+                "kopiur_snapshot_deletion_batches_total",
+                "Terminal batch delete Jobs, counted once each.",
+                &["kind", "namespace", "name", "outcome"],
+            ),
+            deletions_held: GaugeFamily::new(
+                "kopiur_snapshot_deletions_held",
+                "External Snapshot deletions held by the mass-deletion breaker.",
+                &["kind", "namespace", "name"],
+            ),
+            deletions_pending_external: GaugeFamily::new(
+                "kopiur_snapshot_deletions_pending_external",
+                "Pending external destructive Snapshot deletions counted by the mass-deletion breaker.",
+                &["kind", "namespace", "name"],
+            ),
             durations: Mutex::new(BTreeMap::new()),
             leader: std::sync::atomic::AtomicBool::new(false),
         }
@@ -131,6 +203,9 @@ impl Metrics {
             &self.probe_failures,
             &self.leader_transitions,
             &self.leader_renew_failures,
+            &self.deletion_failures,
+            &self.deletions,
+            &self.deletion_batches,
         ] {
             c.render(&mut out);
         }
@@ -169,6 +244,8 @@ impl Metrics {
         if !leader {
             return out;
         }
+        self.deletions_held.render(&mut out);
+        self.deletions_pending_external.render(&mut out);
         let _ = writeln!(out, "# TYPE kopiur_resource_phase gauge");
         for r in repos {
             if let Some(p) = &r.phase {
