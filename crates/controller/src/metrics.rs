@@ -111,6 +111,18 @@ pub struct Metrics {
     pub deletions_held: GaugeFamily,
     /// ADR-0006: the breaker's inclusive pending-external count per repository.
     pub deletions_pending_external: GaugeFamily,
+    /// Parked run-path Snapshots (Pending, Ready reason RepositoryNotReady) per policy; absent at 0.
+    pub snapshot_gated: GaugeFamily,
+    /// Per Snapshot (`snapshot::gauges`): size, duration and end time of a Succeeded run.
+    pub snapshot_size_bytes: GaugeFamily,
+    pub snapshot_duration_seconds: GaugeFamily,
+    pub snapshot_last_success: GaugeFamily,
+    /// Per policy and repository (`snapshot::gauges`).
+    pub policy_last_success_timestamp: GaugeFamily,
+    pub policy_last_backup_success: GaugeFamily,
+    pub snapshot_consecutive_failures: GaugeFamily,
+    /// Terminal Snapshot transitions seen in the store, by result.
+    pub snapshots_completed: Counter,
     durations: Mutex<BTreeMap<String, Hist>>,
     pub leader: std::sync::atomic::AtomicBool,
 }
@@ -162,10 +174,85 @@ impl Default for Metrics {
                 "Pending external destructive Snapshot deletions counted by the mass-deletion breaker.",
                 &["kind", "namespace", "name"],
             ),
+            snapshot_gated: GaugeFamily::new(
+                "kopiur_snapshot_gated",
+                "Snapshots parked on a repository that is not Ready.",
+                &["namespace", "policy"],
+            ),
+            snapshot_size_bytes: GaugeFamily::new(
+                "kopiur_snapshot_size_bytes",
+                "Size of a Succeeded Snapshot.",
+                &["namespace", "name", "policy"],
+            ),
+            snapshot_duration_seconds: GaugeFamily::new(
+                "kopiur_snapshot_duration_seconds",
+                "Duration of a terminal Snapshot run.",
+                &["namespace", "name", "policy"],
+            ),
+            snapshot_last_success: GaugeFamily::new(
+                "kopiur_snapshot_last_success_timestamp_seconds",
+                "End time of a Succeeded Snapshot.",
+                &["namespace", "name", "policy"],
+            ),
+            policy_last_success_timestamp: GaugeFamily::new(
+                "kopiur_policy_last_backup_success_timestamp_seconds",
+                "End time of the newest successful (Succeeded or Unchanged) run of a policy on a repository.",
+                &["namespace", "policy", "repository"],
+            ),
+            policy_last_backup_success: GaugeFamily::new(
+                "kopiur_snapshotpolicy_last_backup_success",
+                "1 if the latest terminal run of a policy on a repository succeeded or was unchanged, else 0.",
+                &["namespace", "policy", "repository"],
+            ),
+            snapshot_consecutive_failures: GaugeFamily::new(
+                "kopiur_snapshot_consecutive_failures",
+                "Trailing Failed runs of a policy on a repository.",
+                &["namespace", "policy", "repository"],
+            ),
+            snapshots_completed: Counter::new(
+                "kopiur_snapshots_completed_total",
+                "Snapshot runs that reached a terminal phase.",
+                &["namespace", "policy", "result"],
+            ),
             durations: Mutex::new(BTreeMap::new()),
             leader: std::sync::atomic::AtomicBool::new(false),
         }
     }
+}
+
+/// Every metric family the controller renders on `/metrics` (the leader's full set). The
+/// dashboard and the alert rules may only use these (checked by a unit test); a test also
+/// checks that this list equals the families `render` emits.
+pub fn metric_names() -> Vec<&'static str> {
+    vec![
+        "kopiur_controller_reconciliations_total",
+        "kopiur_controller_reconcile_errors_total",
+        "kopiur_controller_reconcile_duration_seconds",
+        "kopiur_mover_jobs_created_total",
+        "kopiur_repository_breaker_trips_total",
+        "kopiur_repository_health_probe_failures_total",
+        "kopiur_leader",
+        "kopiur_leader_transitions_total",
+        "kopiur_leader_renew_failures_total",
+        "kopiur_process_resident_memory_bytes",
+        "kopiur_snapshot_deletion_failures_total",
+        "kopiur_snapshot_deletions_total",
+        "kopiur_snapshot_deletion_batches_total",
+        "kopiur_snapshot_deletions_held",
+        "kopiur_snapshot_deletions_pending_external",
+        "kopiur_snapshots_completed_total",
+        "kopiur_snapshot_gated",
+        "kopiur_snapshot_size_bytes",
+        "kopiur_snapshot_duration_seconds",
+        "kopiur_snapshot_last_success_timestamp_seconds",
+        "kopiur_policy_last_backup_success_timestamp_seconds",
+        "kopiur_snapshotpolicy_last_backup_success",
+        "kopiur_snapshot_consecutive_failures",
+        "kopiur_resource_phase",
+        "kopiur_repository_consecutive_backend_failures",
+        "kopiur_repository_breaker_open_since_timestamp_seconds",
+        "kopiur_repository_strict_retry_holdoff_seconds",
+    ]
 }
 
 /// One repository's store-backed gauge inputs.
@@ -206,6 +293,7 @@ impl Metrics {
             &self.deletion_failures,
             &self.deletions,
             &self.deletion_batches,
+            &self.snapshots_completed,
         ] {
             c.render(&mut out);
         }
@@ -246,6 +334,17 @@ impl Metrics {
         }
         self.deletions_held.render(&mut out);
         self.deletions_pending_external.render(&mut out);
+        for g in [
+            &self.snapshot_gated,
+            &self.snapshot_size_bytes,
+            &self.snapshot_duration_seconds,
+            &self.snapshot_last_success,
+            &self.policy_last_success_timestamp,
+            &self.policy_last_backup_success,
+            &self.snapshot_consecutive_failures,
+        ] {
+            g.render(&mut out);
+        }
         let _ = writeln!(out, "# TYPE kopiur_resource_phase gauge");
         for r in repos {
             if let Some(p) = &r.phase {
@@ -287,6 +386,81 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `kopiur_*` metric names in `text`, with histogram suffixes stripped when the base
+    /// name is a known family.
+    fn referenced(text: &str, known: &std::collections::BTreeSet<&str>) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut rest = text;
+        while let Some(i) = rest.find("kopiur_") {
+            let before_ok = i == 0 || !rest.as_bytes()[i - 1].is_ascii_alphanumeric() && rest.as_bytes()[i - 1] != b'_';
+            let tail = &rest[i..];
+            let end =
+                tail.find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')).unwrap_or(tail.len());
+            let name = &tail[..end];
+            if before_ok {
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|suf| name.strip_suffix(suf).filter(|b| known.contains(b)))
+                    .unwrap_or(name);
+                out.push(base.to_string());
+            }
+            rest = &tail[end.max(1)..];
+        }
+        out
+    }
+
+    fn strings(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::String(s) => out.push(s.clone()),
+            serde_json::Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+            serde_json::Value::Object(o) => o.values().for_each(|x| strings(x, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn metric_names_lists_exactly_what_render_emits() {
+        let m = Metrics::default();
+        m.leader.store(true, std::sync::atomic::Ordering::Relaxed);
+        m.observe_duration("Repository", 0.2);
+        let out = m.render(&[]);
+        let rendered: std::collections::BTreeSet<&str> =
+            out.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split_whitespace().next()).collect();
+        let listed: std::collections::BTreeSet<&str> = metric_names().into_iter().collect();
+        assert_eq!(rendered, listed);
+    }
+
+    #[test]
+    fn dashboard_and_rules_use_only_exported_metrics() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let known: std::collections::BTreeSet<&str> = metric_names().into_iter().collect();
+        let mut used: Vec<(String, String)> = Vec::new();
+        for dash in ["deploy/dashboards/kopiur.json", "deploy/helm/kopiur/dashboards/kopiur.json"] {
+            let text = std::fs::read_to_string(root.join(dash)).unwrap();
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{dash} parses: {e}"));
+            let mut all = Vec::new();
+            strings(&v, &mut all);
+            let n = all.iter().flat_map(|s| referenced(s, &known)).map(|m| used.push((dash.into(), m))).count();
+            assert!(n > 20, "{dash} queries kopiur metrics ({n})");
+        }
+        for rules in ["deploy/prometheus/kopiur-rules.yaml", "deploy/helm/kopiur/prometheus/kopiur-rules.yaml"] {
+            let text = std::fs::read_to_string(root.join(rules)).unwrap();
+            let v: serde_json::Value = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{rules} parses: {e}"));
+            let mut exprs = Vec::new();
+            for g in v["groups"].as_array().expect("rule groups") {
+                for r in g["rules"].as_array().expect("rules") {
+                    exprs.push(r["expr"].as_str().expect("expr").to_string());
+                }
+            }
+            assert!(exprs.len() >= 10, "{rules}: every §10.3 alert");
+            for e in &exprs {
+                used.extend(referenced(e, &known).into_iter().map(|m| (rules.to_string(), m)));
+            }
+        }
+        let unknown: Vec<&(String, String)> = used.iter().filter(|(_, m)| !known.contains(m.as_str())).collect();
+        assert!(unknown.is_empty(), "metrics used but not exported by the controller: {unknown:?}");
+    }
 
     fn g(phase: &str, streak: Option<i64>, open: Option<i64>) -> RepoGauge {
         RepoGauge {

@@ -235,6 +235,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
             }
         });
     }
+    tokio::spawn(super::gauges::run(snapshots.clone(), ctx.metrics.clone()));
     let snap_ctl = snap_ctl.reconcile_on(ReceiverStream(snap_rx));
     let restore_ctl = restore_ctl.reconcile_on(ReceiverStream(restore_rx));
     let sched_ctl = sched_ctl.owns(Api::<Snapshot>::all(client.clone()), wc.clone());

@@ -1,0 +1,301 @@
+//! Snapshot-store-backed metrics (§10.1), recomputed every few seconds from the reflector
+//! store, so a deleted Snapshot's series disappear with it:
+//! - `kopiur_snapshot_gated{namespace,policy}`: parked run-path Snapshots (Pending or no phase,
+//!   Ready reason `RepositoryNotReady`); absent at 0;
+//! - per Snapshot: `kopiur_snapshot_size_bytes`, `kopiur_snapshot_duration_seconds`,
+//!   `kopiur_snapshot_last_success_timestamp_seconds`;
+//! - per policy and repository: `kopiur_policy_last_backup_success_timestamp_seconds`,
+//!   `kopiur_snapshotpolicy_last_backup_success`, `kopiur_snapshot_consecutive_failures`;
+//! - `kopiur_snapshots_completed_total{namespace,policy,result}`: terminal transitions seen in
+//!   the store after the first pass (the first pass only seeds, so a restart does not recount
+//!   history).
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kopiur_api::Snapshot;
+use kopiur_api::snapshot::SnapshotPhase;
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+
+use crate::metrics::Metrics;
+
+/// How often the gauges are recomputed.
+pub const PERIOD: Duration = Duration::from_secs(5);
+
+/// The policy label: `spec.policyRef.name`, else the policy pinned in `status.resolved`.
+pub fn policy_label(s: &Snapshot) -> String {
+    s.spec
+        .policy_ref
+        .as_ref()
+        .map(|p| p.name.clone())
+        .or_else(|| s.status.as_ref().and_then(|st| st.resolved.as_ref()).and_then(|r| r.policy.clone()))
+        .unwrap_or_default()
+}
+
+/// The repository label: the resolved repository, else `spec.repository`.
+pub fn repository_label(s: &Snapshot) -> String {
+    s.status
+        .as_ref()
+        .and_then(|st| st.resolved.as_ref())
+        .and_then(|r| r.repository.as_ref())
+        .map(|r| r.name.clone())
+        .or_else(|| s.spec.repository.as_ref().map(|r| r.name.clone()))
+        .unwrap_or_default()
+}
+
+fn phase(s: &Snapshot) -> Option<&SnapshotPhase> {
+    s.status.as_ref().and_then(|st| st.phase.as_ref())
+}
+
+/// A run-path Snapshot parked on its repository gate: Pending (or not yet phased), not being
+/// deleted, with Ready reason `RepositoryNotReady`.
+pub fn is_parked(s: &Snapshot) -> bool {
+    if s.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    if !matches!(phase(s), None | Some(SnapshotPhase::Pending)) {
+        return false;
+    }
+    s.status
+        .as_ref()
+        .map(|st| st.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == "RepositoryNotReady"))
+        .unwrap_or(false)
+}
+
+/// `kopiur_snapshot_gated` series: parked Snapshots per (namespace, policy); no series at 0.
+pub fn gated_series(snapshots: &[Arc<Snapshot>]) -> BTreeMap<Vec<String>, i64> {
+    let mut out = BTreeMap::new();
+    for s in snapshots.iter().filter(|s| is_parked(s)) {
+        *out.entry(vec![s.namespace().unwrap_or_default(), policy_label(s)]).or_insert(0) += 1;
+    }
+    out
+}
+
+/// The result label of a run that reached a terminal phase (Discovered rows are catalog
+/// entries, not runs).
+pub fn result_label(s: &Snapshot) -> Option<&'static str> {
+    match phase(s)? {
+        SnapshotPhase::Succeeded => Some("succeeded"),
+        SnapshotPhase::Unchanged => Some("unchanged"),
+        SnapshotPhase::Failed => Some("failed"),
+        _ => None,
+    }
+}
+
+/// When a terminal run ended: `timing.endTime`, else when the controller recorded it, else
+/// the creation time (seconds since the epoch).
+fn ended_at(s: &Snapshot) -> Option<i64> {
+    let st = s.status.as_ref();
+    st.and_then(|st| st.timing.as_ref())
+        .and_then(|t| t.end_time.as_ref())
+        .or_else(|| st.and_then(|st| st.completion_recorded_at.as_ref()))
+        .map(|t| t.timestamp())
+        .or_else(|| s.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()))
+}
+
+/// Every Snapshot-store gauge family, as label values -> value.
+#[derive(Debug, Default, PartialEq)]
+pub struct SnapshotGauges {
+    pub gated: BTreeMap<Vec<String>, i64>,
+    pub size_bytes: BTreeMap<Vec<String>, i64>,
+    pub duration_seconds: BTreeMap<Vec<String>, i64>,
+    pub last_success: BTreeMap<Vec<String>, i64>,
+    pub policy_last_success_timestamp: BTreeMap<Vec<String>, i64>,
+    pub policy_last_backup_success: BTreeMap<Vec<String>, i64>,
+    pub consecutive_failures: BTreeMap<Vec<String>, i64>,
+}
+
+pub fn compute(snapshots: &[Arc<Snapshot>]) -> SnapshotGauges {
+    let mut g = SnapshotGauges { gated: gated_series(snapshots), ..Default::default() };
+    // Terminal runs per (namespace, policy, repository), for the policy-level gauges.
+    let mut runs: BTreeMap<Vec<String>, Vec<(i64, String, SnapshotPhase)>> = BTreeMap::new();
+    for s in snapshots {
+        if s.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(result) = result_label(s) else { continue };
+        let (ns, name, policy) = (s.namespace().unwrap_or_default(), s.name_any(), policy_label(s));
+        let per_snapshot = vec![ns.clone(), name.clone(), policy.clone()];
+        let st = s.status.as_ref();
+        if let Some(d) = st.and_then(|st| st.timing.as_ref()).and_then(|t| t.duration_seconds) {
+            g.duration_seconds.insert(per_snapshot.clone(), d);
+        }
+        if result == "succeeded" {
+            if let Some(size) = st.and_then(|st| st.stats.as_ref()).and_then(|x| x.size_bytes) {
+                g.size_bytes.insert(per_snapshot.clone(), size);
+            }
+            if let Some(t) = ended_at(s) {
+                g.last_success.insert(per_snapshot, t);
+            }
+        }
+        if policy.is_empty() {
+            continue;
+        }
+        let key = vec![ns, policy, repository_label(s)];
+        let phase = phase(s).cloned().unwrap_or(SnapshotPhase::Failed);
+        runs.entry(key).or_default().push((ended_at(s).unwrap_or(0), name, phase));
+    }
+    for (key, mut v) in runs {
+        // Oldest first; ties broken by name, so the order is total.
+        v.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        let ok = |p: &SnapshotPhase| matches!(p, SnapshotPhase::Succeeded | SnapshotPhase::Unchanged);
+        if let Some((t, _, _)) = v.iter().rev().find(|(_, _, p)| ok(p)) {
+            g.policy_last_success_timestamp.insert(key.clone(), *t);
+        }
+        if let Some((_, _, p)) = v.last() {
+            g.policy_last_backup_success.insert(key.clone(), i64::from(ok(p)));
+        }
+        let streak = v.iter().rev().take_while(|(_, _, p)| matches!(p, SnapshotPhase::Failed)).count();
+        g.consecutive_failures.insert(key, streak as i64);
+    }
+    g
+}
+
+/// Terminal transitions since the last pass: `seen` holds the uids already counted (or
+/// seeded). Returns the `(namespace, policy, result)` of each new one; uids no longer in the
+/// store are forgotten.
+pub fn new_completions(seen: &mut BTreeSet<String>, snapshots: &[Arc<Snapshot>]) -> Vec<[String; 3]> {
+    let mut out = Vec::new();
+    let mut present = BTreeSet::new();
+    for s in snapshots {
+        let Some(result) = result_label(s) else { continue };
+        let Some(uid) = s.uid() else { continue };
+        present.insert(uid.clone());
+        if seen.insert(uid) {
+            out.push([s.namespace().unwrap_or_default(), policy_label(s), result.to_string()]);
+        }
+    }
+    seen.retain(|u| present.contains(u));
+    out
+}
+
+fn publish(metrics: &Metrics, g: SnapshotGauges) {
+    metrics.snapshot_gated.replace(g.gated);
+    metrics.snapshot_size_bytes.replace(g.size_bytes);
+    metrics.snapshot_duration_seconds.replace(g.duration_seconds);
+    metrics.snapshot_last_success.replace(g.last_success);
+    metrics.policy_last_success_timestamp.replace(g.policy_last_success_timestamp);
+    metrics.policy_last_backup_success.replace(g.policy_last_backup_success);
+    metrics.snapshot_consecutive_failures.replace(g.consecutive_failures);
+}
+
+/// Recomputes the Snapshot gauges every [`PERIOD`] for as long as the pipeline runs.
+pub async fn run(store: Store<Snapshot>, metrics: Arc<Metrics>) {
+    if store.wait_until_ready().await.is_err() {
+        return;
+    }
+    let mut seen = BTreeSet::new();
+    // Seed: runs that were already terminal are history, not new completions.
+    let _ = new_completions(&mut seen, &store.state());
+    let mut tick = tokio::time::interval(PERIOD);
+    loop {
+        tick.tick().await;
+        let snapshots = store.state();
+        for [ns, policy, result] in new_completions(&mut seen, &snapshots) {
+            metrics.snapshots_completed.inc(&[&ns, &policy, &result]);
+        }
+        publish(&metrics, compute(&snapshots));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn snap(name: &str, policy: &str, status: serde_json::Value) -> Arc<Snapshot> {
+        let v = json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": name, "namespace": "t", "uid": format!("uid-{name}"),
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"policyRef": {"name": policy}},
+            "status": status,
+        });
+        Arc::new(serde_json::from_value(v).unwrap())
+    }
+
+    fn ready(reason: &str) -> serde_json::Value {
+        json!([{"type": "Ready", "status": "False", "reason": reason, "message": "m",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+    }
+
+    fn key(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn ended(name: &str, policy: &str, phase: &str, end: &str) -> Arc<Snapshot> {
+        snap(
+            name,
+            policy,
+            json!({"phase": phase, "timing": {"endTime": end, "durationSeconds": 7}, "stats": {"sizeBytes": 42},
+                   "resolved": {"repository": {"kind": "Repository", "name": "r"}}}),
+        )
+    }
+
+    #[test]
+    fn gated_counts_parked_snapshots_per_policy() {
+        let snaps = vec![
+            snap("a", "p", json!({"phase": "Pending", "conditions": ready("RepositoryNotReady")})),
+            // No phase yet, already parked by the gate.
+            snap("b", "p", json!({"conditions": ready("RepositoryNotReady")})),
+            snap("c", "q", json!({"phase": "Pending", "conditions": ready("RepositoryNotReady")})),
+            // Pending for another reason: not gated.
+            snap("d", "p", json!({"phase": "Pending", "conditions": ready("PreflightFailed")})),
+            // Running with a stale reason: not gated.
+            snap("e", "p", json!({"phase": "Running", "conditions": ready("RepositoryNotReady")})),
+            snap("f", "p", json!({"phase": "Succeeded"})),
+        ];
+        let g = gated_series(&snaps);
+        assert_eq!(g, BTreeMap::from([(key(&["t", "p"]), 2), (key(&["t", "q"]), 1)]));
+    }
+
+    #[test]
+    fn gated_is_absent_at_zero_and_ignores_deleting() {
+        assert!(gated_series(&[]).is_empty());
+        let mut s = (*snap("a", "p", json!({"phase": "Pending", "conditions": ready("RepositoryNotReady")}))).clone();
+        s.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2026-01-01T00:00:00Z".parse().unwrap()));
+        assert!(gated_series(&[Arc::new(s)]).is_empty());
+    }
+
+    #[test]
+    fn policy_gauges_follow_the_latest_runs() {
+        let snaps = vec![
+            ended("s1", "p", "Succeeded", "2026-01-01T01:00:00Z"),
+            ended("s2", "p", "Unchanged", "2026-01-01T02:00:00Z"),
+            ended("s3", "p", "Failed", "2026-01-01T03:00:00Z"),
+            ended("s4", "p", "Failed", "2026-01-01T04:00:00Z"),
+            ended("q1", "q", "Succeeded", "2026-01-01T05:00:00Z"),
+        ];
+        let g = compute(&snaps);
+        let p = key(&["t", "p", "r"]);
+        let q = key(&["t", "q", "r"]);
+        assert_eq!(g.consecutive_failures[&p], 2);
+        assert_eq!(g.consecutive_failures[&q], 0, "the post-success 0 is visible");
+        assert_eq!(g.policy_last_backup_success[&p], 0);
+        assert_eq!(g.policy_last_backup_success[&q], 1);
+        let two = chrono::DateTime::parse_from_rfc3339("2026-01-01T02:00:00Z").unwrap().timestamp();
+        assert_eq!(g.policy_last_success_timestamp[&p], two, "Unchanged counts as a success");
+        assert_eq!(g.size_bytes[&key(&["t", "s1", "p"])], 42);
+        assert!(!g.size_bytes.contains_key(&key(&["t", "s3", "p"])), "size only for Succeeded");
+        assert_eq!(g.duration_seconds[&key(&["t", "s3", "p"])], 7);
+        assert!(g.last_success.contains_key(&key(&["t", "q1", "q"])));
+        assert!(g.gated.is_empty());
+    }
+
+    #[test]
+    fn completions_count_transitions_once_after_the_seed() {
+        let mut seen = BTreeSet::new();
+        let old = ended("old", "p", "Succeeded", "2026-01-01T01:00:00Z");
+        let _ = new_completions(&mut seen, &[old.clone()]);
+        let running = snap("new", "p", json!({"phase": "Running"}));
+        assert!(new_completions(&mut seen, &[old.clone(), running]).is_empty());
+        let done = ended("new", "p", "Failed", "2026-01-01T02:00:00Z");
+        let got = new_completions(&mut seen, &[old.clone(), done.clone()]);
+        assert_eq!(got, vec![["t".to_string(), "p".to_string(), "failed".to_string()]]);
+        assert!(new_completions(&mut seen, &[old, done]).is_empty(), "counted once");
+        assert!(new_completions(&mut seen, &[]).is_empty());
+        assert!(seen.is_empty(), "deleted Snapshots are forgotten");
+    }
+}
