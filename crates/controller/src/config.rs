@@ -15,6 +15,10 @@ pub struct Config {
     pub mover_kopia_binary: Option<String>,
     pub metrics_addr: String,
     pub tuning: Tuning,
+    /// `KOPIUR_MAX_CONCURRENT_DELETE_JOBS`: non-terminal batch delete Jobs cluster-wide; 0 = uncapped.
+    pub max_concurrent_delete_jobs: usize,
+    /// Configuration errors found while reading the environment (reported at startup).
+    pub errors: Vec<String>,
 }
 
 fn env_i64(name: &str, default: i64) -> i64 {
@@ -24,7 +28,17 @@ fn env_i64(name: &str, default: i64) -> i64 {
 impl Config {
     pub fn from_env() -> Config {
         let d = Tuning::default();
+        let mut errors = Vec::new();
+        let max_concurrent_delete_jobs = crate::deletion::batch::parse_global_cap(
+            std::env::var(crate::deletion::batch::GLOBAL_CAP_ENV).ok().as_deref(),
+        )
+        .unwrap_or_else(|e| {
+            errors.push(e);
+            0
+        });
         Config {
+            max_concurrent_delete_jobs,
+            errors,
             namespace: std::env::var("KOPIUR_NAMESPACE").unwrap_or_else(|_| "kopiur-system".into()),
             lease_name: std::env::var("KOPIUR_LEASE_NAME").unwrap_or_else(|_| "kopiur-leader".into()),
             identity: std::env::var("POD_NAME")
@@ -43,5 +57,10 @@ impl Config {
                 ..d
             },
         }
+    }
+
+    /// Fails on any configuration error, naming the variable and the bad value.
+    pub fn check(&self) -> Result<(), String> {
+        if self.errors.is_empty() { Ok(()) } else { Err(self.errors.join("; ")) }
     }
 }

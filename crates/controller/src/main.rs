@@ -74,6 +74,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let config = Config::from_env();
+    config.check().map_err(anyhow::Error::msg)?;
     let client = Client::try_default().await?;
     let metrics = Arc::new(Metrics::default());
     let stores: Arc<OnceLock<Stores>> = Arc::new(OnceLock::new());

@@ -33,6 +33,8 @@ pub struct Stores {
     pub pvcs: Store<PartialObjectMeta<PersistentVolumeClaim>>,
     /// Metadata only: Secret values never reach the controller.
     pub secrets: Store<PartialObjectMeta<Secret>>,
+    /// Namespace metadata: the `onNamespaceDelete` axis reads `deletionTimestamp`.
+    pub namespaces: Store<PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>,
 }
 
 pub struct PipelineCtx {
@@ -42,6 +44,8 @@ pub struct PipelineCtx {
     pub recorder: Recorder,
     pub stores: Stores,
     pub mover_rbac_ready: Mutex<HashSet<String>>,
+    /// Wakes the batch-delete dispatcher (`dispatch.rs`) ahead of its tick.
+    pub dispatch: tokio::sync::Notify,
 }
 
 /// The repository a consumer writes to, whichever kind, with what the run path needs.

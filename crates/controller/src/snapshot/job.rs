@@ -222,20 +222,18 @@ pub fn backup_job(
     Ok(Built { job, bytes })
 }
 
-/// A one-member delete batch for an operator-stamped prune (never held), named and shaped
-/// the way the batch dispatcher names its Jobs, so either path recognizes the other's work.
-pub fn delete_job(
-    snap: &Snapshot,
-    snapshot_id: &str,
-    identity: Identity,
+/// The batch delete Job for one `BatchSpec` of the dispatcher: one connect, then
+/// `snapshot delete` over the member ids in chunks. No TTL: the dispatcher reaps it once every
+/// member's finalizer has drained (a Complete Job listing a member is what releases it).
+pub fn batch_delete_job(
+    spec: &crate::deletion::batch::BatchSpec,
     repo: &RepoView,
     config: &crate::config::Config,
 ) -> Result<Job, BuildError> {
-    let uid = snap.uid().unwrap_or_default();
     let repo_uid = repo.uid();
-    let name = crate::deletion::batch::batch_name(&repo_uid, [uid.as_str()]);
     let ns = repo.home_namespace(&config.namespace);
-    let spec = WorkSpec {
+    let chunk_size = spec.chunks.iter().map(Vec::len).max().unwrap_or(50).max(1);
+    let work = WorkSpec {
         schema_version: SCHEMA_VERSION,
         target_ref: TargetRef {
             api_version: "kopiur.home-operations.com/v1alpha1".into(),
@@ -244,12 +242,16 @@ pub fn delete_job(
             name: repo.name(),
             uid: repo_uid.clone(),
         },
-        repository: repository_info(repo, identity).map_err(BuildError::Invalid)?,
+        repository: repository_info(repo, Identity::new("kopiur-ops", "kopiur")).map_err(BuildError::Invalid)?,
         command_timeout_seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
         heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
         operation: Operation::SnapshotDeleteBatch(SnapshotDeleteBatchOp {
-            members: vec![DeleteMember { uid: uid.clone(), snapshot_id: snapshot_id.to_string() }],
-            chunk_size: 50,
+            members: spec
+                .members
+                .iter()
+                .map(|m| DeleteMember { uid: m.uid.clone(), snapshot_id: m.snapshot_id.clone() })
+                .collect(),
+            chunk_size,
             chunk_timeout_seconds: 300,
         }),
     };
@@ -259,19 +261,22 @@ pub fn delete_job(
         RepoView::Cluster(c) => owner_of(c.as_ref()),
     };
     let input = JobInput {
-        name,
+        name: spec.name.clone(),
         namespace: ns,
         image: config.mover_image.clone(),
         image_pull_policy: None,
         service_account_name: Some(MOVER_SERVICE_ACCOUNT.into()),
-        work_spec: spec,
+        work_spec: work,
         password,
         env_from_secrets: env_from,
         destination_secret: None,
         result_configmap: None,
         connect_kind: None,
         delete_repo_uid: Some(repo_uid),
-        annotations: BTreeMap::from([(kopiur_api::names::annotation::DELETE_MEMBERS.to_string(), uid)]),
+        annotations: BTreeMap::from([(
+            kopiur_api::names::annotation::DELETE_MEMBERS.to_string(),
+            spec.members_annotation(),
+        )]),
         owner,
         cache: CacheVolume::EmptyDir,
         source: None,

@@ -2,6 +2,7 @@
 //! applies it, `delete` runs the `snapshot-cleanup` finalizer, `job` builds the mover Jobs.
 pub mod ctx;
 pub mod delete;
+pub mod dispatch;
 pub mod gauges;
 pub mod job;
 pub mod plan;

@@ -116,6 +116,17 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     .default_backoff()
     .touched_objects();
 
+    let (namespaces, ns_w) = reflector::store();
+    let ns_events = reflector::reflector(
+        ns_w,
+        watcher(
+            Api::<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>::all(client.clone()),
+            wc.clone(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects();
+
     let snap_ctl = Controller::new(Api::<Snapshot>::all(client.clone()), wc.clone());
     let sched_ctl = Controller::new(Api::<SnapshotSchedule>::all(client.clone()), wc.clone());
     let policy_ctl = Controller::new(Api::<SnapshotPolicy>::all(client.clone()), wc.clone());
@@ -140,8 +151,10 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
             schedules,
             pvcs: pvcs.clone(),
             secrets,
+            namespaces,
         },
         mover_rbac_ready: Mutex::new(Default::default()),
+        dispatch: tokio::sync::Notify::new(),
     });
 
     let restore_ctl = Controller::new(Api::<Restore>::all(client.clone()), wc.clone());
@@ -218,7 +231,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     }
     // PVC -> Snapshots waiting for their source, Restores waiting for their target.
     {
-        let (stx, rtx, s, r) = (snap_tx, restore_tx, snapshots.clone(), restores.clone());
+        let (stx, rtx, s, r) = (snap_tx.clone(), restore_tx, snapshots.clone(), restores.clone());
         tokio::spawn(async move {
             let mut ev = std::pin::pin!(pvc_events);
             while let Some(e) = ev.next().await {
@@ -236,6 +249,27 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
         });
     }
     tokio::spawn(super::gauges::run(snapshots.clone(), ctx.metrics.clone()));
+    // Namespace -> its deleting Snapshots (the onNamespaceDelete axis).
+    {
+        let (stx, s) = (snap_tx.clone(), snapshots.clone());
+        tokio::spawn(async move {
+            let mut ev = std::pin::pin!(ns_events);
+            while let Some(e) = ev.next().await {
+                let Ok(n) = e else { continue };
+                if n.metadata.deletion_timestamp.is_none() {
+                    continue;
+                }
+                let ns = n.name_any();
+                for x in s.state().iter().filter(|x| x.namespace().as_deref() == Some(ns.as_str())) {
+                    if x.meta().deletion_timestamp.is_some() {
+                        let _ = stx.send(ObjectRef::from_obj(x.as_ref())).await;
+                    }
+                }
+            }
+        });
+    }
+    // The ADR-0006 batch-delete dispatcher.
+    tokio::spawn(super::dispatch::run(ctx.clone(), snap_tx.clone()));
     let snap_ctl = snap_ctl.reconcile_on(ReceiverStream(snap_rx));
     let restore_ctl = restore_ctl.reconcile_on(ReceiverStream(restore_rx));
     let sched_ctl = sched_ctl.owns(Api::<Snapshot>::all(client.clone()), wc.clone());

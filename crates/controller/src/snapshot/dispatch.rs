@@ -1,0 +1,422 @@
+//! The ADR-0006 wiring: observes the stores, calls the pure deletion core
+//! (`crate::deletion`), and applies what it decides. Per repository, one pass computes the
+//! mass-deletion breaker, writes the repository's `status.deletionProtection` and
+//! `MassDeletionHeld` (only when they change), publishes the held / pending gauges, selects the
+//! exclusive fire set, CREATEs `snapdel-*` batch Jobs (the deterministic name is the
+//! single-flight lock), reaps drained ones, and enqueues members whose decision must change.
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::batch::v1::Job;
+use kopiur_api::Snapshot;
+use kopiur_api::names::{annotation, condition, label};
+use kopiur_api::shared::RepositoryKind;
+use kopiur_api::snapshot::DeletionDecision;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+
+use super::ctx::{PipelineCtx, RepoView};
+use crate::deletion::batch::{self, BatchJob, BatchTuning, JobPhase, Reap, RepoQueue};
+use crate::deletion::breaker::{self, BreakerState, RepoDeletionFacts};
+use crate::deletion::fire_set::{self, FireCandidate, FireContext, ScheduleLink};
+use crate::deletion::{cascade, observe, types::RepoRef};
+use crate::health::kstatus::{Cond, CondStatus};
+use crate::repository::Error;
+
+/// The repository as the deletion core names it.
+pub fn repo_ref(repo: &RepoView) -> RepoRef {
+    match repo {
+        RepoView::Namespaced(_) => RepoRef::repository(repo.namespace().unwrap_or_default(), repo.name(), repo.uid()),
+        RepoView::Cluster(_) => RepoRef::cluster_repository(repo.name(), repo.uid()),
+    }
+}
+
+fn status_common(repo: &RepoView) -> Option<&kopiur_api::repository::RepositoryStatus> {
+    use crate::repository::RepoObject;
+    match repo {
+        RepoView::Namespaced(r) => r.status_common(),
+        RepoView::Cluster(c) => c.status_common(),
+    }
+}
+
+/// The repository uids an unpinned Snapshot could resolve to (its spec or policy).
+fn resolves(ctx: &PipelineCtx, s: &Snapshot) -> Vec<String> {
+    let ns = s.namespace().unwrap_or_default();
+    let policy = s.spec.policy_ref.as_ref().and_then(|pr| {
+        let pns = pr.namespace.clone().unwrap_or_else(|| ns.clone());
+        ctx.stores.policies.get(&ObjectRef::new(&pr.name).within(&pns))
+    });
+    let mut refs = Vec::new();
+    if let Some(r) = &s.spec.repository {
+        refs.push(r.clone());
+    }
+    if let Some(p) = &policy {
+        refs.extend(p.spec.target.repositories().into_iter().cloned());
+    }
+    refs.iter().filter_map(|r| ctx.repository(&ns, r)).map(|r| r.uid()).collect()
+}
+
+fn policy_default(ctx: &PipelineCtx, s: &Snapshot) -> Option<kopiur_api::snapshot_policy::DeletionPolicy> {
+    let pr = s.spec.policy_ref.as_ref()?;
+    let ns = pr.namespace.clone().or_else(|| s.namespace()).unwrap_or_default();
+    ctx.stores.policies.get(&ObjectRef::new(&pr.name).within(&ns)).map(|p| p.spec.default_deletion_policy)
+}
+
+/// Every Snapshot being deleted, from the store (every namespace).
+fn deleting(ctx: &PipelineCtx) -> Vec<Arc<Snapshot>> {
+    ctx.stores.snapshots.state().into_iter().filter(|s| s.meta().deletion_timestamp.is_some()).collect()
+}
+
+/// The breaker for one repository, from one store snapshot.
+pub fn breaker_for(ctx: &PipelineCtx, repo: &RepoView, dels: &[Arc<Snapshot>], now: DateTime<Utc>) -> BreakerState {
+    let st = status_common(repo);
+    let facts = RepoDeletionFacts {
+        repo: repo_ref(repo),
+        threshold: repo.common().deletion_protection.threshold,
+        ack_annotation: repo.meta().annotations.as_ref().and_then(|a| a.get(annotation::ALLOW_MASS_DELETION)).cloned(),
+        ack_recorded: st.and_then(|s| s.deletion_protection.as_ref()).and_then(|d| d.ack.clone()),
+        held_condition_was_true: st.is_some_and(|s| {
+            s.conditions.iter().any(|c| c.type_ == condition::MASS_DELETION_HELD && c.status == "True")
+        }),
+        deletions: dels
+            .iter()
+            .filter_map(|s| observe::pending_deletion(s, policy_default(ctx, s), || resolves(ctx, s)))
+            .collect(),
+    };
+    breaker::evaluate(&facts, now)
+}
+
+/// Batch Jobs from the store (every repository, for the cluster-wide cap).
+pub fn batch_jobs(ctx: &PipelineCtx) -> Vec<(Arc<Job>, BatchJob)> {
+    ctx.stores
+        .jobs
+        .state()
+        .into_iter()
+        .filter_map(|j| {
+            let repo_uid = j.labels().get(label::DELETE_REPO)?.clone();
+            let members: Vec<String> = j
+                .annotations()
+                .get(annotation::DELETE_MEMBERS)
+                .map(|m| m.split(',').filter(|x| !x.is_empty()).map(str::to_string).collect())
+                .unwrap_or_default();
+            let b = BatchJob { name: j.name_any(), repo_uid, members, phase: job_phase(&j) };
+            Some((j, b))
+        })
+        .collect()
+}
+
+fn job_phase(job: &Job) -> JobPhase {
+    let conds = job.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+    let at = |t: &str| {
+        conds.iter().find(|c| c.type_ == t && c.status == "True").map(|c| c.last_transition_time.as_ref().map(|x| x.0))
+    };
+    let ts = |x: Option<k8s_openapi::jiff::Timestamp>| {
+        x.and_then(|t| DateTime::<Utc>::from_timestamp(t.as_second(), 0)).unwrap_or_else(Utc::now)
+    };
+    if let Some(t) = at("Failed") {
+        return JobPhase::Failed { at: ts(t) };
+    }
+    if let Some(t) = at("Complete") {
+        return JobPhase::Complete { at: ts(t) };
+    }
+    JobPhase::Running
+}
+
+fn ns_terminating(ctx: &PipelineCtx, ns: &str) -> bool {
+    ctx.stores.namespaces.get(&ObjectRef::new(ns)).is_some_and(|n| n.metadata.deletion_timestamp.is_some())
+}
+
+fn schedule_link(ctx: &PipelineCtx, s: &Snapshot, warm: bool) -> ScheduleLink {
+    let Some((name, uid)) = observe::schedule_owner(s) else { return ScheduleLink::NotScheduleOwned };
+    if !warm {
+        return ScheduleLink::OwnedStoreCold;
+    }
+    let ns = s.namespace().unwrap_or_default();
+    let live = match ctx.stores.schedules.get(&ObjectRef::new(&name).within(&ns)) {
+        None => cascade::LiveSchedule::NotFound,
+        Some(x) => cascade::LiveSchedule::Found {
+            uid: x.uid().unwrap_or_default(),
+            terminating: x.meta().deletion_timestamp.is_some(),
+        },
+    };
+    ScheduleLink::OwnedStoreWarm(cascade::schedule_state(&uid, &live))
+}
+
+/// Whether the member's persisted decision disagrees with what the breaker now says, so its
+/// own reconcile must run (held -> released on ack or count drop; undecided -> decide).
+fn needs_replan(s: &Snapshot, state: &BreakerState) -> bool {
+    let Some(uid) = s.uid() else { return false };
+    let Some(ts) = observe::deletion_timestamp(s) else { return false };
+    if !observe::finalizer_present(s) {
+        return false;
+    }
+    let held_now = state.holding.contains(&uid) && !state.is_acked(ts);
+    match observe::previous_record(s).map(|r| r.decision) {
+        Some(DeletionDecision::Held) => !held_now,
+        Some(DeletionDecision::Delete) => held_now,
+        Some(DeletionDecision::Unknown(_)) | None => true,
+    }
+}
+
+/// The dispatcher's memory: batches already counted (each terminal batch once).
+#[derive(Default)]
+pub struct DispatchMemory {
+    counted: HashSet<String>,
+}
+
+/// One pass over every repository. Returns Snapshots to enqueue.
+pub async fn pass(
+    ctx: &PipelineCtx,
+    tuning: &BatchTuning,
+    schedules_warm: bool,
+    memory: &mut DispatchMemory,
+    now: DateTime<Utc>,
+) -> Vec<ObjectRef<Snapshot>> {
+    let dels = deleting(ctx);
+    let jobs = batch_jobs(ctx);
+    let all_jobs: Vec<BatchJob> = jobs.iter().map(|(_, b)| b.clone()).collect();
+    let mut enqueue: Vec<ObjectRef<Snapshot>> = Vec::new();
+    let mut repos: Vec<RepoView> = ctx.stores.repos.state().into_iter().map(RepoView::Namespaced).collect();
+    repos.extend(ctx.stores.crepos.state().into_iter().map(RepoView::Cluster));
+
+    let mut held_series = BTreeMap::new();
+    let mut pending_series = BTreeMap::new();
+    for repo in &repos {
+        let uid = repo.uid();
+        let state = breaker_for(ctx, repo, &dels, now);
+        let rr = repo_ref(repo);
+        let key = vec![repo.kind().to_string(), rr.namespace.clone().unwrap_or_default(), rr.name.clone()];
+        if state.pending_external > 0 {
+            pending_series.insert(key.clone(), i64::from(state.pending_external));
+        }
+        if state.held_count() > 0 {
+            held_series.insert(key, i64::from(state.held_count()));
+        }
+        if let Err(e) = write_repo_status(ctx, repo, &state, now).await {
+            tracing::warn!(repository = %rr.display(), error = %e, "writing deletionProtection status failed");
+        }
+        let mine: Vec<&Arc<Snapshot>> =
+            dels.iter().filter(|s| observe::binding(s, || resolves(ctx, s)).counts_against(&uid)).collect();
+        for s in &mine {
+            if needs_replan(s, &state) {
+                enqueue.push(ObjectRef::from_obj(s.as_ref()));
+            }
+        }
+        // Terminal batch Jobs: count once, enqueue the members of a complete one, reap.
+        for (job, b) in jobs.iter().filter(|(_, b)| b.repo_uid == uid) {
+            if b.phase.is_terminal() && memory.counted.insert(b.name.clone()) {
+                let outcome = match b.phase {
+                    JobPhase::Complete { .. } => "succeeded",
+                    JobPhase::Failed { .. } | JobPhase::Running => "failed",
+                };
+                let ns = rr.namespace.clone().unwrap_or_default();
+                ctx.metrics.deletion_batches.inc(&[repo.kind(), &ns, &rr.name, outcome]);
+                if outcome == "failed" {
+                    for _ in &b.members {
+                        ctx.metrics.deletion_failures.inc(&[&job.namespace().unwrap_or_default()]);
+                    }
+                    ctx.event(
+                        &repo_object_ref(repo),
+                        true,
+                        "SnapshotDeleteBatchFailed",
+                        crate::deletion::messages::batch_failed(&b.name, b.members.len()),
+                    )
+                    .await;
+                }
+            }
+            let holding = |m: &str| dels.iter().any(|s| s.uid().as_deref() == Some(m) && observe::finalizer_present(s));
+            if matches!(b.phase, JobPhase::Complete { .. }) {
+                for s in dels.iter().filter(|s| s.uid().is_some_and(|u| b.members.contains(&u))) {
+                    enqueue.push(ObjectRef::from_obj(s.as_ref()));
+                }
+            }
+            match batch::reap(b, holding, tuning, now) {
+                Reap::Keep | Reap::DeleteAt(_) => {}
+                Reap::Delete => {
+                    let api: Api<Job> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+                    let dp = DeleteParams {
+                        propagation_policy: Some(PropagationPolicy::Background),
+                        ..DeleteParams::default()
+                    };
+                    match api.delete(&b.name, &dp).await {
+                        Ok(_) => tracing::info!(job = %b.name, "batch delete Job reaped"),
+                        Err(kube::Error::Api(e)) if e.code == 404 => {}
+                        Err(e) => tracing::warn!(job = %b.name, error = %e, "reaping a batch Job failed"),
+                    }
+                }
+            }
+        }
+        // The fire set and its batches.
+        let in_flight = batch::in_flight_members(&all_jobs);
+        let gate = crate::gating::repository_ready(
+            &ctx.stores.repos,
+            &ctx.stores.crepos,
+            &repo.namespace().unwrap_or_default(),
+            None,
+            &kopiur_api::shared::RepositoryRef {
+                name: repo.name(),
+                kind: match repo {
+                    RepoView::Namespaced(_) => RepositoryKind::Repository,
+                    RepoView::Cluster(_) => RepositoryKind::ClusterRepository,
+                },
+                namespace: repo.namespace(),
+            },
+        );
+        let fctx = FireContext {
+            repo_uid: &uid,
+            repo_ready: gate == crate::gating::Gate::Open,
+            on_namespace_delete: repo.common().on_namespace_delete,
+            breaker: &state,
+            in_flight: &in_flight,
+        };
+        let candidates: Vec<FireCandidate> = mine
+            .iter()
+            .filter_map(|s| {
+                let backup_active = backup_job_active(ctx, s);
+                Some(FireCandidate {
+                    uid: s.uid()?,
+                    deletion_timestamp: observe::deletion_timestamp(s)?,
+                    finalizer_present: observe::finalizer_present(s),
+                    manifest: observe::manifest(s, backup_active),
+                    decision: observe::previous_record(s).map(|r| r.decision),
+                    binding: observe::binding(s, || resolves(ctx, s)),
+                    pruned_by: observe::pruned_by(s),
+                    skip: observe::skip(s),
+                    policy: observe::effective_policy(s, policy_default(ctx, s)),
+                    ns_terminating: ns_terminating(ctx, &s.namespace().unwrap_or_default()),
+                    schedule: schedule_link(ctx, s, schedules_warm),
+                    on_schedule_delete: observe::on_schedule_delete(s),
+                })
+            })
+            .collect();
+        let fire = fire_set::select(&fctx, &candidates);
+        if fire.is_empty() {
+            continue;
+        }
+        let d = batch::next_batches(&[RepoQueue { repo_uid: uid.clone(), fire_set: fire }], &all_jobs, tuning, now);
+        for spec in d.create {
+            if let Err(e) = create_batch(ctx, repo, &spec).await {
+                tracing::warn!(job = %spec.name, error = %e, "creating a batch delete Job failed");
+            }
+        }
+    }
+    ctx.metrics.deletions_held.replace(held_series);
+    ctx.metrics.deletions_pending_external.replace(pending_series);
+    enqueue
+}
+
+fn backup_job_active(ctx: &PipelineCtx, s: &Snapshot) -> bool {
+    let name = kopiur_mover::job::job_name(&s.name_any());
+    let job = ctx.stores.jobs.get(&ObjectRef::new(&name).within(&s.namespace().unwrap_or_default()));
+    matches!(super::reconcile::job_state(job.as_deref()), super::plan::JobState::Active)
+}
+
+pub fn repo_object_ref(repo: &RepoView) -> k8s_openapi::api::core::v1::ObjectReference {
+    match repo {
+        RepoView::Namespaced(r) => r.object_ref(&()),
+        RepoView::Cluster(c) => c.object_ref(&()),
+    }
+}
+
+async fn create_batch(ctx: &PipelineCtx, repo: &RepoView, spec: &batch::BatchSpec) -> Result<(), Error> {
+    let job = super::job::batch_delete_job(spec, repo, &ctx.config).map_err(|e| Error::WorkSpec(e.to_string()))?;
+    let ns = repo.home_namespace(&ctx.config.namespace);
+    ctx.ensure_mover_rbac(&ns).await?;
+    match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &job).await {
+        Ok(_) => {
+            ctx.metrics.jobs_created.inc(&["snapshot-delete-batch", &ns]);
+            tracing::info!(job = %spec.name, members = spec.members.len(), "batch delete Job created");
+        }
+        // The deterministic member-set name is the single-flight lock.
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(())
+}
+
+/// `status.deletionProtection` and `MassDeletionHeld`, written only when they change (and
+/// never on a repository that has never seen a deletion and holds nothing).
+async fn write_repo_status(
+    ctx: &PipelineCtx,
+    repo: &RepoView,
+    state: &BreakerState,
+    now: DateTime<Utc>,
+) -> Result<(), Error> {
+    let st = status_common(repo);
+    let current_dp = st.and_then(|s| s.deletion_protection.clone());
+    let desired_dp = state.status();
+    let current_conds = st.map(|s| s.conditions.clone()).unwrap_or_default();
+    let has_cond = current_conds.iter().any(|c| c.type_ == condition::MASS_DELETION_HELD);
+    let quiet = desired_dp.pending_external == 0 && desired_dp.held == 0 && desired_dp.ack.is_none();
+    if current_dp.is_none() && !has_cond && quiet {
+        return Ok(());
+    }
+    let pc = state.condition();
+    let cond = Cond {
+        type_: pc.type_,
+        status: if pc.status { CondStatus::True } else { CondStatus::False },
+        reason: pc.reason.to_string(),
+        message: pc.message,
+    };
+    let generation = repo.meta().generation.unwrap_or(0);
+    let conds = super::ctx::merge(&current_conds, &[cond], generation, now);
+    if current_dp.as_ref() == Some(&desired_dp) && conds == current_conds {
+        return Ok(());
+    }
+    let body = serde_json::json!({
+        "metadata": {"resourceVersion": repo.meta().resource_version},
+        "status": {"deletionProtection": desired_dp, "conditions": conds},
+    });
+    let pp = PatchParams::default();
+    let res = match repo {
+        RepoView::Namespaced(r) => {
+            Api::<kopiur_api::Repository>::namespaced(ctx.client.clone(), &r.namespace().unwrap_or_default())
+                .patch_status(&repo.name(), &pp, &Patch::Merge(&body))
+                .await
+                .map(|_| ())
+        }
+        RepoView::Cluster(_) => Api::<kopiur_api::ClusterRepository>::all(ctx.client.clone())
+            .patch_status(&repo.name(), &pp, &Patch::Merge(&body))
+            .await
+            .map(|_| ()),
+    };
+    match res {
+        Ok(()) => {}
+        // A concurrent status write: the next pass sees the new version and tries again.
+        Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    let reference = repo_object_ref(repo);
+    for ev in &state.events {
+        ctx.event(&reference, ev.kind == crate::deletion::types::EventType::Warning, ev.reason, ev.message.clone())
+            .await;
+    }
+    Ok(())
+}
+
+/// The dispatcher task: a pass every two seconds or when a member asks for one.
+pub async fn run(ctx: Arc<PipelineCtx>, snap_tx: tokio::sync::mpsc::Sender<ObjectRef<Snapshot>>) {
+    let tuning = BatchTuning { global_cap: ctx.config.max_concurrent_delete_jobs, ..BatchTuning::default() };
+    let mut memory = DispatchMemory::default();
+    let _ = ctx.stores.snapshots.wait_until_ready().await;
+    let _ = ctx.stores.jobs.wait_until_ready().await;
+    let _ = ctx.stores.schedules.wait_until_ready().await;
+    let mut seen: HashSet<ObjectRef<Snapshot>> = HashSet::new();
+    loop {
+        let enqueue = pass(&ctx, &tuning, true, &mut memory, Utc::now()).await;
+        // Enqueue each member once per change of need (the reconcile itself settles it).
+        let now_set: HashSet<ObjectRef<Snapshot>> = enqueue.into_iter().collect();
+        for r in now_set.iter() {
+            if !seen.contains(r) {
+                let _ = snap_tx.send(r.clone()).await;
+            }
+        }
+        seen = now_set;
+        tokio::select! {
+            _ = ctx.dispatch.notified() => {}
+            _ = tokio::time::sleep(std::time::Duration::from_secs(2)) => {}
+        }
+    }
+}
