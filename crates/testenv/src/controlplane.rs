@@ -298,7 +298,7 @@ impl ControlPlane {
             format!("--authentication-kubeconfig={kc}"),
             format!("--authorization-kubeconfig={kc}"),
             "--leader-elect=false".into(),
-            "--controllers=garbage-collector-controller,job-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller,ttl-after-finished-controller,root-ca-certificate-publisher-controller".into(),
+            "--controllers=garbage-collector-controller,job-controller,deployment-controller,replicaset-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller,ttl-after-finished-controller,root-ca-certificate-publisher-controller".into(),
             format!("--service-account-private-key-file={}", self.pki.sa_key.display()),
             format!("--root-ca-file={}", self.pki.ca_crt.display()),
             "--use-service-account-credentials=false".into(),
@@ -345,12 +345,31 @@ impl ControlPlane {
         self.start_kcm().await
     }
 
-    /// The image map handed to the node agent: mover image -> the locally built mover,
-    /// busybox-like images -> /bin/sh, plus any configured extras.
+    /// Copies a workspace binary into `<state>/bin` (traversable and executable by pod UIDs).
+    fn copy_to_state_bin(&self, built: &Path, name: &str) -> Result<PathBuf> {
+        let dir = self.state.join("bin");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+        let dst = dir.join(name);
+        std::fs::copy(built, &dst)?;
+        std::fs::set_permissions(&dst, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+        Ok(dst)
+    }
+
+    /// The image map handed to the node agent: controller image -> the locally built
+    /// controller, mover image -> the locally built mover, busybox-like images -> /bin/sh,
+    /// plus any configured extras.
     fn write_image_map(&self) -> Result<PathBuf> {
         let mut images = Vec::new();
         for (pattern, command) in &self.opts.images {
             images.push(serde_json::json!({"pattern": pattern, "command": command, "args": []}));
+        }
+        // The controller image (Helm chart) first: the mover's `ghcr.io/home-operations/kopiur*`
+        // pattern below would match it too. The chart runs it as a non-root UID, so it gets a
+        // copy in the state directory as well.
+        if let Ok(built) = tools::workspace_bin("kopiur-controller") {
+            let ctrl = self.copy_to_state_bin(&built, "kopiur-controller")?;
+            images.push(serde_json::json!({"pattern": "*kopiur-controller*", "command": [ctrl], "args": []}));
         }
         if let Ok(built) = tools::workspace_bin("kopiur-mover") {
             // Mover pods run as a non-root UID, which may not traverse the checkout (CI may
@@ -365,9 +384,6 @@ impl ControlPlane {
             images.push(
                 serde_json::json!({"pattern": "ghcr.io/home-operations/kopiur*", "command": [mover], "args": []}),
             );
-        }
-        if let Ok(ctrl) = tools::workspace_bin("kopiur-controller") {
-            images.push(serde_json::json!({"pattern": "*kopiur-controller*", "command": [ctrl], "args": []}));
         }
         images.push(serde_json::json!({"pattern": "*busybox*", "command": ["/bin/sh"], "args": []}));
         images.push(serde_json::json!({"pattern": "*alpine*", "command": ["/bin/sh"], "args": []}));

@@ -37,6 +37,9 @@ pub struct ExecPlan {
 }
 
 struct PreparedMount {
+    /// Host path of a bind source. The child opens every source (`O_PATH`) before the first
+    /// mount and mounts from `/proc/self/fd/<n>`, so a source stays reachable when an earlier
+    /// mount covers its host path (an emptyDir at `/tmp` over a state directory under `/tmp`).
     source: CString,
     target: CString,
     read_only: bool,
@@ -76,6 +79,9 @@ impl ExecPlan {
                 tmpfs: m.kind == MountKind::Tmpfs,
             });
         }
+        if mounts.len() > MAX_MOUNTS {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("more than {MAX_MOUNTS} mounts")));
+        }
         Ok(Prepared {
             mounts,
             hostname: self.hostname.as_bytes().to_vec(),
@@ -86,6 +92,55 @@ impl ExecPlan {
             parent: std::process::id() as libc::pid_t,
         })
     }
+}
+
+/// An `O_PATH | O_CLOEXEC` descriptor: survives the fork, closed by the exec.
+pub fn open_path(p: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let c = cstr(p)?;
+    // SAFETY: plain syscall on a valid C string; the descriptor is owned from here on.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("{}: {e}", p.display())));
+    }
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// `/proc/self/fd/<n>`: the magic link the child resolves to the file behind the descriptor.
+pub fn proc_fd_path(fd: &std::os::fd::OwnedFd) -> io::Result<CString> {
+    use std::os::fd::AsRawFd;
+    CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+}
+
+/// Whether a mount of the plan covers `path` (the host file would be hidden in the child).
+pub fn covered_by_mount(plan: &ExecPlan, path: &Path) -> bool {
+    plan.mounts.iter().any(|m| path.starts_with(&m.target))
+}
+
+/// Mounts per container (the child keeps their source descriptors in a fixed array).
+const MAX_MOUNTS: usize = 128;
+
+/// Writes `/proc/self/fd/<fd>\0` into `buf` without allocating (fork-safe).
+fn fd_path(buf: &mut [u8; 40], fd: libc::c_int) -> *const libc::c_char {
+    const PREFIX: &[u8] = b"/proc/self/fd/";
+    buf[..PREFIX.len()].copy_from_slice(PREFIX);
+    let mut digits = [0u8; 12];
+    let (mut n, mut len) = (fd.max(0) as u32, 0);
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        buf[PREFIX.len() + i] = digits[len - 1 - i];
+    }
+    buf[PREFIX.len() + len] = 0;
+    buf.as_ptr().cast()
 }
 
 fn check(rc: libc::c_int) -> io::Result<()> {
@@ -114,7 +169,19 @@ impl Prepared {
                 libc::MS_REC | libc::MS_PRIVATE,
                 std::ptr::null(),
             ))?;
-            for m in &self.mounts {
+            // Open every bind source first, in this namespace: a mount below may cover the
+            // host path of a later source. The descriptors close on exec.
+            let mut fds = [-1 as libc::c_int; MAX_MOUNTS];
+            for (i, m) in self.mounts.iter().enumerate() {
+                if !m.tmpfs {
+                    fds[i] = libc::open(m.source.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+                    if fds[i] < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+            }
+            for (i, m) in self.mounts.iter().enumerate() {
+                let mut buf = [0u8; 40];
                 if m.tmpfs {
                     check(libc::mount(
                         m.source.as_ptr(),
@@ -125,7 +192,7 @@ impl Prepared {
                     ))?;
                 } else {
                     check(libc::mount(
-                        m.source.as_ptr(),
+                        fd_path(&mut buf, fds[i]),
                         m.target.as_ptr(),
                         std::ptr::null(),
                         libc::MS_BIND | libc::MS_REC,
@@ -360,10 +427,14 @@ mod tests {
 
     #[test]
     fn prepare_orders_parent_first() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (s1, s2) = (tmp.path().join("s1"), tmp.path().join("s2"));
+        std::fs::create_dir_all(&s1).unwrap();
+        std::fs::create_dir_all(&s2).unwrap();
         let plan = ExecPlan {
             mounts: vec![
-                MountSpec { source: "/s2".into(), target: "/a/b".into(), read_only: true, kind: MountKind::Bind },
-                MountSpec { source: "/s1".into(), target: "/a".into(), read_only: false, kind: MountKind::Bind },
+                MountSpec { source: s2, target: "/a/b".into(), read_only: true, kind: MountKind::Bind },
+                MountSpec { source: s1, target: "/a".into(), read_only: false, kind: MountKind::Bind },
             ],
             hostname: "p".into(),
             ..Default::default()
@@ -371,5 +442,11 @@ mod tests {
         let p = plan.prepare().unwrap();
         assert_eq!(p.mounts[0].target.as_bytes(), b"/a");
         assert!(p.mounts[1].read_only);
+        let mut buf = [0u8; 40];
+        let path = unsafe { std::ffi::CStr::from_ptr(fd_path(&mut buf, 1023)) };
+        assert_eq!(path.to_str().unwrap(), "/proc/self/fd/1023");
+        assert_eq!(unsafe { std::ffi::CStr::from_ptr(fd_path(&mut buf, 7)) }.to_str().unwrap(), "/proc/self/fd/7");
+        assert!(covered_by_mount(&plan, Path::new("/a/b/c")));
+        assert!(!covered_by_mount(&plan, Path::new("/ab")));
     }
 }

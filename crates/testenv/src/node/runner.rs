@@ -1,5 +1,6 @@
 //! Container processes: spawn into their own process group and namespaces, signal, reap.
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 #[cfg(test)]
@@ -24,7 +25,22 @@ pub fn spawn(argv: &[String], env: &[(String, String)], plan: &ExecPlan, log: &P
     let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
     let err = out.try_clone()?;
     let prepared = plan.prepare()?;
-    let mut cmd = tokio::process::Command::new(program);
+    // A program whose host path a volume covers (an emptyDir at /tmp over a state directory
+    // under /tmp) is exec'd through a descriptor opened before the mounts.
+    let program_fd = if super::mounts::covered_by_mount(plan, Path::new(program)) {
+        Some(super::mounts::open_path(Path::new(program))?)
+    } else {
+        None
+    };
+    let mut cmd = match &program_fd {
+        Some(fd) => {
+            let mut c =
+                tokio::process::Command::new(std::ffi::OsStr::from_bytes(super::mounts::proc_fd_path(fd)?.as_bytes()));
+            c.arg0(program);
+            c
+        }
+        None => tokio::process::Command::new(program),
+    };
     cmd.args(args)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -160,5 +176,40 @@ mod tests {
         assert_ne!(nix::unistd::gethostname().unwrap().to_string_lossy(), "pod-abc");
         created.cleanup();
         assert!(!target.exists());
+    }
+    /// A volume mounted over the directory that holds the other volumes' sources and the
+    /// program itself (an emptyDir at /tmp over a state directory under /tmp).
+    #[tokio::test]
+    async fn a_mount_over_the_sources_hides_nothing() {
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        use super::super::mounts::{CreatedPaths, MountKind, MountSpec, ensure_targets};
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        let (cover, ro, bin) = (root.join("cover"), root.join("ro"), root.join("bin"));
+        for d in [&cover, &ro, &bin] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(ro.join("f"), b"under-the-cover").unwrap();
+        let sh = bin.join("sh");
+        std::fs::copy("/bin/sh", &sh).unwrap();
+        let plan = ExecPlan {
+            mounts: vec![
+                MountSpec { source: cover.clone(), target: root.clone(), read_only: false, kind: MountKind::Bind },
+                MountSpec { source: ro.clone(), target: root.join("inner/ro"), read_only: true, kind: MountKind::Bind },
+            ],
+            hostname: "cover".into(),
+            ..Default::default()
+        };
+        ensure_targets(&plan.mounts, &CreatedPaths::default()).unwrap();
+        let r = root.display();
+        let argv = vec![sh.display().to_string(), "-c".into(), format!("cat {r}/inner/ro/f > {r}/out")];
+        let log = root.join("log/0.log");
+        let env = vec![("PATH".to_string(), "/usr/bin:/bin".to_string())];
+        let mut s = spawn(&argv, &env, &plan, &log).unwrap();
+        let st = s.child.wait().await.unwrap();
+        assert_eq!(exit_code(st), (0, None));
+        assert_eq!(std::fs::read_to_string(cover.join("out")).unwrap(), "under-the-cover");
     }
 }
