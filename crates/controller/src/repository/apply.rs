@@ -20,8 +20,8 @@ use kube::runtime::events::{Event as KEvent, EventType as KEventType};
 use kube::{Api, ResourceExt};
 
 use super::observe::{
-    ANN_CREATE_GATE, ANN_CREDENTIAL_VERSION, ANN_PROBE_KIND, GATE_VIA_ACK, job_name, result_configmap_name,
-    secret_names,
+    ANN_CATALOG_SCAN, ANN_CREATE_GATE, ANN_CREDENTIAL_VERSION, ANN_PROBE_KIND, GATE_VIA_ACK, job_name,
+    result_configmap_name, secret_names,
 };
 use super::{Ctx, Error, RepoObject};
 use crate::health::{ConnectKind, CreateGate, Decision, Effect, EventType, Launch, Plan, RepoFacts};
@@ -35,6 +35,7 @@ pub async fn apply<K: RepoObject>(
     ctx: &Ctx,
     facts: &RepoFacts,
     d: Decision,
+    cat: super::catalog::CatalogStep,
     now: DateTime<Utc>,
 ) -> Result<Action, Error> {
     let kind = K::KIND.as_str();
@@ -43,7 +44,10 @@ pub async fn apply<K: RepoObject>(
 
     // 1. The one status write, skipped when nothing changed.
     let current = obj.status_common();
-    let desired = super::convert::from_pure(current, &d.status, &d.conditions, obj.common().backend.key(), now);
+    let mut desired = super::convert::from_pure(current, &d.status, &d.conditions, obj.common().backend.key(), now);
+    if let Some(c) = cat.status {
+        desired.catalog = Some(c);
+    }
     if current != Some(&desired) {
         let api = K::api(ctx.client.clone(), obj);
         let old = current.cloned().map(|c| obj.status_value(c)).unwrap_or(serde_json::Value::Null);
@@ -86,7 +90,7 @@ pub async fn apply<K: RepoObject>(
     match &d.plan {
         Plan::Idle | Plan::AwaitJob => {}
         Plan::DeleteJob { uid } => delete_job(obj, ctx, uid).await?,
-        Plan::Launch(l) => launch(obj, ctx, facts, l).await?,
+        Plan::Launch(l) => launch(obj, ctx, facts, l, cat.list.as_deref()).await?,
     }
     Ok(match d.requeue_after {
         Some(after) => Action::requeue(after.to_std().unwrap_or_default().max(std::time::Duration::from_secs(1))),
@@ -291,7 +295,15 @@ pub fn kopia_backend(b: &Backend) -> Result<kopiur_kopia::Backend, Error> {
     }
 }
 
-async fn launch<K: RepoObject>(obj: &K, ctx: &Ctx, facts: &RepoFacts, l: &Launch) -> Result<(), Error> {
+/// `list`: the Job also lists snapshots for the catalog, honoring this request token (may be
+/// empty).
+async fn launch<K: RepoObject>(
+    obj: &K,
+    ctx: &Ctx,
+    facts: &RepoFacts,
+    l: &Launch,
+    list: Option<&str>,
+) -> Result<(), Error> {
     let ns = obj.home_namespace(&ctx.config.namespace);
     let name = job_name(obj);
     let common = obj.common();
@@ -327,8 +339,8 @@ async fn launch<K: RepoObject>(obj: &K, ctx: &Ctx, facts: &RepoFacts, l: &Launch
             create_gate: mover_gate(l.gate),
             pinned_unique_id: facts.status.unique_id.clone(),
             probe,
-            list_snapshots: false,
-            catalog_limit: 1000,
+            list_snapshots: list.is_some(),
+            catalog_limit: crate::catalog::CATALOG_LIMIT,
             maintenance_owner: format!("kopiur@{host}"),
             create: CreateOptions {
                 encryption: common.create.encryption.clone(),
@@ -343,7 +355,7 @@ async fn launch<K: RepoObject>(obj: &K, ctx: &Ctx, facts: &RepoFacts, l: &Launch
     let pw_key = common.encryption.password_secret_ref.key.clone().unwrap_or_else(|| "KOPIA_PASSWORD".into());
     let mut env_from = vec![pw_secret.clone()];
     env_from.extend(auth_secret);
-    let annotations = BTreeMap::from([
+    let mut annotations = BTreeMap::from([
         (annotation::BOOTSTRAP_GENERATION.to_string(), l.generation.to_string()),
         (ANN_CREDENTIAL_VERSION.to_string(), l.credential_version.clone()),
         (ANN_PROBE_KIND.to_string(), l.kind.probe_kind().to_string()),
@@ -357,6 +369,9 @@ async fn launch<K: RepoObject>(obj: &K, ctx: &Ctx, facts: &RepoFacts, l: &Launch
             },
         ),
     ]);
+    if let Some(token) = list {
+        annotations.insert(ANN_CATALOG_SCAN.to_string(), token.to_string());
+    }
     let input = JobInput {
         name: name.clone(),
         namespace: ns.clone(),

@@ -2,6 +2,7 @@
 //! status write. Both kinds share the spec and status shape, so one generic reconciler serves
 //! both through [`RepoObject`].
 pub mod apply;
+pub mod catalog;
 pub mod convert;
 pub mod observe;
 
@@ -39,6 +40,10 @@ pub trait RepoObject:
     /// The `status` object to write, given the common part.
     fn status_value(&self, common: RepositoryStatus) -> serde_json::Value;
     fn job_base_name(&self) -> String;
+    /// A ClusterRepository's tenancy gate (where its discovered Snapshots may go).
+    fn allowed_namespaces(&self) -> Option<&kopiur_api::cluster_repository::AllowedNamespaces> {
+        None
+    }
 }
 
 impl RepoObject for Repository {
@@ -94,6 +99,9 @@ impl RepoObject for ClusterRepository {
     }
     fn job_base_name(&self) -> String {
         format!("crepo-{}-discovery", self.name_any())
+    }
+    fn allowed_namespaces(&self) -> Option<&kopiur_api::cluster_repository::AllowedNamespaces> {
+        Some(&self.spec.allowed_namespaces)
     }
 }
 
@@ -170,9 +178,10 @@ async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Action, Er
         return Ok(Action::await_change());
     }
     let now = chrono::Utc::now();
-    let facts = observe::facts(obj, ctx).await?;
-    let decision = crate::health::plan(&facts, now);
-    apply::apply(obj, ctx, &facts, decision, now).await
+    let (facts, listing) = observe::observe(obj, ctx).await?;
+    let mut decision = crate::health::plan(&facts, now);
+    let cat = catalog::step(obj, ctx, &facts, &mut decision, listing, now).await;
+    apply::apply(obj, ctx, &facts, decision, cat, now).await
 }
 
 pub fn error_policy<K: RepoObject>(_obj: Arc<K>, err: &Error, ctx: Arc<Ctx>) -> Action {

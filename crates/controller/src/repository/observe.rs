@@ -22,6 +22,18 @@ pub const ANN_CREDENTIAL_VERSION: &str = "kopiur.home-operations.com/credential-
 pub const ANN_PROBE_KIND: &str = "kopiur.home-operations.com/probe-kind";
 pub const ANN_CREATE_GATE: &str = "kopiur.home-operations.com/create-gate";
 pub const GATE_VIA_ACK: &str = "AllowedViaReinitAck";
+/// Present on a bootstrap Job that lists snapshots for the catalog; the value is the
+/// `catalog-scan-requested-at` token the listing honors (empty for none).
+pub const ANN_CATALOG_SCAN: &str = "kopiur.home-operations.com/catalog-scan";
+
+/// A finished listing Job's result, read once: in the reconcile that folds the Job.
+#[derive(Clone, Debug)]
+pub struct CatalogListing {
+    pub job_uid: String,
+    pub token: String,
+    pub completed_at: DateTime<Utc>,
+    pub result: BootstrapResult,
+}
 
 pub fn job_name<K: RepoObject>(obj: &K) -> String {
     kopiur_mover::job_name(&obj.job_base_name())
@@ -130,12 +142,20 @@ async fn read_result(ctx: &Ctx, ns: &str, job: &str) -> Result<Option<BootstrapR
 }
 
 pub async fn job_facts<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Option<JobFacts>, Error> {
+    Ok(job_observation(obj, ctx).await?.0)
+}
+
+/// The Job's facts, plus its catalog listing when the Job lists and is folded now.
+pub async fn job_observation<K: RepoObject>(
+    obj: &K,
+    ctx: &Ctx,
+) -> Result<(Option<JobFacts>, Option<CatalogListing>), Error> {
     let ns = obj.home_namespace(&ctx.config.namespace);
     let name = job_name(obj);
-    let Some(job) = ctx.jobs.get(&ObjectRef::new(&name).within(&ns)) else { return Ok(None) };
+    let Some(job) = ctx.jobs.get(&ObjectRef::new(&name).within(&ns)) else { return Ok((None, None)) };
     let owner_uid = obj.meta().uid.clone().unwrap_or_default();
     if !job.owner_references().iter().any(|o| o.uid == owner_uid) {
-        return Ok(None); // someone else's Job, or one of a deleted namesake
+        return Ok((None, None)); // someone else's Job, or one of a deleted namesake
     }
     let uid = job.uid().unwrap_or_default();
     let ann = job.annotations();
@@ -145,6 +165,7 @@ pub async fn job_facts<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Option<JobFa
             Some(_) | None => ConnectKind::Strict,
         },
     );
+    let mut listing = None;
     let state = match terminal(&job) {
         None => JobState::Running,
         Some((completed_at, failed_reason)) => {
@@ -153,17 +174,27 @@ pub async fn job_facts<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Option<JobFa
                     == Some(uid.as_str());
             // Read the result only when it will be folded (once per Job).
             let result = if folded { None } else { read_result(ctx, &ns, &name).await? };
-            JobState::Finished { completed_at, result: connect_result(result.as_ref(), &uid, failed_reason.as_deref()) }
+            let state = JobState::Finished {
+                completed_at,
+                result: connect_result(result.as_ref(), &uid, failed_reason.as_deref()),
+            };
+            if let (Some(token), Some(r)) = (ann.get(ANN_CATALOG_SCAN), result)
+                && r.job_uid == uid
+            {
+                listing = Some(CatalogListing { job_uid: uid.clone(), token: token.clone(), completed_at, result: r });
+            }
+            state
         }
     };
-    Ok(Some(JobFacts {
+    let facts = Some(JobFacts {
         uid,
         kind,
         generation: ann.get(annotation::BOOTSTRAP_GENERATION).and_then(|g| g.parse().ok()),
         credential_version: ann.get(ANN_CREDENTIAL_VERSION).cloned(),
         via_reinit_ack: ann.get(ANN_CREATE_GATE).map(String::as_str) == Some(GATE_VIA_ACK),
         state,
-    }))
+    });
+    Ok((facts, listing))
 }
 
 pub fn spec_facts<K: RepoObject>(obj: &K) -> SpecFacts {
@@ -195,9 +226,15 @@ pub fn spec_facts<K: RepoObject>(obj: &K) -> SpecFacts {
 }
 
 pub async fn facts<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<RepoFacts, Error> {
+    Ok(observe(obj, ctx).await?.0)
+}
+
+/// The breaker's facts plus the catalog listing of a Job folded in this reconcile.
+pub async fn observe<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<(RepoFacts, Option<CatalogListing>), Error> {
     let uid = obj.meta().uid.clone().unwrap_or_default();
     let ann = obj.annotations();
-    Ok(RepoFacts {
+    let (job, listing) = job_observation(obj, ctx).await?;
+    let facts = RepoFacts {
         id: RepoIdentity {
             kind: K::KIND,
             namespace: obj.namespace(),
@@ -209,8 +246,9 @@ pub async fn facts<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<RepoFacts, Error
         reinit_ack: ann.get(annotation::ALLOW_REINITIALIZE).cloned(),
         reverify_requested_at: ann.get(annotation::REVERIFY_REQUESTED_AT).cloned(),
         status: super::convert::to_pure(obj.status_common()),
-        job: job_facts(obj, ctx).await?,
+        job,
         warned_ack: ctx.warned_acks.lock().ok().and_then(|m| m.get(&uid).cloned()),
         tuning: ctx.config.tuning,
-    })
+    };
+    Ok((facts, listing))
 }

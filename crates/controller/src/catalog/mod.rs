@@ -1,0 +1,306 @@
+//! Catalog discovery (spec/behavior.md §3.12): kopia snapshots in a repository that none of
+//! the operator's Snapshot CRs owns appear as `origin: discovered` Snapshot rows.
+//!
+//! - `plan`: the pure decision (creates, deletes, repairs; placement; scan triggers);
+//! - this module: the shell that reads the Snapshot CRs, applies a plan and writes the rows.
+//!
+//! Discovered rows are forced Retain (`deletion::observe::is_discovered`), carry no finalizer
+//! and never spawn Jobs: deleting one, here or by hand, never touches kopia data.
+pub mod plan;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kopiur_api::Snapshot;
+use kopiur_api::cluster_repository::AllowedNamespaces;
+use kopiur_api::names::{label, origin};
+use kopiur_api::shared::phase::SnapshotOrigin;
+use kopiur_api::shared::status::{ResolvedIdentity, ResolvedRepository, Timing};
+use kopiur_api::shared::{RepositoryKind, RepositoryRef};
+use kopiur_api::snapshot::{
+    KopiaSnapshotRef, SnapshotPhase, SnapshotResolved, SnapshotSpec, SnapshotStats, SnapshotStatus,
+};
+use kopiur_api::snapshot_policy::DeletionPolicy;
+use kopiur_mover::result::CatalogEntry;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::{Api, Client, ResourceExt};
+
+pub use plan::{Bounds, CatalogPlan, DeleteReason, ExistingSnapshot, ScanDue, ScanFacts, scan_due};
+
+/// The default coalescing window of scan requests (one scan per 60 s).
+pub const SCAN_SPACING_SECONDS: i64 = 60;
+/// Test environments may shorten the coalescing window.
+pub const SCAN_SPACING_ENV: &str = "KOPIUR_CATALOG_SCAN_SPACING_SECONDS";
+/// Most kopia entries a listing Job reports (newest first).
+pub const CATALOG_LIMIT: usize = 1000;
+
+pub fn scan_spacing_seconds() -> i64 {
+    std::env::var(SCAN_SPACING_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .unwrap_or(SCAN_SPACING_SECONDS)
+        .max(1)
+}
+
+/// The repository a listing came from.
+#[derive(Clone, Debug)]
+pub struct RepoScope {
+    pub kind: RepositoryKind,
+    pub name: String,
+    /// The Repository's namespace; None for a ClusterRepository.
+    pub namespace: Option<String>,
+    pub uid: String,
+    /// `status.uniqueId`, pinned by the first bootstrap.
+    pub unique_id: Option<String>,
+    /// ClusterRepository only.
+    pub fallback_namespace: Option<String>,
+    /// ClusterRepository only.
+    pub allowed: Option<AllowedNamespaces>,
+    pub bounds: Bounds,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncOutcome {
+    pub created: usize,
+    pub deleted: usize,
+    pub repaired: usize,
+    /// Whether the listing could expire rows (not truncated, not empty).
+    pub complete: bool,
+    /// Discovered rows of this repository after the sync.
+    pub discovered: usize,
+    /// Identity hostnames whose entries had no namespace to go to (ClusterRepository).
+    pub unplaced: BTreeSet<String>,
+}
+
+fn refers_here(scope: &RepoScope, r: &RepositoryRef, snapshot_ns: &str) -> bool {
+    if r.kind != scope.kind || r.name != scope.name {
+        return false;
+    }
+    match scope.kind {
+        RepositoryKind::Repository => {
+            r.namespace.as_deref().unwrap_or(snapshot_ns) == scope.namespace.as_deref().unwrap_or_default()
+        }
+        RepositoryKind::ClusterRepository => true,
+    }
+}
+
+/// How the catalog sees one Snapshot CR.
+pub fn existing(scope: &RepoScope, s: &Snapshot) -> ExistingSnapshot {
+    let labels = s.labels();
+    let ns = s.namespace().unwrap_or_default();
+    let discovered_row = labels.get(label::ORIGIN).map(String::as_str) == Some(origin::DISCOVERED)
+        && labels.get(label::REPOSITORY_UID) == Some(&scope.uid);
+    let st = s.status.as_ref();
+    let bound_here = discovered_row
+        || match st.and_then(|x| x.resolved.as_ref()).and_then(|r| r.repository.as_ref()) {
+            Some(r) => match r.uid.as_deref() {
+                Some(uid) => uid == scope.uid,
+                None => refers_here(
+                    scope,
+                    &RepositoryRef { name: r.name.clone(), kind: r.kind, namespace: r.namespace.clone() },
+                    &ns,
+                ),
+            },
+            None => s.spec.repository.as_ref().is_some_and(|r| refers_here(scope, r, &ns)),
+        };
+    let kopia_snapshot_id =
+        st.and_then(|x| x.snapshot.as_ref()).and_then(|x| x.kopia_snapshot_id.clone()).filter(|i| !i.is_empty());
+    ExistingSnapshot {
+        namespace: ns,
+        name: s.name_any(),
+        uid: s.uid().unwrap_or_default(),
+        discovered_row,
+        label_snapshot_id: labels.get(label::SNAPSHOT_ID).cloned(),
+        status_complete: kopia_snapshot_id.is_some()
+            && matches!(st.and_then(|x| x.phase.as_ref()), Some(SnapshotPhase::Discovered)),
+        kopia_snapshot_id,
+        bound_here,
+        deleting: s.metadata.deletion_timestamp.is_some(),
+        end_time: st.and_then(|x| x.timing.as_ref()).and_then(|t| t.end_time),
+    }
+}
+
+/// The `spec.repository` a discovered row pins.
+pub fn repository_ref(scope: &RepoScope) -> RepositoryRef {
+    RepositoryRef {
+        name: scope.name.clone(),
+        kind: scope.kind,
+        namespace: match scope.kind {
+            RepositoryKind::Repository => scope.namespace.clone(),
+            RepositoryKind::ClusterRepository => None,
+        },
+    }
+}
+
+/// The status a discovered row carries.
+pub fn row_status(scope: &RepoScope, e: &CatalogEntry) -> SnapshotStatus {
+    let identity = ResolvedIdentity {
+        username: e.username.clone(),
+        hostname: e.hostname.clone(),
+        source_path: Some(e.path.clone()),
+    };
+    SnapshotStatus {
+        phase: Some(SnapshotPhase::Discovered),
+        origin: Some(SnapshotOrigin::Discovered),
+        snapshot: Some(KopiaSnapshotRef {
+            kopia_snapshot_id: Some(e.id.clone()),
+            identity: Some(identity.clone()),
+            description: None,
+        }),
+        timing: Some(Timing {
+            start_time: e.start_time,
+            end_time: e.end_time,
+            duration_seconds: match (e.start_time, e.end_time) {
+                (Some(s), Some(t)) => Some((t - s).num_seconds().max(0)),
+                (Some(_), None) | (None, _) => None,
+            },
+        }),
+        stats: Some(SnapshotStats { size_bytes: Some(e.size), ..SnapshotStats::default() }),
+        resolved: Some(SnapshotResolved {
+            repository: Some(ResolvedRepository {
+                kind: scope.kind,
+                namespace: match scope.kind {
+                    RepositoryKind::Repository => scope.namespace.clone(),
+                    RepositoryKind::ClusterRepository => None,
+                },
+                name: scope.name.clone(),
+                uid: Some(scope.uid.clone()),
+            }),
+            repository_unique_id: scope.unique_id.clone(),
+            identity: Some(identity),
+            deletion_policy: Some(DeletionPolicy::Retain),
+            ..SnapshotResolved::default()
+        }),
+        ..SnapshotStatus::default()
+    }
+}
+
+/// A discovered row: origin, snapshot-id and repository-uid labels; Retain; the repository
+/// pinned; no finalizer, no owner, no `onScheduleDelete`.
+pub fn row(scope: &RepoScope, namespace: &str, e: &CatalogEntry) -> Snapshot {
+    let labels = BTreeMap::from([
+        (label::MANAGED_BY.to_string(), label::MANAGED_BY_VALUE.to_string()),
+        (label::ORIGIN.to_string(), origin::DISCOVERED.to_string()),
+        (label::SNAPSHOT_ID.to_string(), e.id.clone()),
+        (label::REPOSITORY_UID.to_string(), scope.uid.clone()),
+    ]);
+    let mut s = Snapshot::new(
+        &plan::row_name(&scope.name, &e.id),
+        SnapshotSpec {
+            repository: Some(repository_ref(scope)),
+            deletion_policy: Some(DeletionPolicy::Retain),
+            ..SnapshotSpec::default()
+        },
+    );
+    s.metadata.namespace = Some(namespace.to_string());
+    s.metadata.labels = Some(labels);
+    s
+}
+
+async fn write_row_status(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    st: &SnapshotStatus,
+) -> Result<(), kube::Error> {
+    let api: Api<Snapshot> = Api::namespaced(client.clone(), namespace);
+    let body = serde_json::json!({ "status": st });
+    match api.patch_status(name, &PatchParams::default(), &Patch::Merge(&body)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether a ClusterRepository's row may go into `ns`: it exists, is not terminating and is
+/// allowed.
+async fn namespace_usable(client: &Client, allowed: Option<&AllowedNamespaces>, ns: &str) -> Result<bool, kube::Error> {
+    if ns.is_empty() || ns.len() > 63 {
+        return Ok(false);
+    }
+    let Some(n) = Api::<Namespace>::all(client.clone()).get_opt(ns).await? else { return Ok(false) };
+    if n.metadata.deletion_timestamp.is_some() {
+        return Ok(false);
+    }
+    Ok(match allowed {
+        Some(a) => crate::gating::namespace_allowed(a, ns, n.metadata.labels.as_ref()),
+        None => true,
+    })
+}
+
+/// Applies one listing of a successful connect: creates, repairs and deletes discovered rows.
+pub async fn sync(
+    client: &Client,
+    scope: &RepoScope,
+    entries: &[CatalogEntry],
+    truncated: bool,
+    now: plan::Time,
+) -> Result<SyncOutcome, kube::Error> {
+    let all = Api::<Snapshot>::all(client.clone()).list(&ListParams::default()).await?;
+    let existing: Vec<ExistingSnapshot> = all.items.iter().map(|s| existing(scope, s)).collect();
+    let p = plan::plan(entries, truncated, &existing, scope.bounds, now);
+    let mut out = SyncOutcome { complete: p.complete, discovered: p.discovered_after, ..SyncOutcome::default() };
+
+    for d in &p.deletes {
+        let api: Api<Snapshot> = Api::namespaced(client.clone(), &d.row.namespace);
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions { uid: Some(d.row.uid.clone()), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&d.row.name, &dp).await {
+            Ok(_) => {
+                out.deleted += 1;
+                tracing::info!(snapshot = %d.row.name, namespace = %d.row.namespace, id = %d.row.snapshot_id,
+                    reason = ?d.reason, "deleted a discovered Snapshot row (kopia data untouched)");
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    for (r, e) in &p.repairs {
+        write_row_status(client, &r.namespace, &r.name, &row_status(scope, e)).await?;
+        out.repaired += 1;
+    }
+
+    let mut usable: BTreeMap<String, bool> = BTreeMap::new();
+    for e in &p.creates {
+        let hostname_ok = match scope.namespace {
+            Some(_) => false,
+            None => match usable.get(&e.hostname) {
+                Some(v) => *v,
+                None => {
+                    let v = namespace_usable(client, scope.allowed.as_ref(), &e.hostname).await?;
+                    usable.insert(e.hostname.clone(), v);
+                    v
+                }
+            },
+        };
+        let Some(ns) =
+            plan::place(scope.namespace.as_deref(), &e.hostname, hostname_ok, scope.fallback_namespace.as_deref())
+        else {
+            out.unplaced.insert(e.hostname.clone());
+            out.discovered = out.discovered.saturating_sub(1);
+            continue;
+        };
+        let obj = row(scope, &ns, e);
+        let name = obj.name_any();
+        let api: Api<Snapshot> = Api::namespaced(client.clone(), &ns);
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(_) => {
+                out.created += 1;
+                tracing::info!(snapshot = %name, namespace = %ns, id = %e.id, "created a discovered Snapshot row");
+            }
+            // A namesake exists: ours (a lost race, repaired by the next scan) or someone else's.
+            Err(kube::Error::Api(err)) if err.code == 409 => continue,
+            // The fallback namespace does not exist.
+            Err(kube::Error::Api(err)) if err.code == 404 => {
+                out.unplaced.insert(e.hostname.clone());
+                out.discovered = out.discovered.saturating_sub(1);
+                continue;
+            }
+            Err(err) => return Err(err),
+        }
+        write_row_status(client, &ns, &name, &row_status(scope, e)).await?;
+    }
+    Ok(out)
+}

@@ -1,0 +1,521 @@
+//! The pure catalog decision: given one listing, the Snapshot CRs that exist and the bounds,
+//! which discovered rows to create, which to delete (CRs only, never data) and which to repair.
+//!
+//! The one safety rule: a row is expired for absence only by a listing that is complete, i.e.
+//! the connect succeeded, the listing is not truncated and it is not empty. An empty listing is
+//! indistinguishable from a failed `snapshot list`, a wrong prefix or a glitch; a failed connect
+//! never reaches this code at all.
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, Duration, Utc};
+use kopiur_mover::result::CatalogEntry;
+
+pub type Time = DateTime<Utc>;
+
+/// The kopia tag a backup Job stamps with its Snapshot's uid.
+pub const TAG_SNAPSHOT_UID: &str = "kopiur-uid";
+
+/// A Snapshot CR as the catalog sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExistingSnapshot {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// Labelled `origin=discovered` and `repository-uid=<this repository's uid>`.
+    pub discovered_row: bool,
+    /// The `snapshot-id` label (discovered rows).
+    pub label_snapshot_id: Option<String>,
+    /// `status.snapshot.kopiaSnapshotID`.
+    pub kopia_snapshot_id: Option<String>,
+    /// Pinned (or, before the pin, referring) to this repository.
+    pub bound_here: bool,
+    /// `deletionTimestamp` set.
+    pub deleting: bool,
+    /// `status.phase == Discovered` and the id recorded: a fully written discovered row.
+    pub status_complete: bool,
+    /// `status.timing.endTime` (discovered rows carry the kopia end time).
+    pub end_time: Option<Time>,
+}
+
+impl ExistingSnapshot {
+    /// The kopia snapshot id this CR stands for.
+    fn id(&self) -> Option<&str> {
+        self.kopia_snapshot_id.as_deref().or(self.label_snapshot_id.as_deref()).filter(|s| !s.is_empty())
+    }
+}
+
+/// `spec.catalog.retain`, resolved (None = unbounded).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bounds {
+    pub per_identity: Option<u32>,
+    pub max_age_days: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub snapshot_id: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteReason {
+    /// Missing from a complete listing.
+    Absent,
+    /// Outside `catalog.retain`.
+    OutOfBounds,
+    /// One of the operator's own Snapshots owns the id (it was listed before its owner
+    /// recorded it): the kopia snapshot is never represented twice.
+    OwnedElsewhere,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Delete {
+    pub row: RowRef,
+    pub reason: DeleteReason,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CatalogPlan {
+    /// Entries to materialize as discovered rows (placement is the caller's).
+    pub creates: Vec<CatalogEntry>,
+    pub deletes: Vec<Delete>,
+    /// Rows whose status was never fully written (a create whose status write was lost).
+    pub repairs: Vec<(RowRef, CatalogEntry)>,
+    /// Whether this listing was allowed to expire rows.
+    pub complete: bool,
+    /// Discovered rows of this repository after the plan is applied.
+    pub discovered_after: usize,
+}
+
+/// Complete: not truncated and not empty (the caller only hands over listings of a
+/// successful connect).
+pub fn is_complete(entries: &[CatalogEntry], truncated: bool) -> bool {
+    !truncated && !entries.is_empty()
+}
+
+fn entry_time(e: &CatalogEntry) -> Option<Time> {
+    e.end_time.or(e.start_time)
+}
+
+/// Entries newest first (ties by id), the order bounds are applied in.
+fn newest_first(entries: &[CatalogEntry]) -> Vec<&CatalogEntry> {
+    let mut v: Vec<&CatalogEntry> = entries.iter().collect();
+    v.sort_by(|a, b| entry_time(b).cmp(&entry_time(a)).then_with(|| a.id.cmp(&b.id)));
+    v
+}
+
+pub fn plan(
+    entries: &[CatalogEntry],
+    truncated: bool,
+    existing: &[ExistingSnapshot],
+    bounds: Bounds,
+    now: Time,
+) -> CatalogPlan {
+    let complete = is_complete(entries, truncated);
+    let cutoff = bounds.max_age_days.map(|d| now - Duration::days(i64::from(d)));
+    let too_old = |t: Option<Time>| match (cutoff, t) {
+        (Some(c), Some(t)) => t < c,
+        (Some(_), None) | (None, _) => false,
+    };
+
+    // Owned: recorded by one of the operator's own (non-discovered) Snapshots bound here, in
+    // any phase, including ones being deleted; or tagged by a live one's backup Job.
+    let own: Vec<&ExistingSnapshot> = existing.iter().filter(|s| s.bound_here && !s.discovered_row).collect();
+    let owned_ids: BTreeSet<&str> = own.iter().filter_map(|s| s.kopia_snapshot_id.as_deref()).collect();
+    let owned_uids: BTreeSet<&str> = own.iter().map(|s| s.uid.as_str()).filter(|u| !u.is_empty()).collect();
+    let is_owned = |e: &CatalogEntry| {
+        owned_ids.contains(e.id.as_str())
+            || e.tags.get(TAG_SNAPSHOT_UID).is_some_and(|u| owned_uids.contains(u.as_str()))
+    };
+
+    // The entries that should be rows: unowned, young enough, and the newest N per identity.
+    let mut wanted: BTreeMap<&str, &CatalogEntry> = BTreeMap::new();
+    let mut per_identity: BTreeMap<(&str, &str), u32> = BTreeMap::new();
+    for e in newest_first(entries) {
+        if e.id.is_empty() || is_owned(e) || too_old(entry_time(e)) {
+            continue;
+        }
+        let n = per_identity.entry((e.username.as_str(), e.hostname.as_str())).or_insert(0);
+        if bounds.per_identity.is_some_and(|max| *n >= max) {
+            continue;
+        }
+        *n += 1;
+        wanted.insert(e.id.as_str(), e);
+    }
+    let listed: BTreeSet<&str> = entries.iter().map(|e| e.id.as_str()).collect();
+
+    let mut out = CatalogPlan { complete, ..CatalogPlan::default() };
+    let rows: Vec<&ExistingSnapshot> = existing.iter().filter(|s| s.discovered_row).collect();
+    let mut have: BTreeSet<&str> = BTreeSet::new();
+    let mut kept = 0usize;
+    for r in &rows {
+        let Some(id) = r.id() else { continue };
+        have.insert(id);
+        if r.deleting {
+            continue;
+        }
+        let row = RowRef {
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            uid: r.uid.clone(),
+            snapshot_id: id.to_string(),
+        };
+        let reason = if owned_ids.contains(id) {
+            Some(DeleteReason::OwnedElsewhere)
+        } else if listed.contains(id) {
+            // Listed: kept unless the bounds exclude it (owned-by-tag entries are kept: the tag
+            // alone is not a recorded owner).
+            match wanted.get(id) {
+                Some(_) => None,
+                None if entries.iter().any(|e| e.id == id && is_owned(e)) => None,
+                None => Some(DeleteReason::OutOfBounds),
+            }
+        } else if too_old(r.end_time) {
+            Some(DeleteReason::OutOfBounds)
+        } else if complete {
+            Some(DeleteReason::Absent)
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => out.deletes.push(Delete { row, reason }),
+            None => {
+                kept += 1;
+                if !r.status_complete
+                    && let Some(e) = entries.iter().find(|e| e.id == id)
+                {
+                    out.repairs.push((row, e.clone()));
+                }
+            }
+        }
+    }
+    for (id, e) in &wanted {
+        if !have.contains(id) {
+            out.creates.push((*e).clone());
+        }
+    }
+    out.discovered_after = kept + out.creates.len();
+    out
+}
+
+/// Where a discovered row goes: a Repository's rows live in its namespace; a ClusterRepository's
+/// in the namespace named by the identity hostname when it exists and is allowed, else in
+/// `catalog.fallbackNamespace`, else nowhere (the caller warns `DiscoveredSnapshotUnplaced`).
+pub fn place(
+    repository_namespace: Option<&str>,
+    hostname: &str,
+    hostname_namespace_usable: bool,
+    fallback: Option<&str>,
+) -> Option<String> {
+    if let Some(ns) = repository_namespace {
+        return Some(ns.to_string());
+    }
+    if hostname_namespace_usable {
+        return Some(hostname.to_string());
+    }
+    fallback.map(str::to_string)
+}
+
+/// `<repository>-<first 12 characters of the kopia id>`, hashed to fit a label-safe name.
+pub fn row_name(repository: &str, snapshot_id: &str) -> String {
+    let short: String =
+        snapshot_id.chars().map(|c| c.to_ascii_lowercase()).filter(|c| c.is_ascii_alphanumeric()).take(12).collect();
+    kopiur_mover::job::job_name(&format!("{repository}-{short}"))
+}
+
+/// When the next catalog scan is due.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScanDue {
+    /// Launch a listing now; `token` is the request it honors, if any.
+    Now {
+        token: Option<String>,
+    },
+    /// Look again at this time.
+    At(Time),
+    Never,
+}
+
+/// The facts the scan triggers read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScanFacts {
+    /// The `catalog-scan-requested-at` annotation.
+    pub requested: Option<String>,
+    /// `status.catalog.scanRequestHonored`.
+    pub honored: Option<String>,
+    /// `status.catalog.scanRequestAttemptAt`: the last listing launched for a request or refresh.
+    pub attempt_at: Option<Time>,
+    /// `status.catalog.lastRefreshAt`: the last listing folded.
+    pub last_refresh_at: Option<Time>,
+    /// `catalog.refreshInterval` when `catalog.periodicRefresh` is on.
+    pub periodic_seconds: Option<i64>,
+    /// The coalescing window (60 s).
+    pub spacing_seconds: i64,
+}
+
+/// The pending scan request token: set and different from the honored one.
+pub fn pending_request(f: &ScanFacts) -> Option<String> {
+    f.requested.as_ref().filter(|r| !r.trim().is_empty() && f.honored.as_ref() != Some(*r)).cloned()
+}
+
+pub fn scan_due(f: &ScanFacts, now: Time) -> ScanDue {
+    let mut at: Option<Time> = None;
+    let pending = pending_request(f);
+    if pending.is_some() {
+        at = Some(f.attempt_at.map_or(now, |a| a + Duration::seconds(f.spacing_seconds)));
+    }
+    if let Some(interval) = f.periodic_seconds {
+        let base = match (f.last_refresh_at, f.attempt_at) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (Some(a), None) | (None, Some(a)) => Some(a),
+            (None, None) => None,
+        };
+        let due = base.map_or(now, |b| b + Duration::seconds(interval.max(30)));
+        at = Some(at.map_or(due, |x| x.min(due)));
+    }
+    match at {
+        None => ScanDue::Never,
+        Some(t) if t <= now => ScanDue::Now { token: pending },
+        Some(t) => ScanDue::At(t),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn t(min: i64) -> Time {
+        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap() + Duration::minutes(min)
+    }
+
+    fn entry(id: &str, host: &str, end_min: i64) -> CatalogEntry {
+        CatalogEntry {
+            id: id.into(),
+            username: "app".into(),
+            hostname: host.into(),
+            path: "/data".into(),
+            start_time: Some(t(end_min - 1)),
+            end_time: Some(t(end_min)),
+            size: 10,
+            files: 1,
+            tags: BTreeMap::new(),
+        }
+    }
+
+    fn row(id: &str) -> ExistingSnapshot {
+        ExistingSnapshot {
+            namespace: "ns".into(),
+            name: format!("r-{id}"),
+            uid: format!("uid-{id}"),
+            discovered_row: true,
+            label_snapshot_id: Some(id.into()),
+            kopia_snapshot_id: Some(id.into()),
+            bound_here: true,
+            deleting: false,
+            status_complete: true,
+            end_time: Some(t(0)),
+        }
+    }
+
+    fn own(id: &str) -> ExistingSnapshot {
+        ExistingSnapshot {
+            discovered_row: false,
+            label_snapshot_id: None,
+            name: format!("own-{id}"),
+            uid: format!("own-uid-{id}"),
+            ..row(id)
+        }
+    }
+
+    fn ids(p: &CatalogPlan) -> (Vec<String>, Vec<(String, DeleteReason)>) {
+        (
+            p.creates.iter().map(|e| e.id.clone()).collect(),
+            p.deletes.iter().map(|d| (d.row.snapshot_id.clone(), d.reason)).collect(),
+        )
+    }
+
+    #[test]
+    fn unowned_entries_become_rows_and_owned_ones_never_do() {
+        let entries = vec![entry("a", "h", 1), entry("b", "h", 2), entry("c", "h", 3)];
+        let existing = vec![own("b"), row("c")];
+        let p = plan(&entries, false, &existing, Bounds::default(), t(10));
+        assert_eq!(ids(&p), (vec!["a".to_string()], vec![]));
+        assert!(p.complete);
+        assert_eq!(p.discovered_after, 2);
+    }
+
+    #[test]
+    fn an_owner_in_any_phase_counts_even_while_deleting() {
+        let entries = vec![entry("a", "h", 1)];
+        let existing = vec![ExistingSnapshot { deleting: true, ..own("a") }];
+        let p = plan(&entries, false, &existing, Bounds::default(), t(10));
+        assert!(p.creates.is_empty());
+    }
+
+    #[test]
+    fn an_owner_bound_to_another_repository_does_not_count() {
+        let entries = vec![entry("a", "h", 1)];
+        let existing = vec![ExistingSnapshot { bound_here: false, ..own("a") }];
+        let p = plan(&entries, false, &existing, Bounds::default(), t(10));
+        assert_eq!(ids(&p).0, vec!["a".to_string()]);
+    }
+
+    #[test]
+    fn the_backup_tag_of_a_live_snapshot_counts_as_owned() {
+        let mut e = entry("a", "h", 1);
+        let mut o = own("zzz");
+        o.kopia_snapshot_id = None; // still Running: the id is not recorded yet
+        e.tags.insert(TAG_SNAPSHOT_UID.into(), o.uid.clone());
+        let p = plan(&[e], false, &[o], Bounds::default(), t(10));
+        assert!(p.creates.is_empty(), "{p:?}");
+    }
+
+    #[test]
+    fn a_row_whose_id_gained_an_owner_is_dropped() {
+        let entries = vec![entry("a", "h", 1)];
+        let p = plan(&entries, false, &[row("a"), own("a")], Bounds::default(), t(10));
+        assert_eq!(ids(&p).1, vec![("a".to_string(), DeleteReason::OwnedElsewhere)]);
+        assert_eq!(p.discovered_after, 0);
+    }
+
+    #[test]
+    fn absence_from_a_complete_listing_expires_a_row() {
+        let entries = vec![entry("b", "h", 2)];
+        let p = plan(&entries, false, &[row("a"), row("b")], Bounds::default(), t(10));
+        assert_eq!(ids(&p).1, vec![("a".to_string(), DeleteReason::Absent)]);
+        assert_eq!(p.discovered_after, 1);
+    }
+
+    #[test]
+    fn never_shrink_on_a_truncated_listing() {
+        let entries = vec![entry("b", "h", 2)];
+        let p = plan(&entries, true, &[row("a"), row("b")], Bounds::default(), t(10));
+        assert!(!p.complete);
+        assert!(p.deletes.is_empty(), "{p:?}");
+        assert_eq!(p.discovered_after, 2);
+    }
+
+    #[test]
+    fn never_shrink_on_an_empty_listing_failed_or_not() {
+        // An empty listing: a failed `snapshot list`, a wrong prefix, or really no manifests.
+        let existing: Vec<ExistingSnapshot> = (0..10).map(|i| row(&format!("id{i}"))).collect();
+        let p = plan(&[], false, &existing, Bounds::default(), t(10));
+        assert!(!p.complete);
+        assert!(p.deletes.is_empty() && p.creates.is_empty());
+        assert_eq!(p.discovered_after, 10);
+        // Truncated and empty is no better.
+        let p = plan(&[], true, &existing, Bounds::default(), t(10));
+        assert!(p.deletes.is_empty());
+    }
+
+    #[test]
+    fn t44_one_new_owned_backup_makes_the_listing_complete() {
+        let existing: Vec<ExistingSnapshot> =
+            (0..10).map(|i| row(&format!("id{i}"))).chain(std::iter::once(own("new"))).collect();
+        let p = plan(&[entry("new", "h", 50)], false, &existing, Bounds::default(), t(60));
+        assert!(p.complete);
+        assert_eq!(p.deletes.len(), 10);
+        assert!(p.deletes.iter().all(|d| d.reason == DeleteReason::Absent));
+        assert!(p.creates.is_empty());
+        assert_eq!(p.discovered_after, 0);
+    }
+
+    #[test]
+    fn rows_being_deleted_are_neither_recreated_nor_deleted_again() {
+        let entries = vec![entry("a", "h", 1)];
+        let p = plan(&entries, false, &[ExistingSnapshot { deleting: true, ..row("a") }], Bounds::default(), t(10));
+        assert!(p.creates.is_empty() && p.deletes.is_empty());
+    }
+
+    #[test]
+    fn max_age_bounds_creation_and_existing_rows() {
+        let now = t(0) + Duration::days(10);
+        let entries = vec![entry("old", "h", 0), entry("new", "h", 60 * 24 * 9)];
+        let mut stale = row("gone");
+        stale.end_time = Some(t(0));
+        let p = plan(
+            &entries,
+            true, // even a truncated listing applies bounds
+            &[row("old"), stale],
+            Bounds { per_identity: None, max_age_days: Some(5) },
+            now,
+        );
+        let (c, d) = ids(&p);
+        assert_eq!(c, vec!["new".to_string()]);
+        assert_eq!(
+            d,
+            vec![("old".to_string(), DeleteReason::OutOfBounds), ("gone".to_string(), DeleteReason::OutOfBounds)]
+        );
+    }
+
+    #[test]
+    fn per_identity_keeps_the_newest_n_per_user_and_host() {
+        let entries = vec![entry("a1", "a", 1), entry("a2", "a", 2), entry("a3", "a", 3), entry("b1", "b", 1)];
+        let p = plan(&entries, false, &[row("a1")], Bounds { per_identity: Some(2), max_age_days: None }, t(10));
+        let (mut c, d) = ids(&p);
+        c.sort();
+        assert_eq!(c, vec!["a2".to_string(), "a3".to_string(), "b1".to_string()]);
+        assert_eq!(d, vec![("a1".to_string(), DeleteReason::OutOfBounds)]);
+        let p = plan(&entries, false, &[], Bounds { per_identity: Some(0), max_age_days: None }, t(10));
+        assert!(p.creates.is_empty());
+    }
+
+    #[test]
+    fn a_row_without_its_status_is_repaired_from_the_listing() {
+        let entries = vec![entry("a", "h", 1)];
+        let mut r = row("a");
+        r.status_complete = false;
+        r.kopia_snapshot_id = None;
+        let p = plan(&entries, false, &[r], Bounds::default(), t(10));
+        assert!(p.creates.is_empty());
+        assert_eq!(p.repairs.len(), 1);
+        assert_eq!(p.repairs[0].1.id, "a");
+    }
+
+    #[test]
+    fn placement() {
+        assert_eq!(place(Some("team"), "other", true, None).as_deref(), Some("team"));
+        assert_eq!(place(None, "media", true, Some("fb")).as_deref(), Some("media"));
+        assert_eq!(place(None, "media", false, Some("fb")).as_deref(), Some("fb"));
+        assert_eq!(place(None, "media", false, None), None);
+    }
+
+    #[test]
+    fn row_names_are_short_and_deterministic() {
+        assert_eq!(row_name("nas", "0123456789abcdef0123456789abcdef"), "nas-0123456789ab");
+        let long = row_name(&"r".repeat(80), "0123456789abcdef");
+        assert!(long.len() <= 63, "{long}");
+        assert_eq!(long, row_name(&"r".repeat(80), "0123456789abcdef"));
+    }
+
+    #[test]
+    fn scan_requests_are_honored_once_and_coalesced() {
+        let base = ScanFacts { spacing_seconds: 60, ..ScanFacts::default() };
+        assert_eq!(scan_due(&base, t(0)), ScanDue::Never);
+        let req = ScanFacts { requested: Some("r1".into()), ..base.clone() };
+        assert_eq!(scan_due(&req, t(0)), ScanDue::Now { token: Some("r1".into()) });
+        let honored = ScanFacts { honored: Some("r1".into()), ..req.clone() };
+        assert_eq!(scan_due(&honored, t(0)), ScanDue::Never);
+        // A newer request within 60 s of the last attempt waits.
+        let newer = ScanFacts { requested: Some("r2".into()), attempt_at: Some(t(0)), ..honored.clone() };
+        assert_eq!(scan_due(&newer, t(0) + Duration::seconds(30)), ScanDue::At(t(1)));
+        assert_eq!(scan_due(&newer, t(1)), ScanDue::Now { token: Some("r2".into()) });
+    }
+
+    #[test]
+    fn periodic_refresh_is_spaced_by_the_interval_from_the_last_attempt_or_refresh() {
+        let f = ScanFacts {
+            periodic_seconds: Some(3600),
+            last_refresh_at: Some(t(0)),
+            attempt_at: Some(t(30)),
+            spacing_seconds: 60,
+            ..ScanFacts::default()
+        };
+        assert_eq!(scan_due(&f, t(31)), ScanDue::At(t(90)));
+        assert_eq!(scan_due(&f, t(90)), ScanDue::Now { token: None });
+        let never = ScanFacts { periodic_seconds: Some(3600), ..ScanFacts::default() };
+        assert_eq!(scan_due(&never, t(0)), ScanDue::Now { token: None });
+    }
+}

@@ -1,0 +1,233 @@
+//! The repository's side of catalog discovery (spec/behavior.md §3.12): which bootstrap Jobs
+//! list snapshots, when a scan request or the periodic refresh launches a listing probe (P3),
+//! and handing a folded listing to `crate::catalog`.
+//!
+//! Listings ride on the existing bootstrap/probe Job: strict S1/S2 connects list, and a due
+//! scan turns an idle Ready reconcile into a probe that lists. The probe's connect verdict is
+//! folded by the breaker like any periodic probe; only a successful connect whose uniqueId
+//! matches the pin reaches the catalog, so a failed connect never expires a row.
+use chrono::{DateTime, Duration, Utc};
+use kopiur_api::names::annotation;
+use kopiur_api::repository::CatalogStatus;
+use kopiur_api::shared::RepositoryKind;
+use kopiur_mover::result::BootstrapOutcome;
+use kube::ResourceExt;
+use kube::runtime::events::{Event as KEvent, EventType as KEventType};
+
+use super::observe::CatalogListing;
+use super::{Ctx, RepoObject};
+use crate::catalog::{self, Bounds, RepoScope, ScanDue, ScanFacts};
+use crate::health::{ConnectKind, CreateGate, Decision, Launch, Phase, Plan, ProbeTrigger, RepoFacts, RepoKind};
+
+/// What the apply step needs from the catalog.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CatalogStep {
+    /// The `status.catalog` to write (None: leave it as stored).
+    pub status: Option<CatalogStatus>,
+    /// When the launched Job lists snapshots: the request token it honors (may be empty).
+    pub list: Option<String>,
+}
+
+pub fn scan_facts<K: RepoObject>(obj: &K, st: &CatalogStatus) -> ScanFacts {
+    let c = obj.common().catalog.clone().unwrap_or_default();
+    ScanFacts {
+        requested: obj.annotations().get(annotation::CATALOG_SCAN_REQUESTED_AT).cloned(),
+        honored: st.scan_request_honored.clone(),
+        attempt_at: st.scan_request_attempt_at,
+        last_refresh_at: st.last_refresh_at,
+        periodic_seconds: c.periodic_refresh.then(|| (c.refresh_interval.as_secs() as i64).max(30)),
+        spacing_seconds: catalog::scan_spacing_seconds(),
+    }
+}
+
+pub fn scope<K: RepoObject>(obj: &K, unique_id: Option<String>) -> RepoScope {
+    let c = obj.common().catalog.clone().unwrap_or_default();
+    let retain = c.retain.clone().unwrap_or_default();
+    RepoScope {
+        kind: match K::KIND {
+            RepoKind::Repository => RepositoryKind::Repository,
+            RepoKind::ClusterRepository => RepositoryKind::ClusterRepository,
+        },
+        name: obj.name_any(),
+        namespace: match K::KIND {
+            RepoKind::Repository => obj.namespace(),
+            RepoKind::ClusterRepository => None,
+        },
+        uid: obj.meta().uid.clone().unwrap_or_default(),
+        unique_id,
+        fallback_namespace: match K::KIND {
+            RepoKind::Repository => None,
+            RepoKind::ClusterRepository => c.fallback_namespace.clone(),
+        },
+        allowed: obj.allowed_namespaces().cloned(),
+        bounds: Bounds {
+            per_identity: retain.per_identity.map(|n| n.max(0) as u32),
+            max_age_days: retain.max_age_days.map(|n| n.max(1) as u32),
+        },
+    }
+}
+
+/// A strict connect lists on the first bootstrap (S1) and on a spec change (S2).
+fn strict_lists(facts: &RepoFacts) -> bool {
+    let st = &facts.status;
+    st.unique_id.is_none()
+        || matches!(st.phase, None | Some(Phase::Pending | Phase::Initializing))
+        || st.observed_generation != Some(facts.spec.generation)
+}
+
+/// A probe stamped but not yet visible as a Job (the breaker's launch grace).
+fn probe_attempt_pending(facts: &RepoFacts, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let h = &facts.status.health;
+    let a = h.probe_attempt_at?;
+    if h.last_probe_at.is_some_and(|l| l >= a) {
+        return None;
+    }
+    let until = a + Duration::seconds(facts.tuning.launch_grace_seconds);
+    (now < until).then_some(until)
+}
+
+fn requeue_by(d: &mut Decision, now: DateTime<Utc>, at: DateTime<Utc>) {
+    let after = (at - now).max(Duration::seconds(1));
+    d.requeue_after = Some(match d.requeue_after {
+        Some(r) => r.min(after),
+        None => after.min(Duration::seconds(300)),
+    });
+}
+
+/// Folds a listing (when a Job is folded now) and decides whether the next Job lists.
+pub async fn step<K: RepoObject>(
+    obj: &K,
+    ctx: &Ctx,
+    facts: &RepoFacts,
+    d: &mut Decision,
+    listing: Option<CatalogListing>,
+    now: DateTime<Utc>,
+) -> CatalogStep {
+    let before = obj.status_common().and_then(|s| s.catalog.clone()).unwrap_or_default();
+    let mut st = before.clone();
+
+    // 1. A listing folded in this reconcile (the breaker folds the same Job now).
+    if let Some(l) = listing
+        && facts.job.as_ref().is_some_and(|j| j.uid == l.job_uid)
+    {
+        fold_listing(obj, ctx, d, &l, &mut st, now).await;
+    }
+
+    // 2. The next Job: does it list, or does a due scan launch one?
+    let mut list = None;
+    let sf = scan_facts(obj, &st);
+    let pending = catalog::plan::pending_request(&sf);
+    match &mut d.plan {
+        Plan::Launch(l) => {
+            let strict = matches!(l.kind, ConnectKind::Strict);
+            let due_now = matches!(catalog::scan_due(&sf, now), ScanDue::Now { .. });
+            if (strict && strict_lists(facts)) || due_now {
+                list = Some(if due_now { pending.clone().unwrap_or_default() } else { String::new() });
+                if due_now {
+                    st.scan_request_attempt_at = Some(now);
+                }
+            }
+        }
+        Plan::Idle => {
+            let eligible = matches!(d.status.phase, Some(Phase::Ready))
+                && facts.job.is_none()
+                && !facts.spec.suspended
+                && facts.credential_version.is_some()
+                && d.status.unique_id.is_some();
+            if eligible {
+                match (probe_attempt_pending(facts, now), catalog::scan_due(&sf, now)) {
+                    (_, ScanDue::Never) => {}
+                    (Some(until), ScanDue::Now { .. } | ScanDue::At(_)) => requeue_by(d, now, until),
+                    (None, ScanDue::At(at)) => requeue_by(d, now, at),
+                    (None, ScanDue::Now { token }) => {
+                        // P3: a probe that lists. It stamps its attempt before the Job exists,
+                        // like every probe, so a restart cannot double it.
+                        d.status.health.probe_attempt_at = Some(now);
+                        st.scan_request_attempt_at = Some(now);
+                        d.plan = Plan::Launch(Launch {
+                            kind: ConnectKind::Probe(ProbeTrigger::Periodic),
+                            gate: CreateGate::DisabledBySpec { also_pinned: true },
+                            deadline_seconds: crate::health::holdoff::bootstrap_deadline(
+                                &d.status.health,
+                                &facts.tuning,
+                                facts.spec.configured_deadline_seconds,
+                            ),
+                            generation: facts.spec.generation,
+                            credential_version: facts.credential_version.clone().unwrap_or_default(),
+                        });
+                        list = Some(token.unwrap_or_default());
+                    }
+                }
+            }
+        }
+        Plan::AwaitJob | Plan::DeleteJob { .. } => {}
+    }
+    CatalogStep { status: (st != before).then_some(st), list }
+}
+
+async fn fold_listing<K: RepoObject>(
+    obj: &K,
+    ctx: &Ctx,
+    d: &Decision,
+    l: &CatalogListing,
+    st: &mut CatalogStatus,
+    now: DateTime<Utc>,
+) {
+    let r = &l.result;
+    let connected = match r.outcome {
+        BootstrapOutcome::Connected | BootstrapOutcome::Created => r.unique_id_hex.clone(),
+        BootstrapOutcome::Failed => None,
+    };
+    // Only a successful connect to the pinned repository reaches the catalog.
+    if connected.is_none() || connected != d.status.unique_id {
+        tracing::info!(repository = %obj.name_any(), "catalog listing skipped: the connect did not succeed");
+        return;
+    }
+    let scope = scope(obj, d.status.unique_id.clone());
+    match catalog::sync(&ctx.client, &scope, &r.snapshots, r.snapshots_truncated, now).await {
+        Ok(o) => {
+            tracing::info!(
+                repository = %obj.name_any(), entries = r.snapshots.len(), truncated = r.snapshots_truncated,
+                complete = o.complete, created = o.created, deleted = o.deleted, repaired = o.repaired,
+                discovered = o.discovered, "catalog listing applied"
+            );
+            st.last_refresh_at = Some(l.completed_at);
+            st.discovered_backup_count = Some(o.discovered as i64);
+            if !l.token.is_empty() {
+                st.scan_request_honored = Some(l.token.clone());
+            }
+            if !o.unplaced.is_empty() {
+                let hosts: Vec<&str> = o.unplaced.iter().map(String::as_str).collect();
+                let ev = KEvent {
+                    type_: KEventType::Warning,
+                    reason: "DiscoveredSnapshotUnplaced".into(),
+                    note: Some(truncate(
+                        &format!(
+                            "kopia snapshots of hostname(s) {} have no allowed, existing namespace and no catalog.fallbackNamespace; they were not materialized",
+                            hosts.join(", ")
+                        ),
+                        1024,
+                    )),
+                    action: "CatalogScan".into(),
+                    secondary: None,
+                };
+                if let Err(err) = ctx.recorder.publish(&ev, &obj.object_ref(&())).await {
+                    tracing::warn!(%err, "publishing DiscoveredSnapshotUnplaced failed");
+                }
+            }
+        }
+        // The request stays pending and is retried after the coalescing window.
+        Err(e) => tracing::warn!(repository = %obj.name_any(), error = %e, "applying the catalog listing failed"),
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    s[..cut].to_string()
+}
