@@ -1,0 +1,243 @@
+//! Catalog discovery end to end (spec/behavior.md §3.12) on a private local control plane,
+//! Garage and the real mover: kopia snapshots written straight into the repository with the
+//! kopia binary, which no Snapshot CR owns, appear as `origin: discovered` Snapshot rows after a
+//! `catalog-scan-requested-at` request; deleting a row never touches kopia; a kopia snapshot
+//! deleted out of band expires its row at the next (complete) listing, and a row deleted by
+//! hand is rediscovered.
+//!
+//! The controller runs under exactly the generated RBAC, so a missing rule fails here.
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Secret;
+use kopiur_api::names::{annotation, label};
+use kopiur_api::{Repository, Snapshot};
+use kopiur_kopia::backend::{Backend, S3Backend};
+use kopiur_kopia::cmd::{self, CacheSizes, Identity, SnapshotCreateOptions};
+use kopiur_kopia::model::{self, SnapshotManifest};
+use kopiur_kopia::{KopiaEnv, Runner};
+use kopiur_testenv::TestEnv;
+use kopiur_testenv::garage::Garage;
+use kopiur_testenv::operator::Operator;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, CustomResourceExt, ResourceExt};
+use serde_json::json;
+
+const PASSWORD: &str = "catalog-e2e correct horse";
+const PREFIX: &str = "catalog/";
+
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, log: &Path, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await? {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            let tail = kopiur_testenv::process::log_tail(log, 60);
+            bail!("timed out waiting for {what}\noperator log tail:\n{tail}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The kopia binary, connected to the repository under its own config dir.
+fn kopia(dir: &Path, g: &Garage) -> Runner {
+    let work = dir.join("kopia-seed");
+    std::fs::create_dir_all(&work).unwrap();
+    let env = KopiaEnv::new(&work, work.join("cache"));
+    Runner::new(kopiur_testenv::tools::kopia().unwrap(), Duration::from_secs(120))
+        .envs(env.vars())
+        .env("KOPIA_PASSWORD", PASSWORD)
+        .env("AWS_ACCESS_KEY_ID", g.access_key())
+        .env("AWS_SECRET_ACCESS_KEY", g.secret_key())
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_PROFILE")
+}
+
+fn backend(g: &Garage) -> Backend {
+    Backend::S3(S3Backend {
+        bucket: g.bucket().into(),
+        endpoint: Some(g.s3_endpoint()),
+        prefix: Some(PREFIX.into()),
+        region: Some(g.region().into()),
+        disable_tls: true,
+        ..Default::default()
+    })
+}
+
+async fn kopia_ids(k: &Runner) -> Result<BTreeSet<String>> {
+    let out = k.run_ok(&cmd::snapshot_list(None)).await?;
+    let listed: Vec<SnapshotManifest> = model::parse("snapshot list", &out.stdout)?;
+    Ok(listed.into_iter().map(|m| m.id).collect())
+}
+
+fn discovered_ids(rows: &[Snapshot]) -> BTreeSet<String> {
+    rows.iter().filter_map(|s| s.labels().get(label::SNAPSHOT_ID).cloned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_discovers_expires_and_rediscovers() -> Result<()> {
+    let started = Instant::now();
+    let dir = tempfile::tempdir()?;
+    let crd_dir = dir.path().join("crds");
+    std::fs::create_dir_all(&crd_dir)?;
+    for (file, crd) in [
+        ("repositories.yaml", Repository::crd()),
+        ("clusterrepositories.yaml", kopiur_api::ClusterRepository::crd()),
+        ("snapshots.yaml", Snapshot::crd()),
+        ("snapshotpolicies.yaml", kopiur_api::SnapshotPolicy::crd()),
+        ("snapshotschedules.yaml", kopiur_api::SnapshotSchedule::crd()),
+        ("restores.yaml", kopiur_api::Restore::crd()),
+    ] {
+        std::fs::write(crd_dir.join(file), serde_yaml::to_string(&crd)?)?;
+    }
+    let env = &TestEnv::start(kopiur_testenv::Options { crds: vec![crd_dir], ..Default::default() }).await?;
+    let _guard = env.log_guard();
+    let client = env.client().await?;
+    let g = Garage::start(&dir.path().join("garage")).await?;
+
+    let op_ns = env.namespace("kopiur-system").await?;
+    // A short coalescing window keeps the second scan quick (the default is 60 s).
+    let op = Operator::start(env, &op_ns, &[("KOPIUR_CATALOG_SCAN_SPACING_SECONDS", "3")]).await?;
+    let log = op.log_path().to_path_buf();
+
+    let ns = env.namespace("t").await?;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "kopia", "namespace": ns},
+        "stringData": {"KOPIA_PASSWORD": PASSWORD, "AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
+    }))?;
+    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await?;
+    kopiur_testenv::apply::apply_value(
+        &client,
+        &ns,
+        &json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "r", "namespace": ns},
+            "spec": {
+                "backend": {"s3": {"bucket": g.bucket(), "endpoint": format!("http://{}", g.s3_addr()), "region": g.region(), "prefix": PREFIX}},
+                "encryption": {"passwordSecretRef": {"name": "kopia"}}
+            }
+        }),
+    )
+    .await?;
+    let repos: Api<Repository> = Api::namespaced(client.clone(), &ns);
+    let r = wait_for("r Ready", Duration::from_secs(120), &log, || async {
+        let r = repos.get("r").await?;
+        Ok((r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str()) == Some("Ready")).then_some(r))
+    })
+    .await?;
+    let repo_uid = r.uid().context("repository uid")?;
+    let unique_id = r.status.as_ref().and_then(|s| s.unique_id.clone()).context("uniqueId")?;
+    println!("[{:?}] r Ready", started.elapsed());
+
+    // The first bootstrap listed an empty repository: no rows.
+    let snaps: Api<Snapshot> = Api::namespaced(client.clone(), &ns);
+    let discovered_lp = ListParams::default().labels(&format!("{}=discovered", label::ORIGIN));
+    assert!(snaps.list(&discovered_lp).await?.items.is_empty());
+
+    // Seed three kopia snapshots nobody owns, straight into the repository.
+    let k = kopia(dir.path(), &g);
+    k.run_ok(&cmd::connect(&backend(&g), &Identity::new("seed", "e2e"), false, &CacheSizes::default())?).await?;
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(&src)?;
+    let mut seeded = Vec::new();
+    for i in 0..3 {
+        std::fs::write(src.join(format!("f{i}.txt")), format!("catalog e2e file {i}\n"))?;
+        let out = k
+            .run_ok(&cmd::snapshot_create(
+                &src.display().to_string(),
+                &SnapshotCreateOptions {
+                    override_source: Some(Identity::new("app", ns.clone()).source("/data")),
+                    ..Default::default()
+                },
+            ))
+            .await?;
+        let made: Vec<SnapshotManifest> = model::parse_stream("snapshot create", &out.stdout)?;
+        seeded.push(made.first().context("a manifest")?.id.clone());
+    }
+    let all: BTreeSet<String> = seeded.iter().cloned().collect();
+    assert_eq!(kopia_ids(&k).await?, all);
+    println!("[{:?}] seeded {seeded:?}", started.elapsed());
+
+    // A scan request: three discovered rows appear.
+    let request = |token: &str| json!({"metadata": {"annotations": {annotation::CATALOG_SCAN_REQUESTED_AT: token}}});
+    repos.patch("r", &PatchParams::default(), &Patch::Merge(&request("scan-1"))).await?;
+    let rows = wait_for("3 discovered rows", Duration::from_secs(90), &log, || async {
+        let rows = snaps.list(&discovered_lp).await?.items;
+        let done = discovered_ids(&rows) == all
+            && rows
+                .iter()
+                .all(|s| s.status.as_ref().and_then(|x| x.phase.as_ref()).map(|p| p.as_str()) == Some("Discovered"));
+        Ok(done.then_some(rows))
+    })
+    .await?;
+    println!("[{:?}] rows discovered", started.elapsed());
+    for s in &rows {
+        let id = s.labels().get(label::SNAPSHOT_ID).cloned().unwrap_or_default();
+        assert_eq!(s.name_any(), format!("r-{}", &id[..12]));
+        assert_eq!(s.labels().get(label::REPOSITORY_UID), Some(&repo_uid));
+        assert_eq!(s.spec.deletion_policy, Some(kopiur_api::snapshot_policy::DeletionPolicy::Retain));
+        assert!(s.spec.on_schedule_delete.is_none() && s.spec.policy_ref.is_none());
+        assert_eq!(s.spec.repository.as_ref().map(|r| r.name.as_str()), Some("r"));
+        assert!(s.finalizers().is_empty(), "a discovered row carries no finalizer");
+        let st = s.status.clone().context("status")?;
+        assert_eq!(st.origin.as_ref().map(|o| o.as_str()), Some("discovered"));
+        assert_eq!(st.snapshot.as_ref().and_then(|x| x.kopia_snapshot_id.clone()), Some(id.clone()));
+        assert_eq!(
+            st.snapshot.as_ref().and_then(|x| x.identity.as_ref()).map(|i| i.to_string()),
+            Some(format!("app@{ns}:/data"))
+        );
+        let res = st.resolved.clone().context("resolved")?;
+        assert_eq!(res.repository.as_ref().and_then(|r| r.uid.clone()), Some(repo_uid.clone()));
+        assert_eq!(res.repository_unique_id.as_deref(), Some(unique_id.as_str()));
+        assert!(st.job.is_none(), "a discovered row never launches a Job");
+    }
+    let r = repos.get("r").await?;
+    let cat = r.status.as_ref().and_then(|s| s.catalog.clone()).context("status.catalog")?;
+    assert_eq!(cat.scan_request_honored.as_deref(), Some("scan-1"));
+    assert_eq!(cat.discovered_backup_count, Some(3));
+    assert!(cat.last_refresh_at.is_some());
+
+    // Deleting a row by hand deletes the CR only: kopia still has the snapshot.
+    let by_hand = seeded[0].clone();
+    let by_hand_row = format!("r-{}", &by_hand[..12]);
+    snaps.delete(&by_hand_row, &DeleteParams::default()).await?;
+    wait_for("the hand-deleted row gone", Duration::from_secs(30), &log, || async {
+        Ok(snaps.get_opt(&by_hand_row).await?.is_none().then_some(()))
+    })
+    .await?;
+    assert_eq!(kopia_ids(&k).await?, all, "deleting a discovered row touched kopia");
+
+    // Delete one kopia snapshot out of band; the next (complete) listing expires its row and
+    // rediscovers the hand-deleted one.
+    let gone = seeded[2].clone();
+    k.run_ok(&cmd::snapshot_delete(std::slice::from_ref(&gone))).await?;
+    let remaining: BTreeSet<String> = all.iter().filter(|i| **i != gone).cloned().collect();
+    assert_eq!(kopia_ids(&k).await?, remaining);
+    repos.patch("r", &PatchParams::default(), &Patch::Merge(&request("scan-2"))).await?;
+    wait_for("row expired and row rediscovered", Duration::from_secs(90), &log, || async {
+        let rows = snaps.list(&discovered_lp).await?.items;
+        let live: Vec<Snapshot> = rows.into_iter().filter(|s| s.metadata.deletion_timestamp.is_none()).collect();
+        let done = discovered_ids(&live) == remaining
+            && live
+                .iter()
+                .all(|s| s.status.as_ref().and_then(|x| x.phase.as_ref()).map(|p| p.as_str()) == Some("Discovered"));
+        Ok(done.then_some(()))
+    })
+    .await?;
+    let r = repos.get("r").await?;
+    let cat = r.status.as_ref().and_then(|s| s.catalog.clone()).context("status.catalog")?;
+    assert_eq!(cat.scan_request_honored.as_deref(), Some("scan-2"));
+    assert_eq!(cat.discovered_backup_count, Some(2));
+    // Nothing deleted kopia data along the way: only the out-of-band delete did.
+    assert_eq!(kopia_ids(&k).await?, remaining);
+    println!("[{:?}] expired and rediscovered", started.elapsed());
+    drop(op);
+    Ok(())
+}
