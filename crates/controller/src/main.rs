@@ -208,6 +208,9 @@ async fn main() -> anyhow::Result<()> {
         .for_each(|_| futures::future::ready(()));
     // The backup pipeline (Snapshot, SnapshotSchedule, SnapshotPolicy) over its own stores.
     let pipeline = kopiur_controller::snapshot::runtime::run(client.clone(), config.clone(), metrics.clone());
-    futures::join!(a, b, pipeline);
+    // Maintenance and RepositoryReplication, each over its own referent stores.
+    let maintenance = kopiur_controller::maintenance::run(client.clone(), config.clone(), metrics.clone());
+    let replication = kopiur_controller::replication::run(client.clone(), config.clone(), metrics.clone());
+    futures::join!(a, b, pipeline, maintenance, replication);
     Ok(())
 }

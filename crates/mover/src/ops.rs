@@ -465,8 +465,10 @@ impl<S: ResultSink> Ctx<S> {
             "phase": "Succeeded",
             "outcome": if ran == Some(false) { "Skipped" } else { "Ran" },
             "mode": if full { "full" } else { "quick" },
-            "owner": after.map(|a| a.owner).unwrap_or(op.lease_owner.clone()),
+            "owner": after.as_ref().map(|a| a.owner.clone()).unwrap_or(op.lease_owner.clone()),
             "leaseOwned": true,
+            // The schema keeps only `ownership`: the controller reads the outcome from it.
+            "ownership": {"owner": after.map(|a| a.owner).unwrap_or(op.lease_owner.clone())},
             "timing": {"startTime": rfc3339(start), "endTime": rfc3339(Utc::now())},
             "logTail": tail_bytes(&out.stderr_tail.join("\n"), MAX_LOG_TAIL_BYTES),
         }})))
@@ -482,6 +484,7 @@ impl<S: ResultSink> Ctx<S> {
     async fn yielded(&self, owner: &str, reason: &str) -> Exit {
         self.report(Report::Status(json!({"status": {
             "phase": "Yielded", "outcome": "Yielded", "owner": owner, "leaseOwned": false, "reason": reason,
+            "ownership": {"owner": owner},
         }})))
         .await;
         Exit::Success

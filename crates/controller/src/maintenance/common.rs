@@ -1,0 +1,349 @@
+//! Pieces the Maintenance and RepositoryReplication reconcilers share: pinned cron slots, the
+//! `run-requested` annotation, owned-Job observation, the kstatus trio and the mover Job.
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, Utc};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kopiur_api::Duration as ApiDuration;
+use kopiur_api::domain::cron::{Cron, NextSlot, effective_timezone, next_slot, parse_timezone};
+use kopiur_api::shared::{CronSpec, FailurePolicy};
+use kopiur_kopia::cmd::{CacheSizes, Identity};
+use kopiur_mover::job::{CacheVolume, JobInput, build_job};
+use kopiur_mover::workspec::{
+    DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_HEARTBEAT_SECONDS, Operation, RepositoryInfo, SCHEMA_VERSION, TargetRef,
+    WorkSpec,
+};
+use kube::ResourceExt;
+
+use crate::health::kstatus::{Cond, CondStatus};
+use crate::repository::Error;
+use crate::repository::apply::{MOVER_SERVICE_ACCOUNT, kopia_backend};
+use crate::snapshot::ctx::RepoView;
+use crate::snapshot::plan::JobState;
+
+/// One cron tier, parsed for one object (its `H` fields and jitter hash on the uid).
+#[derive(Clone, Debug)]
+pub struct Sched {
+    pub cron: Cron,
+    pub timezone: String,
+    pub jitter: Option<ApiDuration>,
+    pub uid: String,
+}
+
+impl Sched {
+    /// Parses a CronSpec; the zone falls back to `fallback_tz` (the enclosing object's or the
+    /// repository's default), then UTC.
+    pub fn parse(spec: &CronSpec, uid: &str, fallback_tz: Option<&str>) -> Result<Sched, String> {
+        let cron = Cron::parse(&spec.cron, uid).map_err(|e| format!("cron {:?}: {e}", spec.cron))?;
+        let timezone = effective_timezone(spec.timezone.as_deref(), fallback_tz).to_string();
+        parse_timezone(&timezone).map_err(|e| e.to_string())?;
+        Ok(Sched { cron, timezone, jitter: spec.jitter.clone(), uid: uid.to_string() })
+    }
+
+    /// The first slot strictly after `after`, with its fire time.
+    pub fn next_after(&self, after: DateTime<Utc>) -> Option<NextSlot> {
+        let tz = parse_timezone(&self.timezone).ok()?;
+        next_slot(&self.cron, &self.uid, after, tz, self.jitter.as_ref()).ok()
+    }
+
+    /// The slot whose fire time is exactly `at`, if `at` is one of this schedule's fire times.
+    /// A cron, jitter or zone edit leaves a stale pin that maps to no slot, which re-pins.
+    pub fn slot_of(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let j = self.jitter.as_ref().map(|d| d.as_secs()).unwrap_or(0) as i64;
+        let mut t = at - Duration::seconds(j + 60);
+        for _ in 0..4096 {
+            let n = self.next_after(t)?;
+            if n.slot > at {
+                return None;
+            }
+            if n.at == at {
+                return Some(n.slot);
+            }
+            t = n.slot;
+        }
+        None
+    }
+
+    /// `pinned` if it is still a fire time of this schedule, else the next slot after `now`.
+    pub fn pin(&self, pinned: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<NextSlot> {
+        if let Some(at) = pinned
+            && let Some(slot) = self.slot_of(at)
+        {
+            return Some(NextSlot { slot, at });
+        }
+        self.next_after(now)
+    }
+}
+
+/// The `run-requested` annotation, parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunRequest {
+    None,
+    /// Not RFC 3339: ignored, with one Warning `InvalidRunRequest`.
+    Malformed(String),
+    /// The raw value (what `status.manualRun.requestedAt` records).
+    Requested(String),
+}
+
+pub fn run_request(annotations: &BTreeMap<String, String>) -> RunRequest {
+    match annotations.get(kopiur_api::names::annotation::RUN_REQUESTED) {
+        None => RunRequest::None,
+        Some(v) if v.trim().is_empty() => RunRequest::None,
+        Some(v) => match DateTime::parse_from_rfc3339(v.trim()) {
+            Ok(_) => RunRequest::Requested(v.trim().to_string()),
+            Err(_) => RunRequest::Malformed(v.clone()),
+        },
+    }
+}
+
+/// Annotation on maintenance and replication Jobs: the raw `run-requested` value a manual run
+/// answers.
+pub const RUN_REQUESTED_VALUE: &str = "kopiur.home-operations.com/run-requested";
+
+/// One of this object's Jobs as the plans see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunJob {
+    pub name: String,
+    pub created: DateTime<Utc>,
+    /// The fire time (scheduled) or launch time (manual) in the slot annotation.
+    pub slot_at: DateTime<Utc>,
+    /// `Some(raw run-requested)` for a manual run.
+    pub manual: Option<String>,
+    /// `quick` / `full` for maintenance; empty for replication.
+    pub mode: String,
+    pub state: JobState,
+}
+
+/// Reads a Job's run annotations (`slot_key` holds the slot as RFC 3339, `run-mode` the
+/// maintenance mode).
+pub fn run_job(job: &Job, slot_key: &str) -> RunJob {
+    let a = job.annotations();
+    let created = job.metadata.creation_timestamp.as_ref().map(|t| t.0).map(to_chrono).unwrap_or_default();
+    let slot_at = a
+        .get(slot_key)
+        .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or(created);
+    let manual = match a.get(kopiur_api::names::annotation::RUN_TRIGGER).map(String::as_str) {
+        Some(kopiur_api::names::run_trigger::MANUAL) => Some(a.get(RUN_REQUESTED_VALUE).cloned().unwrap_or_default()),
+        Some(_) | None => None,
+    };
+    let mode = a.get(kopiur_api::names::annotation::RUN_MODE).cloned().unwrap_or_default();
+    RunJob {
+        name: job.name_any(),
+        created,
+        slot_at,
+        manual,
+        mode,
+        state: crate::snapshot::reconcile::job_state(Some(job)),
+    }
+}
+
+pub fn to_chrono(t: k8s_openapi::jiff::Timestamp) -> DateTime<Utc> {
+    DateTime::<Utc>::from_timestamp(t.as_second(), 0).unwrap_or_default()
+}
+
+pub fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn cond(type_: &'static str, status: CondStatus, reason: &str, message: impl Into<String>) -> Cond {
+    Cond { type_, status, reason: reason.to_string(), message: message.into() }
+}
+
+/// How the object stands, for the kstatus trio: exactly one of Ready, Reconciling, Stalled
+/// is True.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Ready=True.
+    Ready,
+    /// Ready=False, Reconciling=True: a wait that heals by itself.
+    Waiting,
+    /// Ready=False, Stalled=True: a human or a spec change is needed.
+    Stalled,
+    /// Ready=False with neither (a failed run the next slot retries).
+    Failed,
+}
+
+pub fn trio(standing: Standing, reason: &str, message: impl Into<String>) -> Vec<Cond> {
+    let m = message.into();
+    let (ready, reconciling, stalled) = match standing {
+        Standing::Ready => (CondStatus::True, CondStatus::False, CondStatus::False),
+        Standing::Waiting => (CondStatus::False, CondStatus::True, CondStatus::False),
+        Standing::Stalled => (CondStatus::False, CondStatus::False, CondStatus::True),
+        Standing::Failed => (CondStatus::False, CondStatus::False, CondStatus::False),
+    };
+    let side = |s: CondStatus| if s == CondStatus::True { m.clone() } else { String::new() };
+    vec![
+        cond(kopiur_api::names::condition::READY, ready, reason, m.clone()),
+        cond(kopiur_api::names::condition::RECONCILING, reconciling, reason, side(reconciling)),
+        cond(kopiur_api::names::condition::STALLED, stalled, reason, side(stalled)),
+    ]
+}
+
+pub fn lease_cond(owned: bool, reason: &str, message: impl Into<String>) -> Cond {
+    cond(
+        kopiur_api::names::condition::LEASE_OWNED,
+        if owned { CondStatus::True } else { CondStatus::False },
+        reason,
+        message,
+    )
+}
+
+/// Everything one mover Job of a maintenance or replication run needs.
+pub struct MoverJob<'a> {
+    pub name: String,
+    pub namespace: String,
+    pub target: TargetRef,
+    pub owner: OwnerReference,
+    pub repo: &'a RepoView,
+    pub identity: Identity,
+    pub read_only: bool,
+    pub operation: Operation,
+    pub destination_secret: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub failure_policy: Option<&'a FailurePolicy>,
+    pub config: &'a crate::config::Config,
+}
+
+pub fn build(m: MoverJob<'_>) -> Result<Job, Error> {
+    let repo = m.repo;
+    let spec = WorkSpec {
+        schema_version: SCHEMA_VERSION,
+        target_ref: m.target,
+        repository: RepositoryInfo {
+            kind: repo.kind().to_string(),
+            namespace: repo.namespace(),
+            name: repo.name(),
+            uid: repo.uid(),
+            backend: kopia_backend(&repo.common().backend)?,
+            client_identity: m.identity,
+            read_only: m.read_only || repo.read_only(),
+            cache: CacheSizes::default(),
+        },
+        command_timeout_seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
+        heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
+        operation: m.operation,
+    };
+    let names = repo.secret_names();
+    let key = repo.common().encryption.password_secret_ref.resolved_key().to_string();
+    let fp = m.failure_policy;
+    let input = JobInput {
+        name: m.name,
+        namespace: m.namespace,
+        image: m.config.mover_image.clone(),
+        image_pull_policy: None,
+        service_account_name: Some(MOVER_SERVICE_ACCOUNT.into()),
+        work_spec: spec,
+        password: (names[0].clone(), key),
+        env_from_secrets: names,
+        destination_secret: m.destination_secret,
+        result_configmap: None,
+        connect_kind: None,
+        delete_repo_uid: None,
+        annotations: m.annotations,
+        owner: m.owner,
+        cache: CacheVolume::EmptyDir,
+        source: None,
+        restore: None,
+        repository_volume: None,
+        resources: None,
+        security_context: None,
+        pod_security_context: Some(crate::snapshot::job::mover_identity()),
+        node_selector: None,
+        tolerations: None,
+        affinity: None,
+        backoff_limit: fp.and_then(|f| f.backoff_limit).unwrap_or(kopiur_mover::job::DEFAULT_BACKOFF_LIMIT),
+        active_deadline_seconds: fp
+            .and_then(|f| f.active_deadline_seconds)
+            .unwrap_or(kopiur_mover::job::DEFAULT_ACTIVE_DEADLINE_SECONDS),
+        ttl_seconds_after_finished: Some(kopiur_mover::job::DEFAULT_TTL_SECONDS),
+        rust_log: m.config.mover_rust_log.clone(),
+        log_format: None,
+        extra_env: crate::snapshot::job::mover_env(m.config),
+    };
+    let mut job = build_job(&input).map_err(|e| Error::WorkSpec(e.to_string()))?;
+    let labels = job.metadata.labels.get_or_insert_with(Default::default);
+    labels.extend(m.labels.clone());
+    if let Some(t) = job.spec.as_mut().and_then(|s| s.template.metadata.as_mut()) {
+        t.labels.get_or_insert_with(Default::default).extend(m.labels);
+    }
+    Ok(job)
+}
+
+/// A merge-PATCH of `.status` from `old` to `new`, guarded by the resourceVersion the
+/// reconcile read; skipped when nothing changed (idle objects write nothing). A conflict is
+/// left to the next reconcile, which the watch triggers.
+pub async fn write_status<K, S>(api: &kube::Api<K>, obj: &K, old: &S, new: &S) -> Result<bool, Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    S: serde::Serialize + PartialEq,
+{
+    if old == new {
+        return Ok(false);
+    }
+    let patch = crate::repository::apply::merge_patch(
+        &serde_json::to_value(old).unwrap_or_default(),
+        &serde_json::to_value(new).unwrap_or_default(),
+    );
+    let body = serde_json::json!({"metadata": {"resourceVersion": obj.meta().resource_version}, "status": patch});
+    let name = obj.meta().name.clone().unwrap_or_default();
+    match api.patch_status(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&body)).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The requeue for a pinned fire time: until it, at least 1 s, at most the 300 s safety net.
+pub fn until(at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> std::time::Duration {
+    let safety = std::time::Duration::from_secs(300);
+    match at {
+        Some(at) => (at - now).to_std().unwrap_or_default().clamp(std::time::Duration::from_secs(1), safety),
+        None => safety,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn t(h: u32, m: u32, s: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 7, 17, h, m, s).unwrap()
+    }
+
+    #[test]
+    fn slot_of_inverts_the_jittered_fire_time() {
+        let spec = CronSpec::new("*/5 * * * *").with_jitter(ApiDuration::from_secs(600));
+        let s = Sched::parse(&spec, "uid-1", None).unwrap();
+        let n = s.next_after(t(10, 0, 0)).unwrap();
+        assert_eq!(n.slot, t(10, 5, 0));
+        assert_eq!(s.slot_of(n.at), Some(n.slot));
+        assert_eq!(s.pin(Some(n.at), t(11, 0, 0)).unwrap(), n, "a valid pin is kept, even in the past");
+        // A time that is no fire time re-pins after now.
+        let other = Sched::parse(&CronSpec::new("0 3 * * *"), "uid-1", None).unwrap();
+        assert_eq!(other.slot_of(n.at), None);
+        assert_eq!(other.pin(Some(n.at), t(11, 0, 0)).unwrap().slot, t(3, 0, 0) + Duration::days(1));
+    }
+
+    #[test]
+    fn run_request_parses() {
+        let mut a = BTreeMap::new();
+        assert_eq!(run_request(&a), RunRequest::None);
+        a.insert(kopiur_api::names::annotation::RUN_REQUESTED.to_string(), "tomorrow".into());
+        assert_eq!(run_request(&a), RunRequest::Malformed("tomorrow".into()));
+        a.insert(kopiur_api::names::annotation::RUN_REQUESTED.to_string(), "2026-07-17T10:00:00Z".into());
+        assert_eq!(run_request(&a), RunRequest::Requested("2026-07-17T10:00:00Z".into()));
+    }
+
+    #[test]
+    fn trio_has_exactly_one_true() {
+        for s in [Standing::Ready, Standing::Waiting, Standing::Stalled] {
+            let c = trio(s, "R", "m");
+            assert_eq!(c.iter().filter(|c| c.status == CondStatus::True).count(), 1);
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Maintenance: kopia quick and full maintenance for one repository under the ownership lease
+//! (spec §9.2). `plan` decides, `reconcile` observes and applies, `common` holds what the
+//! RepositoryReplication reconciler shares, `runtime` the referent stores.
+pub mod common;
+pub mod plan;
+pub mod reconcile;
+pub mod runtime;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kopiur_api::shared::RepositoryKind;
+use kopiur_api::{Maintenance, names};
+use kube::runtime::controller::{Action, Config as CtlConfig};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::mpsc;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::repository::Error;
+use runtime::{ReceiverStream, RunCtx, ready_reason_is, referents, refers_to};
+
+fn error_policy(_obj: Arc<Maintenance>, err: &Error, ctx: Arc<RunCtx>) -> Action {
+    let class = err.class();
+    ctx.metrics.reconcile_errors.inc(&["Maintenance", class.label()]);
+    tracing::warn!(error = %err, class = class.label(), "maintenance reconcile failed");
+    Action::requeue(class.requeue())
+}
+
+/// Maintenances parked on this repository (Ready reason `RepositoryNotReady`).
+fn parked(
+    store: &Store<Maintenance>,
+    kind: RepositoryKind,
+    ns: Option<&str>,
+    name: &str,
+) -> Vec<ObjectRef<Maintenance>> {
+    store
+        .state()
+        .iter()
+        .filter(|m| refers_to(&m.spec.repository, &m.namespace().unwrap_or_default(), kind, ns, name))
+        .filter(|m| {
+            m.status.as_ref().is_none_or(|s| ready_reason_is(&s.conditions, names::reason::REPOSITORY_NOT_READY))
+        })
+        .map(|m| ObjectRef::from_obj(m.as_ref()))
+        .collect()
+}
+
+/// Runs the Maintenance controller until shutdown.
+pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
+    let r = referents(&client, &config, metrics);
+    let ctl = Controller::new(Api::<Maintenance>::all(client.clone()), watcher::Config::default());
+    let store = ctl.store();
+    let (tx, rx) = mpsc::channel::<ObjectRef<Maintenance>>(1024);
+
+    // Job -> its Maintenance.
+    {
+        let tx = tx.clone();
+        let mut jobs = r.jobs;
+        tokio::spawn(async move {
+            while let Some(job) = jobs.next().await {
+                let ns = job.namespace().unwrap_or_default();
+                for o in job.owner_references().iter().filter(|o| o.kind == "Maintenance") {
+                    let _ = tx.send(ObjectRef::new(&o.name).within(&ns)).await;
+                }
+            }
+        });
+    }
+    // Repository -> parked Maintenances (G3: the store is updated before the event).
+    {
+        let (tx, s) = (tx.clone(), store.clone());
+        let mut repos = r.repos;
+        tokio::spawn(async move {
+            while let Some(repo) = repos.next().await {
+                let ns = repo.namespace();
+                for x in parked(&s, RepositoryKind::Repository, ns.as_deref(), &repo.name_any()) {
+                    let _ = tx.send(x).await;
+                }
+            }
+        });
+    }
+    {
+        let (tx, s) = (tx.clone(), store.clone());
+        let mut crepos = r.crepos;
+        tokio::spawn(async move {
+            while let Some(repo) = crepos.next().await {
+                for x in parked(&s, RepositoryKind::ClusterRepository, None, &repo.name_any()) {
+                    let _ = tx.send(x).await;
+                }
+            }
+        });
+    }
+    // Secret -> Maintenances waiting for credentials in its namespace.
+    {
+        let (tx, s) = (tx, store.clone());
+        let mut secrets = r.secrets;
+        tokio::spawn(async move {
+            while let Some(sec) = secrets.next().await {
+                let ns = sec.namespace();
+                for m in s.state().iter().filter(|m| m.namespace() == ns) {
+                    if m.status
+                        .as_ref()
+                        .is_some_and(|st| ready_reason_is(&st.conditions, names::reason::MISSING_CREDENTIALS_SECRET))
+                    {
+                        let _ = tx.send(ObjectRef::from_obj(m.as_ref())).await;
+                    }
+                }
+            }
+        });
+    }
+    ctl.reconcile_on(ReceiverStream(rx))
+        .with_config(CtlConfig::default().debounce(Duration::from_millis(250)))
+        .shutdown_on_signal()
+        .run(reconcile::reconcile, error_policy, r.ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}

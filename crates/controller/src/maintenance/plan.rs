@@ -1,0 +1,494 @@
+//! The Maintenance run path as a pure function of gathered facts and `now` (spec §9.2, api
+//! §10): pinned quick and full slots, the manual `run-requested` run, single flight, the
+//! repository gate (a due slot stays due while parked and runs once on recovery), and the
+//! lease outcome the mover leaves in `status.ownership.owner`.
+use chrono::{DateTime, Utc};
+use kopiur_api::maintenance::{MaintenanceManualRun, MaintenanceStatus, RunMode, TakeoverPolicy, TierStatus};
+use kopiur_api::names::{reason, run_mode};
+use kopiur_api::shared::phase::ManualRunPhase;
+
+use super::common::{RunJob, RunRequest, Sched, Standing, lease_cond, rfc3339, trio};
+use crate::gating::Gate;
+use crate::health::kstatus::Cond;
+use crate::snapshot::plan::JobState;
+
+pub struct MaintFacts {
+    /// (quick, full), or why a schedule does not parse.
+    pub schedules: Result<(Sched, Sched), String>,
+    pub status: MaintenanceStatus,
+    pub gate: Gate,
+    pub read_only: bool,
+    /// This Maintenance's Jobs (any age still in the store).
+    pub jobs: Vec<RunJob>,
+    pub request: RunRequest,
+    /// The raw `run-mode` annotation.
+    pub mode: Option<String>,
+    /// The kopia owner kopiur expects (`kopiur@<lease host>`) and the aliases that also count.
+    pub expected_owner: String,
+    pub aliases: Vec<String>,
+    pub takeover: TakeoverPolicy,
+    /// Secrets the Job needs that do not exist in this namespace.
+    pub missing_secrets: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launch {
+    pub mode: RunMode,
+    /// Scheduled: the slot and its fire time; manual: `now` for both.
+    pub slot: DateTime<Utc>,
+    pub at: DateTime<Utc>,
+    /// The raw `run-requested` value a manual run answers.
+    pub manual: Option<String>,
+}
+
+/// A run whose terminal Job this reconcile records (for Events and logs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    pub job: String,
+    pub mode: String,
+    /// `succeeded`, `failed` or `yielded`.
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct MaintDecision {
+    pub status: MaintenanceStatus,
+    pub conditions: Vec<Cond>,
+    pub launch: Option<Launch>,
+    pub recorded: Vec<Recorded>,
+    /// A malformed `run-requested` value to warn about (`InvalidRunRequest`).
+    pub invalid_request: Option<String>,
+    pub requeue: std::time::Duration,
+}
+
+fn mode_of(raw: Option<&str>) -> RunMode {
+    match raw.map(str::trim) {
+        Some(run_mode::FULL) => RunMode::Full,
+        Some(_) | None => RunMode::Quick,
+    }
+}
+
+fn mode_str(m: RunMode) -> &'static str {
+    match m {
+        RunMode::Quick => run_mode::QUICK,
+        RunMode::Full => run_mode::FULL,
+    }
+}
+
+fn tier<'a>(st: &'a mut MaintenanceStatus, mode: &str) -> &'a mut TierStatus {
+    if mode == run_mode::FULL {
+        st.full.get_or_insert_with(Default::default)
+    } else {
+        st.quick.get_or_insert_with(Default::default)
+    }
+}
+
+/// Whether the lease is ours: None until a run has reported an owner.
+fn lease(f: &MaintFacts, st: &MaintenanceStatus) -> Option<(bool, String)> {
+    let owner = st.ownership.as_ref()?.owner.clone()?;
+    Some((owner == f.expected_owner || f.aliases.contains(&owner), owner))
+}
+
+pub fn plan(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
+    let mut st = f.status.clone();
+    let mut d = MaintDecision {
+        status: st.clone(),
+        conditions: vec![],
+        launch: None,
+        recorded: vec![],
+        invalid_request: None,
+        requeue: std::time::Duration::from_secs(300),
+    };
+    let (quick, full) = match &f.schedules {
+        Ok(s) => s,
+        Err(m) => {
+            d.conditions = trio(Standing::Stalled, reason::INVALID_SCHEDULE, m.clone());
+            return d;
+        }
+    };
+
+    // Pins: a valid pin is kept (a due slot stays due), anything else re-pins after now.
+    let q = quick.pin(st.quick.as_ref().and_then(|t| t.next_scheduled_at), now);
+    let fl = full.pin(st.full.as_ref().and_then(|t| t.next_scheduled_at), now);
+    tier(&mut st, run_mode::QUICK).next_scheduled_at = q.map(|n| n.at);
+    tier(&mut st, run_mode::FULL).next_scheduled_at = fl.map(|n| n.at);
+
+    // Record terminal Jobs once: scheduled runs by the tier's lastHandledAt, manual runs by
+    // the manualRun they answer.
+    let owned = lease(f, &st);
+    for j in &f.jobs {
+        let ok = match &j.state {
+            JobState::Complete { .. } => true,
+            JobState::Failed { .. } => false,
+            JobState::Absent | JobState::Active => continue,
+        };
+        let end = match &j.state {
+            JobState::Complete { at } => at.unwrap_or(now),
+            JobState::Failed { .. } | JobState::Absent | JobState::Active => now,
+        };
+        match &j.manual {
+            Some(raw) => {
+                let Some(m) = st.manual_run.as_mut() else { continue };
+                if m.requested_at != *raw || m.phase.is_terminal() {
+                    continue;
+                }
+                m.phase = if ok { ManualRunPhase::Succeeded } else { ManualRunPhase::Failed };
+                m.completed_at = Some(end);
+            }
+            None => {
+                let t = tier(&mut st, &j.mode);
+                if t.last_handled_at.is_some_and(|h| h >= j.slot_at) {
+                    continue;
+                }
+                t.last_handled_at = Some(j.slot_at);
+            }
+        }
+        let yielded = ok && owned.as_ref().is_some_and(|(mine, _)| !mine);
+        let t = tier(&mut st, &j.mode);
+        let outcome = match (ok, yielded) {
+            (true, false) => {
+                t.last_run_at = Some(end);
+                t.consecutive_failures = 0;
+                "succeeded"
+            }
+            (true, true) => "yielded",
+            (false, _) => {
+                t.consecutive_failures += 1;
+                "failed"
+            }
+        };
+        d.recorded.push(Recorded { job: j.name.clone(), mode: j.mode.clone(), outcome });
+    }
+
+    // A new run-requested value starts exactly one run.
+    match &f.request {
+        RunRequest::Requested(raw) if st.manual_run.as_ref().map(|m| &m.requested_at) != Some(raw) => {
+            st.manual_run = Some(MaintenanceManualRun {
+                requested_at: raw.clone(),
+                mode: mode_of(f.mode.as_deref()),
+                phase: ManualRunPhase::Pending,
+                completed_at: None,
+            });
+        }
+        RunRequest::Malformed(raw) => d.invalid_request = Some(raw.clone()),
+        RunRequest::Requested(_) | RunRequest::None => {}
+    }
+
+    let next_at = [q.map(|n| n.at), fl.map(|n| n.at)].into_iter().flatten().min();
+    d.requeue = super::common::until(next_at, now);
+    let lease_conds = |st: &MaintenanceStatus| -> (Option<Cond>, Option<Vec<Cond>>) {
+        match lease(f, st) {
+            None => (None, None),
+            Some((true, owner)) => {
+                (Some(lease_cond(true, "LeaseOwned", format!("kopia maintenance owner is {owner}"))), None)
+            }
+            Some((false, owner)) => {
+                let msg = format!("kopia maintenance is owned by {owner}, not {}", f.expected_owner);
+                match f.takeover {
+                    TakeoverPolicy::Never => (
+                        Some(lease_cond(false, reason::LEASE_HELD_BY_OTHER, msg.clone())),
+                        Some(trio(Standing::Ready, reason::MAINTENANCE_YIELDING, msg)),
+                    ),
+                    TakeoverPolicy::PromptCondition => (
+                        Some(lease_cond(false, reason::LEASE_TAKEOVER_PROMPT, msg.clone())),
+                        Some(trio(
+                            Standing::Stalled,
+                            reason::LEASE_TAKEOVER_PROMPT,
+                            format!("{msg}; set spec.ownership.takeoverPolicy: Force to take it over"),
+                        )),
+                    ),
+                    // The next run takes the lease.
+                    TakeoverPolicy::Force => (Some(lease_cond(false, reason::LEASE_HELD_BY_OTHER, msg)), None),
+                }
+            }
+        }
+    };
+    let scheduled_msg = |st: &MaintenanceStatus| {
+        let at = |t: &Option<TierStatus>| {
+            t.as_ref().and_then(|x| x.next_scheduled_at).map(rfc3339).unwrap_or_else(|| "never".into())
+        };
+        format!("next quick run at {}, next full run at {}", at(&st.quick), at(&st.full))
+    };
+    let finish = |mut d: MaintDecision, st: MaintenanceStatus, mut conds: Vec<Cond>| {
+        let (lc, override_ready) = lease_conds(&st);
+        if let (Some(o), true) =
+            (override_ready, conds.first().is_some_and(|c| c.reason == reason::MAINTENANCE_SCHEDULED))
+        {
+            conds = o;
+        }
+        conds.extend(lc);
+        d.status = st;
+        d.conditions = conds;
+        d
+    };
+
+    // Single flight: one Job per Maintenance.
+    if let Some(j) = f.jobs.iter().find(|j| j.state == JobState::Active) {
+        let msg = format!("{} maintenance run {} is in progress", j.mode, j.name);
+        return finish(d, st, trio(Standing::Ready, reason::MAINTENANCE_SCHEDULED, msg));
+    }
+    let manual_pending = st.manual_run.as_ref().is_some_and(|m| m.phase == ManualRunPhase::Pending);
+    let quick_due = q.is_some_and(|n| now >= n.at);
+    let full_due = fl.is_some_and(|n| now >= n.at);
+    match &f.gate {
+        Gate::Open => {}
+        Gate::NotReady { .. } => {
+            // Parked: nothing runs, the due slot and the request stay pending; the repository
+            // watch resumes it, the requeue is only the safety net.
+            d.requeue = std::time::Duration::from_secs(300);
+            d.status = st;
+            d.conditions = trio(Standing::Waiting, reason::REPOSITORY_NOT_READY, f.gate.message());
+            return d;
+        }
+        Gate::NamespaceNotAllowed { .. } => {
+            d.status = st;
+            d.conditions = trio(Standing::Stalled, reason::NAMESPACE_NOT_ALLOWED, f.gate.message());
+            return d;
+        }
+    }
+    if f.read_only {
+        // Read-only repositories skip maintenance: due slots re-pin, a request completes.
+        if quick_due {
+            tier(&mut st, run_mode::QUICK).next_scheduled_at = quick.next_after(now).map(|n| n.at);
+        }
+        if full_due {
+            tier(&mut st, run_mode::FULL).next_scheduled_at = full.next_after(now).map(|n| n.at);
+        }
+        if let Some(m) = st.manual_run.as_mut().filter(|m| m.phase == ManualRunPhase::Pending) {
+            m.phase = ManualRunPhase::Succeeded;
+            m.completed_at = Some(now);
+        }
+        let next =
+            [st.quick.as_ref(), st.full.as_ref()].into_iter().flatten().filter_map(|t| t.next_scheduled_at).min();
+        d.requeue = super::common::until(next, now);
+        return finish(
+            d,
+            st,
+            trio(Standing::Ready, reason::MAINTENANCE_SCHEDULED, "the repository is ReadOnly; maintenance is skipped"),
+        );
+    }
+    if (manual_pending || quick_due || full_due) && !f.missing_secrets.is_empty() {
+        d.status = st;
+        d.conditions = trio(
+            Standing::Waiting,
+            reason::MISSING_CREDENTIALS_SECRET,
+            format!("Secret(s) {} missing in this namespace", f.missing_secrets.join(", ")),
+        );
+        d.requeue = std::time::Duration::from_secs(30);
+        return d;
+    }
+    if manual_pending {
+        let m = st.manual_run.as_mut().expect("pending manual run");
+        m.phase = ManualRunPhase::Running;
+        d.launch = Some(Launch { mode: m.mode, slot: now, at: now, manual: Some(m.requested_at.clone()) });
+    } else if full_due || quick_due {
+        // When both are due, full runs and both clocks advance.
+        let (mode, n) =
+            if full_due { (RunMode::Full, fl.expect("full pin")) } else { (RunMode::Quick, q.expect("quick pin")) };
+        let after = now.max(n.slot);
+        if full_due {
+            tier(&mut st, run_mode::FULL).next_scheduled_at = full.next_after(after).map(|x| x.at);
+        }
+        if quick_due {
+            tier(&mut st, run_mode::QUICK).next_scheduled_at =
+                quick.next_after(now.max(q.map(|x| x.slot).unwrap_or(now))).map(|x| x.at);
+        }
+        d.launch = Some(Launch { mode, slot: n.slot, at: n.at, manual: None });
+    }
+    if let Some(l) = &d.launch {
+        let msg = format!("{} maintenance run launched", mode_str(l.mode));
+        d.requeue = std::time::Duration::from_secs(300);
+        return finish(d, st, trio(Standing::Ready, reason::MAINTENANCE_SCHEDULED, msg));
+    }
+    let msg = scheduled_msg(&st);
+    finish(d, st, trio(Standing::Ready, reason::MAINTENANCE_SCHEDULED, msg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::kstatus::CondStatus;
+    use chrono::TimeZone;
+    use kopiur_api::shared::CronSpec;
+
+    fn t(h: u32, m: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 7, 17, h, m, 0).unwrap()
+    }
+
+    const OWNER: &str = "kopiur@kopiur.t.r";
+
+    fn facts() -> MaintFacts {
+        MaintFacts {
+            schedules: Ok((
+                Sched::parse(&CronSpec::new("0 */6 * * *"), "u", None).unwrap(),
+                Sched::parse(&CronSpec::new("0 3 * * *"), "u", None).unwrap(),
+            )),
+            status: MaintenanceStatus::default(),
+            gate: Gate::Open,
+            read_only: false,
+            jobs: vec![],
+            request: RunRequest::None,
+            mode: None,
+            expected_owner: OWNER.into(),
+            aliases: vec![],
+            takeover: TakeoverPolicy::Never,
+            missing_secrets: vec![],
+        }
+    }
+
+    fn ready(d: &MaintDecision) -> (&str, CondStatus) {
+        let c = d.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        (c.reason.as_str(), c.status)
+    }
+
+    fn job(name: &str, mode: &str, slot_at: DateTime<Utc>, manual: Option<&str>, state: JobState) -> RunJob {
+        RunJob {
+            name: name.into(),
+            created: slot_at,
+            slot_at,
+            manual: manual.map(Into::into),
+            mode: mode.into(),
+            state,
+        }
+    }
+
+    #[test]
+    fn first_reconcile_pins_both_tiers_and_launches_nothing() {
+        let d = plan(&facts(), t(1, 0));
+        assert_eq!(d.launch, None);
+        assert_eq!(d.status.quick.as_ref().unwrap().next_scheduled_at, Some(t(6, 0)));
+        assert_eq!(d.status.full.as_ref().unwrap().next_scheduled_at, Some(t(3, 0)));
+        assert_eq!(ready(&d), (reason::MAINTENANCE_SCHEDULED, CondStatus::True));
+        assert_eq!(d.requeue, std::time::Duration::from_secs(300), "the safety net caps the wait");
+        // Re-planning the written status changes nothing (idle objects write nothing).
+        let mut f = facts();
+        f.status = d.status.clone();
+        assert_eq!(plan(&f, t(1, 1)).status, d.status);
+    }
+
+    #[test]
+    fn due_quick_launches_and_repins() {
+        let mut f = facts();
+        f.status = plan(&f, t(4, 0)).status;
+        let d = plan(&f, t(6, 0));
+        assert_eq!(d.launch, Some(Launch { mode: RunMode::Quick, slot: t(6, 0), at: t(6, 0), manual: None }));
+        assert_eq!(d.status.quick.as_ref().unwrap().next_scheduled_at, Some(t(12, 0)));
+    }
+
+    #[test]
+    fn both_due_runs_full_and_advances_both() {
+        let mut f = facts();
+        f.status = plan(&f, t(1, 0)).status;
+        let d = plan(&f, t(7, 0));
+        assert_eq!(d.launch.as_ref().unwrap().mode, RunMode::Full);
+        assert_eq!(d.status.quick.as_ref().unwrap().next_scheduled_at, Some(t(12, 0)));
+        assert_eq!(d.status.full.as_ref().unwrap().next_scheduled_at, Some(t(3, 0) + chrono::Duration::days(1)));
+    }
+
+    #[test]
+    fn parked_keeps_the_slot_due_and_runs_once_on_recovery() {
+        let mut f = facts();
+        f.status = plan(&f, t(4, 0)).status;
+        f.gate = Gate::NotReady { repository: "t/r".into(), phase: "Degraded".into() };
+        f.request = RunRequest::Requested("2026-07-17T06:30:00Z".into());
+        let d = plan(&f, t(6, 30));
+        assert_eq!(d.launch, None);
+        assert_eq!(ready(&d), (reason::REPOSITORY_NOT_READY, CondStatus::False));
+        assert_eq!(d.status.quick.as_ref().unwrap().next_scheduled_at, Some(t(6, 0)), "the due slot stays due");
+        assert_eq!(d.status.manual_run.as_ref().unwrap().phase, ManualRunPhase::Pending);
+        // Recovery: the manual request runs first, then the due slot.
+        f.status = d.status;
+        f.gate = Gate::Open;
+        let d = plan(&f, t(6, 40));
+        let l = d.launch.clone().unwrap();
+        assert_eq!(l.manual.as_deref(), Some("2026-07-17T06:30:00Z"));
+        assert_eq!(d.status.manual_run.as_ref().unwrap().phase, ManualRunPhase::Running);
+        f.status = d.status;
+        f.jobs = vec![job("m-quick-1", "quick", t(6, 40), l.manual.as_deref(), JobState::Active)];
+        let d = plan(&f, t(6, 41));
+        assert_eq!(d.launch, None, "single flight");
+        f.status = d.status;
+        f.jobs[0].state = JobState::Complete { at: Some(t(6, 42)) };
+        let d = plan(&f, t(6, 42));
+        assert_eq!(d.status.manual_run.as_ref().unwrap().phase, ManualRunPhase::Succeeded);
+        assert_eq!(d.recorded.len(), 1);
+        let l = d.launch.clone().unwrap();
+        assert_eq!((l.mode, l.at, l.manual), (RunMode::Quick, t(6, 0), None), "the parked slot runs once");
+        // The next reconcile records nothing twice.
+        f.status = d.status;
+        f.jobs.push(job("m-quick-2", "quick", t(6, 0), None, JobState::Complete { at: Some(t(6, 44)) }));
+        let d = plan(&f, t(6, 45));
+        assert_eq!(d.recorded.len(), 1, "only the new Job is recorded");
+        assert_eq!(d.status.quick.as_ref().unwrap().last_run_at, Some(t(6, 44)));
+        f.status = d.status.clone();
+        let d2 = plan(&f, t(6, 46));
+        assert!(d2.recorded.is_empty());
+        assert_eq!(d2.status, d.status);
+    }
+
+    #[test]
+    fn manual_full_mode_and_same_value_is_a_noop() {
+        let mut f = facts();
+        f.request = RunRequest::Requested("2026-07-17T01:00:00Z".into());
+        f.mode = Some("full".into());
+        let d = plan(&f, t(1, 0));
+        assert_eq!(d.launch.as_ref().unwrap().mode, RunMode::Full);
+        f.status = d.status;
+        f.status.manual_run.as_mut().unwrap().phase = ManualRunPhase::Succeeded;
+        assert_eq!(plan(&f, t(1, 5)).launch, None);
+    }
+
+    #[test]
+    fn malformed_request_is_reported_and_ignored() {
+        let mut f = facts();
+        f.request = RunRequest::Malformed("tomorrow".into());
+        let d = plan(&f, t(1, 0));
+        assert_eq!(d.invalid_request.as_deref(), Some("tomorrow"));
+        assert!(d.launch.is_none() && d.status.manual_run.is_none());
+    }
+
+    #[test]
+    fn foreign_owner_yields_under_never_and_stalls_under_prompt() {
+        let mut f = facts();
+        f.status.ownership =
+            Some(kopiur_api::maintenance::OwnershipStatus { owner: Some("user@host".into()), claimed_at: None });
+        f.jobs = vec![job("m-quick-1", "quick", t(0, 0), None, JobState::Complete { at: Some(t(0, 1)) })];
+        let d = plan(&f, t(1, 0));
+        assert_eq!(ready(&d), (reason::MAINTENANCE_YIELDING, CondStatus::True));
+        let lease = d.conditions.iter().find(|c| c.type_ == "LeaseOwned").unwrap();
+        assert_eq!((lease.reason.as_str(), lease.status), (reason::LEASE_HELD_BY_OTHER, CondStatus::False));
+        assert_eq!(d.recorded[0].outcome, "yielded");
+        assert_eq!(d.status.quick.as_ref().unwrap().last_run_at, None);
+        f.takeover = TakeoverPolicy::PromptCondition;
+        let d = plan(&f, t(1, 0));
+        assert!(d.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == CondStatus::True));
+        // An alias counts as ours.
+        f.aliases = vec!["user@host".into()];
+        let d = plan(&f, t(1, 0));
+        assert_eq!(ready(&d), (reason::MAINTENANCE_SCHEDULED, CondStatus::True));
+    }
+
+    #[test]
+    fn failed_job_counts_and_read_only_skips() {
+        let mut f = facts();
+        f.jobs =
+            vec![job("m-full-1", "full", t(0, 0), None, JobState::Failed { reason: "BackoffLimitExceeded".into() })];
+        let d = plan(&f, t(1, 0));
+        assert_eq!(d.status.full.as_ref().unwrap().consecutive_failures, 1);
+        let mut f = facts();
+        f.status = plan(&f, t(1, 0)).status;
+        f.read_only = true;
+        let d = plan(&f, t(7, 0));
+        assert!(d.launch.is_none());
+        assert_eq!(d.status.quick.as_ref().unwrap().next_scheduled_at, Some(t(12, 0)));
+    }
+
+    #[test]
+    fn invalid_schedule_stalls() {
+        let mut f = facts();
+        f.schedules = Err("cron \"x\": bad".into());
+        let d = plan(&f, t(1, 0));
+        assert_eq!(ready(&d).0, reason::INVALID_SCHEDULE);
+        assert!(d.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == CondStatus::True));
+    }
+}

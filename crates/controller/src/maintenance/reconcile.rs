@@ -1,0 +1,191 @@
+//! Maintenance reconciler: observe (repository, Jobs, annotations from stores) -> `plan::plan`
+//! -> apply (at most one Job, one status write when something changed, Events).
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use chrono::Utc;
+use k8s_openapi::api::batch::v1::Job;
+use kopiur_api::Maintenance;
+use kopiur_api::domain::identity::{lease_host, lease_owner, maintenance_owner};
+use kopiur_api::maintenance::{RunMode, TakeoverPolicy};
+use kopiur_api::names::{annotation, event, label, run_mode, run_trigger};
+use kopiur_api::shared::RepositoryKind;
+use kopiur_kopia::cmd::Identity;
+use kopiur_mover::workspec::{MaintenanceMode, MaintenanceOp, Operation, TakeoverPolicy as MoverTakeover, TargetRef};
+use kube::api::PostParams;
+use kube::runtime::controller::Action;
+use kube::{Api, Resource, ResourceExt};
+
+use super::common::{self, MoverJob, RunJob, Sched, rfc3339};
+use super::plan::{Launch, MaintFacts, plan};
+use super::runtime::RunCtx;
+use crate::repository::Error;
+use crate::snapshot::ctx::RepoView;
+use crate::snapshot::job::owner_of;
+
+/// (uid, value) pairs already warned about, so a malformed annotation gives one Event.
+fn warned() -> &'static Mutex<HashSet<(String, String)>> {
+    static W: OnceLock<Mutex<HashSet<(String, String)>>> = OnceLock::new();
+    W.get_or_init(Default::default)
+}
+
+/// The Jobs this Maintenance owns (label `…/maintenance=<name>`, owner uid).
+pub fn jobs_of(ctx: &RunCtx, m: &Maintenance) -> Vec<RunJob> {
+    let ns = m.namespace();
+    let uid = m.uid().unwrap_or_default();
+    let name = m.name_any();
+    ctx.jobs
+        .state()
+        .iter()
+        .filter(|j| j.namespace() == ns)
+        .filter(|j| j.labels().get(label::MAINTENANCE) == Some(&name))
+        .filter(|j| j.owner_references().iter().any(|o| o.uid == uid))
+        .map(|j| common::run_job(j, annotation::MAINTENANCE_SLOT))
+        .collect()
+}
+
+/// The lease (`kopiur/<ns>/<repo>` unless set) for this Maintenance's repository.
+fn lease(m: &Maintenance) -> String {
+    let r = &m.spec.repository;
+    m.spec.ownership.as_ref().and_then(|o| o.owner.clone()).unwrap_or_else(|| match r.kind {
+        RepositoryKind::Repository => {
+            let ns = r.namespace.clone().or_else(|| m.namespace()).unwrap_or_default();
+            lease_owner(Some(&ns), &r.name)
+        }
+        RepositoryKind::ClusterRepository => lease_owner(None, &r.name),
+    })
+}
+
+pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, Error> {
+    ctx.metrics.reconciliations.inc(&["Maintenance"]);
+    if m.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let now = Utc::now();
+    let ns = m.namespace().unwrap_or_default();
+    let name = m.name_any();
+    let uid = m.uid().unwrap_or_default();
+    let status = m.status.clone().unwrap_or_default();
+    let repo = ctx.repository(&ns, &m.spec.repository);
+    let gate = ctx.gate(&ns, &m.spec.repository);
+
+    let repo_tz = repo.as_ref().and_then(|r| r.common().schedule_defaults.as_ref()).and_then(|s| s.timezone.clone());
+    let fallback = m.spec.schedule.timezone.clone().or(repo_tz);
+    let schedules = Sched::parse(&m.spec.schedule.quick, &uid, fallback.as_deref())
+        .and_then(|q| Ok((q, Sched::parse(&m.spec.schedule.full, &uid, fallback.as_deref())?)));
+    let ownership = m.spec.ownership.clone().unwrap_or_default();
+    let lease = lease(&m);
+    let expected_owner = maintenance_owner(&lease);
+    let aliases: Vec<String> =
+        ownership.owner_aliases.clone().unwrap_or_default().iter().map(|a| maintenance_owner(a)).collect();
+    let missing = repo.as_ref().map(|r| ctx.missing_secrets(&ns, &r.secret_names())).unwrap_or_default();
+    let facts = MaintFacts {
+        schedules,
+        status: status.clone(),
+        gate,
+        read_only: repo.as_ref().is_some_and(RepoView::read_only),
+        jobs: jobs_of(&ctx, &m),
+        request: common::run_request(m.annotations()),
+        mode: m.annotations().get(annotation::RUN_MODE).cloned(),
+        expected_owner: expected_owner.clone(),
+        aliases: aliases.clone(),
+        takeover: ownership.takeover_policy,
+        missing_secrets: missing,
+    };
+    let d = plan(&facts, now);
+    let reference = m.object_ref(&());
+
+    if let Some(raw) = &d.invalid_request
+        && warned().lock().map(|mut w| w.insert((uid.clone(), raw.clone()))).unwrap_or(false)
+    {
+        let note = format!("{} value {raw:?} is not RFC 3339; ignored", annotation::RUN_REQUESTED);
+        ctx.event(&reference, true, event::INVALID_RUN_REQUEST, note).await;
+    }
+    for r in &d.recorded {
+        tracing::info!(maintenance = %name, namespace = %ns, job = %r.job, mode = %r.mode, outcome = r.outcome, "maintenance run recorded");
+    }
+
+    let mut next = d.status.clone();
+    if let (Some(l), Some(rv)) = (&d.launch, &repo) {
+        let job = maintenance_job(&m, &ctx, rv, l, &lease, &expected_owner, &aliases, ownership.takeover_policy)?;
+        ctx.ensure_mover_rbac(&ns).await?;
+        match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &job).await {
+            Ok(_) => {
+                ctx.metrics.jobs_created.inc(&["maintenance", &ns]);
+                tracing::info!(maintenance = %name, namespace = %ns, job = %job.name_any(), "maintenance Job created");
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    next.observed_generation = m.meta().generation;
+    next.conditions =
+        crate::snapshot::ctx::merge(&status.conditions, &d.conditions, m.meta().generation.unwrap_or(0), now);
+    common::write_status(&Api::<Maintenance>::namespaced(ctx.client.clone(), &ns), m.as_ref(), &status, &next).await?;
+    Ok(Action::requeue(d.requeue))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn maintenance_job(
+    m: &Maintenance,
+    ctx: &RunCtx,
+    repo: &RepoView,
+    l: &Launch,
+    lease: &str,
+    expected_owner: &str,
+    aliases: &[String],
+    takeover: TakeoverPolicy,
+) -> Result<Job, Error> {
+    let ns = m.namespace().unwrap_or_default();
+    let mode = match l.mode {
+        RunMode::Quick => run_mode::QUICK,
+        RunMode::Full => run_mode::FULL,
+    };
+    let mut annotations = BTreeMap::from([
+        (annotation::MAINTENANCE_SLOT.to_string(), rfc3339(l.at)),
+        (annotation::RUN_MODE.to_string(), mode.to_string()),
+        (
+            annotation::RUN_TRIGGER.to_string(),
+            if l.manual.is_some() { run_trigger::MANUAL } else { run_trigger::CRON }.to_string(),
+        ),
+    ]);
+    if let Some(raw) = &l.manual {
+        annotations.insert(common::RUN_REQUESTED_VALUE.to_string(), raw.clone());
+    }
+    common::build(MoverJob {
+        name: kopiur_mover::job::job_name(&format!("{}-{mode}-{}", m.name_any(), l.slot.timestamp())),
+        namespace: ns.clone(),
+        target: TargetRef {
+            api_version: Maintenance::api_version(&()).to_string(),
+            kind: "Maintenance".into(),
+            namespace: Some(ns),
+            name: m.name_any(),
+            uid: m.uid().unwrap_or_default(),
+        },
+        owner: owner_of(m),
+        repo,
+        identity: Identity::new("kopiur", lease_host(lease)),
+        read_only: false,
+        operation: Operation::Maintenance(MaintenanceOp {
+            mode: match l.mode {
+                RunMode::Quick => MaintenanceMode::Quick,
+                RunMode::Full => MaintenanceMode::Full,
+            },
+            lease_owner: expected_owner.to_string(),
+            owner_aliases: aliases.to_vec(),
+            takeover_policy: match takeover {
+                TakeoverPolicy::Never => MoverTakeover::Never,
+                TakeoverPolicy::PromptCondition => MoverTakeover::PromptCondition,
+                TakeoverPolicy::Force => MoverTakeover::Force,
+            },
+        }),
+        destination_secret: None,
+        labels: BTreeMap::from([
+            (label::MAINTENANCE.to_string(), m.name_any()),
+            (label::COMPONENT.to_string(), kopiur_api::names::component::MAINTENANCE.to_string()),
+        ]),
+        annotations,
+        failure_policy: m.spec.failure_policy.as_ref(),
+        config: &ctx.config,
+    })
+}

@@ -1,0 +1,249 @@
+//! Runtime plumbing shared by the Maintenance and RepositoryReplication controllers: their own
+//! reflector stores for the referents (owned Jobs, repositories, Secret metadata) and the
+//! streams their watch mappers consume.
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kopiur_api::shared::{RepositoryKind, RepositoryRef};
+use kopiur_api::{ClusterRepository, Repository};
+use kube::api::{Patch, PatchParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use tokio::sync::mpsc;
+
+use crate::config::Config;
+use crate::gating::{Gate, repository_ready};
+use crate::metrics::Metrics;
+use crate::repository::Error;
+use crate::repository::apply::{FIELD_MANAGER, MOVER_CLUSTER_ROLE, MOVER_SERVICE_ACCOUNT};
+use crate::snapshot::ctx::RepoView;
+
+/// What the Maintenance and RepositoryReplication reconcilers read and write through: their
+/// own reflector stores, never a LIST per reconcile.
+pub struct RunCtx {
+    pub client: Client,
+    pub config: Config,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    pub jobs: Store<Job>,
+    pub repos: Store<Repository>,
+    pub crepos: Store<ClusterRepository>,
+    /// Metadata only: Secret values never reach the controller.
+    pub secrets: Store<PartialObjectMeta<Secret>>,
+    pub mover_rbac_ready: Mutex<HashSet<String>>,
+}
+
+impl RunCtx {
+    pub fn repository(&self, consumer_ns: &str, r: &RepositoryRef) -> Option<RepoView> {
+        match r.kind {
+            RepositoryKind::Repository => {
+                let ns = r.namespace.clone().unwrap_or_else(|| consumer_ns.to_string());
+                self.repos.get(&ObjectRef::new(&r.name).within(&ns)).map(RepoView::Namespaced)
+            }
+            RepositoryKind::ClusterRepository => self.crepos.get(&ObjectRef::new(&r.name)).map(RepoView::Cluster),
+        }
+    }
+
+    /// `RepositoryReady(R)`; a ClusterRepository with a label selector fails closed (parks),
+    /// as for every other consumer, because Namespace labels are not watched here.
+    pub fn gate(&self, consumer_ns: &str, r: &RepositoryRef) -> Gate {
+        repository_ready(&self.repos, &self.crepos, consumer_ns, None, r)
+    }
+
+    /// Of `names`, those with no Secret in `ns`.
+    pub fn missing_secrets(&self, ns: &str, names: &[String]) -> Vec<String> {
+        names.iter().filter(|n| self.secrets.get(&ObjectRef::new(n).within(ns)).is_none()).cloned().collect()
+    }
+
+    pub async fn event(&self, reference: &ObjectReference, warning: bool, reason: &str, note: String) {
+        let ev = Event {
+            type_: if warning { EventType::Warning } else { EventType::Normal },
+            reason: reason.to_string(),
+            note: Some(crate::snapshot::ctx::truncate(&note, 1024)),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&ev, reference).await {
+            tracing::warn!(%err, reason, "publishing an Event failed");
+        }
+    }
+
+    /// Stamps `reverify-requested-at=now` on a repository (the caller checked the spacing).
+    pub async fn nudge(&self, repo: &RepoView, now: chrono::DateTime<chrono::Utc>) -> Result<(), Error> {
+        let body = serde_json::json!({"metadata": {"annotations": {
+            kopiur_api::names::annotation::REVERIFY_REQUESTED_AT: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        }}});
+        let pp = PatchParams::default();
+        match repo {
+            RepoView::Namespaced(r) => {
+                Api::<Repository>::namespaced(self.client.clone(), &r.metadata.namespace.clone().unwrap_or_default())
+                    .patch(&repo.name(), &pp, &Patch::Merge(&body))
+                    .await?;
+            }
+            RepoView::Cluster(_) => {
+                Api::<ClusterRepository>::all(self.client.clone())
+                    .patch(&repo.name(), &pp, &Patch::Merge(&body))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The mover's ServiceAccount and RoleBinding in the run's namespace (server-side apply,
+    /// once per namespace per process).
+    pub async fn ensure_mover_rbac(&self, ns: &str) -> Result<(), Error> {
+        if self.mover_rbac_ready.lock().map(|s| s.contains(ns)).unwrap_or(false) {
+            return Ok(());
+        }
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let labels = crate::snapshot::ctx::managed_labels();
+        let sa = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(MOVER_SERVICE_ACCOUNT.into()),
+                namespace: Some(ns.into()),
+                labels: Some(labels.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<ServiceAccount>::namespaced(self.client.clone(), ns)
+            .patch(MOVER_SERVICE_ACCOUNT, &pp, &Patch::Apply(&sa))
+            .await?;
+        let rb = RoleBinding {
+            metadata: ObjectMeta {
+                name: Some(MOVER_SERVICE_ACCOUNT.into()),
+                namespace: Some(ns.into()),
+                labels: Some(labels),
+                ..Default::default()
+            },
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "ClusterRole".into(),
+                name: MOVER_CLUSTER_ROLE.into(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: MOVER_SERVICE_ACCOUNT.into(),
+                namespace: Some(ns.into()),
+                api_group: None,
+            }]),
+        };
+        Api::<RoleBinding>::namespaced(self.client.clone(), ns)
+            .patch(MOVER_SERVICE_ACCOUNT, &pp, &Patch::Apply(&rb))
+            .await?;
+        if let Ok(mut s) = self.mover_rbac_ready.lock() {
+            s.insert(ns.to_string());
+        }
+        Ok(())
+    }
+}
+
+pub struct Referents {
+    pub ctx: Arc<RunCtx>,
+    pub jobs: BoxStream<'static, Arc<Job>>,
+    pub repos: BoxStream<'static, Arc<Repository>>,
+    pub crepos: BoxStream<'static, Arc<ClusterRepository>>,
+    pub secrets: BoxStream<'static, Arc<PartialObjectMeta<Secret>>>,
+}
+
+fn ok_only<T: Send + 'static, E: Send + 'static>(
+    s: impl Stream<Item = Result<T, E>> + Send + 'static,
+) -> BoxStream<'static, T> {
+    s.filter_map(|r| futures::future::ready(r.ok())).boxed()
+}
+
+/// Stores for the kinds these reconcilers read, and the event streams of their referents.
+pub fn referents(client: &Client, config: &Config, metrics: Arc<Metrics>) -> Referents {
+    let wc = watcher::Config::default();
+    let (jobs, job_w) = reflector::store::<Job>();
+    let job_events = reflector::reflector(
+        job_w,
+        watcher(
+            Api::<Job>::all(client.clone()),
+            watcher::Config::default().labels("app.kubernetes.io/managed-by=kopiur"),
+        ),
+    )
+    .default_backoff()
+    .touched_objects()
+    .map(|r| r.map(Arc::new));
+    let (repos, repo_w) = reflector::store::<Repository>();
+    let repo_events = reflector::reflector(repo_w, watcher(Api::<Repository>::all(client.clone()), wc.clone()))
+        .default_backoff()
+        .touched_objects()
+        .map(|r| r.map(Arc::new));
+    let (crepos, crepo_w) = reflector::store::<ClusterRepository>();
+    let crepo_events =
+        reflector::reflector(crepo_w, watcher(Api::<ClusterRepository>::all(client.clone()), wc.clone()))
+            .default_backoff()
+            .touched_objects()
+            .map(|r| r.map(Arc::new));
+    let (secrets, secret_w) = reflector::store();
+    let secret_events =
+        reflector::reflector(secret_w, watcher(Api::<PartialObjectMeta<Secret>>::all(client.clone()), wc))
+            .default_backoff()
+            .touched_objects()
+            .map(|r| r.map(Arc::new));
+    let ctx = Arc::new(RunCtx {
+        client: client.clone(),
+        config: config.clone(),
+        metrics,
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter { controller: "kopiur-controller".into(), instance: Some(config.identity.clone()) },
+        ),
+        jobs,
+        repos,
+        crepos,
+        secrets,
+        mover_rbac_ready: Mutex::new(Default::default()),
+    });
+    Referents {
+        ctx,
+        jobs: ok_only(job_events),
+        repos: ok_only(repo_events),
+        crepos: ok_only(crepo_events),
+        secrets: ok_only(secret_events),
+    }
+}
+
+/// A minimal mpsc receiver stream (one adapter, no extra dependency).
+pub struct ReceiverStream<T>(pub mpsc::Receiver<T>);
+
+impl<T> Stream for ReceiverStream<T> {
+    type Item = T;
+    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<T>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// Whether a consumer's Ready condition carries `reason` (parked consumers are found this way).
+pub fn ready_reason_is(conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition], reason: &str) -> bool {
+    conds.iter().any(|c| c.type_ == kopiur_api::names::condition::READY && c.reason == reason)
+}
+
+/// Whether a consumer that references `r` (in `consumer_ns`) points at this repository.
+pub fn refers_to(
+    r: &kopiur_api::shared::RepositoryRef,
+    consumer_ns: &str,
+    kind: kopiur_api::shared::RepositoryKind,
+    repo_ns: Option<&str>,
+    repo_name: &str,
+) -> bool {
+    use kopiur_api::shared::RepositoryKind;
+    if r.kind != kind || r.name != repo_name {
+        return false;
+    }
+    match kind {
+        RepositoryKind::Repository => r.namespace.as_deref().unwrap_or(consumer_ns) == repo_ns.unwrap_or_default(),
+        RepositoryKind::ClusterRepository => true,
+    }
+}

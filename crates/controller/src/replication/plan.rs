@@ -1,0 +1,367 @@
+//! The RepositoryReplication run path as a pure function of gathered facts and `now` (spec
+//! §9.3, api §11): a pinned cron slot, the manual `run-requested` run (which re-anchors the
+//! schedule), suspend, single flight, and the source gate (a due slot stays due while parked
+//! and runs once on recovery).
+use chrono::{DateTime, Utc};
+use kopiur_api::names::reason;
+use kopiur_api::repository_replication::{ReplicationManualRun, ReplicationPhase, RepositoryReplicationStatus};
+use kopiur_api::shared::phase::ManualRunPhase;
+
+use crate::gating::Gate;
+use crate::health::kstatus::Cond;
+use crate::maintenance::common::{RunJob, RunRequest, Sched, Standing, rfc3339, trio, until};
+use crate::snapshot::plan::JobState;
+
+/// Why the destination cannot be used, if it cannot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Destination {
+    Usable,
+    /// Same target as the source (`DestinationIsSource`, Stalled).
+    IsSource,
+    /// A backend key this release does not implement (`FeatureNotImplemented`, Stalled).
+    NotImplemented(String),
+}
+
+pub struct ReplFacts {
+    pub schedule: Result<Sched, String>,
+    pub status: RepositoryReplicationStatus,
+    pub suspend: bool,
+    pub gate: Gate,
+    pub destination: Destination,
+    /// This replication's Jobs still in the store.
+    pub jobs: Vec<RunJob>,
+    pub request: RunRequest,
+    pub missing_secrets: Vec<String>,
+    /// The source's `reverify-requested-at` (failures nudge the source, spaced).
+    pub reverify_requested_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launch {
+    pub slot: DateTime<Utc>,
+    pub at: DateTime<Utc>,
+    /// The raw `run-requested` value a manual run answers.
+    pub manual: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplDecision {
+    pub status: RepositoryReplicationStatus,
+    pub conditions: Vec<Cond>,
+    pub launch: Option<Launch>,
+    /// `(job, outcome)` recorded by this reconcile: `succeeded` or `failed`.
+    pub recorded: Vec<(String, &'static str)>,
+    pub invalid_request: Option<String>,
+    pub nudge: bool,
+    pub requeue: std::time::Duration,
+}
+
+const REPLICATING: &str = "Replicating";
+
+pub fn plan(f: &ReplFacts, now: DateTime<Utc>) -> ReplDecision {
+    let mut st = f.status.clone();
+    let mut d = ReplDecision {
+        status: st.clone(),
+        conditions: vec![],
+        launch: None,
+        recorded: vec![],
+        invalid_request: None,
+        nudge: false,
+        requeue: std::time::Duration::from_secs(300),
+    };
+    let sched = match &f.schedule {
+        Ok(s) => s,
+        Err(m) => {
+            d.conditions = trio(Standing::Stalled, reason::INVALID_SCHEDULE, m.clone());
+            return d;
+        }
+    };
+    match &f.destination {
+        Destination::Usable => {}
+        Destination::IsSource => {
+            d.conditions = trio(
+                Standing::Stalled,
+                reason::DESTINATION_IS_SOURCE,
+                "spec.destination points at the source repository's storage",
+            );
+            return d;
+        }
+        Destination::NotImplemented(m) => {
+            d.conditions = trio(Standing::Stalled, reason::FEATURE_NOT_IMPLEMENTED, m.clone());
+            return d;
+        }
+    }
+    let pin = sched.pin(st.next_scheduled_at, now);
+    st.next_scheduled_at = pin.map(|n| n.at);
+
+    // Record the newest Job once: success by lastReplicated, failure by the Replicating phase
+    // the launch wrote.
+    let newest = f.jobs.iter().max_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
+    if let Some(j) = newest {
+        let outcome = match &j.state {
+            JobState::Complete { at } if st.last_replicated.is_none_or(|l| l < j.created) => {
+                st.phase = Some(ReplicationPhase::Succeeded);
+                st.last_replicated = Some(at.unwrap_or(now));
+                Some((true, at.unwrap_or(now)))
+            }
+            JobState::Failed { .. } if st.phase == Some(ReplicationPhase::Replicating) => {
+                st.phase = Some(ReplicationPhase::Failed);
+                Some((false, now))
+            }
+            JobState::Complete { .. } | JobState::Failed { .. } | JobState::Absent | JobState::Active => None,
+        };
+        if let Some((ok, end)) = outcome {
+            if let (Some(raw), Some(m)) = (&j.manual, st.manual_run.as_mut())
+                && m.requested_at == *raw
+                && !m.phase.is_terminal()
+            {
+                m.phase = if ok { ManualRunPhase::Succeeded } else { ManualRunPhase::Failed };
+                m.completed_at = Some(end);
+            }
+            d.recorded.push((j.name.clone(), if ok { "succeeded" } else { "failed" }));
+            d.nudge = !ok && crate::snapshot::plan::nudge_due(f.reverify_requested_at, now);
+        }
+    }
+
+    match &f.request {
+        RunRequest::Requested(raw) if st.manual_run.as_ref().map(|m| &m.requested_at) != Some(raw) => {
+            st.manual_run = Some(ReplicationManualRun {
+                requested_at: raw.clone(),
+                phase: ManualRunPhase::Pending,
+                completed_at: None,
+            });
+        }
+        RunRequest::Malformed(raw) => d.invalid_request = Some(raw.clone()),
+        RunRequest::Requested(_) | RunRequest::None => {}
+    }
+    d.requeue = until(st.next_scheduled_at, now);
+
+    // Single flight.
+    if let Some(j) = f.jobs.iter().find(|j| j.state == JobState::Active) {
+        if !matches!(st.phase, Some(ReplicationPhase::Replicating | ReplicationPhase::Succeeded)) {
+            st.phase = Some(ReplicationPhase::Replicating);
+        }
+        d.status = st;
+        d.conditions = trio(Standing::Waiting, REPLICATING, format!("replication Job {} is running", j.name));
+        return d;
+    }
+    let manual_pending = st.manual_run.as_ref().is_some_and(|m| m.phase == ManualRunPhase::Pending);
+    let due = pin.is_some_and(|n| now >= n.at);
+
+    if f.suspend {
+        // Suspended: slots are skipped (re-pinned); a request waits.
+        if due {
+            st.next_scheduled_at = sched.next_after(now).map(|n| n.at);
+            d.requeue = until(st.next_scheduled_at, now);
+        }
+        st.phase = Some(ReplicationPhase::Suspended);
+        d.status = st;
+        d.conditions = if manual_pending {
+            trio(Standing::Ready, reason::SUSPENDED_WITH_PENDING_RUN, "suspended; the requested run waits for resume")
+        } else {
+            trio(Standing::Ready, reason::SUSPENDED, "spec.suspend is true")
+        };
+        return d;
+    }
+    if st.phase == Some(ReplicationPhase::Suspended) {
+        st.phase = None;
+    }
+    match &f.gate {
+        Gate::Open => {}
+        Gate::NotReady { .. } => {
+            if manual_pending || due {
+                st.phase = Some(ReplicationPhase::Pending);
+            }
+            d.status = st;
+            d.conditions = trio(Standing::Waiting, reason::REPOSITORY_NOT_READY, f.gate.message());
+            d.requeue = std::time::Duration::from_secs(300);
+            return d;
+        }
+        Gate::NamespaceNotAllowed { .. } => {
+            d.status = st;
+            d.conditions = trio(Standing::Stalled, reason::NAMESPACE_NOT_ALLOWED, f.gate.message());
+            return d;
+        }
+    }
+    if (manual_pending || due) && !f.missing_secrets.is_empty() {
+        d.status = st;
+        d.conditions = trio(
+            Standing::Waiting,
+            reason::MISSING_CREDENTIALS_SECRET,
+            format!("Secret(s) {} missing in this namespace", f.missing_secrets.join(", ")),
+        );
+        d.requeue = std::time::Duration::from_secs(30);
+        return d;
+    }
+    if manual_pending {
+        // A manual run re-anchors the schedule.
+        let m = st.manual_run.as_mut().expect("pending manual run");
+        m.phase = ManualRunPhase::Running;
+        d.launch = Some(Launch { slot: now, at: now, manual: Some(m.requested_at.clone()) });
+        st.next_scheduled_at = sched.next_after(now).map(|n| n.at);
+    } else if let Some(n) = pin.filter(|_| due) {
+        d.launch = Some(Launch { slot: n.slot, at: n.at, manual: None });
+        st.next_scheduled_at = sched.next_after(now.max(n.slot)).map(|x| x.at);
+    }
+    if d.launch.is_some() {
+        st.phase = Some(ReplicationPhase::Replicating);
+        d.status = st;
+        d.conditions = trio(Standing::Waiting, REPLICATING, "replication Job launched");
+        d.requeue = std::time::Duration::from_secs(300);
+        return d;
+    }
+    let next = st.next_scheduled_at.map(rfc3339).unwrap_or_else(|| "never".into());
+    d.conditions = match &st.phase {
+        Some(ReplicationPhase::Failed) => trio(
+            Standing::Failed,
+            reason::LAST_RUN_FAILED,
+            format!("the last run failed; the next slot at {next} retries"),
+        ),
+        Some(ReplicationPhase::Succeeded) => {
+            let last = st.last_replicated.map(rfc3339).unwrap_or_default();
+            trio(Standing::Ready, reason::REPLICATED, format!("last replicated at {last}; next run at {next}"))
+        }
+        Some(
+            ReplicationPhase::Pending
+            | ReplicationPhase::Replicating
+            | ReplicationPhase::Suspended
+            | ReplicationPhase::Unknown(_),
+        )
+        | None => trio(Standing::Ready, reason::SCHEDULED, format!("next run at {next}")),
+    };
+    d.status = st;
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::kstatus::CondStatus;
+    use chrono::TimeZone;
+    use kopiur_api::shared::CronSpec;
+
+    fn t(h: u32, m: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 7, 17, h, m, 0).unwrap()
+    }
+
+    fn facts() -> ReplFacts {
+        ReplFacts {
+            schedule: Ok(Sched::parse(&CronSpec::new("0 * * * *"), "u", None).unwrap()),
+            status: RepositoryReplicationStatus::default(),
+            suspend: false,
+            gate: Gate::Open,
+            destination: Destination::Usable,
+            jobs: vec![],
+            request: RunRequest::None,
+            missing_secrets: vec![],
+            reverify_requested_at: None,
+        }
+    }
+
+    fn ready(d: &ReplDecision) -> (&str, CondStatus) {
+        let c = d.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        (c.reason.as_str(), c.status)
+    }
+
+    fn job(name: &str, created: DateTime<Utc>, manual: Option<&str>, state: JobState) -> RunJob {
+        RunJob {
+            name: name.into(),
+            created,
+            slot_at: created,
+            manual: manual.map(Into::into),
+            mode: String::new(),
+            state,
+        }
+    }
+
+    #[test]
+    fn pins_then_fires_once_per_slot() {
+        let mut f = facts();
+        let d = plan(&f, t(1, 10));
+        assert_eq!(d.launch, None);
+        assert_eq!(d.status.next_scheduled_at, Some(t(2, 0)));
+        assert_eq!(ready(&d), (reason::SCHEDULED, CondStatus::True));
+        f.status = d.status.clone();
+        assert_eq!(plan(&f, t(1, 20)).status, d.status, "idle: nothing to write");
+        let d = plan(&f, t(2, 0));
+        assert_eq!(d.launch, Some(Launch { slot: t(2, 0), at: t(2, 0), manual: None }));
+        assert_eq!(d.status.phase, Some(ReplicationPhase::Replicating));
+        assert_eq!(d.status.next_scheduled_at, Some(t(3, 0)));
+        f.status = d.status;
+        f.jobs = vec![job("x-repl-1", t(2, 0), None, JobState::Active)];
+        assert_eq!(plan(&f, t(2, 1)).launch, None, "single flight");
+        // The mover's own Succeeded while the Job still runs is kept.
+        f.status.phase = Some(ReplicationPhase::Succeeded);
+        assert_eq!(plan(&f, t(2, 1)).status.phase, Some(ReplicationPhase::Succeeded));
+        f.jobs[0].state = JobState::Complete { at: Some(t(2, 2)) };
+        let d = plan(&f, t(2, 2));
+        assert_eq!(d.recorded, vec![("x-repl-1".to_string(), "succeeded")]);
+        assert_eq!(d.status.last_replicated, Some(t(2, 2)));
+        assert_eq!(ready(&d), (reason::REPLICATED, CondStatus::True));
+        f.status = d.status.clone();
+        let d2 = plan(&f, t(2, 3));
+        assert!(d2.recorded.is_empty());
+        assert_eq!(d2.status, d.status);
+    }
+
+    #[test]
+    fn parked_slot_and_request_run_once_on_recovery() {
+        let mut f = facts();
+        f.status = plan(&f, t(1, 10)).status;
+        f.gate = Gate::NotReady { repository: "t/r".into(), phase: "Degraded".into() };
+        f.request = RunRequest::Requested("2026-07-17T02:05:00Z".into());
+        let d = plan(&f, t(2, 5));
+        assert!(d.launch.is_none());
+        assert_eq!(d.status.phase, Some(ReplicationPhase::Pending));
+        assert_eq!(ready(&d), (reason::REPOSITORY_NOT_READY, CondStatus::False));
+        assert_eq!(d.status.next_scheduled_at, Some(t(2, 0)), "the due slot stays due");
+        f.status = d.status;
+        f.gate = Gate::Open;
+        let d = plan(&f, t(2, 30));
+        let l = d.launch.clone().unwrap();
+        assert_eq!(l.manual.as_deref(), Some("2026-07-17T02:05:00Z"));
+        assert_eq!(d.status.next_scheduled_at, Some(t(3, 0)), "a manual run re-anchors the schedule");
+        f.status = d.status;
+        f.jobs = vec![job(
+            "x-repl-2",
+            t(2, 30),
+            l.manual.as_deref(),
+            JobState::Failed { reason: "BackoffLimitExceeded".into() },
+        )];
+        let d = plan(&f, t(2, 35));
+        assert_eq!(d.status.phase, Some(ReplicationPhase::Failed));
+        assert_eq!(d.status.manual_run.as_ref().unwrap().phase, ManualRunPhase::Failed);
+        assert!(d.nudge, "a failure nudges the source");
+        let ready_c = d.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!((ready_c.reason.as_str(), ready_c.status), (reason::LAST_RUN_FAILED, CondStatus::False));
+        assert!(d.conditions.iter().all(|c| c.status != CondStatus::True), "Failed is neither Reconciling nor Stalled");
+        f.status = d.status.clone();
+        assert!(plan(&f, t(2, 36)).recorded.is_empty());
+    }
+
+    #[test]
+    fn suspended_waits_and_skips() {
+        let mut f = facts();
+        f.status = plan(&f, t(1, 10)).status;
+        f.suspend = true;
+        f.request = RunRequest::Requested("2026-07-17T02:05:00Z".into());
+        let d = plan(&f, t(2, 5));
+        assert!(d.launch.is_none());
+        assert_eq!(d.status.phase, Some(ReplicationPhase::Suspended));
+        assert_eq!(d.status.next_scheduled_at, Some(t(3, 0)));
+        assert_eq!(ready(&d), (reason::SUSPENDED_WITH_PENDING_RUN, CondStatus::True));
+        f.status = d.status;
+        f.suspend = false;
+        assert!(plan(&f, t(2, 10)).launch.unwrap().manual.is_some(), "resume runs the waiting request");
+    }
+
+    #[test]
+    fn destination_is_source_stalls() {
+        let mut f = facts();
+        f.destination = Destination::IsSource;
+        let d = plan(&f, t(1, 0));
+        assert_eq!(ready(&d).0, reason::DESTINATION_IS_SOURCE);
+        assert!(d.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == CondStatus::True));
+        assert!(d.launch.is_none());
+    }
+}
