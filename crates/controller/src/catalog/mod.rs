@@ -70,6 +70,8 @@ pub struct SyncOutcome {
     pub discovered: usize,
     /// Identity hostnames whose entries had no namespace to go to (ClusterRepository).
     pub unplaced: BTreeSet<String>,
+    /// Listed entries skipped only because their owner is being deleted.
+    pub owned_by_deleting: usize,
 }
 
 fn refers_here(scope: &RepoScope, r: &RepositoryRef, snapshot_ns: &str) -> bool {
@@ -239,7 +241,12 @@ pub async fn sync(
     let all = Api::<Snapshot>::all(client.clone()).list(&ListParams::default()).await?;
     let existing: Vec<ExistingSnapshot> = all.items.iter().map(|s| existing(scope, s)).collect();
     let p = plan::plan(entries, truncated, &existing, scope.bounds, now);
-    let mut out = SyncOutcome { complete: p.complete, discovered: p.discovered_after, ..SyncOutcome::default() };
+    let mut out = SyncOutcome {
+        complete: p.complete,
+        discovered: p.discovered_after,
+        owned_by_deleting: p.owned_by_deleting,
+        ..SyncOutcome::default()
+    };
 
     for d in &p.deletes {
         let api: Api<Snapshot> = Api::namespaced(client.clone(), &d.row.namespace);

@@ -87,6 +87,9 @@ pub struct CatalogPlan {
     pub complete: bool,
     /// Discovered rows of this repository after the plan is applied.
     pub discovered_after: usize,
+    /// Listed entries skipped only because their owner is being deleted: once it is gone (a
+    /// Retain release), the kopia snapshot should be discovered by a follow-up scan.
+    pub owned_by_deleting: usize,
 }
 
 /// Complete: not truncated and not empty (the caller only hands over listings of a
@@ -146,7 +149,19 @@ pub fn plan(
     }
     let listed: BTreeSet<&str> = entries.iter().map(|e| e.id.as_str()).collect();
 
-    let mut out = CatalogPlan { complete, ..CatalogPlan::default() };
+    let live_ids: BTreeSet<&str> =
+        own.iter().filter(|s| !s.deleting).filter_map(|s| s.kopia_snapshot_id.as_deref()).collect();
+    let live_uids: BTreeSet<&str> =
+        own.iter().filter(|s| !s.deleting).map(|s| s.uid.as_str()).filter(|u| !u.is_empty()).collect();
+    let owned_by_deleting = entries
+        .iter()
+        .filter(|e| is_owned(e))
+        .filter(|e| {
+            !live_ids.contains(e.id.as_str())
+                && !e.tags.get(TAG_SNAPSHOT_UID).is_some_and(|u| live_uids.contains(u.as_str()))
+        })
+        .count();
+    let mut out = CatalogPlan { complete, owned_by_deleting, ..CatalogPlan::default() };
     let rows: Vec<&ExistingSnapshot> = existing.iter().filter(|s| s.discovered_row).collect();
     let mut have: BTreeSet<&str> = BTreeSet::new();
     let mut kept = 0usize;
@@ -223,6 +238,24 @@ pub fn row_name(repository: &str, snapshot_id: &str) -> String {
     let short: String =
         snapshot_id.chars().map(|c| c.to_ascii_lowercase()).filter(|c| c.is_ascii_alphanumeric()).take(12).collect();
     kopiur_mover::job::job_name(&format!("{repository}-{short}"))
+}
+
+/// How long a scan request stays pending while entries it should rediscover are still held by
+/// Snapshots being deleted (a schedule cascade releases its children over a few seconds).
+pub const FOLLOW_UP_WINDOW_SECONDS: i64 = 300;
+
+/// Whether a listing honors its request token. It does not while entries are held only by
+/// Snapshots being deleted and the request (an RFC 3339 time by convention) is younger than
+/// [`FOLLOW_UP_WINDOW_SECONDS`]: the request then stays pending and is retried after the
+/// coalescing window, so a Retain release finishing after the listing is still rediscovered.
+pub fn honors_request(token: &str, owned_by_deleting: usize, now: Time) -> bool {
+    if owned_by_deleting == 0 {
+        return true;
+    }
+    match DateTime::parse_from_rfc3339(token.trim()) {
+        Ok(t) => now - t.with_timezone(&Utc) >= Duration::seconds(FOLLOW_UP_WINDOW_SECONDS),
+        Err(_) => true,
+    }
 }
 
 /// When the next catalog scan is due.
@@ -355,6 +388,16 @@ mod tests {
     }
 
     #[test]
+    fn entries_held_only_by_deleting_owners_are_counted_for_a_follow_up() {
+        let entries = vec![entry("a", "h", 1), entry("b", "h", 2)];
+        let existing = vec![ExistingSnapshot { deleting: true, ..own("a") }, own("b")];
+        let p = plan(&entries, false, &existing, Bounds::default(), t(10));
+        assert_eq!(p.owned_by_deleting, 1);
+        let p = plan(&entries, false, &[own("a"), own("b")], Bounds::default(), t(10));
+        assert_eq!(p.owned_by_deleting, 0);
+    }
+
+    #[test]
     fn an_owner_bound_to_another_repository_does_not_count() {
         let entries = vec![entry("a", "h", 1)];
         let existing = vec![ExistingSnapshot { bound_here: false, ..own("a") }];
@@ -472,6 +515,17 @@ mod tests {
         assert!(p.creates.is_empty());
         assert_eq!(p.repairs.len(), 1);
         assert_eq!(p.repairs[0].1.id, "a");
+    }
+
+    #[test]
+    fn a_young_request_stays_pending_while_owners_are_being_deleted() {
+        let now = t(10);
+        let young = (now - Duration::seconds(20)).to_rfc3339();
+        let old = (now - Duration::seconds(FOLLOW_UP_WINDOW_SECONDS)).to_rfc3339();
+        assert!(honors_request(&young, 0, now));
+        assert!(!honors_request(&young, 2, now));
+        assert!(honors_request(&old, 2, now));
+        assert!(honors_request("not-a-time", 2, now));
     }
 
     #[test]

@@ -194,7 +194,14 @@ async fn fold_listing<K: RepoObject>(
             st.last_refresh_at = Some(l.completed_at);
             st.discovered_backup_count = Some(o.discovered as i64);
             if !l.token.is_empty() {
-                st.scan_request_honored = Some(l.token.clone());
+                if catalog::plan::honors_request(&l.token, o.owned_by_deleting, now) {
+                    st.scan_request_honored = Some(l.token.clone());
+                } else {
+                    tracing::info!(
+                        repository = %obj.name_any(), held = o.owned_by_deleting,
+                        "snapshots being deleted still own listed entries; the scan request stays pending"
+                    );
+                }
             }
             if !o.unplaced.is_empty() {
                 let hosts: Vec<&str> = o.unplaced.iter().map(String::as_str).collect();
