@@ -114,18 +114,38 @@ pub async fn step<K: RepoObject>(
     }
 
     // 2. The next Job: does it list, or does a due scan launch one?
-    let mut list = None;
     let sf = scan_facts(obj, &st);
-    let pending = catalog::plan::pending_request(&sf);
+    let next = next_listing(facts, d, &sf, now);
+    if next.stamp_attempt {
+        st.scan_request_attempt_at = Some(now);
+    }
+    let list = next.list;
+    CatalogStep { status: (st != before).then_some(st), list }
+}
+
+/// Whether the Job this decision launches lists, and whether that listing counts as a scan
+/// attempt (a request or the periodic refresh) for the coalescing window.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NextListing {
+    /// Some: the launched Job lists, honoring this request token (may be empty).
+    pub list: Option<String>,
+    pub stamp_attempt: bool,
+}
+
+/// Pure: strict S1/S2 connects list; a due scan makes any launch list, and turns an idle Ready
+/// repository into a listing probe (P3), never while an earlier probe is still on its way.
+pub fn next_listing(facts: &RepoFacts, d: &mut Decision, sf: &ScanFacts, now: DateTime<Utc>) -> NextListing {
+    let pending = catalog::plan::pending_request(sf);
     match &mut d.plan {
         Plan::Launch(l) => {
             let strict = matches!(l.kind, ConnectKind::Strict);
-            let due_now = matches!(catalog::scan_due(&sf, now), ScanDue::Now { .. });
-            if (strict && strict_lists(facts)) || due_now {
-                list = Some(if due_now { pending.clone().unwrap_or_default() } else { String::new() });
-                if due_now {
-                    st.scan_request_attempt_at = Some(now);
-                }
+            let due_now = matches!(catalog::scan_due(sf, now), ScanDue::Now { .. });
+            if due_now {
+                NextListing { list: Some(pending.unwrap_or_default()), stamp_attempt: true }
+            } else if strict && strict_lists(facts) {
+                NextListing { list: Some(String::new()), stamp_attempt: false }
+            } else {
+                NextListing::default()
             }
         }
         Plan::Idle => {
@@ -134,35 +154,40 @@ pub async fn step<K: RepoObject>(
                 && !facts.spec.suspended
                 && facts.credential_version.is_some()
                 && d.status.unique_id.is_some();
-            if eligible {
-                match (probe_attempt_pending(facts, now), catalog::scan_due(&sf, now)) {
-                    (_, ScanDue::Never) => {}
-                    (Some(until), ScanDue::Now { .. } | ScanDue::At(_)) => requeue_by(d, now, until),
-                    (None, ScanDue::At(at)) => requeue_by(d, now, at),
-                    (None, ScanDue::Now { token }) => {
-                        // P3: a probe that lists. It stamps its attempt before the Job exists,
-                        // like every probe, so a restart cannot double it.
-                        d.status.health.probe_attempt_at = Some(now);
-                        st.scan_request_attempt_at = Some(now);
-                        d.plan = Plan::Launch(Launch {
-                            kind: ConnectKind::Probe(ProbeTrigger::Periodic),
-                            gate: CreateGate::DisabledBySpec { also_pinned: true },
-                            deadline_seconds: crate::health::holdoff::bootstrap_deadline(
-                                &d.status.health,
-                                &facts.tuning,
-                                facts.spec.configured_deadline_seconds,
-                            ),
-                            generation: facts.spec.generation,
-                            credential_version: facts.credential_version.clone().unwrap_or_default(),
-                        });
-                        list = Some(token.unwrap_or_default());
-                    }
+            if !eligible {
+                return NextListing::default();
+            }
+            match (probe_attempt_pending(facts, now), catalog::scan_due(sf, now)) {
+                (_, ScanDue::Never) => NextListing::default(),
+                (Some(until), ScanDue::Now { .. } | ScanDue::At(_)) => {
+                    requeue_by(d, now, until);
+                    NextListing::default()
+                }
+                (None, ScanDue::At(at)) => {
+                    requeue_by(d, now, at);
+                    NextListing::default()
+                }
+                (None, ScanDue::Now { token }) => {
+                    // P3: a probe that lists. It stamps its attempt before the Job exists, like
+                    // every probe, so a restart cannot double it.
+                    d.status.health.probe_attempt_at = Some(now);
+                    d.plan = Plan::Launch(Launch {
+                        kind: ConnectKind::Probe(ProbeTrigger::Periodic),
+                        gate: CreateGate::DisabledBySpec { also_pinned: true },
+                        deadline_seconds: crate::health::holdoff::bootstrap_deadline(
+                            &d.status.health,
+                            &facts.tuning,
+                            facts.spec.configured_deadline_seconds,
+                        ),
+                        generation: facts.spec.generation,
+                        credential_version: facts.credential_version.clone().unwrap_or_default(),
+                    });
+                    NextListing { list: Some(token.unwrap_or_default()), stamp_attempt: true }
                 }
             }
         }
-        Plan::AwaitJob | Plan::DeleteJob { .. } => {}
+        Plan::AwaitJob | Plan::DeleteJob { .. } => NextListing::default(),
     }
-    CatalogStep { status: (st != before).then_some(st), list }
 }
 
 async fn fold_listing<K: RepoObject>(
@@ -237,4 +262,151 @@ fn truncate(s: &str, max: usize) -> String {
         cut -= 1;
     }
     s[..cut].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::*;
+    use chrono::TimeZone;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap() + Duration::seconds(s)
+    }
+
+    /// A pinned, Ready repository whose periodic probe is not due.
+    fn ready() -> RepoFacts {
+        RepoFacts {
+            id: RepoIdentity {
+                kind: RepoKind::Repository,
+                namespace: Some("t".into()),
+                name: "r".into(),
+                target: "s3://b/p".into(),
+            },
+            spec: SpecFacts {
+                generation: 1,
+                probe: ProbeSettings::default(),
+                create_enabled: true,
+                read_only: false,
+                suspended: false,
+                configured_deadline_seconds: None,
+            },
+            credential_version: Some("1/".into()),
+            reinit_ack: None,
+            reverify_requested_at: None,
+            status: RepoStatus {
+                phase: Some(Phase::Ready),
+                observed_generation: Some(1),
+                unique_id: Some("u".into()),
+                resolved_credential_version: Some("1/".into()),
+                health: Health { last_probe_at: Some(t(0)), last_healthy_at: Some(t(0)), ..Health::default() },
+                reach: Some(ReachState { reach: Reach::Reachable, message: String::new() }),
+                bootstrapped: Some(Bootstrapped::Yes),
+                ..RepoStatus::default()
+            },
+            job: None,
+            warned_ack: None,
+            tuning: Tuning::default(),
+        }
+    }
+
+    fn request(token: &str) -> ScanFacts {
+        ScanFacts { requested: Some(token.into()), spacing_seconds: 60, ..ScanFacts::default() }
+    }
+
+    #[test]
+    fn an_idle_ready_repository_launches_a_listing_probe_for_a_request() {
+        let f = ready();
+        let now = t(60);
+        let mut d = crate::health::plan(&f, now);
+        assert_eq!(d.plan, Plan::Idle);
+        let n = next_listing(&f, &mut d, &request("r1"), now);
+        assert_eq!(n, NextListing { list: Some("r1".into()), stamp_attempt: true });
+        match &d.plan {
+            Plan::Launch(l) => assert_eq!(l.kind, ConnectKind::Probe(ProbeTrigger::Periodic)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(d.status.health.probe_attempt_at, Some(now));
+    }
+
+    #[test]
+    fn nothing_pending_launches_nothing() {
+        let f = ready();
+        let mut d = crate::health::plan(&f, t(60));
+        let sf = ScanFacts { honored: Some("r1".into()), ..request("r1") };
+        assert_eq!(next_listing(&f, &mut d, &sf, t(60)), NextListing::default());
+        assert_eq!(d.plan, Plan::Idle);
+    }
+
+    #[test]
+    fn a_probe_on_its_way_is_never_doubled() {
+        let mut f = ready();
+        f.status.health.probe_attempt_at = Some(t(50));
+        let mut d = crate::health::plan(&f, t(60));
+        assert_eq!(d.plan, Plan::Idle);
+        assert_eq!(next_listing(&f, &mut d, &request("r1"), t(60)), NextListing::default());
+        assert_eq!(d.plan, Plan::Idle);
+        assert!(d.requeue_after.is_some_and(|r| r <= Duration::seconds(30)));
+    }
+
+    #[test]
+    fn coalesced_requests_wait_for_the_window() {
+        let f = ready();
+        let mut d = crate::health::plan(&f, t(60));
+        let sf = ScanFacts { attempt_at: Some(t(30)), ..request("r2") };
+        assert_eq!(next_listing(&f, &mut d, &sf, t(60)), NextListing::default());
+        assert_eq!(d.plan, Plan::Idle);
+        assert_eq!(d.requeue_after, Some(Duration::seconds(30)));
+    }
+
+    #[test]
+    fn suspended_degraded_or_busy_repositories_start_no_scan() {
+        let mut f = ready();
+        f.spec.suspended = true;
+        let mut d = crate::health::plan(&f, t(60));
+        assert_eq!(next_listing(&f, &mut d, &request("r1"), t(60)), NextListing::default());
+        let mut f = ready();
+        f.job = Some(JobFacts {
+            uid: "j".into(),
+            kind: ConnectKind::Probe(ProbeTrigger::Periodic),
+            generation: Some(1),
+            credential_version: Some("1/".into()),
+            via_reinit_ack: false,
+            state: JobState::Running,
+        });
+        let mut d = crate::health::plan(&f, t(60));
+        assert_eq!(d.plan, Plan::AwaitJob);
+        assert_eq!(next_listing(&f, &mut d, &request("r1"), t(60)), NextListing::default());
+    }
+
+    #[test]
+    fn first_bootstrap_and_spec_changes_list_other_strict_connects_do_not() {
+        let mut f = ready();
+        f.status = RepoStatus::default();
+        let mut d = crate::health::plan(&f, t(0));
+        assert!(matches!(&d.plan, Plan::Launch(l) if l.kind == ConnectKind::Strict));
+        let none = ScanFacts { spacing_seconds: 60, ..ScanFacts::default() };
+        assert_eq!(
+            next_listing(&f, &mut d, &none, t(0)),
+            NextListing { list: Some(String::new()), stamp_attempt: false }
+        );
+
+        let mut f = ready();
+        f.spec.generation = 2;
+        let mut d = crate::health::plan(&f, t(60));
+        assert!(matches!(&d.plan, Plan::Launch(l) if l.kind == ConnectKind::Strict));
+        assert_eq!(next_listing(&f, &mut d, &none, t(60)).list, Some(String::new()));
+
+        // A credential rotation (S3) reconnects strictly without listing.
+        let mut f = ready();
+        f.credential_version = Some("2/".into());
+        let mut d = crate::health::plan(&f, t(60));
+        assert!(matches!(&d.plan, Plan::Launch(l) if l.kind == ConnectKind::Strict));
+        assert_eq!(next_listing(&f, &mut d, &none, t(60)), NextListing::default());
+        // ... unless a scan is due, which any launch then carries.
+        assert_eq!(
+            next_listing(&f, &mut d, &request("r1"), t(60)),
+            NextListing { list: Some("r1".into()), stamp_attempt: true }
+        );
+    }
 }
