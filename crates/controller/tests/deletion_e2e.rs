@@ -25,6 +25,18 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
+/// An acceptance check that does not stop the run: printed, collected, and failed at the end,
+/// so one run reports every section.
+macro_rules! check {
+    ($fails:expr, $cond:expr, $($arg:tt)+) => {
+        if !$cond {
+            let m = format!($($arg)+);
+            println!("CHECK FAILED: {m}");
+            $fails.push(m);
+        }
+    };
+}
+
 #[path = "support/deletion_seed.rs"]
 mod seed;
 use seed::*;
@@ -68,10 +80,25 @@ fn latest_deletion(snaps: &[Snapshot]) -> Option<String> {
         .map(rfc3339)
 }
 
+/// Deletes every Snapshot of `set` the way `kubectl delete -l` does: list, then one DELETE
+/// each (16 in flight). A single DeleteCollection of 600 finalized objects outlives the
+/// apiserver's request timeout on 2 cores.
 async fn delete_set(client: &Client, ns: &str, set: &str) -> Result<()> {
-    Api::<Snapshot>::namespaced(client.clone(), ns)
-        .delete_collection(&DeleteParams::default(), &ListParams::default().labels(&format!("{SET}={set}")))
-        .await?;
+    let api: Api<Snapshot> = Api::namespaced(client.clone(), ns);
+    let names: Vec<String> = list_set(client, ns, set).await?.iter().map(|s| s.name_any()).collect();
+    futures::stream::iter(names.into_iter().map(|n| {
+        let api = api.clone();
+        async move {
+            match api.delete(&n, &DeleteParams::default()).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+                Err(e) => Err(anyhow::Error::from(e).context(format!("deleting Snapshot {n}"))),
+            }
+        }
+    }))
+    .buffer_unordered(48)
+    .try_collect::<Vec<()>>()
+    .await?;
     Ok(())
 }
 
@@ -126,6 +153,7 @@ async fn mass_deletion_protection_end_to_end() -> Result<()> {
 
 async fn scenarios(h: &mut Harness) -> Result<()> {
     let t0 = Instant::now();
+    let mut fails: Vec<String> = Vec::new();
     let client = h.client.clone();
     let wns = h.env.namespace("wave").await?;
     let fns = h.env.namespace("flap").await?;
@@ -265,9 +293,9 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
         flap_jobs.len(),
         retained_events
     );
-    ensure!(flap_after == flap_ids.values().cloned().collect::<BTreeSet<_>>(), "flap: a kopia snapshot was deleted");
-    ensure!(flap_jobs.is_empty(), "flap: delete Jobs were created: {flap_jobs:?}");
-    ensure!(retained_events > 0, "flap: no SnapshotRetainedOnScheduleDelete Warning");
+    check!(fails, flap_after == flap_ids.values().cloned().collect::<BTreeSet<_>>(), "flap: a kopia snapshot was deleted");
+    check!(fails, flap_jobs.is_empty(), "flap: delete Jobs were created: {flap_jobs:?}");
+    check!(fails, retained_events > 0, "flap: no SnapshotRetainedOnScheduleDelete Warning");
 
     // ---- 2. The wave: 600 external deletions held.
     let s2 = Instant::now();
@@ -275,20 +303,46 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
     let wave_id_set = ids_of(&wave_names, &wave_ids);
     let before_wave = chrono::Utc::now();
     delete_set(&client, &wns, "wave").await?;
+    println!("[wave] {WAVE} DELETEs sent in {:.1}s", s2.elapsed().as_secs_f64());
     let held = wait_held(h, &wns, "wave", WAVE, Duration::from_secs(240)).await?;
     let v = latest_deletion(&held).context("deletionTimestamps")?;
     let cmd = ack_command(&wns, "wave", &v);
-    let mut bad = Vec::new();
-    for s in &held {
-        let c = condition(s, "DeletionHeld").unwrap();
-        let decision = s.status.as_ref().and_then(|st| st.deletion.as_ref()).map(|d| d.decision.as_str().to_string());
-        if c.reason != "MassDeletionBreaker" || !c.message.contains(&cmd) || decision.as_deref() != Some("Held") {
-            bad.push(format!("{}: reason {} decision {decision:?} message {:?}", s.name_any(), c.reason, c.message));
-        }
-    }
     println!("[wave] expected command: {cmd}");
-    println!("[wave] sample message: {}", condition(&held[0], "DeletionHeld").unwrap().message);
-    ensure!(bad.is_empty(), "{} held Snapshots lack the exact command or decision Held, e.g. {:?}", bad.len(), &bad[..bad.len().min(3)]);
+    // The message is rewritten when V (the latest held deletionTimestamp) moves: members held
+    // early in the wave converge on the final value.
+    let check = |held: &[Snapshot]| {
+        let mut bad = Vec::new();
+        for s in held {
+            let c = condition(s, "DeletionHeld").unwrap();
+            let decision =
+                s.status.as_ref().and_then(|st| st.deletion.as_ref()).map(|d| d.decision.as_str().to_string());
+            if c.reason != "MassDeletionBreaker" || !c.message.contains(&cmd) || decision.as_deref() != Some("Held") {
+                bad.push(format!("{}: reason {} decision {decision:?} message {:?}", s.name_any(), c.reason, c.message));
+            }
+        }
+        bad
+    };
+    let first_bad = check(&held);
+    println!("[wave] when all were held, {} of {WAVE} messages did not yet carry the final command", first_bad.len());
+    let conv = Instant::now();
+    let converged = wait_for("every held message carries the final command", Duration::from_secs(90), &h.log(), || async {
+        let l = list_set(&client, &wns, "wave").await?;
+        Ok(check(&l).is_empty().then_some(l))
+    })
+    .await;
+    let held = match converged {
+        Ok(l) => {
+            println!("[wave] messages converged {:.1}s later", conv.elapsed().as_secs_f64());
+            l
+        }
+        Err(_) => {
+            let l = list_set(&client, &wns, "wave").await?;
+            let bad = check(&l);
+            check!(fails, false, "{} held Snapshots still lack the exact command or decision Held 90s later, e.g. {:?}", bad.len(), &bad[..bad.len().min(2)]);
+            l
+        }
+    };
+    println!("[wave] sample message: {}", condition(&held[0], "DeletionHeld").map(|c| c.message.clone()).unwrap_or_default());
     let repo: Repository = Api::namespaced(client.clone(), &wns).get("wave").await?;
     let rst = repo.status.clone().unwrap_or_default();
     let mdh = rst.conditions.iter().find(|c| c.type_ == "MassDeletionHeld").cloned();
@@ -301,23 +355,23 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
         dp.pending_external,
         dp.held
     );
-    ensure!(mdh.as_ref().is_some_and(|c| c.status == "True"), "MassDeletionHeld=True on the repository");
-    ensure!(mdh.as_ref().is_some_and(|c| c.message.contains(&cmd)), "MassDeletionHeld carries the command");
-    ensure!(dp.held == WAVE as i32 && dp.pending_external >= WAVE as i32, "deletionProtection {dp:?}");
+    check!(fails, mdh.as_ref().is_some_and(|c| c.status == "True"), "MassDeletionHeld=True on the repository");
+    check!(fails, mdh.as_ref().is_some_and(|c| c.message.contains(&cmd)), "MassDeletionHeld carries the command");
+    check!(fails, dp.held == WAVE as i32 && dp.pending_external >= WAVE as i32, "deletionProtection {dp:?}");
     let m = h.metrics().await?;
     let g_held = metric(&m, "kopiur_snapshot_deletions_held", &wns, "wave");
     let g_pending = metric(&m, "kopiur_snapshot_deletions_pending_external", &wns, "wave");
     println!("[wave] gauges: held {g_held:?} pending_external {g_pending:?}");
-    ensure!(g_held == Some(WAVE as f64), "held gauge {g_held:?}");
-    ensure!(g_pending.is_some_and(|p| p >= WAVE as f64), "pending gauge {g_pending:?}");
+    check!(fails, g_held == Some(WAVE as f64), "held gauge {g_held:?}");
+    check!(fails, g_pending.is_some_and(|p| p >= WAVE as f64), "pending gauge {g_pending:?}");
     let (ev_held, ev_held_objs) = events(&client, &wns, "SnapshotDeletionHeld").await?;
     let (ev_mdh, _) = events(&client, &wns, "MassDeletionHeld").await?;
     println!("[wave] events: SnapshotDeletionHeld {ev_held} on {ev_held_objs} Snapshots, MassDeletionHeld {ev_mdh}");
-    ensure!(ev_held_objs == WAVE, "a SnapshotDeletionHeld Warning on each held Snapshot");
-    ensure!(ev_mdh >= 1, "a MassDeletionHeld Warning on the repository");
+    check!(fails, ev_held_objs == WAVE, "a SnapshotDeletionHeld Warning on each held Snapshot");
+    check!(fails, ev_mdh >= 1, "a MassDeletionHeld Warning on the repository");
     let now_ids = k_wave.list().await?;
-    ensure!(now_ids == kopia_wave_start, "held: 0 kopia deletes ({} -> {})", kopia_wave_start.len(), now_ids.len());
-    ensure!(jobs.touching(&wave_uid_set).is_empty(), "held: no batch Job for a held member");
+    check!(fails, now_ids == kopia_wave_start, "held: 0 kopia deletes ({} -> {})", kopia_wave_start.len(), now_ids.len());
+    check!(fails, jobs.touching(&wave_uid_set).is_empty(), "held: no batch Job for a held member");
     println!("[wave] held in {:.1}s; kopia snapshots still {}", s2.elapsed().as_secs_f64(), now_ids.len());
 
     // ---- 3. An ack older than the wave releases nothing.
@@ -333,9 +387,9 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
         k.len(),
         jobs.touching(&wave_uid_set).len()
     );
-    ensure!(still.len() == WAVE && still_held == WAVE, "an older ack released a member");
-    ensure!(k == kopia_wave_start, "an older ack deleted kopia data");
-    ensure!(jobs.touching(&wave_uid_set).is_empty(), "an older ack fired a batch");
+    check!(fails, still.len() == WAVE && still_held == WAVE, "an older ack released a member");
+    check!(fails, k == kopia_wave_start, "an older ack deleted kopia data");
+    check!(fails, jobs.touching(&wave_uid_set).is_empty(), "an older ack fired a batch");
 
     // ---- 4. Retention prunes while the wave is held.
     let s4 = Instant::now();
@@ -366,10 +420,10 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
         k.len(),
         still.len()
     );
-    ensure!(k.is_disjoint(&prune_id_set), "every pruned manifest deleted");
-    ensure!(wave_id_set.is_subset(&k), "a prune drained a held member's kopia snapshot");
-    ensure!(still.len() == WAVE, "a held member was released by the prune");
-    ensure!(jobs.touching(&wave_uid_set).is_empty(), "a prune batch carried a held member");
+    check!(fails, k.is_disjoint(&prune_id_set), "every pruned manifest deleted");
+    check!(fails, wave_id_set.is_subset(&k), "a prune drained a held member's kopia snapshot");
+    check!(fails, still.len() == WAVE, "a held member was released by the prune");
+    check!(fails, jobs.touching(&wave_uid_set).is_empty(), "a prune batch carried a held member");
     let _ = s4;
 
     // ---- 5. A current ack drains the wave.
@@ -389,24 +443,25 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
         wave_jobs.iter().map(|j| j.members.len()).collect::<Vec<_>>(),
         k.len()
     );
-    ensure!(k.is_disjoint(&wave_id_set), "{} wave manifests still in kopia", k.intersection(&wave_id_set).count());
-    ensure!(wave_jobs.len() <= 3, "at most 3 batch Jobs, got {}", wave_jobs.len());
-    ensure!(batch_connects <= 3, "at most 3 repository connects, got {batch_connects}");
+    check!(fails, k.is_disjoint(&wave_id_set), "{} wave manifests still in kopia", k.intersection(&wave_id_set).count());
+    check!(fails, wave_jobs.len() <= 3, "at most 3 batch Jobs, got {}", wave_jobs.len());
+    check!(fails, batch_connects <= 3, "at most 3 repository connects, got {batch_connects}");
     for j in &wave_jobs {
         let hex = j.name.strip_prefix("snapdel-").unwrap_or("");
-        ensure!(hex.len() == 10 && hex.chars().all(|c| c.is_ascii_hexdigit()), "batch Job name {}", j.name);
-        ensure!(j.members.len() <= 200, "{} has {} members", j.name, j.members.len());
-        ensure!(j.namespace == wns, "batch Job in the repository's namespace");
-        ensure!(j.repo_uid == p_wave.uid, "delete-repo label {}", j.repo_uid);
-        ensure!(j.managed_by.as_deref() == Some("kopiur"), "managed-by label {:?}", j.managed_by);
-        ensure!(j.ttl.is_none(), "no ttlSecondsAfterFinished");
+        check!(fails, hex.len() == 10 && hex.chars().all(|c| c.is_ascii_hexdigit()), "batch Job name {}", j.name);
+        check!(fails, j.members.len() <= 200, "{} has {} members", j.name, j.members.len());
+        check!(fails, j.namespace == wns, "batch Job in the repository's namespace");
+        check!(fails, j.repo_uid == p_wave.uid, "delete-repo label {}", j.repo_uid);
+        check!(fails, j.managed_by.as_deref() == Some("kopiur"), "managed-by label {:?}", j.managed_by);
+        check!(fails, j.ttl.is_none(), "no ttlSecondsAfterFinished");
     }
     let covered: BTreeSet<String> = wave_jobs.iter().flat_map(|j| j.members.iter().cloned()).collect();
-    ensure!(wave_uid_set.is_subset(&covered), "every member listed by a batch Job");
-    wait_for("wave batch Jobs reaped", Duration::from_secs(120), &h.log(), || async {
+    check!(fails, wave_uid_set.is_subset(&covered), "every member listed by a batch Job");
+    let reaped = wait_for("wave batch Jobs reaped", Duration::from_secs(120), &h.log(), || async {
         Ok(jobs.touching(&wave_uid_set).iter().all(|j| j.gone).then_some(()))
     })
-    .await?;
+    .await;
+    check!(fails, reaped.is_ok(), "wave batch Jobs not reaped 120s after the drain");
     println!("[ack] batch Jobs reaped {:.1}s after the ack", drain_started.elapsed().as_secs_f64());
     let m = h.metrics().await?;
     println!(
@@ -427,8 +482,8 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
         single_jobs.len(),
         single_jobs.iter().map(|j| j.members.len()).collect::<Vec<_>>()
     );
-    ensure!(single_jobs.len() == 1 && single_jobs[0].members == vec![single_uid.clone()], "one batch of one");
-    ensure!(!k_wave.list().await?.contains(&single_id), "the lone manifest deleted");
+    check!(fails, single_jobs.len() == 1 && single_jobs[0].members == vec![single_uid.clone()], "one batch of one");
+    check!(fails, !k_wave.list().await?.contains(&single_id), "the lone manifest deleted");
 
     // ---- 6 + 9. A new wave after the ack is held again; acked, the controller is killed
     // while its batch Job runs.
@@ -437,11 +492,11 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
     delete_set(&client, &wns, "wave2").await?;
     let held2 = wait_held(h, &wns, "wave2", WAVE2, Duration::from_secs(120)).await?;
     let v2 = latest_deletion(&held2).context("deletionTimestamps")?;
-    ensure!(
+    check!(fails, 
         condition(&held2[0], "DeletionHeld").unwrap().message.contains(&ack_command(&wns, "wave", &v2)),
         "the new wave's message carries its own value"
     );
-    ensure!(wave2_id_set.is_subset(&k_wave.list().await?), "the new wave deleted nothing while held");
+    check!(fails, wave2_id_set.is_subset(&k_wave.list().await?), "the new wave deleted nothing while held");
     println!("[wave2] a new wave of {WAVE2} after the ack is held again (V = {v2})");
     let mark2 = h.audit.calls().len();
     h.ack(&wns, "wave", &rfc3339(chrono::Utc::now())).await?;
@@ -475,8 +530,8 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
         never.len(),
         k.intersection(&wave2_id_set).count()
     );
-    ensure!(twice.is_empty(), "deleted twice: {twice:?}");
-    ensure!(never.is_empty() && k.is_disjoint(&wave2_id_set), "lost: {never:?}");
+    check!(fails, twice.is_empty(), "deleted twice: {twice:?}");
+    check!(fails, never.is_empty() && k.is_disjoint(&wave2_id_set), "lost: {never:?}");
 
     // ---- 8. Namespace teardown: Orphan keeps the data; Delete (20 >= threshold) is held.
     let nss: Api<Namespace> = Api::all(client.clone());
@@ -498,13 +553,13 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
         orph_after.len(),
         orph_jobs.len()
     );
-    ensure!(orph_after == orph_before, "Orphan teardown deleted kopia data");
-    ensure!(orph_jobs.is_empty(), "Orphan teardown created a delete Job");
+    check!(fails, orph_after == orph_before, "Orphan teardown deleted kopia data");
+    check!(fails, orph_jobs.is_empty(), "Orphan teardown created a delete Job");
     let d = nss.get_opt(&dns).await?;
     let d_phase = d.as_ref().and_then(|n| n.status.as_ref()).and_then(|s| s.phase.clone());
     println!("[ns Delete] 20 held; namespace phase {d_phase:?}; kopia {}", k_nsdel.list().await?.len());
-    ensure!(d_phase.as_deref() == Some("Terminating"), "the namespace waits on the held deletions");
-    ensure!(k_nsdel.list().await? == nsdel_before, "held namespace teardown deleted nothing");
+    check!(fails, d_phase.as_deref() == Some("Terminating"), "the namespace waits on the held deletions");
+    check!(fails, k_nsdel.list().await? == nsdel_before, "held namespace teardown deleted nothing");
     let _ = took;
     h.ack(&hns, "nsdel", &rfc3339(chrono::Utc::now())).await?;
     let started = Instant::now();
@@ -520,13 +575,13 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
         k.len(),
         jobs.touching(&nsdel_uids.values().cloned().collect()).len()
     );
-    ensure!(k.is_empty(), "every nsdel manifest deleted after the ack");
+    check!(fails, k.is_empty(), "every nsdel manifest deleted after the ack");
 
     // ---- Across the whole run: no manifest deleted twice.
     let all = successful_deletes(&h.audit.calls());
     let dup: Vec<_> = all.iter().filter(|(_, n)| **n > 1).collect();
     println!("[audit] {} manifests deleted by movers, {} more than once", all.len(), dup.len());
-    ensure!(dup.is_empty(), "deleted more than once: {dup:?}");
+    check!(fails, dup.is_empty(), "deleted more than once: {dup:?}");
 
     // The catalog's rediscovery of the flap snapshots as origin discovered (spec §6.2).
     let discovered = Api::<Snapshot>::namespaced(client.clone(), &fns)
@@ -538,9 +593,10 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
         println!("[flap] rediscovery as origin discovered: not implemented (0 discovered rows after {:.0}s)", s1.elapsed().as_secs_f64());
     } else {
         println!("[flap] rediscovered as origin discovered: {discovered}");
-        ensure!(discovered == FLAP, "all 30 flap snapshots rediscovered, got {discovered}");
+        check!(fails, discovered == FLAP, "all 30 flap snapshots rediscovered, got {discovered}");
     }
     recorder.abort();
-    println!("deletion e2e total {:.1}s", t0.elapsed().as_secs_f64());
+    println!("deletion e2e total {:.1}s; {} acceptance check(s) failed", t0.elapsed().as_secs_f64(), fails.len());
+    ensure!(fails.is_empty(), "{} acceptance check(s) failed:\n  {}", fails.len(), fails.join("\n  "));
     Ok(())
 }
