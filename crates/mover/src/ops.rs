@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::result::{
     BootstrapFailure, BootstrapOutcome, BootstrapResult, CatalogEntry, DeleteBatchReport, Failure, MAX_LOG_TAIL_BYTES,
-    MAX_RESULT_BYTES, MemberResult, Report, ResultSink, failure_patch, heartbeat_patch, stats_json, tail_bytes,
+    MAX_RESULT_BYTES, MemberResult, Report, ResultSink, failure_patch, heartbeat_patch, tail_bytes,
 };
 use crate::workspec::{
     BootstrapRepositoryOp, CreateGate, MaintenanceMode, MaintenanceOp, Operation, ReplicateOp, RestoreOp,
@@ -537,18 +537,29 @@ fn rfc3339(t: chrono::DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
+/// `status.stats` in the API's field names (`SnapshotStats`: sizeBytes, filesNew,
+/// filesUnchanged, filesFailed). kopia's upload stats count hashed (new or modified) files as
+/// non-cached and reused ones as cached; without upload stats the root summary gives the size.
 fn manifest_stats(m: &SnapshotManifest) -> Value {
     let summ = m.root_entry.as_ref().and_then(|r| r.summ.as_ref());
-    let mut v = stats_json(m.stats.as_ref());
-    if let (Value::Object(o), Some(s)) = (&mut v, summ) {
-        o.insert("numFailed".into(), json!(s.num_failed));
+    let mut o = serde_json::Map::new();
+    match (m.stats.as_ref(), summ) {
+        (Some(st), _) => {
+            o.insert("sizeBytes".into(), json!(st.total_size));
+            o.insert("filesNew".into(), json!(st.non_cached_files));
+            o.insert("filesUnchanged".into(), json!(st.cached_files));
+            o.insert("filesFailed".into(), json!(st.error_count + st.ignored_error_count));
+        }
+        (None, Some(s)) => {
+            o.insert("sizeBytes".into(), json!(s.size));
+            o.insert("filesFailed".into(), json!(s.num_failed));
+        }
+        (None, None) => return Value::Null,
     }
-    if v.is_null()
-        && let Some(s) = summ
-    {
-        v = json!({"totalSize": s.size, "fileCount": s.files, "dirCount": s.dirs, "numFailed": s.num_failed});
+    if let (Some(s), false) = (summ, o.contains_key("filesNew")) {
+        o.insert("filesUnchanged".into(), json!(s.files));
     }
-    v
+    Value::Object(o)
 }
 
 /// Newest first, capped at `limit` entries and `max_bytes` of JSON.

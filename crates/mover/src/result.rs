@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
-use kopiur_kopia::model::{SnapshotManifest, SnapshotStats};
+use kopiur_kopia::model::SnapshotManifest;
 use kopiur_kopia::{ErrorClass, KopiaError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -197,10 +197,6 @@ pub fn heartbeat_patch(now: DateTime<Utc>) -> Value {
 
 pub fn failure_patch(f: &Failure) -> Value {
     json!({"status": {"failure": f}})
-}
-
-pub fn stats_json(s: Option<&SnapshotStats>) -> Value {
-    serde_json::to_value(s).unwrap_or(Value::Null)
 }
 
 /// Where reports go.

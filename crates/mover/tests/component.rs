@@ -408,7 +408,11 @@ async fn backup_unchanged_restore() {
     assert_eq!(st["phase"], "Succeeded", "{st}");
     let id = st["snapshot"]["kopiaSnapshotID"].as_str().unwrap().to_string();
     assert_eq!(id.len(), 32);
-    assert_eq!(st["stats"]["fileCount"], 1200, "{st}");
+    // status.stats uses the API's field names (it must parse as kopiur_api's SnapshotStats).
+    let stats: kopiur_api::snapshot::SnapshotStats = serde_json::from_value(st["stats"].clone()).unwrap();
+    assert_eq!(stats.files_new.unwrap_or(0) + stats.files_unchanged.unwrap_or(0), 1200, "{st}");
+    assert_eq!(stats.files_new, Some(1200), "a first backup hashes every file: {st}");
+    assert!(stats.size_bytes.unwrap_or(0) > 0, "{st}");
     eprintln!("backup of 1200 files took {:?}", r.elapsed);
 
     let r = b.mover(&s, &[]).await;

@@ -7,6 +7,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+use futures::FutureExt;
+
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use kopiur_api::Snapshot;
@@ -292,6 +294,9 @@ pub async fn pass(
             })
             .collect();
         let fire = fire_set::select(&fctx, &candidates);
+        if !fire.excluded.is_empty() {
+            tracing::debug!(repository = %rr.display(), excluded = ?fire.excluded, "members left out of the fire set");
+        }
         if fire.is_empty() {
             continue;
         }
@@ -400,12 +405,25 @@ async fn write_repo_status(
 pub async fn run(ctx: Arc<PipelineCtx>, snap_tx: tokio::sync::mpsc::Sender<ObjectRef<Snapshot>>) {
     let tuning = BatchTuning { global_cap: ctx.config.max_concurrent_delete_jobs, ..BatchTuning::default() };
     let mut memory = DispatchMemory::default();
-    let _ = ctx.stores.snapshots.wait_until_ready().await;
-    let _ = ctx.stores.jobs.wait_until_ready().await;
-    let _ = ctx.stores.schedules.wait_until_ready().await;
+    let ready = |what: &'static str, r: Result<Result<(), kube::runtime::reflector::store::WriterDropped>, _>| {
+        let ok = matches!(r, Ok(Ok(())));
+        if !ok {
+            tracing::warn!(store = what, "store not synced after 60 s; the dispatcher treats it as cold");
+        }
+        ok
+    };
+    let wait = std::time::Duration::from_secs(60);
+    let snaps_ok = ready("snapshots", tokio::time::timeout(wait, ctx.stores.snapshots.wait_until_ready()).await);
+    let jobs_ok = ready("jobs", tokio::time::timeout(wait, ctx.stores.jobs.wait_until_ready()).await);
+    let mut schedules_warm =
+        ready("schedules", tokio::time::timeout(wait, ctx.stores.schedules.wait_until_ready()).await);
+    tracing::info!(snaps_ok, jobs_ok, schedules_warm, "batch delete dispatcher started");
     let mut seen: HashSet<ObjectRef<Snapshot>> = HashSet::new();
     loop {
-        let enqueue = pass(&ctx, &tuning, true, &mut memory, Utc::now()).await;
+        if !schedules_warm && ctx.stores.schedules.wait_until_ready().now_or_never().is_some() {
+            schedules_warm = true;
+        }
+        let enqueue = pass(&ctx, &tuning, schedules_warm, &mut memory, Utc::now()).await;
         // Enqueue each member once per change of need (the reconcile itself settles it).
         let now_set: HashSet<ObjectRef<Snapshot>> = enqueue.into_iter().collect();
         for r in now_set.iter() {
