@@ -1,0 +1,315 @@
+//! Maintenance and RepositoryReplication end to end on a private control plane, Garage, the
+//! fault proxy and the real mover: a manual quick maintenance run executes under kopiur's
+//! lease (Job Complete, status records it, LeaseOwned=True); a RepositoryReplication copies the
+//! repository's blobs into a second bucket; an idle object makes no writes; with the source
+//! Degraded behind the proxy both park (Pending / RepositoryNotReady, no Job) on a new
+//! `run-requested`, and both run once after recovery, resumed by the repository watch.
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kopiur_api::{Maintenance, Repository, RepositoryReplication};
+use kopiur_testenv::TestEnv;
+use kopiur_testenv::garage::Garage;
+use kopiur_testenv::operator::Operator;
+use kopiur_testenv::proxy::{FaultProxy, Mode};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+
+const MIRROR: &str = "kopiur-mirror";
+
+async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
+    kopiur_testenv::apply::apply_value(client, ns, &v).await
+}
+
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, log: &std::path::Path, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await? {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            let tail = kopiur_testenv::process::log_tail(log, 60);
+            bail!("timed out waiting for {what}\noperator log tail:\n{tail}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn repo_phase(r: &Repository) -> String {
+    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+}
+
+fn ready(conds: &[Condition]) -> Option<(String, String)> {
+    conds.iter().find(|c| c.type_ == "Ready").map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+fn maint_manual(m: &Maintenance) -> Option<(String, String)> {
+    m.status
+        .as_ref()
+        .and_then(|s| s.manual_run.as_ref())
+        .map(|r| (r.requested_at.clone(), r.phase.as_str().to_string()))
+}
+
+fn repl_manual(r: &RepositoryReplication) -> Option<(String, String)> {
+    r.status
+        .as_ref()
+        .and_then(|s| s.manual_run.as_ref())
+        .map(|m| (m.requested_at.clone(), m.phase.as_str().to_string()))
+}
+
+fn repl_phase(r: &RepositoryReplication) -> String {
+    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+}
+
+async fn request_run(client: &Client, ns: &str, kind: &str, name: &str, at: &str) -> Result<()> {
+    let body = json!({"metadata": {"annotations": {"kopiur.home-operations.com/run-requested": at}}});
+    let pp = PatchParams::default();
+    match kind {
+        "Maintenance" => {
+            Api::<Maintenance>::namespaced(client.clone(), ns).patch(name, &pp, &Patch::Merge(&body)).await?;
+        }
+        _ => {
+            Api::<RepositoryReplication>::namespaced(client.clone(), ns).patch(name, &pp, &Patch::Merge(&body)).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Names of the maintenance and replication Jobs in `ns`.
+async fn run_jobs(jobs: &Api<Job>) -> Result<BTreeSet<String>> {
+    Ok(jobs
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|j| {
+            let l = j.labels();
+            l.contains_key("kopiur.home-operations.com/maintenance")
+                || l.contains_key("kopiur.home-operations.com/replication")
+        })
+        .map(|j| j.name_any())
+        .collect())
+}
+
+fn job_complete(j: &Job) -> bool {
+    j.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Complete" && c.status == "True"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
+    let started = Instant::now();
+    let dir = tempfile::tempdir()?;
+    let crd_dir = dir.path().join("crds");
+    std::fs::create_dir_all(&crd_dir)?;
+    for (i, crd) in kopiur_api::crds().into_iter().enumerate() {
+        std::fs::write(crd_dir.join(format!("{i}.yaml")), serde_yaml::to_string(&crd)?)?;
+    }
+    let env = &TestEnv::start(kopiur_testenv::Options { crds: vec![crd_dir], ..Default::default() }).await?;
+    let _guard = env.log_guard();
+    let client = env.client().await?;
+    let g = Garage::start(&dir.path().join("garage")).await?;
+    g.create_bucket(MIRROR).await?;
+    let proxy = FaultProxy::start(g.s3_addr()).await?;
+
+    let op_ns = env.namespace("kopiur-system").await?;
+    let op = Operator::start(
+        env,
+        &op_ns,
+        &[("KOPIUR_STRICT_RETRY_BASE_SECONDS", "5"), ("KOPIUR_STRICT_RETRY_CAP_SECONDS", "10")],
+    )
+    .await?;
+    let log = op.log_path().to_path_buf();
+
+    let ns = env.namespace("t").await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "kopia", "namespace": ns},
+        "stringData": {"KOPIA_PASSWORD": "maintenance e2e", "AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
+    }))?;
+    secrets.create(&PostParams::default(), &secret).await?;
+    let dest: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "mirror", "namespace": ns},
+        "stringData": {"AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
+    }))?;
+    secrets.create(&PostParams::default(), &dest).await?;
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "r", "namespace": ns},
+            "spec": {
+                "backend": {"s3": {"bucket": g.bucket(), "endpoint": format!("http://{}", proxy.endpoint()), "region": g.region(), "prefix": "maint/"}},
+                "encryption": {"passwordSecretRef": {"name": "kopia"}},
+                "health": {"probe": {"interval": "30s", "failureThreshold": 1}}
+            }
+        }),
+    )
+    .await?;
+    let repos: Api<Repository> = Api::namespaced(client.clone(), &ns);
+    wait_for("r Ready", Duration::from_secs(120), &log, || async {
+        Ok((repo_phase(&repos.get("r").await?) == "Ready").then_some(()))
+    })
+    .await?;
+    println!("[{:>5.1}s] r Ready", started.elapsed().as_secs_f64());
+
+    // A manual quick run and a manual replication, requested at creation.
+    let first = "2026-01-01T00:00:00Z";
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Maintenance",
+            "metadata": {"name": "m", "namespace": ns, "annotations": {"kopiur.home-operations.com/run-requested": first}},
+            "spec": {"repository": {"name": "r"}}
+        }),
+    )
+    .await?;
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "RepositoryReplication",
+            "metadata": {"name": "rr", "namespace": ns, "annotations": {"kopiur.home-operations.com/run-requested": first}},
+            "spec": {
+                "sourceRef": {"name": "r"},
+                "destination": {"s3": {"bucket": MIRROR, "endpoint": format!("http://{}", g.s3_endpoint()), "region": g.region(), "prefix": "copy/",
+                                       "auth": {"secretRef": {"name": "mirror"}}}},
+                "schedule": {"cron": "0 0 1 1 *"}
+            }
+        }),
+    )
+    .await?;
+    let maints: Api<Maintenance> = Api::namespaced(client.clone(), &ns);
+    let repls: Api<RepositoryReplication> = Api::namespaced(client.clone(), &ns);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let m = wait_for("the first maintenance run Succeeded", Duration::from_secs(120), &log, || async {
+        let m = maints.get("m").await?;
+        assert_ne!(maint_manual(&m).map(|x| x.1).as_deref(), Some("Failed"), "{:?}", m.status);
+        Ok((maint_manual(&m) == Some((first.into(), "Succeeded".into()))).then_some(m))
+    })
+    .await?;
+    let st = m.status.clone().unwrap_or_default();
+    println!(
+        "[{:>5.1}s] maintenance: {:?} conditions {:?}",
+        started.elapsed().as_secs_f64(),
+        st.quick,
+        ready(&st.conditions)
+    );
+    assert!(st.quick.as_ref().and_then(|q| q.last_run_at).is_some(), "quick.lastRunAt recorded");
+    assert!(st.quick.as_ref().and_then(|q| q.next_scheduled_at).is_some(), "quick slot pinned");
+    assert!(st.full.as_ref().and_then(|q| q.next_scheduled_at).is_some(), "full slot pinned");
+    assert_eq!(
+        st.ownership.as_ref().and_then(|o| o.owner.clone()).as_deref(),
+        Some(format!("kopiur@kopiur.{ns}.r").as_str())
+    );
+    assert!(st.conditions.iter().any(|c| c.type_ == "LeaseOwned" && c.status == "True"), "{:?}", st.conditions);
+    assert_eq!(ready(&st.conditions), Some(("True".into(), "MaintenanceScheduled".into())));
+    let mjobs: Vec<Job> =
+        jobs.list(&ListParams::default().labels("kopiur.home-operations.com/maintenance=m")).await?.items;
+    assert_eq!(mjobs.len(), 1, "one maintenance Job");
+    assert!(job_complete(&mjobs[0]), "the maintenance Job is Complete");
+    assert!(mjobs[0].name_any().starts_with("m-quick-"), "{}", mjobs[0].name_any());
+
+    let rr = wait_for("the first replication Succeeded", Duration::from_secs(120), &log, || async {
+        let r = repls.get("rr").await?;
+        assert_ne!(repl_phase(&r), "Failed", "{:?}", r.status);
+        Ok((repl_manual(&r) == Some((first.into(), "Succeeded".into()))).then_some(r))
+    })
+    .await?;
+    let rst = rr.status.clone().unwrap_or_default();
+    assert_eq!(repl_phase(&rr), "Succeeded");
+    assert!(rst.last_replicated.is_some());
+    assert_eq!(ready(&rst.conditions), Some(("True".into(), "Replicated".into())));
+    let copied = g.list_objects(MIRROR, "copy/").await?;
+    println!("[{:>5.1}s] replication copied {} objects", started.elapsed().as_secs_f64(), copied.len());
+    let source = g.list_objects(g.bucket(), "maint/").await?;
+    assert!(copied.iter().any(|k| k.contains("kopia.repository")), "the mirror holds the repository: {copied:?}");
+    assert!(copied.len() >= 3, "blobs copied: {copied:?}");
+    let source_blobs: BTreeSet<String> = source.iter().map(|k| k.trim_start_matches("maint/").to_string()).collect();
+    let copied_blobs: BTreeSet<String> = copied.iter().map(|k| k.trim_start_matches("copy/").to_string()).collect();
+    println!("source {} objects, mirror {} objects", source_blobs.len(), copied_blobs.len());
+    let shared = copied_blobs.intersection(&source_blobs).count();
+    assert!(shared >= 3, "the mirror holds the source's blobs ({shared} in common)");
+
+    // Idle: no writes between ticks.
+    let (mrv, rrv) = (maints.get("m").await?.resource_version(), repls.get("rr").await?.resource_version());
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(maints.get("m").await?.resource_version(), mrv, "an idle Maintenance is not written");
+    assert_eq!(repls.get("rr").await?.resource_version(), rrv, "an idle replication is not written");
+
+    // Outage: the breaker opens at the first failed probe.
+    let before = run_jobs(&jobs).await?;
+    proxy.set(Mode::Refuse);
+    wait_for("r Degraded", Duration::from_secs(150), &log, || async {
+        Ok((repo_phase(&repos.get("r").await?) == "Degraded").then_some(()))
+    })
+    .await?;
+    println!("[{:>5.1}s] r Degraded", started.elapsed().as_secs_f64());
+    let second = "2026-01-02T00:00:00Z";
+    request_run(&client, &ns, "Maintenance", "m", second).await?;
+    request_run(&client, &ns, "RepositoryReplication", "rr", second).await?;
+    let until = Instant::now() + Duration::from_secs(15);
+    let mut parked = false;
+    while Instant::now() < until {
+        let m = maints.get("m").await?;
+        let r = repls.get("rr").await?;
+        let mc = m.status.clone().unwrap_or_default().conditions;
+        let rc = r.status.clone().unwrap_or_default().conditions;
+        assert_ne!(maint_manual(&m).map(|x| x.1).as_deref(), Some("Failed"));
+        assert_ne!(repl_phase(&r), "Failed", "gating never fails a replication");
+        if maint_manual(&m) == Some((second.into(), "Pending".into()))
+            && ready(&mc) == Some(("False".into(), "RepositoryNotReady".into()))
+            && repl_phase(&r) == "Pending"
+            && ready(&rc) == Some(("False".into(), "RepositoryNotReady".into()))
+        {
+            parked = true;
+        }
+        assert_eq!(run_jobs(&jobs).await?, before, "no maintenance or replication Job while Degraded");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(parked, "both parked Pending with RepositoryNotReady");
+    println!("[{:>5.1}s] both parked", started.elapsed().as_secs_f64());
+
+    // Recovery: each runs exactly once, promptly.
+    proxy.set(Mode::Pass);
+    wait_for("r Ready again", Duration::from_secs(120), &log, || async {
+        Ok((repo_phase(&repos.get("r").await?) == "Ready").then_some(()))
+    })
+    .await?;
+    let ready_at = Instant::now();
+    println!("[{:>5.1}s] r Ready again", started.elapsed().as_secs_f64());
+    let new_jobs = wait_for("both Jobs after recovery", Duration::from_secs(60), &log, || async {
+        let now: BTreeSet<String> = run_jobs(&jobs).await?.difference(&before).cloned().collect();
+        Ok((now.len() >= 2).then_some(now))
+    })
+    .await?;
+    let latency = ready_at.elapsed();
+    println!("jobs {new_jobs:?} created {:.1} s after Ready", latency.as_secs_f64());
+    assert!(latency < Duration::from_secs(30), "resumed by the repository watch, not the safety requeue");
+    wait_for("both second runs Succeeded", Duration::from_secs(120), &log, || async {
+        let m = maints.get("m").await?;
+        let r = repls.get("rr").await?;
+        Ok((maint_manual(&m) == Some((second.into(), "Succeeded".into()))
+            && repl_manual(&r) == Some((second.into(), "Succeeded".into())))
+        .then_some(()))
+    })
+    .await?;
+    let after: BTreeSet<String> = run_jobs(&jobs).await?.difference(&before).cloned().collect();
+    assert_eq!(after.len(), 2, "exactly one Job each after recovery: {after:?}");
+    println!("[{:>5.1}s] done", started.elapsed().as_secs_f64());
+    drop(op);
+    Ok(())
+}
