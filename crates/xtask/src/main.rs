@@ -100,7 +100,11 @@ fn bench() -> Result<()> {
     // does not move the figure, and a release build of its dependency tree takes minutes here.
     step("Mover backup throughput against raw kopia snapshot create (debug build of the mover)");
     run(cargo().args(["build", "-p", "kopiur-mover", "--bins", "--example", "kopiur-mover-bench"]))?;
-    run(&mut Command::new(repo_root().join("target/debug/examples/kopiur-mover-bench")))
+    run(&mut Command::new(repo_root().join("target/debug/examples/kopiur-mover-bench")))?;
+    // ADR-0006: an acknowledged 600-deletion wave drained through batch delete Jobs.
+    step("Mass-deletion wave: time from the ack to 600 finalizers drained, repository connects per wave");
+    run(cargo().args(["build", "-p", "kopiur-controller", "--bins", "--example", "deletion-wave-bench"]))?;
+    run(&mut Command::new(repo_root().join("target/debug/examples/deletion-wave-bench")))
 }
 
 /// Every generated file: CRDs (from the api crate) and the least-privilege RBAC.
