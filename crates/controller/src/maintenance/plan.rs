@@ -160,6 +160,15 @@ pub fn plan(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
         d.recorded.push(Recorded { job: j.name.clone(), mode: j.mode.clone(), outcome });
     }
 
+    // The lease became ours: stamp when (once per claim).
+    if let Some(o) = st.ownership.as_mut() {
+        match (lease(f, &f.status).map(|(mine, _)| mine), o.claimed_at) {
+            (Some(true), None) => o.claimed_at = Some(now),
+            (Some(false), Some(_)) => o.claimed_at = None,
+            (Some(true), Some(_)) | (Some(false), None) | (None, _) => {}
+        }
+    }
+
     // A new run-requested value starts exactly one run.
     match &f.request {
         RunRequest::Requested(raw) if st.manual_run.as_ref().map(|m| &m.requested_at) != Some(raw) => {
@@ -458,14 +467,18 @@ mod tests {
         let lease = d.conditions.iter().find(|c| c.type_ == "LeaseOwned").unwrap();
         assert_eq!((lease.reason.as_str(), lease.status), (reason::LEASE_HELD_BY_OTHER, CondStatus::False));
         assert_eq!(d.recorded[0].outcome, "yielded");
+        assert_eq!(d.status.ownership.as_ref().unwrap().claimed_at, None);
         assert_eq!(d.status.quick.as_ref().unwrap().last_run_at, None);
         f.takeover = TakeoverPolicy::PromptCondition;
         let d = plan(&f, t(1, 0));
         assert!(d.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == CondStatus::True));
-        // An alias counts as ours.
+        // An alias counts as ours, and the claim is stamped once.
         f.aliases = vec!["user@host".into()];
         let d = plan(&f, t(1, 0));
         assert_eq!(ready(&d), (reason::MAINTENANCE_SCHEDULED, CondStatus::True));
+        assert_eq!(d.status.ownership.as_ref().unwrap().claimed_at, Some(t(1, 0)));
+        f.status = d.status;
+        assert_eq!(plan(&f, t(2, 0)).status.ownership.as_ref().unwrap().claimed_at, Some(t(1, 0)));
     }
 
     #[test]
