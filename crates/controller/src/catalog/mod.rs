@@ -311,3 +311,112 @@ pub async fn sync(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn scope() -> RepoScope {
+        RepoScope {
+            kind: RepositoryKind::Repository,
+            name: "r".into(),
+            namespace: Some("t".into()),
+            uid: "repo-uid".into(),
+            unique_id: Some("u".into()),
+            fallback_namespace: None,
+            allowed: None,
+            bounds: Bounds::default(),
+        }
+    }
+
+    fn snap(v: serde_json::Value) -> Snapshot {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn entry() -> CatalogEntry {
+        CatalogEntry {
+            id: "0123456789abcdef0123456789abcdef".into(),
+            username: "app".into(),
+            hostname: "t".into(),
+            path: "/data".into(),
+            start_time: None,
+            end_time: None,
+            size: 7,
+            files: 1,
+            tags: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_written_row_reads_back_as_a_complete_discovered_row() {
+        let s = scope();
+        let mut obj = row(&s, "t", &entry());
+        obj.metadata.uid = Some("x".into());
+        obj.status = Some(row_status(&s, &entry()));
+        let e = existing(&s, &obj);
+        assert!(e.discovered_row && e.bound_here && e.status_complete);
+        assert_eq!(e.kopia_snapshot_id.as_deref(), Some("0123456789abcdef0123456789abcdef"));
+        assert_eq!(obj.metadata.name.as_deref(), Some("r-0123456789ab"));
+        assert_eq!(obj.spec.deletion_policy, Some(DeletionPolicy::Retain));
+        assert!(obj.spec.on_schedule_delete.is_none() && obj.metadata.finalizers.is_none());
+        // Another repository's discovered row is neither ours nor an owner.
+        let mut other = scope();
+        other.uid = "other".into();
+        let e = existing(&other, &obj);
+        assert!(!e.discovered_row && !e.bound_here);
+    }
+
+    #[test]
+    fn binding_by_pin_uid_then_by_reference() {
+        let s = scope();
+        let pinned = snap(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": "a", "namespace": "t", "uid": "a"},
+            "spec": {},
+            "status": {"snapshot": {"kopiaSnapshotID": "k1"},
+                       "resolved": {"repository": {"kind": "Repository", "namespace": "t", "name": "r", "uid": "repo-uid"}}}
+        }));
+        let e = existing(&s, &pinned);
+        assert!(e.bound_here && !e.discovered_row);
+        assert_eq!(e.kopia_snapshot_id.as_deref(), Some("k1"));
+        // A namesake repository recreated with a new uid is not this one.
+        let stale = snap(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": "b", "namespace": "t"},
+            "spec": {},
+            "status": {"resolved": {"repository": {"kind": "Repository", "namespace": "t", "name": "r", "uid": "old"}}}
+        }));
+        assert!(!existing(&s, &stale).bound_here);
+        // Before the pin: spec.repository, with the Snapshot's namespace as the default.
+        let unpinned = snap(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": "c", "namespace": "t"},
+            "spec": {"repository": {"name": "r"}}
+        }));
+        assert!(existing(&s, &unpinned).bound_here);
+        let elsewhere = snap(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": "d", "namespace": "u"},
+            "spec": {"repository": {"name": "r"}}
+        }));
+        assert!(!existing(&s, &elsewhere).bound_here);
+    }
+
+    #[test]
+    fn a_cluster_repository_row_pins_no_namespace() {
+        let s = RepoScope {
+            kind: RepositoryKind::ClusterRepository,
+            namespace: None,
+            fallback_namespace: Some("fb".into()),
+            ..scope()
+        };
+        let st = row_status(&s, &entry());
+        let r = st.resolved.unwrap().repository.unwrap();
+        assert_eq!(
+            (r.kind, r.namespace, r.uid.as_deref()),
+            (RepositoryKind::ClusterRepository, None, Some("repo-uid"))
+        );
+        assert_eq!(repository_ref(&s).namespace, None);
+    }
+}
