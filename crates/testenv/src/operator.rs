@@ -18,12 +18,26 @@ pub struct Operator {
     pub proc_: Proc,
     pub metrics_port: u16,
     pub namespace: String,
+    /// The Lease identity (`POD_NAME`) of a replica started with [`Operator::start_replica`].
+    pub identity: Option<String>,
 }
 
 impl Operator {
     /// Applies the generated RBAC, binds it to ServiceAccount `kopiur-controller` in `ns`
     /// and starts the controller with a token kubeconfig for that account.
     pub async fn start(env: &TestEnv, ns: &str, extra_env: &[(&str, &str)]) -> Result<Operator> {
+        Operator::launch(env, ns, None, extra_env).await
+    }
+
+    /// Another replica in the same operator namespace (same ServiceAccount, same Lease), with
+    /// its own identity (`POD_NAME=kopiur-controller-<replica>`), metrics port and log file
+    /// (`kopiur-controller-<ns>-<replica>.log`). Start the first replica with this too when a
+    /// test needs to tell the replicas apart.
+    pub async fn start_replica(env: &TestEnv, ns: &str, replica: &str, extra_env: &[(&str, &str)]) -> Result<Operator> {
+        Operator::launch(env, ns, Some(replica), extra_env).await
+    }
+
+    async fn launch(env: &TestEnv, ns: &str, replica: Option<&str>, extra_env: &[(&str, &str)]) -> Result<Operator> {
         let client = env.client().await?;
         ensure_namespace(&client, ns).await?;
         let rbac = std::fs::read_to_string(repo_root().join("deploy/rbac/kopiur-rbac.yaml"))?;
@@ -50,12 +64,19 @@ impl Operator {
             .env("KOPIUR_METRICS_ADDR", format!("127.0.0.1:{port}"))
             .env("KOPIUR_MOVER_IMAGE", "ghcr.io/home-operations/kopiur-mover:local")
             .env("RUST_LOG", std::env::var("KOPIUR_OPERATOR_LOG").unwrap_or_else(|_| "info,kube=warn".into()));
+        let identity = replica.map(|r| format!("kopiur-controller-{r}"));
+        if let Some(id) = &identity {
+            cmd.env("POD_NAME", id);
+        }
+        let log_name = match replica {
+            Some(r) => format!("kopiur-controller-{ns}-{r}.log"),
+            None => format!("kopiur-controller-{ns}.log"),
+        };
         for (k, v) in extra_env {
             cmd.env(k, v);
         }
-        let proc_ =
-            process::spawn("kopiur-controller", cmd, &env.cp.logs_dir().join(format!("kopiur-controller-{ns}.log")))?;
-        Ok(Operator { proc_, metrics_port: port, namespace: ns.to_string() })
+        let proc_ = process::spawn("kopiur-controller", cmd, &env.cp.logs_dir().join(log_name))?;
+        Ok(Operator { proc_, metrics_port: port, namespace: ns.to_string(), identity })
     }
 
     pub fn log_path(&self) -> &Path {
@@ -66,9 +87,38 @@ impl Operator {
         self.proc_.stop(Duration::from_secs(10));
     }
 
+    /// SIGKILL, no grace: a crash. Whatever it held (the Lease) must expire on its own.
+    pub fn kill(&mut self) {
+        self.proc_.signal(libc::SIGKILL);
+        self.proc_.stop(Duration::ZERO);
+    }
+
     /// The controller's `/metrics` text.
     pub async fn metrics(&self) -> Result<String> {
         Ok(reqwest::get(format!("http://127.0.0.1:{}/metrics", self.metrics_port)).await?.text().await?)
+    }
+
+    /// The sum of every series whose rendered line starts with `prefix` (a metric name, or a
+    /// name with its leading labels: `name{kind="Repository",namespace="t"`); None when no
+    /// series matches or the endpoint does not answer.
+    pub async fn metric(&self, prefix: &str) -> Option<f64> {
+        let text = self.metrics().await.ok()?;
+        let values: Vec<f64> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter(|l| {
+                l.strip_prefix(prefix).is_some_and(|rest| {
+                    rest.starts_with([' ', '{', ',', '}']) || prefix.ends_with(['{', ',', '}']) || rest.is_empty()
+                })
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect();
+        (!values.is_empty()).then(|| values.iter().sum())
+    }
+
+    /// Whether this replica currently leads (`kopiur_leader 1`).
+    pub async fn is_leader(&self) -> bool {
+        self.metric("kopiur_leader").await == Some(1.0)
     }
 }
 

@@ -1,0 +1,643 @@
+//! The repository fault paths end to end (issue 5 acceptance; spec/behavior.md §3, §13.1), on a
+//! private control plane with Garage, the fault proxy, the real mover and two controller
+//! replicas under the generated RBAC. One environment; independent scenarios run concurrently
+//! on their own namespaces, prefixes and proxies, with the operator's timing knobs shortened:
+//!
+//! - `onFailure: Alert` (T17): an outage keeps the repository Ready with BackendReachable=False
+//!   while `kopiur_repository_health_probe_failures_total` rises; one RepositoryProbeFailed.
+//! - Wrong password (T15): Failed (Stalled) after exactly one strict Job, no retry loop; fixing
+//!   the Secret's value re-opens it to Ready through the Secret watch.
+//! - Wiped storage (T11–T13): Degraded, then Failed/RepositoryReinitializeBlocked with nothing
+//!   re-created; `allow-reinitialize=<uniqueId>` re-creates once and pins a new id; the now-stale
+//!   ack is ignored with InvalidReinitializeAck and a second wipe ends blocked again.
+//! - An outage during a re-bootstrap opens the breaker from the strict connect (T16).
+//! - Two replicas: the leader is killed mid-outage; the standby takes the Lease, keeps the
+//!   stamped strict-retry holdoff (no early launch, no reset to the base) and reconciling
+//!   continues until the breaker closes.
+//! - A Ready repository with nothing changing makes zero writes over more than two minutes,
+//!   the leader handover included (its resourceVersion never moves).
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use chrono::{DateTime, SecondsFormat, Utc};
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kopiur_api::names::annotation;
+use kopiur_api::repository::StrictRetry;
+use kopiur_api::{ClusterRepository, Repository};
+use kopiur_testenv::TestEnv;
+use kopiur_testenv::garage::Garage;
+use kopiur_testenv::operator::Operator;
+use kopiur_testenv::proxy::{FaultProxy, Mode};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use serde_json::{Value, json};
+
+const PASSWORD: &str = "faults correct horse";
+/// Operator timing knobs: strict retries 10 s doubling to 40 s, reverify nudges 5 s apart.
+const BASE: i64 = 10;
+const CAP: i64 = 40;
+const KNOBS: [(&str, &str); 3] = [
+    ("KOPIUR_STRICT_RETRY_BASE_SECONDS", "10"),
+    ("KOPIUR_STRICT_RETRY_CAP_SECONDS", "40"),
+    ("KOPIUR_REVERIFY_SPACING_SECONDS", "5"),
+];
+
+/// A connect Job as first seen on a watch.
+#[derive(Clone, Debug)]
+struct JobRec {
+    namespace: String,
+    uid: String,
+    /// The `probe-kind` annotation: strict, probe or reverify.
+    kind: String,
+    /// The `create-gate` annotation.
+    gate: String,
+    created: DateTime<Utc>,
+}
+
+/// Every kopiur Job created in the cluster, recorded from a watch (connect Jobs are deleted
+/// once folded, so a list would miss them).
+#[derive(Clone, Default)]
+struct JobLog(Arc<Mutex<Vec<JobRec>>>);
+
+impl JobLog {
+    fn start(client: Client) -> JobLog {
+        let log = JobLog::default();
+        let out = log.clone();
+        tokio::spawn(async move {
+            let cfg = watcher::Config::default().labels("app.kubernetes.io/managed-by=kopiur");
+            let mut s = watcher(Api::<Job>::all(client), cfg).default_backoff().applied_objects().boxed();
+            while let Some(ev) = s.next().await {
+                let Ok(job) = ev else { continue };
+                let uid = job.uid().unwrap_or_default();
+                let mut v = out.0.lock().unwrap();
+                if v.iter().any(|j| j.uid == uid) {
+                    continue;
+                }
+                let ann = job.annotations();
+                v.push(JobRec {
+                    namespace: job.namespace().unwrap_or_default(),
+                    uid,
+                    kind: ann.get("kopiur.home-operations.com/probe-kind").cloned().unwrap_or_default(),
+                    gate: ann.get("kopiur.home-operations.com/create-gate").cloned().unwrap_or_default(),
+                    created: job
+                        .metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
+                        .unwrap_or_else(Utc::now),
+                });
+            }
+        });
+        log
+    }
+
+    fn in_ns(&self, ns: &str) -> Vec<JobRec> {
+        self.0.lock().unwrap().iter().filter(|j| j.namespace == ns).cloned().collect()
+    }
+
+    fn uids(&self, ns: &str) -> BTreeSet<String> {
+        self.in_ns(ns).into_iter().map(|j| j.uid).collect()
+    }
+
+    /// Jobs of `ns` not in `before`.
+    fn since(&self, ns: &str, before: &BTreeSet<String>) -> Vec<JobRec> {
+        self.in_ns(ns).into_iter().filter(|j| !before.contains(&j.uid)).collect()
+    }
+}
+
+struct World {
+    client: Client,
+    g: Garage,
+    jobs: JobLog,
+    logs: Vec<PathBuf>,
+    started: Instant,
+}
+
+impl World {
+    fn say(&self, msg: impl std::fmt::Display) {
+        println!("[{:>6.1}s] {msg}", self.started.elapsed().as_secs_f64());
+    }
+
+    async fn wait<T, F, Fut>(&self, what: &str, timeout: Duration, mut f: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<Option<T>>>,
+    {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(v) = f().await.with_context(|| format!("while waiting for {what}"))? {
+                return Ok(v);
+            }
+            if Instant::now() > deadline {
+                let tails: Vec<String> = self
+                    .logs
+                    .iter()
+                    .map(|l| format!("== {}\n{}", l.display(), kopiur_testenv::process::log_tail(l, 40)))
+                    .collect();
+                bail!("timed out after {timeout:?} waiting for {what}\n{}", tails.join("\n"));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    fn repos(&self, ns: &str) -> Api<Repository> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    async fn create_secret(&self, ns: &str, password: &str) -> Result<()> {
+        let s: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "kopia", "namespace": ns},
+            "stringData": {"KOPIA_PASSWORD": password, "AWS_ACCESS_KEY_ID": self.g.access_key(),
+                           "AWS_SECRET_ACCESS_KEY": self.g.secret_key()}
+        }))?;
+        Api::<Secret>::namespaced(self.client.clone(), ns).create(&PostParams::default(), &s).await?;
+        Ok(())
+    }
+
+    async fn set_password(&self, ns: &str, password: &str) -> Result<()> {
+        Api::<Secret>::namespaced(self.client.clone(), ns)
+            .patch(
+                "kopia",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"stringData": {"KOPIA_PASSWORD": password}})),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// A Repository on `prefix`, through `endpoint` (Garage itself or a fault proxy).
+    async fn create_repo(&self, ns: &str, name: &str, endpoint: &str, prefix: &str, health: Value) -> Result<()> {
+        let mut spec = json!({
+            "backend": {"s3": {"bucket": self.g.bucket(), "endpoint": format!("http://{endpoint}"),
+                               "region": self.g.region(), "prefix": prefix}},
+            "encryption": {"passwordSecretRef": {"name": "kopia"}}
+        });
+        if !health.is_null() {
+            spec["health"] = health;
+        }
+        let r: Repository = serde_json::from_value(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec
+        }))?;
+        self.repos(ns).create(&PostParams::default(), &r).await?;
+        Ok(())
+    }
+
+    async fn wait_phase(&self, ns: &str, name: &str, want: &str, timeout: Duration) -> Result<Repository> {
+        let repos = self.repos(ns);
+        self.wait(&format!("{ns}/{name} {want}"), timeout, || async {
+            let r = repos.get(name).await?;
+            Ok((phase(&r) == want).then_some(r))
+        })
+        .await
+    }
+
+    async fn annotate(&self, ns: &str, name: &str, key: &str, value: &str) -> Result<()> {
+        self.repos(ns)
+            .patch(name, &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"annotations": {key: value}}})))
+            .await?;
+        Ok(())
+    }
+
+    /// A reverify nudge, as a failed consumer would stamp it: one probe connect at once.
+    async fn nudge(&self, ns: &str, name: &str) -> Result<()> {
+        let now = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+        self.annotate(ns, name, annotation::REVERIFY_REQUESTED_AT, &now).await
+    }
+
+    /// A spec change (a strict S2 connect at once, even while Degraded).
+    async fn bump_spec(&self, ns: &str, name: &str, threshold: i32) -> Result<i64> {
+        let r = self
+            .repos(ns)
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"health": {"probe": {"failureThreshold": threshold}}}})),
+            )
+            .await?;
+        r.metadata.generation.context("generation")
+    }
+
+    /// Events about `name` with `reason`, counting a recorder series as its count.
+    async fn events(&self, ns: &str, name: &str, reason: &str) -> Result<i32> {
+        let evs = Api::<Event>::namespaced(self.client.clone(), ns).list(&Default::default()).await?;
+        Ok(evs
+            .items
+            .iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| e.series.as_ref().map(|s| s.count).unwrap_or(1).max(1))
+            .sum())
+    }
+
+    async fn objects(&self, prefix: &str) -> Result<usize> {
+        Ok(self.g.list_objects(self.g.bucket(), prefix).await?.len())
+    }
+}
+
+fn phase(r: &Repository) -> String {
+    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+}
+
+fn condition<'a>(r: &'a Repository, t: &str) -> Option<&'a Condition> {
+    r.status.as_ref()?.conditions.iter().find(|c| c.type_ == t)
+}
+
+fn cond_status<'a>(r: &'a Repository, t: &str) -> (&'a str, &'a str) {
+    condition(r, t).map(|c| (c.status.as_str(), c.reason.as_str())).unwrap_or(("", ""))
+}
+
+fn unique_id(r: &Repository) -> String {
+    r.status.as_ref().and_then(|s| s.unique_id.clone()).unwrap_or_default()
+}
+
+fn streak(r: &Repository) -> i32 {
+    r.status.as_ref().and_then(|s| s.health.as_ref()).map(|h| h.consecutive_probe_failures).unwrap_or(0)
+}
+
+fn strict_retry(r: &Repository) -> Option<StrictRetry> {
+    r.status.as_ref()?.health.as_ref()?.strict_retry.clone()
+}
+
+fn series(metric: &str, ns: &str, name: &str) -> String {
+    format!("{metric}{{kind=\"Repository\",namespace=\"{ns}\",name=\"{name}\"")
+}
+
+/// T17: Alert mode stays Ready through an outage; only the condition, one Event and the
+/// probe-failure counter show it.
+async fn alert_mode(w: &World, op: &Operator, ns: &str, proxy: &FaultProxy) -> Result<()> {
+    let repos = w.repos(ns);
+    let failures = series("kopiur_repository_health_probe_failures_total", ns, "alert");
+    proxy.set(Mode::Refuse);
+    w.nudge(ns, "alert").await?;
+    let first = w
+        .wait("alert: first failed probe folded", Duration::from_secs(120), || async {
+            let r = repos.get("alert").await?;
+            ensure!(phase(&r) == "Ready", "Alert mode left Ready: {:?}", r.status);
+            Ok((cond_status(&r, "BackendReachable").0 == "False").then_some(r))
+        })
+        .await?;
+    w.say(format!("alert: first probe failed, streak {}", streak(&first)));
+    let c1 = w
+        .wait("alert: probe-failure counter", Duration::from_secs(10), || async { Ok(op.metric(&failures).await) })
+        .await?;
+    ensure!(c1 >= 1.0, "probe failures counted: {c1}");
+    // A second nudge (5 s spacing) re-probes: the counter rises, the phase holds.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    w.nudge(ns, "alert").await?;
+    let c2 = w
+        .wait("alert: the counter rises", Duration::from_secs(120), || async {
+            let r = repos.get("alert").await?;
+            ensure!(phase(&r) == "Ready", "Alert mode left Ready: {:?}", r.status);
+            Ok(op.metric(&failures).await.filter(|c| *c > c1))
+        })
+        .await?;
+    let r = repos.get("alert").await?;
+    w.say(format!("alert: probe failures {c1} -> {c2}, streak {}", streak(&r)));
+    ensure!(streak(&r) >= 2 && streak(&r) >= r.spec.common.health.probe.failure_threshold, "past the threshold");
+    assert_eq!(cond_status(&r, "Ready").0, "True", "still Ready=True");
+    assert_eq!(cond_status(&r, "BackendReachable"), ("False", "BackendUnreachable"));
+    assert_eq!(w.events(ns, "alert", "RepositoryProbeFailed").await?, 1, "one Event per failure episode");
+    assert_eq!(w.events(ns, "alert", "RepositoryBreakerOpened").await?, 0, "Alert never opens the breaker");
+    assert_eq!(op.metric(&series("kopiur_repository_breaker_trips_total", ns, "alert")).await, None);
+    // Back up: the next probe heals the condition.
+    proxy.set(Mode::Pass);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    w.nudge(ns, "alert").await?;
+    w.wait("alert: BackendReachable again", Duration::from_secs(120), || async {
+        let r = repos.get("alert").await?;
+        ensure!(phase(&r) == "Ready");
+        Ok((cond_status(&r, "BackendReachable").0 == "True" && streak(&r) == 0).then_some(()))
+    })
+    .await?;
+    w.say("alert: done");
+    Ok(())
+}
+
+/// T15: a wrong password is terminal after one strict Job; fixing the Secret re-opens it.
+async fn wrong_password(w: &World, op: &Operator, ns: &str) -> Result<()> {
+    let repos = w.repos(ns);
+    let pin = unique_id(&repos.get("pw").await?);
+    let before = w.jobs.uids(ns);
+    w.set_password(ns, "battery staple").await?;
+    let failed = w
+        .wait("pw: Failed after the password change", Duration::from_secs(120), || async {
+            let r = repos.get("pw").await?;
+            ensure!(phase(&r) != "Degraded", "an auth failure is not an outage: {:?}", r.status);
+            Ok((phase(&r) == "Failed").then_some(r))
+        })
+        .await?;
+    w.say("pw: Failed");
+    assert_eq!(cond_status(&failed, "Ready"), ("False", "AuthFailure"));
+    assert_eq!(cond_status(&failed, "Stalled").0, "True");
+    assert_ne!(cond_status(&failed, "Reconciling").0, "True");
+    // No retry loop: over a window of several strict-retry bases, still the one Job.
+    tokio::time::sleep(Duration::from_secs(3 * BASE as u64)).await;
+    let r = repos.get("pw").await?;
+    assert_eq!(phase(&r), "Failed", "sticky");
+    let jobs = w.jobs.since(ns, &before);
+    ensure!(jobs.len() == 1 && jobs[0].kind == "strict", "exactly one strict connect Job, got {jobs:?}");
+    assert_eq!(op.metric(&series("kopiur_repository_breaker_trips_total", ns, "pw")).await, None, "no trip");
+    // Fix the value: the Secret watch re-opens the terminal gate at once.
+    let fixed_at = Utc::now();
+    w.set_password(ns, PASSWORD).await?;
+    let ready = w.wait_phase(ns, "pw", "Ready", Duration::from_secs(120)).await?;
+    assert_eq!(unique_id(&ready), pin, "the same repository");
+    let jobs = w.jobs.since(ns, &before);
+    ensure!(jobs.len() == 2, "one more strict Job after the fix: {jobs:?}");
+    let lag = (jobs[1].created - fixed_at).num_seconds();
+    ensure!(lag <= 10, "the fix re-opened the gate {lag}s later (≤ 10 s)");
+    w.say(format!("pw: Ready again ({lag}s after the fix)"));
+    Ok(())
+}
+
+/// Wipe the repository's storage and nudge: Degraded, then Failed/RepositoryReinitializeBlocked
+/// with nothing re-created. Returns the Failed object.
+async fn wipe_until_blocked(w: &World, ns: &str, pin: &str) -> Result<Repository> {
+    let repos = w.repos(ns);
+    let wiped = w.g.wipe_bucket(w.g.bucket(), "wipe/").await?;
+    ensure!(wiped > 0, "the repository had objects");
+    w.nudge(ns, "wipe").await?;
+    let seen = Mutex::new(Vec::<String>::new());
+    let failed = w
+        .wait("wipe: Failed", Duration::from_secs(180), || async {
+            let r = repos.get("wipe").await?;
+            let p = phase(&r);
+            let mut s = seen.lock().unwrap();
+            if s.last() != Some(&p) {
+                s.push(p.clone());
+            }
+            Ok((p == "Failed").then_some(r))
+        })
+        .await?;
+    let seen = seen.into_inner().unwrap();
+    assert_eq!(seen, ["Ready", "Degraded", "Failed"], "phase sequence after the wipe");
+    assert_eq!(cond_status(&failed, "Ready"), ("False", "RepositoryReinitializeBlocked"));
+    assert_eq!(cond_status(&failed, "Stalled").0, "True");
+    let msg = condition(&failed, "Ready").map(|c| c.message.clone()).unwrap_or_default();
+    let ack = format!("kubectl annotate repository/wipe -n {ns} {}={pin} --overwrite", annotation::ALLOW_REINITIALIZE);
+    ensure!(msg.contains(&ack), "the message names the ack command: {msg}");
+    ensure!(!msg.contains("spec.create.enabled"), "no create.enabled advice: {msg}");
+    assert_eq!(unique_id(&failed), pin, "the pin stands");
+    Ok(failed)
+}
+
+/// T11–T13: a wiped repository is never re-created without the ack; the ack re-creates once
+/// and expires by itself.
+async fn wiped_storage(w: &World, ns: &str) -> Result<()> {
+    let repos = w.repos(ns);
+    let pin1 = unique_id(&repos.get("wipe").await?);
+    let before = w.jobs.uids(ns);
+    wipe_until_blocked(w, ns, &pin1).await?;
+    w.say("wipe: blocked");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(w.objects("wipe/").await?, 0, "storage not re-created");
+    let jobs = w.jobs.since(ns, &before);
+    let kinds: Vec<&str> = jobs.iter().map(|j| j.kind.as_str()).collect();
+    assert_eq!(kinds, ["reverify", "strict"], "one probe, one strict confirmation: {jobs:?}");
+    assert_eq!(jobs[1].gate, "PinnedOnceReady");
+    assert_eq!(w.events(ns, "wipe", "RepositoryBreakerOpened").await?, 1);
+
+    // The ack: exactly one strict Job that may create; a new id is pinned.
+    let before = w.jobs.uids(ns);
+    w.annotate(ns, "wipe", annotation::ALLOW_REINITIALIZE, &pin1).await?;
+    let ready = w.wait_phase(ns, "wipe", "Ready", Duration::from_secs(120)).await?;
+    let pin2 = unique_id(&ready);
+    ensure!(!pin2.is_empty() && pin2 != pin1, "a new uniqueId is pinned: {pin1} -> {pin2}");
+    assert_eq!(streak(&ready), 0);
+    ensure!(w.objects("wipe/").await? > 0, "re-created");
+    let jobs = w.jobs.since(ns, &before);
+    ensure!(jobs.len() == 1 && jobs[0].gate == "AllowedViaReinitAck", "one ack'd strict Job: {jobs:?}");
+    assert_eq!(w.events(ns, "wipe", "RepositoryReinitialized").await?, 1);
+    w.say(format!("wipe: re-created {pin1} -> {pin2}"));
+
+    // The annotation still names the old id: a second wipe ends blocked again, and the stale
+    // ack is ignored with one InvalidReinitializeAck.
+    tokio::time::sleep(Duration::from_secs(5)).await; // reverify spacing
+    let before = w.jobs.uids(ns);
+    wipe_until_blocked(w, ns, &pin2).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(w.objects("wipe/").await?, 0, "the stale ack re-created nothing");
+    let jobs = w.jobs.since(ns, &before);
+    ensure!(jobs.iter().all(|j| j.gate != "AllowedViaReinitAck"), "no create allowed: {jobs:?}");
+    let r = repos.get("wipe").await?;
+    assert_eq!(r.annotations().get(annotation::ALLOW_REINITIALIZE), Some(&pin1), "kopiur never edits the ack");
+    let invalid = w
+        .wait("wipe: InvalidReinitializeAck", Duration::from_secs(10), || async {
+            let n = w.events(ns, "wipe", "InvalidReinitializeAck").await?;
+            Ok((n > 0).then_some(n))
+        })
+        .await?;
+    assert_eq!(invalid, 1, "once per value");
+    w.say("wipe: stale ack ignored");
+    Ok(())
+}
+
+/// T16: an outage during a re-bootstrap opens the breaker from the strict connect.
+async fn outage_opens(w: &World, op: &Operator, ns: &str, proxy: &FaultProxy) -> Result<()> {
+    proxy.set(Mode::Refuse);
+    w.bump_spec(ns, "out", 2).await?;
+    let r = w.wait_phase(ns, "out", "Degraded", Duration::from_secs(120)).await?;
+    assert_eq!(cond_status(&r, "Ready"), ("False", "BreakerOpen"));
+    assert_eq!(cond_status(&r, "Reconciling").0, "True");
+    let sr = strict_retry(&r).context("strictRetry stamped")?;
+    assert_eq!((sr.attempt, sr.holdoff_seconds), (1, BASE));
+    let trips = format!("{},probe_kind=\"strict\"}}", series("kopiur_repository_breaker_trips_total", ns, "out"));
+    let n =
+        w.wait("out: strict trip counted", Duration::from_secs(10), || async { Ok(op.metric(&trips).await) }).await?;
+    assert_eq!(n, 1.0);
+    w.say("out: Degraded from a strict connect");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repository_faults_end_to_end() -> Result<()> {
+    let started = Instant::now();
+    let dir = tempfile::tempdir()?;
+    let crd_dir = dir.path().join("crds");
+    std::fs::create_dir_all(&crd_dir)?;
+    std::fs::write(crd_dir.join("repositories.yaml"), serde_yaml::to_string(&Repository::crd())?)?;
+    std::fs::write(crd_dir.join("clusterrepositories.yaml"), serde_yaml::to_string(&ClusterRepository::crd())?)?;
+    let env = &TestEnv::start(kopiur_testenv::Options { crds: vec![crd_dir], ..Default::default() }).await?;
+    let _guard = env.log_guard();
+    let client = env.client().await?;
+    let g = Garage::start(&dir.path().join("garage")).await?;
+    let alert_proxy = FaultProxy::start(g.s3_addr()).await?;
+    let out_proxy = FaultProxy::start(g.s3_addr()).await?;
+    let direct = g.s3_addr().to_string();
+
+    // Two replicas of one operator: a leads, b stands by.
+    let op_ns = env.namespace("kopiur-system").await?;
+    let mut a = Operator::start_replica(env, &op_ns, "a", &KNOBS).await?;
+    let mut w = World { client: client.clone(), g, jobs: JobLog::start(client.clone()), logs: vec![], started };
+    w.logs.push(a.log_path().to_path_buf());
+    w.wait("replica a leads", Duration::from_secs(60), || async { Ok(a.is_leader().await.then_some(())) }).await?;
+    let b = Operator::start_replica(env, &op_ns, "b", &KNOBS).await?;
+    w.logs.push(b.log_path().to_path_buf());
+    w.say("replica a leads; b started");
+
+    let [ns_alert, ns_pw, ns_wipe, ns_out, ns_idle] = [
+        env.namespace("alert").await?,
+        env.namespace("pw").await?,
+        env.namespace("wipe").await?,
+        env.namespace("out").await?,
+        env.namespace("idle").await?,
+    ];
+    for ns in [&ns_alert, &ns_pw, &ns_wipe, &ns_out, &ns_idle] {
+        w.create_secret(ns, PASSWORD).await?;
+    }
+    let alert_health = json!({"probe": {"onFailure": "Alert", "failureThreshold": 1}});
+    w.create_repo(&ns_alert, "alert", &alert_proxy.endpoint(), "alert/", alert_health).await?;
+    w.create_repo(&ns_pw, "pw", &direct, "pw/", Value::Null).await?;
+    w.create_repo(&ns_wipe, "wipe", &direct, "wipe/", json!({"probe": {"failureThreshold": 1}})).await?;
+    w.create_repo(&ns_out, "out", &out_proxy.endpoint(), "out/", Value::Null).await?;
+    w.create_repo(&ns_idle, "idle", &direct, "idle/", Value::Null).await?;
+    let t = Duration::from_secs(240);
+    tokio::try_join!(
+        w.wait_phase(&ns_alert, "alert", "Ready", t),
+        w.wait_phase(&ns_pw, "pw", "Ready", t),
+        w.wait_phase(&ns_wipe, "wipe", "Ready", t),
+        w.wait_phase(&ns_out, "out", "Ready", t),
+        w.wait_phase(&ns_idle, "idle", "Ready", t),
+    )?;
+    w.say("all five repositories Ready");
+
+    // The idle repository: once its bootstrap Job is cleaned up, nothing writes it again.
+    let idle_repos = w.repos(&ns_idle);
+    let idle_jobs: Api<Job> = Api::namespaced(client.clone(), &ns_idle);
+    w.wait("idle: bootstrap Job cleaned up", Duration::from_secs(60), || async {
+        Ok(idle_jobs.list(&Default::default()).await?.items.is_empty().then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle0 = idle_repos.get("idle").await?;
+    let idle_since = Instant::now();
+    let scenarios_done = AtomicBool::new(false);
+    let idle_window = async {
+        let rv0 = idle0.resource_version();
+        let mut versions = vec![rv0.clone()];
+        while idle_since.elapsed() < Duration::from_secs(125) || !scenarios_done.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let r = idle_repos.get("idle").await?;
+            if versions.last() != Some(&r.resource_version()) {
+                versions.push(r.resource_version());
+            }
+        }
+        let r = idle_repos.get("idle").await?;
+        ensure!(
+            r.resource_version() == rv0,
+            "a Ready repository with nothing changing was written over {:?} (resourceVersions {versions:?})\n\
+             managedFields: {:#?}\nbefore: {:#?}\nafter: {:#?}",
+            idle_since.elapsed(),
+            r.metadata.managed_fields,
+            idle0.status,
+            r.status
+        );
+        assert_eq!(phase(&r), "Ready");
+        w.say(format!("idle: zero writes over {:?}", idle_since.elapsed()));
+        Ok::<_, anyhow::Error>(())
+    };
+
+    let scenarios = async {
+        // Phase 1, concurrently on separate namespaces, prefixes and proxies.
+        tokio::try_join!(
+            alert_mode(&w, &a, &ns_alert, &alert_proxy),
+            wrong_password(&w, &a, &ns_pw),
+            wiped_storage(&w, &ns_wipe),
+            outage_opens(&w, &a, &ns_out, &out_proxy),
+        )?;
+        w.say("phase 1 done");
+
+        // Phase 2: kill the leader mid-outage, right after a strict failure stamped a holdoff
+        // at the cap (a spec change runs one strict connect at once, even while open).
+        let repos = w.repos(&ns_out);
+        let mut threshold = 3;
+        let (stamped, next_at) = loop {
+            threshold += 1;
+            let generation = w.bump_spec(&ns_out, "out", threshold).await?;
+            let r = w
+                .wait("out: the strict connect folded", Duration::from_secs(120), || async {
+                    let r = repos.get("out").await?;
+                    ensure!(phase(&r) == "Degraded", "held Degraded: {:?}", r.status);
+                    let st = r.status.as_ref();
+                    Ok((st.and_then(|s| s.observed_generation) == Some(generation)).then_some(r))
+                })
+                .await?;
+            let sr = strict_retry(&r).context("strictRetry")?;
+            if sr.holdoff_seconds == CAP {
+                let at = sr.next_attempt_at.context("nextAttemptAt")?;
+                break (sr, at);
+            }
+        };
+        let before = w.jobs.uids(&ns_out);
+        a.kill();
+        let killed_at = Utc::now();
+        w.say(format!("killed leader a; stamped {stamped:?}"));
+        ensure!(next_at > killed_at + chrono::Duration::seconds(25), "kill inside the holdoff");
+
+        w.wait("b takes the Lease", Duration::from_secs(60), || async { Ok(b.is_leader().await.then_some(())) })
+            .await?;
+        let lease = Api::<Lease>::namespaced(client.clone(), &op_ns).get("kopiur-leader").await?;
+        let spec = lease.spec.unwrap_or_default();
+        assert_eq!(spec.holder_identity, b.identity, "the Lease names b");
+        ensure!(spec.lease_transitions.unwrap_or(0) >= 1, "a transition is recorded: {spec:?}");
+        let took_over = Utc::now();
+        w.say(format!("b leads, {}s after the kill", (took_over - killed_at).num_seconds()));
+        ensure!(took_over < next_at, "b took over inside the stamped holdoff");
+
+        // b resumes the stamped schedule: nothing before nextAttemptAt, then one strict retry
+        // whose failure continues the sequence (attempt + 1, holdoff not reset to the base).
+        let r = repos.get("out").await?;
+        assert_eq!(strict_retry(&r).as_ref(), Some(&stamped), "the takeover keeps the stamp");
+        let next = w
+            .wait("out: b's strict retry folded", Duration::from_secs(120), || async {
+                let r = repos.get("out").await?;
+                ensure!(phase(&r) == "Degraded", "held Degraded: {:?}", r.status);
+                Ok(strict_retry(&r).filter(|s| s.attempt > stamped.attempt))
+            })
+            .await?;
+        let jobs = w.jobs.since(&ns_out, &before);
+        ensure!(!jobs.is_empty(), "b launched the retry");
+        let first = jobs.iter().map(|j| j.created).min().unwrap();
+        ensure!(
+            first >= next_at - chrono::Duration::seconds(1),
+            "b launched at {first}, before the stamped nextAttemptAt {next_at}"
+        );
+        assert_eq!(jobs.len(), 1, "one retry: {jobs:?}");
+        assert_eq!((next.attempt, next.holdoff_seconds), (stamped.attempt + 1, CAP), "no reset to the base");
+        assert_eq!(w.events(&ns_out, "out", "RepositoryBreakerOpened").await?, 1, "no second trip");
+        w.say(format!("out: b kept the holdoff; next {next:?}"));
+
+        // Reconciling continues under b: the backend returns and a spec change closes the
+        // breaker at once.
+        out_proxy.set(Mode::Pass);
+        w.bump_spec(&ns_out, "out", 2).await?;
+        let healed = w.wait_phase(&ns_out, "out", "Ready", Duration::from_secs(120)).await?;
+        assert_eq!(streak(&healed), 0);
+        assert!(strict_retry(&healed).is_none());
+        assert_eq!(w.events(&ns_out, "out", "RepositoryBreakerClosed").await?, 1);
+        let gauge = format!("{}}}", series("kopiur_repository_consecutive_backend_failures", &ns_out, "out"));
+        let g = w.wait("b's gauge", Duration::from_secs(10), || async { Ok(b.metric(&gauge).await) }).await?;
+        assert_eq!(g, 0.0);
+        w.say("out: healed under b");
+        scenarios_done.store(true, Ordering::Relaxed);
+        Ok::<_, anyhow::Error>(())
+    };
+    let res = tokio::try_join!(idle_window, scenarios);
+    if let Err(e) = &res {
+        eprintln!("{e:#}");
+    }
+    res?;
+    w.say("done");
+    Ok(())
+}
