@@ -107,8 +107,7 @@ async fn wait_held(h: &Harness, ns: &str, set: &str, n: usize, timeout: Duration
     let started = Instant::now();
     let out = wait_for(&format!("{n} Snapshots of {set} DeletionHeld=True"), timeout, &h.log(), || async {
         let l = list_set(&h.client, ns, set).await?;
-        let held =
-            l.iter().filter(|s| condition(s, "DeletionHeld").is_some_and(|c| c.status == "True")).count();
+        let held = l.iter().filter(|s| condition(s, "DeletionHeld").is_some_and(|c| c.status == "True")).count();
         Ok((l.len() == n && held == n).then_some(l))
     })
     .await;
@@ -117,7 +116,10 @@ async fn wait_held(h: &Harness, ns: &str, set: &str, n: usize, timeout: Duration
         let held = l.iter().filter(|s| condition(s, "DeletionHeld").is_some_and(|c| c.status == "True")).count();
         let deleting = l.iter().filter(|s| s.metadata.deletion_timestamp.is_some()).count();
         let sample = l.first().map(|s| serde_json::to_string(&s.status).unwrap_or_default()).unwrap_or_default();
-        println!("[{set}] NOT HELD: {} present, {deleting} deleting, {held} DeletionHeld=True; sample status {sample}", l.len());
+        println!(
+            "[{set}] NOT HELD: {} present, {deleting} deleting, {held} DeletionHeld=True; sample status {sample}",
+            l.len()
+        );
     }
     let l = out?;
     println!("[{set}] all {n} DeletionHeld=True after {:.1}s", started.elapsed().as_secs_f64());
@@ -272,7 +274,7 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
             .collect();
         seed_snapshots(&client, &fns, &p_flap, children, 8).await?;
         // Let the controller see the children alive under their schedule.
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         schedules.delete("flap", &DeleteParams::default()).await?;
         let took = wait_set_gone(h, &fns, "flap", Duration::from_secs(120)).await?;
         wait_for("schedule flap gone", Duration::from_secs(30), &h.log(), || async {
@@ -293,7 +295,11 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
         flap_jobs.len(),
         retained_events
     );
-    check!(fails, flap_after == flap_ids.values().cloned().collect::<BTreeSet<_>>(), "flap: a kopia snapshot was deleted");
+    check!(
+        fails,
+        flap_after == flap_ids.values().cloned().collect::<BTreeSet<_>>(),
+        "flap: a kopia snapshot was deleted"
+    );
     check!(fails, flap_jobs.is_empty(), "flap: delete Jobs were created: {flap_jobs:?}");
     check!(fails, retained_events > 0, "flap: no SnapshotRetainedOnScheduleDelete Warning");
 
@@ -317,7 +323,12 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
             let decision =
                 s.status.as_ref().and_then(|st| st.deletion.as_ref()).map(|d| d.decision.as_str().to_string());
             if c.reason != "MassDeletionBreaker" || !c.message.contains(&cmd) || decision.as_deref() != Some("Held") {
-                bad.push(format!("{}: reason {} decision {decision:?} message {:?}", s.name_any(), c.reason, c.message));
+                bad.push(format!(
+                    "{}: reason {} decision {decision:?} message {:?}",
+                    s.name_any(),
+                    c.reason,
+                    c.message
+                ));
             }
         }
         bad
@@ -325,11 +336,12 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
     let first_bad = check(&held);
     println!("[wave] when all were held, {} of {WAVE} messages did not yet carry the final command", first_bad.len());
     let conv = Instant::now();
-    let converged = wait_for("every held message carries the final command", Duration::from_secs(90), &h.log(), || async {
-        let l = list_set(&client, &wns, "wave").await?;
-        Ok(check(&l).is_empty().then_some(l))
-    })
-    .await;
+    let converged =
+        wait_for("every held message carries the final command", Duration::from_secs(90), &h.log(), || async {
+            let l = list_set(&client, &wns, "wave").await?;
+            Ok(check(&l).is_empty().then_some(l))
+        })
+        .await;
     let held = match converged {
         Ok(l) => {
             println!("[wave] messages converged {:.1}s later", conv.elapsed().as_secs_f64());
@@ -338,11 +350,20 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
         Err(_) => {
             let l = list_set(&client, &wns, "wave").await?;
             let bad = check(&l);
-            check!(fails, false, "{} held Snapshots still lack the exact command or decision Held 90s later, e.g. {:?}", bad.len(), &bad[..bad.len().min(2)]);
+            check!(
+                fails,
+                false,
+                "{} held Snapshots still lack the exact command or decision Held 90s later, e.g. {:?}",
+                bad.len(),
+                &bad[..bad.len().min(2)]
+            );
             l
         }
     };
-    println!("[wave] sample message: {}", condition(&held[0], "DeletionHeld").map(|c| c.message.clone()).unwrap_or_default());
+    println!(
+        "[wave] sample message: {}",
+        condition(&held[0], "DeletionHeld").map(|c| c.message.clone()).unwrap_or_default()
+    );
     let repo: Repository = Api::namespaced(client.clone(), &wns).get("wave").await?;
     let rst = repo.status.clone().unwrap_or_default();
     let mdh = rst.conditions.iter().find(|c| c.type_ == "MassDeletionHeld").cloned();
@@ -370,7 +391,13 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
     check!(fails, ev_held_objs == WAVE, "a SnapshotDeletionHeld Warning on each held Snapshot");
     check!(fails, ev_mdh >= 1, "a MassDeletionHeld Warning on the repository");
     let now_ids = k_wave.list().await?;
-    check!(fails, now_ids == kopia_wave_start, "held: 0 kopia deletes ({} -> {})", kopia_wave_start.len(), now_ids.len());
+    check!(
+        fails,
+        now_ids == kopia_wave_start,
+        "held: 0 kopia deletes ({} -> {})",
+        kopia_wave_start.len(),
+        now_ids.len()
+    );
     check!(fails, jobs.touching(&wave_uid_set).is_empty(), "held: no batch Job for a held member");
     println!("[wave] held in {:.1}s; kopia snapshots still {}", s2.elapsed().as_secs_f64(), now_ids.len());
 
@@ -443,7 +470,12 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
         wave_jobs.iter().map(|j| j.members.len()).collect::<Vec<_>>(),
         k.len()
     );
-    check!(fails, k.is_disjoint(&wave_id_set), "{} wave manifests still in kopia", k.intersection(&wave_id_set).count());
+    check!(
+        fails,
+        k.is_disjoint(&wave_id_set),
+        "{} wave manifests still in kopia",
+        k.intersection(&wave_id_set).count()
+    );
     check!(fails, wave_jobs.len() <= 3, "at most 3 batch Jobs, got {}", wave_jobs.len());
     check!(fails, batch_connects <= 3, "at most 3 repository connects, got {batch_connects}");
     for j in &wave_jobs {
@@ -492,7 +524,8 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
     delete_set(&client, &wns, "wave2").await?;
     let held2 = wait_held(h, &wns, "wave2", WAVE2, Duration::from_secs(120)).await?;
     let v2 = latest_deletion(&held2).context("deletionTimestamps")?;
-    check!(fails, 
+    check!(
+        fails,
         condition(&held2[0], "DeletionHeld").unwrap().message.contains(&ack_command(&wns, "wave", &v2)),
         "the new wave's message carries its own value"
     );
@@ -505,14 +538,19 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
         Ok(jobs.touching(&wave2_uid_set).into_iter().next())
     })
     .await?;
-    h.stop_operator();
+    h.kill_operator();
     let at_kill = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), &wns).get_opt(&seen.name).await?;
     let complete_at_kill = at_kill
         .as_ref()
         .and_then(|j| j.status.as_ref())
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Complete" && c.status == "True"));
-    println!("[kill] operator stopped with batch Job {} present (Complete at kill: {complete_at_kill})", seen.name);
+    println!(
+        "[kill] operator SIGKILLed {:.2}s after its batch Job {} appeared (Job Complete at kill: {complete_at_kill}{})",
+        seen.first_seen.elapsed().as_secs_f64(),
+        seen.name,
+        if complete_at_kill { "; the kill landed after the batch finished" } else { "; mid-batch" }
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
     h.start_operator().await?;
     let took = wait_set_gone(h, &wns, "wave2", Duration::from_secs(180)).await?;
@@ -590,7 +628,10 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
         .items
         .len();
     if discovered == 0 {
-        println!("[flap] rediscovery as origin discovered: not implemented (0 discovered rows after {:.0}s)", s1.elapsed().as_secs_f64());
+        println!(
+            "[flap] rediscovery as origin discovered: not implemented (0 discovered rows after {:.0}s)",
+            s1.elapsed().as_secs_f64()
+        );
     } else {
         println!("[flap] rediscovered as origin discovered: {discovered}");
         check!(fails, discovered == FLAP, "all 30 flap snapshots rediscovered, got {discovered}");

@@ -403,11 +403,7 @@ pub struct RepoPin {
 
 impl RepoPin {
     pub fn of(r: &Repository) -> RepoPin {
-        RepoPin {
-            namespace: r.namespace().unwrap_or_default(),
-            name: r.name_any(),
-            uid: r.uid().unwrap_or_default(),
-        }
+        RepoPin { namespace: r.namespace().unwrap_or_default(), name: r.name_any(), uid: r.uid().unwrap_or_default() }
     }
 }
 
@@ -515,6 +511,15 @@ impl Harness {
         let op = Operator::start(&self.env, &self.op_ns, &[("KOPIUR_MOVER_KOPIA_BINARY", wrapper.as_str())]).await?;
         self.op = Some(op);
         Ok(())
+    }
+
+    /// SIGKILL to the controller's process group (no graceful shutdown, the Lease is not
+    /// released), then reaps it.
+    pub fn kill_operator(&mut self) {
+        if let Some(mut op) = self.op.take() {
+            op.proc_.signal(9);
+            op.stop();
+        }
     }
 
     pub fn stop_operator(&mut self) {
