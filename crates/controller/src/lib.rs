@@ -1,6 +1,7 @@
 //! The kopiur controller: one reconciler per kind over reflector stores, the repository
 //! circuit breaker (`health`), consumer gating, metrics and leader election.
 pub mod catalog;
+pub mod client_metrics;
 pub mod config;
 pub mod deletion;
 pub mod gating;

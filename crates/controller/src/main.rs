@@ -15,7 +15,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use tokio::sync::mpsc;
 use tokio_stream_shim::ReceiverStream;
 
@@ -75,8 +75,11 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let config = Config::from_env();
     config.check().map_err(anyhow::Error::msg)?;
-    let client = Client::try_default().await?;
     let metrics = Arc::new(Metrics::default());
+    // Every apiserver call is counted (`kopiur_kube_client_requests_total`); leader election
+    // gets its own client label so idle-write figures can tell Lease renewals apart.
+    let client = kopiur_controller::client_metrics::client(metrics.clone(), "main").await?;
+    let election_client = kopiur_controller::client_metrics::client(metrics.clone(), "election").await?;
     let stores: Arc<OnceLock<Stores>> = Arc::new(OnceLock::new());
     let ready = Arc::new(AtomicBool::new(false));
 
@@ -105,7 +108,7 @@ async fn main() -> anyhow::Result<()> {
     // A passive replica is ready (it serves health and waits for the Lease).
     ready.store(true, Ordering::Relaxed);
     kopiur_controller::leader::lead(
-        client.clone(),
+        election_client,
         &config.namespace,
         &config.lease_name,
         &config.identity,

@@ -107,6 +107,8 @@ pub struct Metrics {
     pub deletion_failures: Counter,
     pub deletions: Counter,
     pub deletion_batches: Counter,
+    /// Every apiserver call (`client_metrics.rs`).
+    pub kube_requests: Counter,
     /// ADR-0006: held external deletions per repository.
     pub deletions_held: GaugeFamily,
     /// ADR-0006: the breaker's inclusive pending-external count per repository.
@@ -123,6 +125,12 @@ pub struct Metrics {
     pub snapshot_consecutive_failures: GaugeFamily,
     /// Terminal Snapshot transitions seen in the store, by result.
     pub snapshots_completed: Counter,
+    /// Repository listing and maintenance gauges (`snapshot::gauges`).
+    pub repo_snapshot_count: GaugeFamily,
+    pub repo_discovered_snapshots: GaugeFamily,
+    pub repo_index_blobs: GaugeFamily,
+    pub repository_maintenance_configured: GaugeFamily,
+    pub restore_duration_seconds: GaugeFamily,
     durations: Mutex<BTreeMap<String, Hist>>,
     pub leader: std::sync::atomic::AtomicBool,
 }
@@ -158,6 +166,11 @@ impl Default for Metrics {
                 "kopiur_snapshot_deletions_total",
                 "Snapshot finalizers released, by outcome.",
                 &["namespace", "outcome"],
+            ),
+            kube_requests: Counter::new(
+                "kopiur_kube_client_requests_total",
+                "Kubernetes API requests by verb, API group, resource and client.",
+                &["verb", "group", "kind", "client"],
             ),
             deletion_batches: Counter::new(
                 "kopiur_snapshot_deletion_batches_total",
@@ -214,6 +227,31 @@ impl Default for Metrics {
                 "Snapshot runs that reached a terminal phase.",
                 &["namespace", "policy", "result"],
             ),
+            repo_snapshot_count: GaugeFamily::new(
+                "kopiur_repo_snapshot_count",
+                "Snapshots in the repository at the last listing.",
+                &["kind", "namespace", "name"],
+            ),
+            repo_discovered_snapshots: GaugeFamily::new(
+                "kopiur_repo_discovered_snapshots",
+                "Discovered (catalog) snapshots at the last listing.",
+                &["kind", "namespace", "name"],
+            ),
+            repo_index_blobs: GaugeFamily::new(
+                "kopiur_repo_index_blobs",
+                "Index blobs at the last listing.",
+                &["kind", "namespace", "name"],
+            ),
+            repository_maintenance_configured: GaugeFamily::new(
+                "kopiur_repository_maintenance_configured",
+                "1 if the repository's maintenance is configured, else 0.",
+                &["kind", "namespace", "name"],
+            ),
+            restore_duration_seconds: GaugeFamily::new(
+                "kopiur_restore_duration_seconds",
+                "Duration of a finished Restore.",
+                &["namespace", "name"],
+            ),
             durations: Mutex::new(BTreeMap::new()),
             leader: std::sync::atomic::AtomicBool::new(false),
         }
@@ -238,6 +276,7 @@ pub fn metric_names() -> Vec<&'static str> {
         "kopiur_snapshot_deletion_failures_total",
         "kopiur_snapshot_deletions_total",
         "kopiur_snapshot_deletion_batches_total",
+        "kopiur_kube_client_requests_total",
         "kopiur_snapshot_deletions_held",
         "kopiur_snapshot_deletions_pending_external",
         "kopiur_snapshots_completed_total",
@@ -248,6 +287,11 @@ pub fn metric_names() -> Vec<&'static str> {
         "kopiur_policy_last_backup_success_timestamp_seconds",
         "kopiur_snapshotpolicy_last_backup_success",
         "kopiur_snapshot_consecutive_failures",
+        "kopiur_repo_snapshot_count",
+        "kopiur_repo_discovered_snapshots",
+        "kopiur_repo_index_blobs",
+        "kopiur_repository_maintenance_configured",
+        "kopiur_restore_duration_seconds",
         "kopiur_resource_phase",
         "kopiur_repository_consecutive_backend_failures",
         "kopiur_repository_breaker_open_since_timestamp_seconds",
@@ -293,6 +337,7 @@ impl Metrics {
             &self.deletion_failures,
             &self.deletions,
             &self.deletion_batches,
+            &self.kube_requests,
             &self.snapshots_completed,
         ] {
             c.render(&mut out);
@@ -342,6 +387,11 @@ impl Metrics {
             &self.policy_last_success_timestamp,
             &self.policy_last_backup_success,
             &self.snapshot_consecutive_failures,
+            &self.repo_snapshot_count,
+            &self.repo_discovered_snapshots,
+            &self.repo_index_blobs,
+            &self.repository_maintenance_configured,
+            &self.restore_duration_seconds,
         ] {
             g.render(&mut out);
         }

@@ -222,7 +222,7 @@ pub async fn pass(
                     ctx.event(
                         &repo_object_ref(repo),
                         true,
-                        "SnapshotDeleteBatchFailed",
+                        kopiur_api::names::event::SNAPSHOT_DELETION_BATCH_FAILED,
                         crate::deletion::messages::batch_failed(&b.name, b.members.len()),
                     )
                     .await;

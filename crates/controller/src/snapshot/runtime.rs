@@ -248,7 +248,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
             }
         });
     }
-    tokio::spawn(super::gauges::run(snapshots.clone(), ctx.metrics.clone()));
+    tokio::spawn(super::gauges::run(ctx.clone(), restores.clone()));
     // Namespace -> its deleting Snapshots (the onNamespaceDelete axis).
     {
         let (stx, s) = (snap_tx.clone(), snapshots.clone());

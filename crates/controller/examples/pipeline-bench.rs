@@ -1,0 +1,232 @@
+//! `cargo xtask bench` step: the backup pipeline's scale figures (issue: the backup pipeline).
+//!
+//! On a private local control plane with Garage and the real mover:
+//! - controller RSS with 2,000 and with 10,000 discovered Snapshots in the store (goal: at most
+//!   64 MiB at 10,000), and reconcile throughput over those rows at start-up;
+//! - Snapshot-created to Job-created latency, p50 / p95 over sequential manual Snapshots
+//!   (goal: p50 at most 1 s);
+//! - API write requests per idle minute (goal 0), from the controller's own
+//!   `kopiur_kube_client_requests_total`, Lease renewals reported apart.
+//!
+//! `KOPIUR_BENCH_ROWS` ("2000,10000") and `KOPIUR_BENCH_LATENCY_RUNS` (20) override the sizes.
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kopiur_api::Snapshot;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+#[path = "../tests/support/deletion_seed.rs"]
+#[allow(dead_code)]
+mod seed;
+use seed::*;
+
+fn sum_metric(text: &str, family: &str, filter: impl Fn(&str) -> bool) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(family) && l[family.len()..].starts_with(['{', ' ']))
+        .filter(|l| filter(l))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+/// Discovered rows pinned to a repository that does not exist, so no listing expires them.
+async fn seed_discovered(client: &Client, ns: &str, from: usize, to: usize) -> Result<()> {
+    let api: Api<Snapshot> = Api::namespaced(client.clone(), ns);
+    futures::stream::iter((from..to).map(|i| {
+        let api = api.clone();
+        let ns = ns.to_string();
+        async move {
+            let id = format!("{:032x}", 0xb000_0000_0000_u128 + i as u128);
+            let name = format!("bench-row-{i:05}");
+            let obj: Snapshot = serde_json::from_value(json!({
+                "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+                "metadata": {"name": name, "namespace": ns, "labels": {
+                    "kopiur.home-operations.com/origin": "discovered",
+                    "app.kubernetes.io/managed-by": "kopiur",
+                    "kopiur.home-operations.com/snapshot-id": id,
+                }},
+                "spec": {"repository": {"name": "catalog-bench"}, "deletionPolicy": "Retain"},
+            }))?;
+            match api.create(&PostParams::default(), &obj).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(anyhow::Error::from(e)),
+            }
+            let status = json!({"status": {
+                "phase": "Discovered", "origin": "discovered",
+                "snapshot": {"kopiaSnapshotID": id, "sourcePath": format!("/data/{i}"),
+                             "endTime": "2026-11-01T00:00:00Z"},
+                "resolved": {"repository": {"kind": "Repository", "namespace": ns, "name": "catalog-bench", "uid": "00000000-0000-0000-0000-00000000b000"}},
+            }});
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await?;
+            Ok::<_, anyhow::Error>(())
+        }
+    }))
+    .buffer_unordered(16)
+    .try_collect::<Vec<()>>()
+    .await?;
+    Ok(())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let rows: Vec<usize> = std::env::var("KOPIUR_BENCH_ROWS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![2000, 10000]);
+    let runs: usize = std::env::var("KOPIUR_BENCH_LATENCY_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let mut h = Harness::start().await?;
+    let res = bench(&mut h, &rows, runs).await;
+    if res.is_err() {
+        eprintln!("operator log tail:\n{}", kopiur_testenv::process::log_tail(&h.log(), 60));
+    }
+    h.stop_operator();
+    res
+}
+
+async fn bench(h: &mut Harness, rows: &[usize], runs: usize) -> Result<()> {
+    let client = h.client.clone();
+    let ns = h.env.namespace("bench").await?;
+
+    // 1. RSS and start-up reconcile throughput over N discovered rows.
+    let mut seeded = 0usize;
+    for &n in rows {
+        let t = Instant::now();
+        seed_discovered(&client, &ns, seeded, n).await?;
+        seeded = seeded.max(n);
+        println!("seeded {n} discovered Snapshots ({:.1}s)", t.elapsed().as_secs_f64());
+        h.start_operator().await?;
+        let started = Instant::now();
+        let mut reached = None;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while Instant::now() < deadline {
+            if let Ok(text) = h.metrics().await {
+                let done =
+                    sum_metric(&text, "kopiur_controller_reconciliations_total", |l| l.contains("kind=\"Snapshot\""));
+                if done >= n as f64 {
+                    reached = Some(started.elapsed());
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let reached = reached.context("the controller did not reconcile every row within 600 s")?;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let text = h.metrics().await?;
+        let rss = sum_metric(&text, "kopiur_process_resident_memory_bytes", |_| true);
+        println!(
+            "rows {n}: controller RSS {:.1} MiB (goal <= 64 MiB at 10,000); start-up reconcile of {n} rows in {:.2}s = {:.0} reconciles/s (process start included)",
+            rss / 1048576.0,
+            reached.as_secs_f64(),
+            n as f64 / reached.as_secs_f64()
+        );
+        h.stop_operator();
+    }
+
+    // 2. Snapshot-created -> Job-created latency.
+    h.start_operator().await?;
+    h.repository(&ns, "lat", "lat/", json!({})).await?;
+    h.wait_repository_ready(&ns, "lat", Duration::from_secs(300)).await?;
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "data", "namespace": ns},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}}
+    }))?;
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns).create(&PostParams::default(), &pvc).await?;
+    kopiur_testenv::apply::apply_value(
+        &client,
+        &ns,
+        &json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+            "metadata": {"name": "p", "namespace": ns},
+            "spec": {"repository": {"name": "lat"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "data"}}]}
+        }),
+    )
+    .await?;
+    let seen: Arc<Mutex<BTreeMap<String, Instant>>> = Arc::default();
+    let seen2 = seen.clone();
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let watch = tokio::spawn(async move {
+        let mut s = std::pin::pin!(watcher(jobs, watcher::Config::default()).applied_objects());
+        while let Some(Ok(j)) = s.next().await {
+            seen2.lock().unwrap().entry(j.name_any()).or_insert_with(Instant::now);
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let snaps: Api<Snapshot> = Api::namespaced(client.clone(), &ns);
+    let mut lat = Vec::new();
+    for i in 0..runs {
+        let name = format!("lat-{i:03}");
+        let obj: Snapshot = serde_json::from_value(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": name, "namespace": ns}, "spec": {"policyRef": {"name": "p"}}
+        }))?;
+        snaps.create(&PostParams::default(), &obj).await?;
+        let created = Instant::now();
+        let deadline = created + Duration::from_secs(60);
+        loop {
+            let at = seen.lock().unwrap().get(&kopiur_mover::job::job_name(&name)).copied();
+            if let Some(at) = at {
+                lat.push(at.saturating_duration_since(created).as_secs_f64());
+                break;
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!("no Job for {name} within 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Let the backup finish so runs do not queue behind each other.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            let s = snaps.get(&name).await?;
+            let ph = s.status.as_ref().and_then(|x| x.phase.as_ref()).map(|p| p.as_str().to_string());
+            if matches!(ph.as_deref(), Some("Succeeded" | "Unchanged" | "Failed")) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    watch.abort();
+    lat.sort_by(f64::total_cmp);
+    println!(
+        "Snapshot created -> Job created over {} runs: p50 {:.3}s, p95 {:.3}s, max {:.3}s (goal p50 <= 1 s)",
+        lat.len(),
+        percentile(&lat, 50.0),
+        percentile(&lat, 95.0),
+        lat.last().copied().unwrap_or(f64::NAN)
+    );
+
+    // 3. API writes per idle minute: everything above settled (10,000+ objects, a Ready
+    //    repository, a policy and its Snapshots), nothing changing.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let writes = |text: &str, client_label: &str| {
+        sum_metric(text, "kopiur_kube_client_requests_total", |l| {
+            l.contains(&format!("client=\"{client_label}\""))
+                && ["create", "update", "patch", "delete"].iter().any(|v| l.contains(&format!("verb=\"{v}\"")))
+        })
+    };
+    let before = h.metrics().await?;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let after = h.metrics().await?;
+    let objects = snaps.list(&Default::default()).await?.items.len();
+    println!(
+        "idle minute over {objects} Snapshots + repository + policy: {} API writes (goal 0); Lease renewals {} (leader election, expected)",
+        writes(&after, "main") - writes(&before, "main"),
+        writes(&after, "election") - writes(&before, "election"),
+    );
+    Ok(())
+}
