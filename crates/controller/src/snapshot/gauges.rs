@@ -7,17 +7,22 @@
 //! - per policy and repository: `kopiur_policy_last_backup_success_timestamp_seconds`,
 //!   `kopiur_snapshotpolicy_last_backup_success`, `kopiur_snapshot_consecutive_failures`;
 //! - `kopiur_snapshots_completed_total{namespace,policy,result}`: terminal transitions seen in
-//!   the store after the first pass (the first pass only seeds, so a restart does not recount
-//!   history).
+//!   the store, counted once per Snapshot and only for runs that ended after this task started
+//!   (so a restart does not recount history);
+//! - from the Repository/ClusterRepository and Restore stores of the same pipeline:
+//!   `kopiur_repo_snapshot_count`, `kopiur_repo_discovered_snapshots`, `kopiur_repo_index_blobs`,
+//!   `kopiur_repository_maintenance_configured` and `kopiur_restore_duration_seconds`.
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kopiur_api::Snapshot;
+use kopiur_api::repository::RepositoryStatus;
 use kopiur_api::snapshot::SnapshotPhase;
-use kube::ResourceExt;
+use kopiur_api::{ClusterRepository, Repository, Restore, Snapshot};
 use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
 
+use super::ctx::PipelineCtx;
 use crate::metrics::Metrics;
 
 /// How often the gauges are recomputed.
@@ -152,17 +157,17 @@ pub fn compute(snapshots: &[Arc<Snapshot>]) -> SnapshotGauges {
     g
 }
 
-/// Terminal transitions since the last pass: `seen` holds the uids already counted (or
-/// seeded). Returns the `(namespace, policy, result)` of each new one; uids no longer in the
-/// store are forgotten.
-pub fn new_completions(seen: &mut BTreeSet<String>, snapshots: &[Arc<Snapshot>]) -> Vec<[String; 3]> {
+/// Terminal transitions since the last pass: `seen` holds the uids already looked at. Returns
+/// the `(namespace, policy, result)` of each new one that ended at or after `since` (epoch
+/// seconds; older runs are history); uids no longer in the store are forgotten.
+pub fn new_completions(seen: &mut BTreeSet<String>, snapshots: &[Arc<Snapshot>], since: i64) -> Vec<[String; 3]> {
     let mut out = Vec::new();
     let mut present = BTreeSet::new();
     for s in snapshots {
         let Some(result) = result_label(s) else { continue };
         let Some(uid) = s.uid() else { continue };
         present.insert(uid.clone());
-        if seen.insert(uid) {
+        if seen.insert(uid) && ended_at(s).is_some_and(|t| t >= since) {
             out.push([s.namespace().unwrap_or_default(), policy_label(s), result.to_string()]);
         }
     }
@@ -180,22 +185,79 @@ fn publish(metrics: &Metrics, g: SnapshotGauges) {
     metrics.snapshot_consecutive_failures.replace(g.consecutive_failures);
 }
 
-/// Recomputes the Snapshot gauges every [`PERIOD`] for as long as the pipeline runs.
-pub async fn run(store: Store<Snapshot>, metrics: Arc<Metrics>) {
-    if store.wait_until_ready().await.is_err() {
-        return;
+/// Repository-level gauges from the last listing and the conditions, keyed (kind, namespace,
+/// name); a ClusterRepository has namespace "".
+#[derive(Debug, Default, PartialEq)]
+pub struct RepoCatalogGauges {
+    pub snapshot_count: BTreeMap<Vec<String>, i64>,
+    pub discovered: BTreeMap<Vec<String>, i64>,
+    pub index_blobs: BTreeMap<Vec<String>, i64>,
+    pub maintenance_configured: BTreeMap<Vec<String>, i64>,
+}
+
+fn add_repo(g: &mut RepoCatalogGauges, key: Vec<String>, st: Option<&RepositoryStatus>) {
+    let Some(st) = st else { return };
+    let stats = st.storage_stats.as_ref();
+    if let Some(n) = stats.and_then(|x| x.snapshot_count) {
+        g.snapshot_count.insert(key.clone(), n);
     }
+    if let Some(n) = stats.and_then(|x| x.index_blob_count) {
+        g.index_blobs.insert(key.clone(), n);
+    }
+    if let Some(n) = st.catalog.as_ref().and_then(|c| c.discovered_backup_count) {
+        g.discovered.insert(key.clone(), n);
+    }
+    if let Some(c) = st.conditions.iter().find(|c| c.type_ == "MaintenanceConfigured") {
+        g.maintenance_configured.insert(key, i64::from(c.status == "True"));
+    }
+}
+
+pub fn repo_catalog(repos: &[Arc<Repository>], crepos: &[Arc<ClusterRepository>]) -> RepoCatalogGauges {
+    let mut g = RepoCatalogGauges::default();
+    for r in repos {
+        let key = vec![Repository::kind(&()).into_owned(), r.namespace().unwrap_or_default(), r.name_any()];
+        add_repo(&mut g, key, r.status.as_ref());
+    }
+    for r in crepos {
+        let key = vec![ClusterRepository::kind(&()).into_owned(), String::new(), r.name_any()];
+        add_repo(&mut g, key, r.status.as_ref().map(|s| &s.common));
+    }
+    g
+}
+
+/// `kopiur_restore_duration_seconds{namespace,name}` of Restores that report a duration.
+pub fn restore_durations(restores: &[Arc<Restore>]) -> BTreeMap<Vec<String>, i64> {
+    restores
+        .iter()
+        .filter_map(|r| {
+            let d = r.status.as_ref()?.timing.as_ref()?.duration_seconds?;
+            Some((vec![r.namespace().unwrap_or_default(), r.name_any()], d))
+        })
+        .collect()
+}
+
+/// Recomputes the store-backed gauges every [`PERIOD`] for as long as the pipeline runs.
+pub async fn run(ctx: Arc<PipelineCtx>, restores: Store<Restore>) {
+    let (store, metrics) = (ctx.stores.snapshots.clone(), ctx.metrics.clone());
+    // No wait for the store's first sync (the Controller's store may not signal it): the
+    // gauges are recomputed from whatever it holds, and completions are told apart from
+    // history by their end time.
+    let started = chrono::Utc::now().timestamp();
     let mut seen = BTreeSet::new();
-    // Seed: runs that were already terminal are history, not new completions.
-    let _ = new_completions(&mut seen, &store.state());
     let mut tick = tokio::time::interval(PERIOD);
     loop {
         tick.tick().await;
         let snapshots = store.state();
-        for [ns, policy, result] in new_completions(&mut seen, &snapshots) {
+        for [ns, policy, result] in new_completions(&mut seen, &snapshots, started) {
             metrics.snapshots_completed.inc(&[&ns, &policy, &result]);
         }
         publish(&metrics, compute(&snapshots));
+        let repos = repo_catalog(&ctx.stores.repos.state(), &ctx.stores.crepos.state());
+        metrics.repo_snapshot_count.replace(repos.snapshot_count);
+        metrics.repo_discovered_snapshots.replace(repos.discovered);
+        metrics.repo_index_blobs.replace(repos.index_blobs);
+        metrics.repository_maintenance_configured.replace(repos.maintenance_configured);
+        metrics.restore_duration_seconds.replace(restore_durations(&restores.state()));
     }
 }
 
@@ -285,17 +347,54 @@ mod tests {
     }
 
     #[test]
-    fn completions_count_transitions_once_after_the_seed() {
+    fn repository_catalog_and_restore_gauges() {
+        let r: Repository = serde_json::from_value(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "r", "namespace": "t"},
+            "spec": {"backend": {"s3": {"bucket": "b", "endpoint": "http://x"}},
+                     "encryption": {"passwordSecretRef": {"name": "kopia"}}},
+            "status": {"storageStats": {"snapshotCount": 5, "indexBlobCount": 12},
+                       "catalog": {"discoveredBackupCount": 2},
+                       "conditions": [{"type": "MaintenanceConfigured", "status": "False", "reason": "x",
+                                       "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        }))
+        .unwrap();
+        let bare: Repository = serde_json::from_value(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "new", "namespace": "t"},
+            "spec": {"backend": {"s3": {"bucket": "b", "endpoint": "http://x"}},
+                     "encryption": {"passwordSecretRef": {"name": "kopia"}}}
+        }))
+        .unwrap();
+        let g = repo_catalog(&[Arc::new(r), Arc::new(bare)], &[]);
+        let k = key(&["Repository", "t", "r"]);
+        assert_eq!(g.snapshot_count, BTreeMap::from([(k.clone(), 5)]));
+        assert_eq!(g.index_blobs[&k], 12);
+        assert_eq!(g.discovered[&k], 2);
+        assert_eq!(g.maintenance_configured, BTreeMap::from([(k, 0)]), "no series without a status");
+        let rs: Restore = serde_json::from_value(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
+            "metadata": {"name": "back", "namespace": "t"},
+            "spec": {"source": {"fromPolicy": {"name": "p"}}, "target": {"pvc": {"name": "x", "capacity": "1Gi"}}},
+            "status": {"timing": {"durationSeconds": 9}}
+        }))
+        .unwrap();
+        assert_eq!(restore_durations(&[Arc::new(rs)]), BTreeMap::from([(key(&["t", "back"]), 9)]));
+    }
+
+    #[test]
+    fn completions_count_transitions_once_after_the_start() {
         let mut seen = BTreeSet::new();
+        let since = chrono::DateTime::parse_from_rfc3339("2026-01-01T01:30:00Z").unwrap().timestamp();
         let old = ended("old", "p", "Succeeded", "2026-01-01T01:00:00Z");
-        let _ = new_completions(&mut seen, &[old.clone()]);
+        assert!(new_completions(&mut seen, &[old.clone()], since).is_empty(), "history is not counted");
         let running = snap("new", "p", json!({"phase": "Running"}));
-        assert!(new_completions(&mut seen, &[old.clone(), running]).is_empty());
+        assert!(new_completions(&mut seen, &[old.clone(), running], since).is_empty());
         let done = ended("new", "p", "Failed", "2026-01-01T02:00:00Z");
-        let got = new_completions(&mut seen, &[old.clone(), done.clone()]);
+        let got = new_completions(&mut seen, &[old.clone(), done.clone()], since);
         assert_eq!(got, vec![["t".to_string(), "p".to_string(), "failed".to_string()]]);
-        assert!(new_completions(&mut seen, &[old, done]).is_empty(), "counted once");
-        assert!(new_completions(&mut seen, &[]).is_empty());
+        assert!(new_completions(&mut seen, &[old, done], since).is_empty(), "counted once");
+        assert!(new_completions(&mut seen, &[], since).is_empty());
         assert!(seen.is_empty(), "deleted Snapshots are forgotten");
     }
 }
