@@ -309,6 +309,37 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     .await?;
     let after: BTreeSet<String> = run_jobs(&jobs).await?.difference(&before).cloned().collect();
     assert_eq!(after.len(), 2, "exactly one Job each after recovery: {after:?}");
+
+    // The cron path: minutely schedules fire by themselves (the edit re-pins), one Job per slot.
+    let pp = PatchParams::default();
+    let quick = json!({"spec": {"schedule": {"quick": {"cron": "* * * * *", "jitter": null}}}});
+    maints.patch("m", &pp, &Patch::Merge(&quick)).await?;
+    repls.patch("rr", &pp, &Patch::Merge(&json!({"spec": {"schedule": {"cron": "* * * * *"}}}))).await?;
+    let cron_jobs = wait_for("a cron-triggered run of each recorded", Duration::from_secs(100), &log, || async {
+        let list = jobs.list(&ListParams::default()).await?.items;
+        let cron: Vec<&Job> = list
+            .iter()
+            .filter(|j| {
+                j.annotations().get("kopiur.home-operations.com/run-trigger").map(String::as_str) == Some("cron")
+            })
+            .collect();
+        let m = maints.get("m").await?;
+        let r = repls.get("rr").await?;
+        let m_done = m.status.as_ref().and_then(|s| s.quick.as_ref()).and_then(|q| q.last_handled_at).is_some();
+        let r_job = cron.iter().find(|j| j.labels().contains_key("kopiur.home-operations.com/replication"));
+        let r_done = r_job.is_some_and(|j| {
+            let created = j.creation_timestamp().map(|t| t.0.as_second()).unwrap_or(i64::MAX);
+            job_complete(j)
+                && r.status.as_ref().and_then(|s| s.last_replicated).is_some_and(|l| l.timestamp() >= created)
+        });
+        Ok((m_done && r_done).then(|| cron.iter().map(|j| j.name_any()).collect::<BTreeSet<String>>()))
+    })
+    .await?;
+    println!("[{:>5.1}s] cron runs {cron_jobs:?}", started.elapsed().as_secs_f64());
+    let m = maints.get("m").await?;
+    let q = m.status.as_ref().and_then(|s| s.quick.clone()).unwrap_or_default();
+    assert!(q.next_scheduled_at > q.last_handled_at, "the quick slot re-pinned forward: {q:?}");
+    assert_eq!(q.next_scheduled_at.map(|t| t.timestamp() % 60), Some(0), "no jitter: a whole minute");
     println!("[{:>5.1}s] done", started.elapsed().as_secs_f64());
     drop(op);
     Ok(())

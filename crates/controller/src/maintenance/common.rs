@@ -65,14 +65,18 @@ impl Sched {
         None
     }
 
-    /// `pinned` if it is still a fire time of this schedule, else the next slot after `now`.
+    /// `pinned` if it is still a fire time of this schedule and no later than the next one
+    /// (a due pin stays due), else the next slot after `now`: a cron, jitter or zone edit
+    /// re-pins even when the old fire time happens to fit the new cron.
     pub fn pin(&self, pinned: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<NextSlot> {
+        let next = self.next_after(now);
         if let Some(at) = pinned
             && let Some(slot) = self.slot_of(at)
+            && next.is_none_or(|n| at <= n.at)
         {
             return Some(NextSlot { slot, at });
         }
-        self.next_after(now)
+        next
     }
 }
 
@@ -327,6 +331,13 @@ mod tests {
         let other = Sched::parse(&CronSpec::new("0 3 * * *"), "uid-1", None).unwrap();
         assert_eq!(other.slot_of(n.at), None);
         assert_eq!(other.pin(Some(n.at), t(11, 0, 0)).unwrap().slot, t(3, 0, 0) + Duration::days(1));
+        // An edit to a denser cron re-pins even when the old (future) pin fits the new cron.
+        let hourly = Sched::parse(&CronSpec::new("0 * * * *"), "uid-1", None).unwrap();
+        let minutely = Sched::parse(&CronSpec::new("* * * * *"), "uid-1", None).unwrap();
+        let old = hourly.next_after(t(10, 0, 30)).unwrap().at;
+        assert_eq!(old, t(11, 0, 0));
+        assert_eq!(minutely.pin(Some(old), t(10, 0, 30)).unwrap().at, t(10, 1, 0));
+        assert_eq!(minutely.pin(Some(t(10, 1, 0)), t(10, 0, 40)).unwrap().at, t(10, 1, 0), "a current pin is kept");
     }
 
     #[test]
