@@ -503,31 +503,26 @@ async fn repository_faults_end_to_end() -> Result<()> {
     w.create_repo(&ns_out, "out", &out_proxy.endpoint(), "out/", Value::Null).await?;
     w.create_repo(&ns_idle, "idle", &direct, "idle/", Value::Null).await?;
     let t = Duration::from_secs(240);
-    tokio::try_join!(
-        w.wait_phase(&ns_alert, "alert", "Ready", t),
-        w.wait_phase(&ns_pw, "pw", "Ready", t),
-        w.wait_phase(&ns_wipe, "wipe", "Ready", t),
-        w.wait_phase(&ns_out, "out", "Ready", t),
-        w.wait_phase(&ns_idle, "idle", "Ready", t),
-    )?;
-    w.say("all five repositories Ready");
+    let scenarios_done = AtomicBool::new(false);
 
-    // The idle repository: once its bootstrap Job is cleaned up, nothing writes it again.
+    // The idle repository: once its bootstrap Job is cleaned up, nothing writes it again, for
+    // at least two minutes and until every other scenario (the leader handover included) ends.
     let idle_repos = w.repos(&ns_idle);
     let idle_jobs: Api<Job> = Api::namespaced(client.clone(), &ns_idle);
-    w.wait("idle: bootstrap Job cleaned up", Duration::from_secs(60), || async {
-        Ok(idle_jobs.list(&Default::default()).await?.items.is_empty().then_some(()))
-    })
-    .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let idle0 = idle_repos.get("idle").await?;
-    let idle_since = Instant::now();
-    let scenarios_done = AtomicBool::new(false);
     let idle_window = async {
+        w.wait_phase(&ns_idle, "idle", "Ready", t).await?;
+        w.wait("idle: bootstrap Job cleaned up", Duration::from_secs(60), || async {
+            Ok(idle_jobs.list(&Default::default()).await?.items.is_empty().then_some(()))
+        })
+        .await?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let idle0 = idle_repos.get("idle").await?;
+        let idle_since = Instant::now();
+        w.say("idle: window starts");
         let rv0 = idle0.resource_version();
         let mut versions = vec![rv0.clone()];
-        while idle_since.elapsed() < Duration::from_secs(125) || !scenarios_done.load(Ordering::Relaxed) {
-            tokio::time::sleep(Duration::from_secs(5)).await;
+        while idle_since.elapsed() < Duration::from_secs(121) || !scenarios_done.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_secs(1)).await;
             let r = idle_repos.get("idle").await?;
             if versions.last() != Some(&r.resource_version()) {
                 versions.push(r.resource_version());
@@ -544,11 +539,22 @@ async fn repository_faults_end_to_end() -> Result<()> {
             r.status
         );
         assert_eq!(phase(&r), "Ready");
+        // The window saw reconciles of it: b's takeover reconciled every repository.
+        let b_reconciles = b.metric("kopiur_controller_reconciliations_total{kind=\"Repository\"}").await;
+        ensure!(b_reconciles >= Some(5.0), "b reconciled every repository: {b_reconciles:?}");
         w.say(format!("idle: zero writes over {:?}", idle_since.elapsed()));
         Ok::<_, anyhow::Error>(())
     };
 
     let scenarios = async {
+        tokio::try_join!(
+            w.wait_phase(&ns_alert, "alert", "Ready", t),
+            w.wait_phase(&ns_pw, "pw", "Ready", t),
+            w.wait_phase(&ns_wipe, "wipe", "Ready", t),
+            w.wait_phase(&ns_out, "out", "Ready", t),
+        )?;
+        w.say("four scenario repositories Ready");
+
         // Phase 1, concurrently on separate namespaces, prefixes and proxies.
         tokio::try_join!(
             alert_mode(&w, &a, &ns_alert, &alert_proxy),
