@@ -127,23 +127,6 @@ pub fn merge_patch(old: &serde_json::Value, new: &serde_json::Value) -> serde_js
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::merge_patch;
-    use serde_json::json;
-
-    #[test]
-    fn removed_keys_become_null_recursively() {
-        let old = json!({"phase": "Degraded", "health": {"consecutiveProbeFailures": 4, "strictRetry": {"attempt": 2}, "breakerOpenedAt": "t"}});
-        let new = json!({"phase": "Ready", "health": {"consecutiveProbeFailures": 0}});
-        let p = merge_patch(&old, &new);
-        assert_eq!(
-            p,
-            json!({"phase": "Ready", "health": {"consecutiveProbeFailures": 0, "strictRetry": null, "breakerOpenedAt": null}})
-        );
-    }
-}
-
 fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
@@ -450,5 +433,22 @@ async fn launch<K: RepoObject>(
         // The deterministic name protects against a double launch from a stale store.
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_patch;
+    use serde_json::json;
+
+    #[test]
+    fn removed_keys_become_null_recursively() {
+        let old = json!({"phase": "Degraded", "health": {"consecutiveProbeFailures": 4, "strictRetry": {"attempt": 2}, "breakerOpenedAt": "t"}});
+        let new = json!({"phase": "Ready", "health": {"consecutiveProbeFailures": 0}});
+        let p = merge_patch(&old, &new);
+        assert_eq!(
+            p,
+            json!({"phase": "Ready", "health": {"consecutiveProbeFailures": 0, "strictRetry": null, "breakerOpenedAt": null}})
+        );
     }
 }
