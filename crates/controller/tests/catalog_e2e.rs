@@ -3,7 +3,8 @@
 //! kopia binary, which no Snapshot CR owns, appear as `origin: discovered` Snapshot rows after a
 //! `catalog-scan-requested-at` request; deleting a row never touches kopia; a kopia snapshot
 //! deleted out of band expires its row at the next (complete) listing, and a row deleted by
-//! hand is rediscovered.
+//! hand is rediscovered; with `catalog.periodicRefresh` a later kopia snapshot is discovered
+//! without any request.
 //!
 //! The controller runs under exactly the generated RBAC, so a missing rule fails here.
 use std::collections::BTreeSet;
@@ -238,6 +239,47 @@ async fn catalog_discovers_expires_and_rediscovers() -> Result<()> {
     // Nothing deleted kopia data along the way: only the out-of-band delete did.
     assert_eq!(kopia_ids(&k).await?, remaining);
     println!("[{:?}] expired and rediscovered", started.elapsed());
+
+    // The periodic refresh: a spec change (a strict reconnect, which lists), then a kopia
+    // snapshot written afterwards is discovered within the interval without any request.
+    let generation = repos.get("r").await?.metadata.generation.unwrap_or(0);
+    repos
+        .patch(
+            "r",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"catalog": {"periodicRefresh": true, "refreshInterval": "30s"}}})),
+        )
+        .await?;
+    wait_for("the spec change folded", Duration::from_secs(60), &log, || async {
+        let r = repos.get("r").await?;
+        Ok((r.status.as_ref().and_then(|s| s.observed_generation) > Some(generation)).then_some(()))
+    })
+    .await?;
+    std::fs::write(src.join("late.txt"), "written after the last scan\n")?;
+    let out = k
+        .run_ok(&cmd::snapshot_create(
+            &src.display().to_string(),
+            &SnapshotCreateOptions {
+                override_source: Some(Identity::new("app", ns.clone()).source("/data")),
+                ..Default::default()
+            },
+        ))
+        .await?;
+    let late = model::parse_stream::<SnapshotManifest>("snapshot create", &out.stdout)?
+        .first()
+        .context("a manifest")?
+        .id
+        .clone();
+    let mut with_late = remaining.clone();
+    with_late.insert(late.clone());
+    wait_for("the periodic refresh discovers the late snapshot", Duration::from_secs(75), &log, || async {
+        let rows = snaps.list(&discovered_lp).await?.items;
+        Ok((discovered_ids(&rows) == with_late).then_some(()))
+    })
+    .await?;
+    let cat = repos.get("r").await?.status.and_then(|s| s.catalog).context("status.catalog")?;
+    assert_eq!(cat.scan_request_honored.as_deref(), Some("scan-2"), "no request was needed");
+    println!("[{:?}] periodic refresh discovered {late}", started.elapsed());
     drop(op);
     Ok(())
 }
