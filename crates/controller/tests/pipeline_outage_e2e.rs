@@ -52,6 +52,28 @@ fn ready_reason(conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Conditi
     conds.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone())
 }
 
+/// The values of `name` series carrying every `labels` pair, from a `/metrics` scrape.
+fn samples(text: &str, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let rest = series.strip_prefix(name)?;
+            if !(rest.is_empty() || rest.starts_with('{')) {
+                return None;
+            }
+            labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))).then(|| value.parse().ok())?
+        })
+        .collect()
+}
+
+/// The single series of `name` with `labels`, if present.
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let v = samples(text, name, labels);
+    assert!(v.len() <= 1, "{name}{labels:?} matches {} series", v.len());
+    v.first().copied()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
     let dir = tempfile::tempdir()?;
@@ -136,12 +158,42 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
     })
     .await?;
 
-    // Outage: the breaker opens after three failed probes.
+    // ADR-0007 §8 metrics, scraped from the operator's /metrics.
+    let rl = [("kind", "Repository"), ("namespace", ns.as_str()), ("name", "r")];
+    const TRIPS: &str = "kopiur_repository_breaker_trips_total";
+    const STREAK: &str = "kopiur_repository_consecutive_backend_failures";
+    const OPEN_SINCE: &str = "kopiur_repository_breaker_open_since_timestamp_seconds";
+    let trips_before: f64 = samples(&op.metrics().await?, TRIPS, &rl).iter().sum();
+
+    // Outage: the breaker opens after three failed probes; the streak gauge rises meanwhile.
     proxy.set(Mode::Refuse);
-    wait_for("r Degraded", Duration::from_secs(420), &log, || async {
-        Ok((repo_phase(&repos.get("r").await?) == "Degraded").then_some(()))
+    let mut streaks: Vec<f64> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(420);
+    loop {
+        if let Some(v) = sample(&op.metrics().await.unwrap_or_default(), STREAK, &rl)
+            && streaks.last() != Some(&v)
+        {
+            streaks.push(v);
+        }
+        if repo_phase(&repos.get("r").await?) == "Degraded" {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("timed out waiting for r Degraded\n{}", kopiur_testenv::process::log_tail(&log, 60));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!("consecutive backend failures during the outage: {streaks:?}");
+    assert!(streaks.windows(2).all(|w| w[0] <= w[1]), "the streak only rises during the outage: {streaks:?}");
+    assert!(streaks.len() >= 2 && streaks.last().copied().unwrap_or(0.0) >= 1.0, "the streak rose: {streaks:?}");
+    let open = wait_for("breaker metrics of the open breaker", Duration::from_secs(15), &log, || async {
+        let text = op.metrics().await?;
+        Ok(sample(&text, OPEN_SINCE, &rl).is_some().then_some(text))
     })
     .await?;
+    let trips: f64 = samples(&open, TRIPS, &rl).iter().sum();
+    assert_eq!(trips, trips_before + 1.0, "one trip for the episode:\n{open}");
+    assert!(sample(&open, STREAK, &rl).unwrap_or(0.0) >= *streaks.last().unwrap(), "the streak is kept while open");
 
     let snaps: Api<Snapshot> = Api::namespaced(client.clone(), &ns);
     let restores: Api<Restore> = Api::namespaced(client.clone(), &ns);
@@ -196,6 +248,15 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     assert!(parked_seen, "both consumers parked with RepositoryNotReady");
+    // The parked Snapshot is counted by kopiur_snapshot_gated (recomputed every 5 s).
+    let gated = wait_for("kopiur_snapshot_gated 1", Duration::from_secs(15), &log, || async {
+        let text = op.metrics().await?;
+        Ok(sample(&text, "kopiur_snapshot_gated", &[("namespace", ns.as_str()), ("policy", "p")]).map(|v| (v, text)))
+    })
+    .await?;
+    assert_eq!(gated.0, 1.0, "one parked Snapshot on policy p");
+    assert!(sample(&gated.1, OPEN_SINCE, &rl).is_some(), "open_since stays while open");
+    assert_eq!(samples(&gated.1, TRIPS, &rl).iter().sum::<f64>(), trips_before + 1.0, "no re-trip while open");
     let parked = snaps.get("during-outage").await?;
     let msg = parked.status.as_ref().unwrap().conditions.iter().find(|c| c.type_ == "Ready").unwrap().message.clone();
     println!("parked: {msg}");
@@ -208,6 +269,12 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
     })
     .await?;
     let ready_at = Instant::now();
+    // After recovery: no open_since series, and the streak's 0 is visible.
+    wait_for("closed-breaker metrics", Duration::from_secs(15), &log, || async {
+        let text = op.metrics().await?;
+        Ok((sample(&text, OPEN_SINCE, &rl).is_none() && sample(&text, STREAK, &rl) == Some(0.0)).then_some(()))
+    })
+    .await?;
     wait_for("backup Job after recovery", Duration::from_secs(60), &log, || async {
         Ok(jobs.get_opt("during-outage").await?.map(|_| ()))
     })
