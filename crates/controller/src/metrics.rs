@@ -209,7 +209,7 @@ impl Default for Metrics {
             ),
             policy_last_success_timestamp: GaugeFamily::new(
                 "kopiur_policy_last_backup_success_timestamp_seconds",
-                "End time of the newest successful (Succeeded or Unchanged) run of a policy on a repository.",
+                "End time of the newest Succeeded run of a policy on a repository.",
                 &["namespace", "policy", "repository"],
             ),
             policy_last_backup_success: GaugeFamily::new(

@@ -144,8 +144,10 @@ pub fn compute(snapshots: &[Arc<Snapshot>]) -> SnapshotGauges {
     for (key, mut v) in runs {
         // Oldest first; ties broken by name, so the order is total.
         v.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        // The age of a backup is the newest Succeeded run's (an Unchanged run writes no
+        // manifest); the last-result gauge counts Unchanged as a success.
         let ok = |p: &SnapshotPhase| matches!(p, SnapshotPhase::Succeeded | SnapshotPhase::Unchanged);
-        if let Some((t, _, _)) = v.iter().rev().find(|(_, _, p)| ok(p)) {
+        if let Some((t, _, _)) = v.iter().rev().find(|(_, _, p)| matches!(p, SnapshotPhase::Succeeded)) {
             g.policy_last_success_timestamp.insert(key.clone(), *t);
         }
         if let Some((_, _, p)) = v.last() {
@@ -337,8 +339,8 @@ mod tests {
         assert_eq!(g.consecutive_failures[&q], 0, "the post-success 0 is visible");
         assert_eq!(g.policy_last_backup_success[&p], 0);
         assert_eq!(g.policy_last_backup_success[&q], 1);
-        let two = chrono::DateTime::parse_from_rfc3339("2026-01-01T02:00:00Z").unwrap().timestamp();
-        assert_eq!(g.policy_last_success_timestamp[&p], two, "Unchanged counts as a success");
+        let one = chrono::DateTime::parse_from_rfc3339("2026-01-01T01:00:00Z").unwrap().timestamp();
+        assert_eq!(g.policy_last_success_timestamp[&p], one, "the newest Succeeded run, not the Unchanged one");
         assert_eq!(g.size_bytes[&key(&["t", "s1", "p"])], 42);
         assert!(!g.size_bytes.contains_key(&key(&["t", "s3", "p"])), "size only for Succeeded");
         assert_eq!(g.duration_seconds[&key(&["t", "s3", "p"])], 7);
