@@ -482,7 +482,7 @@ async fn repository_faults_end_to_end() -> Result<()> {
     let mut w = World { client: client.clone(), g, jobs: JobLog::start(client.clone()), logs: vec![], started };
     w.logs.push(a.log_path().to_path_buf());
     w.wait("replica a leads", Duration::from_secs(60), || async { Ok(a.is_leader().await.then_some(())) }).await?;
-    let b = Operator::start_replica(env, &op_ns, "b", &KNOBS).await?;
+    let mut b = Operator::start_replica(env, &op_ns, "b", &KNOBS).await?;
     w.logs.push(b.log_path().to_path_buf());
     w.say("replica a leads; b started");
 
@@ -644,6 +644,8 @@ async fn repository_faults_end_to_end() -> Result<()> {
         eprintln!("{e:#}");
     }
     res?;
+    // No graceful shutdown to wait for: the test is over.
+    b.kill();
     w.say("done");
     Ok(())
 }
