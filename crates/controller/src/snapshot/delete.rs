@@ -98,6 +98,11 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
     if !observe::finalizer_present(snap) {
         return Ok(Action::await_change());
     }
+    // Every decision below counts over the Snapshot store: a store that has not finished its
+    // first sync would under-count the breaker. Wait for it (never decide on a guess).
+    if !matches!(futures::FutureExt::now_or_never(ctx.stores.snapshots.wait_until_ready()), Some(Ok(()))) {
+        return Ok(Action::requeue(std::time::Duration::from_secs(2)));
+    }
     let ns = snap.namespace().unwrap_or_default();
     let name = snap.name_any();
     let uid = snap.uid().unwrap_or_default();

@@ -78,6 +78,41 @@ impl<T> futures::Stream for ReceiverStream<T> {
     }
 }
 
+/// An unbounded receiver as a stream (the decoupled reflector never waits on the controller).
+struct UnboundedStream<T>(mpsc::UnboundedReceiver<T>);
+
+impl<T> futures::Stream for UnboundedStream<T> {
+    type Item = T;
+    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<T>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// A store fed by a reflector polled in its own task, and the trigger stream for a
+/// `Controller::for_stream` over it.
+fn decoupled<K>(
+    client: &Client,
+    wc: &watcher::Config,
+) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let events = reflector::reflector(writer, watcher(Api::<K>::all(client.clone()), wc.clone()))
+        .default_backoff()
+        .touched_objects();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut s = std::pin::pin!(events);
+        while let Some(ev) = s.next().await {
+            if tx.send(ev).is_err() {
+                break;
+            }
+        }
+    });
+    (store, UnboundedStream(rx))
+}
+
 pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     let wc = watcher::Config::default();
     // Referent stores driven here.
@@ -127,11 +162,14 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     .default_backoff()
     .touched_objects();
 
-    let snap_ctl = Controller::new(Api::<Snapshot>::all(client.clone()), wc.clone());
-    let sched_ctl = Controller::new(Api::<SnapshotSchedule>::all(client.clone()), wc.clone());
+    // Snapshots and SnapshotSchedules: the reflector runs in its own task so its store keeps
+    // syncing (and signals readiness) however busy the controller is; the deletion path waits
+    // on that signal, because a breaker counted over a half-synced store would under-count.
+    let (snapshots, snap_trigger) = decoupled::<Snapshot>(&client, &wc);
+    let (schedules, sched_trigger) = decoupled::<SnapshotSchedule>(&client, &wc);
+    let snap_ctl = Controller::for_stream(snap_trigger, snapshots.clone());
+    let sched_ctl = Controller::for_stream(sched_trigger, schedules.clone());
     let policy_ctl = Controller::new(Api::<SnapshotPolicy>::all(client.clone()), wc.clone());
-    let snapshots = snap_ctl.store();
-    let schedules = sched_ctl.store();
     let policies = policy_ctl.store();
 
     let ctx = Arc::new(PipelineCtx {
