@@ -109,6 +109,9 @@ pub struct Metrics {
     pub deletion_batches: Counter,
     /// Every apiserver call (`client_metrics.rs`).
     pub kube_requests: Counter,
+    pub schedule_snapshots_created: Counter,
+    pub schedule_slots_skipped: Counter,
+    pub snapshot_refusals: Counter,
     /// ADR-0006: held external deletions per repository.
     pub deletions_held: GaugeFamily,
     /// ADR-0006: the breaker's inclusive pending-external count per repository.
@@ -166,6 +169,21 @@ impl Default for Metrics {
                 "kopiur_snapshot_deletions_total",
                 "Snapshot finalizers released, by outcome.",
                 &["namespace", "outcome"],
+            ),
+            schedule_snapshots_created: Counter::new(
+                "kopiur_schedule_snapshots_created_total",
+                "Snapshots created by a SnapshotSchedule.",
+                &["namespace", "name"],
+            ),
+            schedule_slots_skipped: Counter::new(
+                "kopiur_schedule_slots_skipped_total",
+                "Schedule slots skipped, by reason (expired, active_run, suspended).",
+                &["namespace", "name", "reason"],
+            ),
+            snapshot_refusals: Counter::new(
+                "kopiur_snapshot_refusals_total",
+                "Snapshots refused by the controller (terminal without a Job), by reason.",
+                &["namespace", "name", "reason"],
             ),
             kube_requests: Counter::new(
                 "kopiur_kube_client_requests_total",
@@ -277,6 +295,9 @@ pub fn metric_names() -> Vec<&'static str> {
         "kopiur_snapshot_deletions_total",
         "kopiur_snapshot_deletion_batches_total",
         "kopiur_kube_client_requests_total",
+        "kopiur_schedule_snapshots_created_total",
+        "kopiur_schedule_slots_skipped_total",
+        "kopiur_snapshot_refusals_total",
         "kopiur_snapshot_deletions_held",
         "kopiur_snapshot_deletions_pending_external",
         "kopiur_snapshots_completed_total",
@@ -338,6 +359,9 @@ impl Metrics {
             &self.deletions,
             &self.deletion_batches,
             &self.kube_requests,
+            &self.schedule_snapshots_created,
+            &self.schedule_slots_skipped,
+            &self.snapshot_refusals,
             &self.snapshots_completed,
         ] {
             c.render(&mut out);

@@ -213,6 +213,15 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     if d.record_completion.is_some() {
         next.completion_recorded_at = Some(now);
     }
+    // A controller-side refusal: terminal Failed without a Job, counted on the transition.
+    if matches!(next.phase, Some(SnapshotPhase::Failed))
+        && !matches!(status.phase, Some(SnapshotPhase::Failed))
+        && status.job.is_none()
+        && d.step != Step::Launch
+    {
+        let reason = d.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()).unwrap_or_default();
+        ctx.metrics.snapshot_refusals.inc(&[&ns, &name, &reason]);
+    }
     next.conditions = super::ctx::merge(&status.conditions, &d.conditions, snap.meta().generation.unwrap_or(0), now);
     write_status(&api, fresh.as_ref().unwrap_or(snap), &status, &next).await?;
 

@@ -206,6 +206,7 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
     }
     if let Some(reason) = d.disposition.skip_reason() {
         tracing::info!(schedule = %name, namespace = %ns, reason, "schedule slot skipped");
+        ctx.metrics.schedule_slots_skipped.inc(&[&ns, &name, reason]);
         if matches!(d.disposition, Disposition::SkipExpired) {
             ctx.event(
                 &reference,
@@ -240,7 +241,10 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
             status: None,
         };
         match snaps.create(&PostParams::default(), &child).await {
-            Ok(_) => tracing::info!(schedule = %name, child = %fire.child, "scheduled Snapshot created"),
+            Ok(_) => {
+                ctx.metrics.schedule_snapshots_created.inc(&[&ns, &name]);
+                tracing::info!(schedule = %name, child = %fire.child, "scheduled Snapshot created")
+            }
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => return Err(e.into()),
         }
