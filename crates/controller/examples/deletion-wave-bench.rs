@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use futures::{StreamExt, TryStreamExt};
 use kopiur_api::Snapshot;
-use kube::api::DeleteParams;
 use kube::Api;
+use kube::api::DeleteParams;
 use serde_json::json;
 
 #[path = "../tests/support/deletion_seed.rs"]
@@ -96,10 +96,24 @@ async fn bench(h: &mut Harness, n: usize) -> Result<()> {
 
     let sizes: Vec<usize> = wave_jobs.iter().map(|j| j.members.len()).collect();
     println!("deletion wave bench ({n} Snapshots on one Repository, threshold 10):");
-    println!("  {n} DELETE requests sent in {:.1} s; all {n} held {:.1} s after the first", deletes_sent.as_secs_f64(), held_after.as_secs_f64());
-    println!("  ack -> every finalizer drained: {:.1} s ({:.1} deletions/s)", drained.as_secs_f64(), n as f64 / drained.as_secs_f64());
-    println!("  batch Jobs: {} (members {sizes:?}); reaped: {reaped} ({:.1} s after the ack)", wave_jobs.len(), reaped_after.as_secs_f64());
-    println!("  repository connects per wave: {batch_connects} by batch movers ({all_connects} mover connects in all while draining); kopia snapshot delete calls {deletes}");
+    println!(
+        "  {n} DELETE requests sent in {:.1} s; all {n} held {:.1} s after the first",
+        deletes_sent.as_secs_f64(),
+        held_after.as_secs_f64()
+    );
+    println!(
+        "  ack -> every finalizer drained: {:.1} s ({:.1} deletions/s)",
+        drained.as_secs_f64(),
+        n as f64 / drained.as_secs_f64()
+    );
+    println!(
+        "  batch Jobs: {} (members {sizes:?}); reaped: {reaped} ({:.1} s after the ack)",
+        wave_jobs.len(),
+        reaped_after.as_secs_f64()
+    );
+    println!(
+        "  repository connects per wave: {batch_connects} by batch movers ({all_connects} mover connects in all while draining); kopia snapshot delete calls {deletes}"
+    );
     println!("  kopia manifests of the wave left: {left}; total {:.1} s", t0.elapsed().as_secs_f64());
     if left != 0 {
         bail!("{left} manifests of the wave were not deleted");

@@ -310,7 +310,7 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
     let before_wave = chrono::Utc::now();
     delete_set(&client, &wns, "wave").await?;
     println!("[wave] {WAVE} DELETEs sent in {:.1}s", s2.elapsed().as_secs_f64());
-    let held = wait_held(h, &wns, "wave", WAVE, Duration::from_secs(240)).await?;
+    let held = wait_held(h, &wns, "wave", WAVE, Duration::from_secs(420)).await?;
     let v = latest_deletion(&held).context("deletionTimestamps")?;
     let cmd = ack_command(&wns, "wave", &v);
     println!("[wave] expected command: {cmd}");
@@ -337,7 +337,7 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
     println!("[wave] when all were held, {} of {WAVE} messages did not yet carry the final command", first_bad.len());
     let conv = Instant::now();
     let converged =
-        wait_for("every held message carries the final command", Duration::from_secs(90), &h.log(), || async {
+        wait_for("every held message carries the final command", Duration::from_secs(180), &h.log(), || async {
             let l = list_set(&client, &wns, "wave").await?;
             Ok(check(&l).is_empty().then_some(l))
         })
@@ -353,7 +353,7 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
             check!(
                 fails,
                 false,
-                "{} held Snapshots still lack the exact command or decision Held 90s later, e.g. {:?}",
+                "{} held Snapshots still lack the exact command or decision Held 180s later, e.g. {:?}",
                 bad.len(),
                 &bad[..bad.len().min(2)]
             );
@@ -495,6 +495,20 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
     .await;
     check!(fails, reaped.is_ok(), "wave batch Jobs not reaped 120s after the drain");
     println!("[ack] batch Jobs reaped {:.1}s after the ack", drain_started.elapsed().as_secs_f64());
+    let repo: Repository = Api::namespaced(client.clone(), &wns).get("wave").await?;
+    let rst = repo.status.clone().unwrap_or_default();
+    let mdh = rst.conditions.iter().find(|c| c.type_ == "MassDeletionHeld").cloned();
+    let dp = rst.deletion_protection.clone().unwrap_or_default();
+    println!(
+        "[ack] Repository after drain: MassDeletionHeld {:?}/{:?}; deletionProtection pendingExternal {} held {} ack {:?}",
+        mdh.as_ref().map(|c| c.status.clone()),
+        mdh.as_ref().map(|c| c.reason.clone()),
+        dp.pending_external,
+        dp.held,
+        dp.ack
+    );
+    check!(fails, mdh.as_ref().is_some_and(|c| c.status == "False"), "MassDeletionHeld=False once the wave drained");
+    check!(fails, dp.held == 0, "deletionProtection.held 0 after the drain: {dp:?}");
     let m = h.metrics().await?;
     println!(
         "[ack] gauges after drain: held {:?} pending_external {:?}",

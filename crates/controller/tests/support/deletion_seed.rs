@@ -284,7 +284,7 @@ impl KopiaRepo {
 
     async fn list_json(&self) -> Result<Vec<Value>> {
         let out = self.run(&["snapshot".into(), "list".into(), "--all".into(), "--json".into()], None).await?;
-        Ok(serde_json::from_str(&out).with_context(|| format!("parsing snapshot list: {out:.200}"))?)
+        serde_json::from_str(&out).with_context(|| format!("parsing snapshot list: {out:.200}"))
     }
 
     /// `kopia snapshot list --all`: every manifest id in the repository.
