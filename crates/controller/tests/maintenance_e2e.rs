@@ -173,7 +173,10 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
         json!({
             "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Maintenance",
             "metadata": {"name": "m", "namespace": ns, "annotations": {"kopiur.home-operations.com/run-requested": first}},
-            "spec": {"repository": {"name": "r"}}
+            // Yearly slots: no scheduled run can interleave with the manual ones below,
+            // whatever the time of day the test runs at.
+            "spec": {"repository": {"name": "r"}, "schedule": {
+                "quick": {"cron": "0 0 1 1 *"}, "full": {"cron": "30 0 1 1 *"}}}
         }),
     )
     .await?;
