@@ -112,6 +112,8 @@ pub struct Metrics {
     pub schedule_snapshots_created: Counter,
     pub schedule_slots_skipped: Counter,
     pub snapshot_refusals: Counter,
+    pub maintenance_runs: Counter,
+    pub replication_runs: Counter,
     /// ADR-0006: held external deletions per repository.
     pub deletions_held: GaugeFamily,
     /// ADR-0006: the breaker's inclusive pending-external count per repository.
@@ -184,6 +186,16 @@ impl Default for Metrics {
                 "kopiur_snapshot_refusals_total",
                 "Snapshots refused by the controller (terminal without a Job), by reason.",
                 &["namespace", "name", "reason"],
+            ),
+            maintenance_runs: Counter::new(
+                "kopiur_maintenance_runs_total",
+                "Finished maintenance runs by mode and outcome (succeeded, failed, yielded).",
+                &["namespace", "name", "mode", "outcome"],
+            ),
+            replication_runs: Counter::new(
+                "kopiur_replication_runs_total",
+                "Finished replication runs by kind, trigger (cron, requested) and outcome.",
+                &["kind", "trigger", "outcome"],
             ),
             kube_requests: Counter::new(
                 "kopiur_kube_client_requests_total",
@@ -298,6 +310,8 @@ pub fn metric_names() -> Vec<&'static str> {
         "kopiur_schedule_snapshots_created_total",
         "kopiur_schedule_slots_skipped_total",
         "kopiur_snapshot_refusals_total",
+        "kopiur_maintenance_runs_total",
+        "kopiur_replication_runs_total",
         "kopiur_snapshot_deletions_held",
         "kopiur_snapshot_deletions_pending_external",
         "kopiur_snapshots_completed_total",
@@ -362,6 +376,8 @@ impl Metrics {
             &self.schedule_snapshots_created,
             &self.schedule_slots_skipped,
             &self.snapshot_refusals,
+            &self.maintenance_runs,
+            &self.replication_runs,
             &self.snapshots_completed,
         ] {
             c.render(&mut out);
