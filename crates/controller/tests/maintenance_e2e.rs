@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -165,6 +165,26 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     .await?;
     println!("[{:>5.1}s] r Ready", started.elapsed().as_secs_f64());
 
+    // Projection (§3.11): the repository gets a managed Maintenance named after itself, owned
+    // by it, and MaintenanceConfigured=True.
+    let maints: Api<Maintenance> = Api::namespaced(client.clone(), &ns);
+    let managed = wait_for("the managed Maintenance r", Duration::from_secs(60), &log, || async {
+        Ok(maints.get_opt("r").await?)
+    })
+    .await?;
+    assert_eq!(managed.labels().get("app.kubernetes.io/managed-by").map(String::as_str), Some("kopiur"));
+    let owner = managed.owner_references().first().cloned().context("owner")?;
+    assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Repository", "r"));
+    assert_eq!(managed.spec.ownership.as_ref().and_then(|o| o.owner.clone()), Some(format!("kopiur/{ns}/r")));
+    wait_for("MaintenanceConfigured=True (managed)", Duration::from_secs(60), &log, || async {
+        let r = repos.get("r").await?;
+        let c =
+            r.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "MaintenanceConfigured").cloned());
+        Ok(c.filter(|c| c.status == "True" && c.message.contains("managed")).map(|_| ()))
+    })
+    .await?;
+    println!("[{:>5.1}s] managed Maintenance r projected", started.elapsed().as_secs_f64());
+
     // A manual quick run and a manual replication, requested at creation.
     let first = "2026-01-01T00:00:00Z";
     apply(
@@ -195,7 +215,16 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
         }),
     )
     .await?;
-    let maints: Api<Maintenance> = Api::namespaced(client.clone(), &ns);
+    // A user-authored Maintenance for the repository wins: the managed one goes.
+    wait_for("the managed Maintenance replaced by m", Duration::from_secs(60), &log, || async {
+        let gone = maints.get_opt("r").await?.is_none();
+        let r = repos.get("r").await?;
+        let c =
+            r.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "MaintenanceConfigured").cloned());
+        Ok((gone && c.is_some_and(|c| c.status == "True" && c.message.contains("/m "))).then_some(()))
+    })
+    .await?;
+    println!("[{:>5.1}s] user-authored Maintenance m won; managed r deleted", started.elapsed().as_secs_f64());
     let repls: Api<RepositoryReplication> = Api::namespaced(client.clone(), &ns);
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let m = wait_for("the first maintenance run Succeeded", Duration::from_secs(120), &log, || async {

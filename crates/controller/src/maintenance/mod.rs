@@ -3,6 +3,7 @@
 //! RepositoryReplication reconciler shares, `runtime` the referent stores.
 pub mod common;
 pub mod plan;
+pub mod projection;
 pub mod reconcile;
 pub mod runtime;
 
@@ -110,6 +111,15 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
             }
         });
     }
+    // The managed Maintenance of every repository (behavior §3.11).
+    tokio::spawn(projection::run(
+        client.clone(),
+        config.namespace.clone(),
+        config.identity.clone(),
+        r.ctx.repos.clone(),
+        r.ctx.crepos.clone(),
+        store.clone(),
+    ));
     ctl.reconcile_on(ReceiverStream(rx))
         .with_config(CtlConfig::default().debounce(Duration::from_millis(250)))
         .shutdown_on_signal()

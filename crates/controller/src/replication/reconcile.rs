@@ -136,7 +136,8 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
     }
     for (job, outcome) in &d.recorded {
         tracing::info!(replication = %name, namespace = %ns, job = %job, outcome, "replication run recorded");
-        let trigger = if facts.jobs.iter().any(|j| &j.name == job && j.manual.is_some()) { "requested" } else { "cron" };
+        let trigger =
+            if facts.jobs.iter().any(|j| &j.name == job && j.manual.is_some()) { "requested" } else { "cron" };
         ctx.metrics.replication_runs.inc(&["RepositoryReplication", trigger, &outcome.to_string()]);
     }
     if d.nudge

@@ -166,6 +166,8 @@ fn needs_replan(s: &Snapshot, state: &BreakerState) -> bool {
 #[derive(Default)]
 pub struct DispatchMemory {
     counted: HashSet<String>,
+    /// Per repository uid: since when Held members have been waiting to flip.
+    flips_since: std::collections::HashMap<String, DateTime<Utc>>,
 }
 
 /// One pass over every repository. Returns Snapshots to enqueue.
@@ -190,10 +192,13 @@ pub async fn pass(
         let state = breaker_for(ctx, repo, &dels, now);
         let rr = repo_ref(repo);
         let key = vec![repo.kind().to_string(), rr.namespace.clone().unwrap_or_default(), rr.name.clone()];
-        if state.pending_external > 0 {
+        // Series exist while the repository shows deletion activity (0 after a wave drains)
+        // and disappear with the repository.
+        let active = state.pending_external > 0
+            || state.held_count() > 0
+            || status_common(repo).is_some_and(|s| s.deletion_protection.is_some());
+        if active {
             pending_series.insert(key.clone(), i64::from(state.pending_external));
-        }
-        if state.held_count() > 0 {
             held_series.insert(key, i64::from(state.held_count()));
         }
         if let Err(e) = write_repo_status(ctx, repo, &state, now).await {
@@ -201,11 +206,24 @@ pub async fn pass(
         }
         let mine: Vec<&Arc<Snapshot>> =
             dels.iter().filter(|s| observe::binding(s, || resolves(ctx, s)).counts_against(&uid)).collect();
+        // Members whose decision is about to change (e.g. an acked wave flipping Held ->
+        // Delete one status write at a time): while any remain, only full batches fire, so a
+        // released wave pools into as few Jobs (and connects) as possible.
+        let mut flips = false;
         for s in &mine {
             if needs_replan(s, &state) {
+                flips |= observe::previous_record(s).is_some_and(|r| r.decision == DeletionDecision::Held);
                 enqueue.push(ObjectRef::from_obj(s.as_ref()));
             }
         }
+        // Bounded: a member whose flip never lands must not stall partial batches for ever.
+        let more_coming = if flips {
+            let since = *memory.flips_since.entry(uid.clone()).or_insert(now);
+            now - since < chrono::Duration::seconds(60)
+        } else {
+            memory.flips_since.remove(&uid);
+            false
+        };
         // Terminal batch Jobs: count once, enqueue the members of a complete one, reap.
         for (job, b) in jobs.iter().filter(|(_, b)| b.repo_uid == uid) {
             if b.phase.is_terminal() && memory.counted.insert(b.name.clone()) {
@@ -293,7 +311,20 @@ pub async fn pass(
                 })
             })
             .collect();
-        let fire = fire_set::select(&fctx, &candidates);
+        let mut fire = fire_set::select(&fctx, &candidates);
+        // The quiet window runs from a member's last activity: its deletion or, later, the
+        // decision that made it eligible (an ack releases members whose deletionTimestamp is
+        // long past; they must still pool).
+        for m in &mut fire.members {
+            let decided = mine
+                .iter()
+                .find(|s| s.uid().as_deref() == Some(m.uid.as_str()))
+                .and_then(|s| observe::previous_record(s))
+                .and_then(|r| r.decided_at);
+            if let Some(d) = decided {
+                m.deletion_timestamp = m.deletion_timestamp.max(d);
+            }
+        }
         if !fire.excluded.is_empty() {
             tracing::debug!(repository = %rr.display(), excluded = ?fire.excluded, "members left out of the fire set");
         }
@@ -301,7 +332,7 @@ pub async fn pass(
             continue;
         }
         let d = batch::next_batches(&[RepoQueue { repo_uid: uid.clone(), fire_set: fire }], &all_jobs, tuning, now);
-        for spec in d.create {
+        for spec in d.create.into_iter().filter(|b| !more_coming || b.members.len() >= tuning.max_members) {
             if let Err(e) = create_batch(ctx, repo, &spec).await {
                 tracing::warn!(job = %spec.name, error = %e, "creating a batch delete Job failed");
             }
