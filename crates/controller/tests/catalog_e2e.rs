@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Secret;
 use kopiur_api::names::{annotation, label};
 use kopiur_api::{Repository, Snapshot};
@@ -22,30 +22,13 @@ use kopiur_kopia::{KopiaEnv, Runner};
 use kopiur_testenv::TestEnv;
 use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
+use kopiur_testenv::wait::wait_for;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, CustomResourceExt, ResourceExt};
 use serde_json::json;
 
 const PASSWORD: &str = "catalog-e2e correct horse";
 const PREFIX: &str = "catalog/";
-
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, log: &Path, mut f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<T>>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await? {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            let tail = kopiur_testenv::process::log_tail(log, 60);
-            bail!("timed out waiting for {what}\noperator log tail:\n{tail}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
 
 /// The kopia binary, connected to the repository under its own config dir.
 fn kopia(dir: &Path, g: &Garage) -> Runner {

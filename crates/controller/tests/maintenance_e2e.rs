@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -16,6 +16,7 @@ use kopiur_testenv::TestEnv;
 use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
 use kopiur_testenv::proxy::{FaultProxy, Mode};
+use kopiur_testenv::wait::wait_for;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
@@ -24,24 +25,6 @@ const MIRROR: &str = "kopiur-mirror";
 
 async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
     kopiur_testenv::apply::apply_value(client, ns, &v).await
-}
-
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, log: &std::path::Path, mut f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<T>>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await? {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            let tail = kopiur_testenv::process::log_tail(log, 60);
-            bail!("timed out waiting for {what}\noperator log tail:\n{tail}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 fn repo_phase(r: &Repository) -> String {

@@ -6,15 +6,16 @@
 //!
 //! The controller runs under exactly the generated RBAC, so a missing rule fails here.
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kopiur_api::{Repository, Snapshot};
 use kopiur_testenv::TestEnv;
 use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
+use kopiur_testenv::wait::wait_for;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use serde_json::{Value, json};
@@ -23,24 +24,6 @@ const PASSWORD: &str = "pipeline-e2e correct horse";
 
 async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
     kopiur_testenv::apply::apply_value(client, ns, &v).await
-}
-
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, log: &std::path::Path, mut f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<T>>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await? {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            let tail = kopiur_testenv::process::log_tail(log, 60);
-            bail!("timed out waiting for {what}\noperator log tail:\n{tail}");
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
 }
 
 /// `kopiur_mover_jobs_created_total{op="snapshot-delete-batch"}` summed over namespaces.

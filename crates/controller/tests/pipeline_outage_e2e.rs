@@ -14,30 +14,13 @@ use kopiur_testenv::TestEnv;
 use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
 use kopiur_testenv::proxy::{FaultProxy, Mode};
+use kopiur_testenv::wait::wait_for;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use serde_json::{Value, json};
 
 async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
     kopiur_testenv::apply::apply_value(client, ns, &v).await
-}
-
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, log: &std::path::Path, mut f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<T>>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await? {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            let tail = kopiur_testenv::process::log_tail(log, 60);
-            bail!("timed out waiting for {what}\noperator log tail:\n{tail}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 fn repo_phase(r: &Repository) -> String {

@@ -22,6 +22,7 @@ use kopiur_api::{Repository, Snapshot};
 use kopiur_testenv::TestEnv;
 use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
+pub use kopiur_testenv::wait::wait_for;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use serde_json::{Value, json};
@@ -39,24 +40,6 @@ pub const SET: &str = "deletion-e2e/set";
 /// written parks as PolicyNotFound instead of being failed, and its resourceVersion-guarded
 /// status write cannot overwrite the seeded Succeeded status.
 pub const ABSENT_POLICY: &str = "seeded-no-such-policy";
-
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, log: &Path, mut f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<T>>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await? {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            let tail = kopiur_testenv::process::log_tail(log, 60);
-            bail!("timed out after {timeout:?} waiting for {what}\noperator log tail:\n{tail}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
 
 /// One kopia invocation by a mover, from the auditing wrapper's log.
 #[derive(Clone, Debug)]
