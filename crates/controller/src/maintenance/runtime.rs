@@ -7,9 +7,7 @@ use std::sync::{Arc, Mutex};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ObjectReference, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kopiur_api::shared::{RepositoryKind, RepositoryRef};
 use kopiur_api::{ClusterRepository, Repository};
 use kube::api::{Patch, PatchParams};
@@ -24,7 +22,6 @@ use crate::config::Config;
 use crate::gating::{Gate, repository_ready};
 use crate::metrics::Metrics;
 use crate::repository::Error;
-use crate::repository::apply::{FIELD_MANAGER, MOVER_CLUSTER_ROLE, MOVER_SERVICE_ACCOUNT};
 use crate::snapshot::ctx::RepoView;
 
 /// What the Maintenance and RepositoryReplication reconcilers read and write through: their
@@ -101,49 +98,7 @@ impl RunCtx {
     /// The mover's ServiceAccount and RoleBinding in the run's namespace (server-side apply,
     /// once per namespace per process).
     pub async fn ensure_mover_rbac(&self, ns: &str) -> Result<(), Error> {
-        if self.mover_rbac_ready.lock().map(|s| s.contains(ns)).unwrap_or(false) {
-            return Ok(());
-        }
-        let pp = PatchParams::apply(FIELD_MANAGER).force();
-        let labels = crate::snapshot::ctx::managed_labels();
-        let sa = ServiceAccount {
-            metadata: ObjectMeta {
-                name: Some(MOVER_SERVICE_ACCOUNT.into()),
-                namespace: Some(ns.into()),
-                labels: Some(labels.clone()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        Api::<ServiceAccount>::namespaced(self.client.clone(), ns)
-            .patch(MOVER_SERVICE_ACCOUNT, &pp, &Patch::Apply(&sa))
-            .await?;
-        let rb = RoleBinding {
-            metadata: ObjectMeta {
-                name: Some(MOVER_SERVICE_ACCOUNT.into()),
-                namespace: Some(ns.into()),
-                labels: Some(labels),
-                ..Default::default()
-            },
-            role_ref: RoleRef {
-                api_group: "rbac.authorization.k8s.io".into(),
-                kind: "ClusterRole".into(),
-                name: MOVER_CLUSTER_ROLE.into(),
-            },
-            subjects: Some(vec![Subject {
-                kind: "ServiceAccount".into(),
-                name: MOVER_SERVICE_ACCOUNT.into(),
-                namespace: Some(ns.into()),
-                api_group: None,
-            }]),
-        };
-        Api::<RoleBinding>::namespaced(self.client.clone(), ns)
-            .patch(MOVER_SERVICE_ACCOUNT, &pp, &Patch::Apply(&rb))
-            .await?;
-        if let Ok(mut s) = self.mover_rbac_ready.lock() {
-            s.insert(ns.to_string());
-        }
-        Ok(())
+        crate::mover_rbac::ensure(&self.client, ns, &self.mover_rbac_ready).await
     }
 }
 

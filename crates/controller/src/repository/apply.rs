@@ -4,8 +4,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kopiur_api::names::annotation;
 use kopiur_api::shared::Backend;
@@ -177,48 +176,7 @@ async fn delete_job<K: RepoObject>(obj: &K, ctx: &Ctx, uid: &str) -> Result<(), 
 
 /// The mover's ServiceAccount and its RoleBinding to the shipped `kopiur-mover` ClusterRole.
 async fn ensure_mover_rbac(ctx: &Ctx, ns: &str) -> Result<(), Error> {
-    if ctx.mover_rbac_ready.lock().map(|s| s.contains(ns)).unwrap_or(false) {
-        return Ok(());
-    }
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
-    let sa = ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some(MOVER_SERVICE_ACCOUNT.into()),
-            namespace: Some(ns.into()),
-            labels: Some(managed_labels()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<ServiceAccount>::namespaced(ctx.client.clone(), ns)
-        .patch(MOVER_SERVICE_ACCOUNT, &pp, &Patch::Apply(&sa))
-        .await?;
-    let rb = RoleBinding {
-        metadata: ObjectMeta {
-            name: Some(MOVER_SERVICE_ACCOUNT.into()),
-            namespace: Some(ns.into()),
-            labels: Some(managed_labels()),
-            ..Default::default()
-        },
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "ClusterRole".into(),
-            name: MOVER_CLUSTER_ROLE.into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: MOVER_SERVICE_ACCOUNT.into(),
-            namespace: Some(ns.into()),
-            api_group: None,
-        }]),
-    };
-    Api::<RoleBinding>::namespaced(ctx.client.clone(), ns)
-        .patch(MOVER_SERVICE_ACCOUNT, &pp, &Patch::Apply(&rb))
-        .await?;
-    if let Ok(mut s) = ctx.mover_rbac_ready.lock() {
-        s.insert(ns.to_string());
-    }
-    Ok(())
+    crate::mover_rbac::ensure(&ctx.client, ns, &ctx.mover_rbac_ready).await
 }
 
 fn mover_gate(g: CreateGate) -> MoverGate {

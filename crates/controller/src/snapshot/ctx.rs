@@ -5,8 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kopiur_api::shared::RepositoryRef;
 use kopiur_api::{ClusterRepository, Repository, Snapshot, SnapshotPolicy, SnapshotSchedule};
@@ -21,7 +20,6 @@ use crate::gating::{Gate, repository_ready};
 use crate::health::kstatus::Cond;
 use crate::metrics::Metrics;
 use crate::repository::Error;
-use crate::repository::apply::{FIELD_MANAGER, MOVER_CLUSTER_ROLE, MOVER_SERVICE_ACCOUNT};
 
 pub struct Stores {
     pub jobs: Store<Job>,
@@ -164,49 +162,7 @@ impl PipelineCtx {
 
     /// The mover's ServiceAccount and RoleBinding in a consumer namespace.
     pub async fn ensure_mover_rbac(&self, ns: &str) -> Result<(), Error> {
-        if self.mover_rbac_ready.lock().map(|s| s.contains(ns)).unwrap_or(false) {
-            return Ok(());
-        }
-        let pp = PatchParams::apply(FIELD_MANAGER).force();
-        let labels = managed_labels();
-        let sa = ServiceAccount {
-            metadata: ObjectMeta {
-                name: Some(MOVER_SERVICE_ACCOUNT.into()),
-                namespace: Some(ns.into()),
-                labels: Some(labels.clone()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        Api::<ServiceAccount>::namespaced(self.client.clone(), ns)
-            .patch(MOVER_SERVICE_ACCOUNT, &pp, &Patch::Apply(&sa))
-            .await?;
-        let rb = RoleBinding {
-            metadata: ObjectMeta {
-                name: Some(MOVER_SERVICE_ACCOUNT.into()),
-                namespace: Some(ns.into()),
-                labels: Some(labels),
-                ..Default::default()
-            },
-            role_ref: RoleRef {
-                api_group: "rbac.authorization.k8s.io".into(),
-                kind: "ClusterRole".into(),
-                name: MOVER_CLUSTER_ROLE.into(),
-            },
-            subjects: Some(vec![Subject {
-                kind: "ServiceAccount".into(),
-                name: MOVER_SERVICE_ACCOUNT.into(),
-                namespace: Some(ns.into()),
-                api_group: None,
-            }]),
-        };
-        Api::<RoleBinding>::namespaced(self.client.clone(), ns)
-            .patch(MOVER_SERVICE_ACCOUNT, &pp, &Patch::Apply(&rb))
-            .await?;
-        if let Ok(mut s) = self.mover_rbac_ready.lock() {
-            s.insert(ns.to_string());
-        }
-        Ok(())
+        crate::mover_rbac::ensure(&self.client, ns, &self.mover_rbac_ready).await
     }
 
     /// Stamps `reverify-requested-at=now` on a repository (the caller checked the spacing).
