@@ -365,6 +365,18 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
         condition(&held[0], "DeletionHeld").map(|c| c.message.clone()).unwrap_or_default()
     );
     let repo: Repository = Api::namespaced(client.clone(), &wns).get("wave").await?;
+    // The repository's status is rewritten by the next dispatcher pass (every 2 s) after the
+    // last member persisted Held.
+    let repo = match wait_for("deletionProtection.held at the wave size", Duration::from_secs(20), &h.log(), || async {
+        let r: Repository = Api::namespaced(client.clone(), &wns).get("wave").await?;
+        let held = r.status.as_ref().and_then(|s| s.deletion_protection.as_ref()).map(|d| d.held);
+        Ok((held == Some(WAVE as i32)).then_some(r))
+    })
+    .await
+    {
+        Ok(r) => r,
+        Err(_) => repo,
+    };
     let rst = repo.status.clone().unwrap_or_default();
     let mdh = rst.conditions.iter().find(|c| c.type_ == "MassDeletionHeld").cloned();
     let dp = rst.deletion_protection.clone().unwrap_or_default();
@@ -379,9 +391,21 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
     check!(fails, mdh.as_ref().is_some_and(|c| c.status == "True"), "MassDeletionHeld=True on the repository");
     check!(fails, mdh.as_ref().is_some_and(|c| c.message.contains(&cmd)), "MassDeletionHeld carries the command");
     check!(fails, dp.held == WAVE as i32 && dp.pending_external >= WAVE as i32, "deletionProtection {dp:?}");
-    let m = h.metrics().await?;
-    let g_held = metric(&m, "kopiur_snapshot_deletions_held", &wns, "wave");
-    let g_pending = metric(&m, "kopiur_snapshot_deletions_pending_external", &wns, "wave");
+    // The gauges are recomputed on each dispatcher pass (every 2 s): give them a few passes
+    // to catch up with the last member's persisted Held.
+    let mut gauges = (None, None);
+    for _ in 0..20 {
+        let m = h.metrics().await?;
+        gauges = (
+            metric(&m, "kopiur_snapshot_deletions_held", &wns, "wave"),
+            metric(&m, "kopiur_snapshot_deletions_pending_external", &wns, "wave"),
+        );
+        if gauges.0 == Some(WAVE as f64) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (g_held, g_pending) = gauges;
     println!("[wave] gauges: held {g_held:?} pending_external {g_pending:?}");
     check!(fails, g_held == Some(WAVE as f64), "held gauge {g_held:?}");
     check!(fails, g_pending.is_some_and(|p| p >= WAVE as f64), "pending gauge {g_pending:?}");
@@ -635,21 +659,31 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
     println!("[audit] {} manifests deleted by movers, {} more than once", all.len(), dup.len());
     check!(fails, dup.is_empty(), "deleted more than once: {dup:?}");
 
-    // The catalog's rediscovery of the flap snapshots as origin discovered (spec §6.2).
-    let discovered = Api::<Snapshot>::namespaced(client.clone(), &fns)
-        .list(&ListParams::default().labels("kopiur.home-operations.com/origin=discovered"))
-        .await?
-        .items
-        .len();
-    if discovered == 0 {
-        println!(
-            "[flap] rediscovery as origin discovered: not implemented (0 discovered rows after {:.0}s)",
-            s1.elapsed().as_secs_f64()
-        );
-    } else {
-        println!("[flap] rediscovered as origin discovered: {discovered}");
-        check!(fails, discovered == FLAP, "all 30 flap snapshots rediscovered, got {discovered}");
-    }
+    // The catalog's rediscovery of the flap snapshots as origin discovered (spec §6.2): the
+    // cascade releases asked for a scan; every flap manifest comes back as a discovered row.
+    let discovered =
+        match wait_for("the 30 flap snapshots rediscovered", Duration::from_secs(120), &h.log(), || async {
+            let n = Api::<Snapshot>::namespaced(client.clone(), &fns)
+                .list(&ListParams::default().labels("kopiur.home-operations.com/origin=discovered"))
+                .await?
+                .items
+                .len();
+            Ok((n >= FLAP).then_some(n))
+        })
+        .await
+        {
+            Ok(n) => n,
+            Err(_) => Api::<Snapshot>::namespaced(client.clone(), &fns)
+                .list(&ListParams::default().labels("kopiur.home-operations.com/origin=discovered"))
+                .await?
+                .items
+                .len(),
+        };
+    println!(
+        "[flap] rediscovered as origin discovered: {discovered} ({:.0}s after the flap began)",
+        s1.elapsed().as_secs_f64()
+    );
+    check!(fails, discovered == FLAP, "all 30 flap snapshots rediscovered as origin discovered, got {discovered}");
     recorder.abort();
     println!("deletion e2e total {:.1}s; {} acceptance check(s) failed", t0.elapsed().as_secs_f64(), fails.len());
     ensure!(fails.is_empty(), "{} acceptance check(s) failed:\n  {}", fails.len(), fails.join("\n  "));

@@ -61,21 +61,16 @@ async fn owner(snap: &Snapshot, ctx: &PipelineCtx) -> Result<Owner, Error> {
     Ok(Owner::Schedule { name, state: cascade::schedule_state(&uid, &live) })
 }
 
-/// Asks for a catalog scan on the repository (coalesced: at most one stamp a minute).
+/// Asks for a catalog scan on the repository. Every cascade release re-stamps (one write per
+/// second at most: the value has second precision), so the last release of a wave is always
+/// covered by a scan that starts after it; the repository coalesces the scans themselves.
 async fn request_catalog_scan(ctx: &PipelineCtx, repo: &RepoView, now: DateTime<Utc>) {
-    let last = repo
-        .meta()
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(annotation::CATALOG_SCAN_REQUESTED_AT))
-        .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
-        .map(|t| t.with_timezone(&Utc));
-    if last.is_some_and(|t| now - t < chrono::Duration::seconds(60)) {
+    let value = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let current = repo.meta().annotations.as_ref().and_then(|a| a.get(annotation::CATALOG_SCAN_REQUESTED_AT));
+    if current == Some(&value) {
         return;
     }
-    let body = serde_json::json!({"metadata": {"annotations": {
-        annotation::CATALOG_SCAN_REQUESTED_AT: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-    }}});
+    let body = serde_json::json!({"metadata": {"annotations": {annotation::CATALOG_SCAN_REQUESTED_AT: value}}});
     let pp = PatchParams::default();
     let res = match repo {
         RepoView::Namespaced(r) => {
