@@ -515,6 +515,14 @@ async fn repository_faults_end_to_end() -> Result<()> {
             Ok(idle_jobs.list(&Default::default()).await?.items.is_empty().then_some(()))
         })
         .await?;
+        // Settled: the maintenance projection has reported on it too (a one-time write).
+        w.wait("idle: MaintenanceConfigured reported", Duration::from_secs(60), || async {
+            let r = idle_repos.get("idle").await?;
+            let has =
+                r.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "MaintenanceConfigured"));
+            Ok(has.then_some(()))
+        })
+        .await?;
         tokio::time::sleep(Duration::from_secs(2)).await;
         let idle0 = idle_repos.get("idle").await?;
         let idle_since = Instant::now();

@@ -300,7 +300,9 @@ pub async fn run(
         client.clone(),
         kube::runtime::events::Reporter { controller: "kopiur-controller".into(), instance: Some(identity) },
     );
-    let wait = std::time::Duration::from_secs(30);
+    // Short: a store that never signals must not delay the projection (an unsynced store only
+    // costs an idempotent apply, never a wrong deletion of a user's object: ours are labelled).
+    let wait = std::time::Duration::from_secs(5);
     let _ = tokio::time::timeout(wait, repos.wait_until_ready()).await;
     let _ = tokio::time::timeout(wait, crepos.wait_until_ready()).await;
     let _ = tokio::time::timeout(wait, maints.wait_until_ready()).await;

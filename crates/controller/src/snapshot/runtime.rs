@@ -89,22 +89,31 @@ impl<T> futures::Stream for UnboundedStream<T> {
 }
 
 /// A store fed by a reflector polled in its own task, and the trigger stream for a
-/// `Controller::for_stream` over it.
+/// `Controller::for_stream` over it. `managedFields` are dropped before the store (they are
+/// most of an object's bytes and nothing here reads them); `fanout` sees every event, so
+/// other controllers can map it without a watch of their own.
 fn decoupled<K>(
     client: &Client,
     wc: &watcher::Config,
+    fanout: impl Fn(&K) + Send + 'static,
 ) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store::<K>();
-    let events = reflector::reflector(writer, watcher(Api::<K>::all(client.clone()), wc.clone()))
-        .default_backoff()
-        .touched_objects();
+    let events = reflector::reflector(
+        writer,
+        watcher(Api::<K>::all(client.clone()), wc.clone()).modify(|o| o.meta_mut().managed_fields = None),
+    )
+    .default_backoff()
+    .touched_objects();
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut s = std::pin::pin!(events);
         while let Some(ev) = s.next().await {
+            if let Ok(o) = &ev {
+                fanout(o);
+            }
             if tx.send(ev).is_err() {
                 break;
             }
@@ -165,8 +174,20 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     // Snapshots and SnapshotSchedules: the reflector runs in its own task so its store keeps
     // syncing (and signals readiness) however busy the controller is; the deletion path waits
     // on that signal, because a breaker counted over a half-synced store would under-count.
-    let (snapshots, snap_trigger) = decoupled::<Snapshot>(&client, &wc);
-    let (schedules, sched_trigger) = decoupled::<SnapshotSchedule>(&client, &wc);
+    // One Snapshot watch serves three controllers: the Snapshot store, and (mapped here) the
+    // owning SnapshotSchedule and the referenced SnapshotPolicy.
+    let (sched_tx, sched_rx) = mpsc::unbounded_channel::<ObjectRef<SnapshotSchedule>>();
+    let (policy_tx, policy_rx) = mpsc::unbounded_channel::<ObjectRef<SnapshotPolicy>>();
+    let (snapshots, snap_trigger) = decoupled::<Snapshot>(&client, &wc, move |s: &Snapshot| {
+        let ns = s.namespace().unwrap_or_default();
+        for o in s.owner_references().iter().filter(|o| o.controller == Some(true) && o.kind == "SnapshotSchedule") {
+            let _ = sched_tx.send(ObjectRef::new(&o.name).within(&ns));
+        }
+        if let Some(p) = &s.spec.policy_ref {
+            let _ = policy_tx.send(ObjectRef::new(&p.name).within(p.namespace.as_deref().unwrap_or(&ns)));
+        }
+    });
+    let (schedules, sched_trigger) = decoupled::<SnapshotSchedule>(&client, &wc, |_| {});
     let snap_ctl = Controller::for_stream(snap_trigger, snapshots.clone());
     let sched_ctl = Controller::for_stream(sched_trigger, schedules.clone());
     let policy_ctl = Controller::new(Api::<SnapshotPolicy>::all(client.clone()), wc.clone());
@@ -310,14 +331,8 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     tokio::spawn(super::dispatch::run(ctx.clone(), snap_tx.clone()));
     let snap_ctl = snap_ctl.reconcile_on(ReceiverStream(snap_rx));
     let restore_ctl = restore_ctl.reconcile_on(ReceiverStream(restore_rx));
-    let sched_ctl = sched_ctl.owns(Api::<Snapshot>::all(client.clone()), wc.clone());
-    let policy_ctl = policy_ctl.watches(Api::<Snapshot>::all(client.clone()), wc.clone(), |s: Snapshot| {
-        let ns = s.namespace().unwrap_or_default();
-        s.spec
-            .policy_ref
-            .as_ref()
-            .map(|p| ObjectRef::<SnapshotPolicy>::new(&p.name).within(p.namespace.as_deref().unwrap_or(&ns)))
-    });
+    let sched_ctl = sched_ctl.reconcile_on(UnboundedStream(sched_rx));
+    let policy_ctl = policy_ctl.reconcile_on(UnboundedStream(policy_rx));
 
     let cfg = CtlConfig::default().debounce(Duration::from_millis(250));
     let a = snap_ctl
