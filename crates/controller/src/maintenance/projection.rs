@@ -211,8 +211,8 @@ async fn apply_one<K: RepoObject>(
         common: repo.common().clone(),
     };
     let existing = existing_for(store, kind, facts.namespace.as_deref(), &facts.name);
-    let p = plan(&facts, operator_ns, &existing);
-    if let Some(m) = &p.apply {
+    let mut p = plan(&facts, operator_ns, &existing);
+    if let Some(m) = &p.apply.clone() {
         let ns = m.metadata.namespace.clone().unwrap_or_default();
         let key = (ns.clone(), facts.name.clone());
         let want = serde_json::to_value(&m.spec).unwrap_or_default();
@@ -228,9 +228,24 @@ async fn apply_one<K: RepoObject>(
             if let Some(o) = body.as_object_mut() {
                 o.remove("status");
             }
-            let out = Api::<Maintenance>::namespaced(client.clone(), &ns)
+            let out = match Api::<Maintenance>::namespaced(client.clone(), &ns)
                 .patch(&facts.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body))
-                .await?;
+                .await
+            {
+                Ok(out) => out,
+                Err(e) => {
+                    // Say so on the repository (e.g. the Maintenance CRD is not installed, or
+                    // the namespace does not exist), then let the caller log and retry.
+                    p.condition = Cond {
+                        type_: condition::MAINTENANCE_CONFIGURED,
+                        status: CondStatus::False,
+                        reason: reason::MAINTENANCE_APPLY_FAILED.into(),
+                        message: format!("applying the managed Maintenance {ns}/{} failed: {e}", facts.name),
+                    };
+                    write_condition(client, recorder, repo, &p, &facts.name, now).await?;
+                    return Err(e);
+                }
+            };
             applied.insert(key, (want, out.metadata.generation));
             tracing::info!(repository = %facts.name, namespace = %ns, "managed Maintenance applied");
         }
