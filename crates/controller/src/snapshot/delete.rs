@@ -153,7 +153,7 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
     // The live schedule GET only matters for an external deletion with a known manifest.
     let owner = match (&manifest, observe::pruned_by(snap).is_external()) {
         (Manifest::Known(_), true) => owner(snap, ctx).await?,
-        _ => Owner::NotScheduleOwned,
+        (Manifest::Known(_), false) | (Manifest::None | Manifest::Unsettled, _) => Owner::NotScheduleOwned,
     };
     let ns_terminating =
         ctx.stores.namespaces.get(&ObjectRef::new(&ns)).is_some_and(|n| n.metadata.deletion_timestamp.is_some());
@@ -241,6 +241,8 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
             Ok(Action::requeue(std::time::Duration::from_secs(60)))
         }
         // Released by the repository watch (ack annotation) or the dispatcher's replan.
-        _ => Ok(Action::requeue(std::time::Duration::from_secs(300))),
+        plan::Action::Held | plan::Action::Orphan(_) | plan::Action::Release(_) | plan::Action::Wait => {
+            Ok(Action::requeue(std::time::Duration::from_secs(300)))
+        }
     }
 }
