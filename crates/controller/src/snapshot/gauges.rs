@@ -84,7 +84,11 @@ pub fn result_label(s: &Snapshot) -> Option<&'static str> {
         SnapshotPhase::Succeeded => Some("succeeded"),
         SnapshotPhase::Unchanged => Some("unchanged"),
         SnapshotPhase::Failed => Some("failed"),
-        _ => None,
+        SnapshotPhase::Pending
+        | SnapshotPhase::Running
+        | SnapshotPhase::Discovered
+        | SnapshotPhase::Deleting
+        | SnapshotPhase::Unknown(_) => None,
     }
 }
 

@@ -120,9 +120,10 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         }
         None => SourceState::Present,
     };
-    let built = match (&policy, &rec, &repo) {
-        (Some(p), Some(r), Some(rv)) => Some(backup_job(snap, p, r, rv, &ctx.config)),
-        _ => None,
+    let built = if let (Some(p), Some(r), Some(rv)) = (&policy, &rec, &repo) {
+        Some(backup_job(snap, p, r, rv, &ctx.config))
+    } else {
+        None
     };
     let work_spec = match (&built, &recipe_error) {
         (_, Some(e)) => WorkSpecState::Invalid { message: e.clone() },
