@@ -196,9 +196,9 @@ async fn apply_one<K: RepoObject>(
     applied: &mut Applied,
     now: DateTime<Utc>,
 ) -> Result<(), kube::Error> {
-    let kind = match K::KIND.as_str() {
-        "ClusterRepository" => RepositoryKind::ClusterRepository,
-        _ => RepositoryKind::Repository,
+    let kind = match K::KIND {
+        crate::health::RepoKind::ClusterRepository => RepositoryKind::ClusterRepository,
+        crate::health::RepoKind::Repository => RepositoryKind::Repository,
     };
     if repo.common().suspend || repo.meta().deletion_timestamp.is_some() {
         return Ok(());
@@ -217,10 +217,9 @@ async fn apply_one<K: RepoObject>(
         let key = (ns.clone(), facts.name.clone());
         let want = serde_json::to_value(&m.spec).unwrap_or_default();
         let current = existing.iter().find(|e| e.managed && e.namespace == ns && e.name == facts.name);
-        let unchanged = match (current, applied.get(&key)) {
-            (Some(c), Some((spec, generation))) => *spec == want && *generation == c.generation,
-            _ => false,
-        };
+        let unchanged = current
+            .zip(applied.get(&key))
+            .is_some_and(|(c, (spec, generation))| *spec == want && *generation == c.generation);
         if !unchanged {
             let mut body = serde_json::to_value(m).unwrap_or_default();
             body["apiVersion"] = "kopiur.home-operations.com/v1alpha1".into();

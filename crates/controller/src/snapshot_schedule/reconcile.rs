@@ -124,9 +124,9 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         .and_then(|rv| rv.common().schedule_defaults.as_ref().and_then(|d| d.timezone.clone()));
     let cron_spec = &sched.spec.schedule.cron;
     let tz = effective_timezone(cron_spec.timezone.as_deref(), repo_tz.as_deref()).to_string();
-    let pinned = status.next_schedule.as_ref().and_then(|n| match (n.slot, n.at) {
-        (Some(slot), Some(at)) => Some(Pin { slot, at, timezone: n.timezone.clone().unwrap_or_else(|| "UTC".into()) }),
-        _ => None,
+    let pinned = status.next_schedule.as_ref().and_then(|n| {
+        let (slot, at) = n.slot.zip(n.at)?;
+        Some(Pin { slot, at, timezone: n.timezone.clone().unwrap_or_else(|| "UTC".into()) })
     });
     let facts = ScheduleFacts {
         name: name.clone(),
