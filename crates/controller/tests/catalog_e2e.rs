@@ -24,7 +24,7 @@ use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
 use kopiur_testenv::wait::wait_for;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, CustomResourceExt, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 const PASSWORD: &str = "catalog-e2e correct horse";
@@ -69,19 +69,7 @@ fn discovered_ids(rows: &[Snapshot]) -> BTreeSet<String> {
 async fn catalog_discovers_expires_and_rediscovers() -> Result<()> {
     let started = Instant::now();
     let dir = tempfile::tempdir()?;
-    let crd_dir = dir.path().join("crds");
-    std::fs::create_dir_all(&crd_dir)?;
-    for (file, crd) in [
-        ("repositories.yaml", Repository::crd()),
-        ("clusterrepositories.yaml", kopiur_api::ClusterRepository::crd()),
-        ("snapshots.yaml", Snapshot::crd()),
-        ("snapshotpolicies.yaml", kopiur_api::SnapshotPolicy::crd()),
-        ("snapshotschedules.yaml", kopiur_api::SnapshotSchedule::crd()),
-        ("restores.yaml", kopiur_api::Restore::crd()),
-    ] {
-        std::fs::write(crd_dir.join(file), serde_yaml::to_string(&crd)?)?;
-    }
-    let env = &TestEnv::start(kopiur_testenv::Options { crds: vec![crd_dir], ..Default::default() }).await?;
+    let env = &TestEnv::start(kopiur_testenv::Options::default()).await?;
     let _guard = env.log_guard();
     let client = env.client().await?;
     let g = Garage::start(&dir.path().join("garage")).await?;

@@ -184,17 +184,9 @@ async fn events(client: &Client, ns: &str, name: &str, reason: &str) -> Result<u
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repository_breaker_end_to_end() -> Result<()> {
-    // A private control plane with exactly the CRDs this controller serves, so work in
-    // progress on other kinds cannot break this test's environment.
+    // A private control plane with the shipped CRDs (deploy/crds, drift-checked).
     let dir = tempfile::tempdir()?;
-    let crd_dir = dir.path().join("crds");
-    std::fs::create_dir_all(&crd_dir)?;
-    {
-        use kube::CustomResourceExt;
-        std::fs::write(crd_dir.join("repositories.yaml"), serde_yaml::to_string(&Repository::crd())?)?;
-        std::fs::write(crd_dir.join("clusterrepositories.yaml"), serde_yaml::to_string(&ClusterRepository::crd())?)?;
-    }
-    let env = &TestEnv::start(kopiur_testenv::Options { crds: vec![crd_dir], ..Default::default() }).await?;
+    let env = &TestEnv::start(kopiur_testenv::Options::default()).await?;
     let _guard = env.log_guard();
     let client = env.client().await?;
     let g = Garage::start(&dir.path().join("garage")).await?;

@@ -30,16 +30,16 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kopiur_api::Repository;
 use kopiur_api::names::annotation;
 use kopiur_api::repository::StrictRetry;
-use kopiur_api::{ClusterRepository, Repository};
 use kopiur_testenv::TestEnv;
 use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
 use kopiur_testenv::proxy::{FaultProxy, Mode};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
 const PASSWORD: &str = "faults correct horse";
@@ -464,11 +464,7 @@ async fn outage_opens(w: &World, op: &Operator, ns: &str, proxy: &FaultProxy) ->
 async fn repository_faults_end_to_end() -> Result<()> {
     let started = Instant::now();
     let dir = tempfile::tempdir()?;
-    let crd_dir = dir.path().join("crds");
-    std::fs::create_dir_all(&crd_dir)?;
-    std::fs::write(crd_dir.join("repositories.yaml"), serde_yaml::to_string(&Repository::crd())?)?;
-    std::fs::write(crd_dir.join("clusterrepositories.yaml"), serde_yaml::to_string(&ClusterRepository::crd())?)?;
-    let env = &TestEnv::start(kopiur_testenv::Options { crds: vec![crd_dir], ..Default::default() }).await?;
+    let env = &TestEnv::start(kopiur_testenv::Options::default()).await?;
     let _guard = env.log_guard();
     let client = env.client().await?;
     let g = Garage::start(&dir.path().join("garage")).await?;

@@ -94,12 +94,7 @@ fn job_complete(j: &Job) -> bool {
 async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     let started = Instant::now();
     let dir = tempfile::tempdir()?;
-    let crd_dir = dir.path().join("crds");
-    std::fs::create_dir_all(&crd_dir)?;
-    for (i, crd) in kopiur_api::crds().into_iter().enumerate() {
-        std::fs::write(crd_dir.join(format!("{i}.yaml")), serde_yaml::to_string(&crd)?)?;
-    }
-    let env = &TestEnv::start(kopiur_testenv::Options { crds: vec![crd_dir], ..Default::default() }).await?;
+    let env = &TestEnv::start(kopiur_testenv::Options::default()).await?;
     let _guard = env.log_guard();
     let client = env.client().await?;
     let g = Garage::start(&dir.path().join("garage")).await?;

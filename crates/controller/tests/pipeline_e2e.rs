@@ -17,7 +17,7 @@ use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
 use kopiur_testenv::wait::wait_for;
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
 const PASSWORD: &str = "pipeline-e2e correct horse";
@@ -47,19 +47,7 @@ fn ready_reason(s: &Snapshot) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let crd_dir = dir.path().join("crds");
-    std::fs::create_dir_all(&crd_dir)?;
-    for (file, crd) in [
-        ("repositories.yaml", Repository::crd()),
-        ("clusterrepositories.yaml", kopiur_api::ClusterRepository::crd()),
-        ("snapshots.yaml", Snapshot::crd()),
-        ("snapshotpolicies.yaml", kopiur_api::SnapshotPolicy::crd()),
-        ("snapshotschedules.yaml", kopiur_api::SnapshotSchedule::crd()),
-        ("restores.yaml", kopiur_api::Restore::crd()),
-    ] {
-        std::fs::write(crd_dir.join(file), serde_yaml::to_string(&crd)?)?;
-    }
-    let env = &TestEnv::start(kopiur_testenv::Options { crds: vec![crd_dir], ..Default::default() }).await?;
+    let env = &TestEnv::start(kopiur_testenv::Options::default()).await?;
     let _guard = env.log_guard();
     let client = env.client().await?;
     let g = Garage::start(&dir.path().join("garage")).await?;

@@ -309,6 +309,53 @@ pub fn reap(job: &BatchJob, still_holding_finalizer: impl Fn(&str) -> bool, tuni
     }
 }
 
+/// How long the dispatcher remembers a batch Job it created that the Job store has not shown
+/// yet. Past this the store is trusted again (a Job that never appears was never created).
+pub const CREATED_MEMORY_SECONDS: i64 = 600;
+
+/// Read-your-writes for batch Jobs. The Job store lags a CREATE (seconds under load); a pass
+/// in between must still count the new Job as running and its members as in flight, or it
+/// would start a second Job for the same repository over the same members. `created` maps
+/// a Job name to the Job as created and when. Entries the store now shows, or older than
+/// [`CREATED_MEMORY_SECONDS`], are forgotten; the rest are added to the store's view.
+pub fn with_created(store: &[BatchJob], created: &mut BTreeMap<String, (BatchJob, Time)>, now: Time) -> Vec<BatchJob> {
+    created.retain(|name, (_, at)| {
+        !store.iter().any(|j| &j.name == name) && now - *at < Duration::seconds(CREATED_MEMORY_SECONDS)
+    });
+    let mut all = store.to_vec();
+    all.extend(created.values().map(|(j, _)| j.clone()));
+    all
+}
+
+/// How long pooling waits for released members whose decision has not landed yet, measured
+/// from the last time that backlog shrank. Progress restarts the clock, so a slow API server
+/// (one status write per member) still pools an acknowledged wave into full batches; a backlog
+/// that stops shrinking stops holding back partial batches after this long.
+pub const FLIP_STALL_SECONDS: i64 = 60;
+
+/// Pooling memory for one repository: the backlog of members about to flip and when it last
+/// shrank (or appeared).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlipBacklog {
+    pub remaining: usize,
+    pub progress_at: Time,
+}
+
+/// Whether partial batches must wait because more released members are still on their way.
+/// `remaining` is how many members are flipping now; `prev` is this repository's memory from
+/// the previous pass. Returns the verdict and the memory to keep (None when nothing flips).
+pub fn pool_more_coming(prev: Option<FlipBacklog>, remaining: usize, now: Time) -> (bool, Option<FlipBacklog>) {
+    if remaining == 0 {
+        return (false, None);
+    }
+    let progress_at = match prev {
+        Some(p) if remaining >= p.remaining => p.progress_at,
+        Some(_) | None => now,
+    };
+    let wait = now - progress_at < Duration::seconds(FLIP_STALL_SECONDS);
+    (wait, Some(FlipBacklog { remaining, progress_at }))
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
@@ -463,5 +510,74 @@ mod tests {
         assert_eq!(member_batch("b", &jobs), MemberBatch::Completed { job: "c".into() });
         assert_eq!(member_batch("c", &jobs), MemberBatch::Running { job: "r".into() });
         assert_eq!(member_batch("d", &jobs), MemberBatch::NotListed);
+    }
+    #[test]
+    fn pooling_waits_while_the_flip_backlog_shrinks() {
+        // A wave of 600 flipping 5 per pass, one pass every 2 s: far longer than 60 s in total,
+        // yet partial batches wait throughout because every pass makes progress.
+        let mut mem = None;
+        let mut now = 0;
+        for remaining in (5..=600).rev().step_by(5) {
+            let (wait, next) = pool_more_coming(mem, remaining, t(now));
+            assert!(wait, "progress at {remaining} remaining must keep pooling");
+            mem = next;
+            now += 2;
+        }
+        assert!(now > FLIP_STALL_SECONDS * 3);
+        assert_eq!(pool_more_coming(mem, 0, t(now)), (false, None));
+    }
+
+    #[test]
+    fn pooling_stops_waiting_on_a_stalled_backlog() {
+        let (w, mem) = pool_more_coming(None, 40, t(0));
+        assert!(w);
+        let (w, mem) = pool_more_coming(mem, 40, t(FLIP_STALL_SECONDS - 1));
+        assert!(w, "still within the stall bound");
+        let (w, mem) = pool_more_coming(mem, 40, t(FLIP_STALL_SECONDS));
+        assert!(!w, "no progress for the whole bound: partial batches may fire");
+        assert_eq!(mem.unwrap().progress_at, t(0));
+        // A growing backlog (more members released) is not progress either.
+        let (w, _) = pool_more_coming(mem, 55, t(FLIP_STALL_SECONDS + 5));
+        assert!(!w);
+        // Progress restarts the clock.
+        let (w, mem) = pool_more_coming(mem, 10, t(FLIP_STALL_SECONDS + 10));
+        assert!(w);
+        assert_eq!(mem.unwrap().progress_at, t(FLIP_STALL_SECONDS + 10));
+    }
+    #[test]
+    fn a_created_job_counts_as_running_until_the_store_shows_it() {
+        let tuning = BatchTuning::default();
+        let members: Vec<FireMember> = (0..600).map(|i| member(i, 0)).collect();
+        let q = vec![queue("r1", members)];
+        let first = next_batches(&q, &[], &tuning, t(30));
+        assert_eq!(first.create.len(), 1, "one Job per repository at a time");
+        let spec = &first.create[0];
+        let mut created = BTreeMap::new();
+        created.insert(
+            spec.name.clone(),
+            (
+                BatchJob {
+                    name: spec.name.clone(),
+                    repo_uid: "r1".into(),
+                    members: spec.members.iter().map(|m| m.uid.clone()).collect(),
+                    phase: JobPhase::Running,
+                },
+                t(30),
+            ),
+        );
+        // Two seconds later the store still does not show it: no second Job.
+        let view = with_created(&[], &mut created, t(32));
+        let again = next_batches(&q, &view, &tuning, t(32));
+        assert!(again.create.is_empty(), "a stale store must not start a second Job: {:?}", again.create);
+        assert_eq!(again.waits, vec![("r1".to_string(), Wait::RepositoryBusy)]);
+        // Once the store shows it, the memory is dropped and the store's view rules.
+        let shown = BatchJob { phase: JobPhase::Complete { at: t(40) }, ..view[0].clone() };
+        let view = with_created(std::slice::from_ref(&shown), &mut created, t(41));
+        assert!(created.is_empty());
+        assert_eq!(view, vec![shown]);
+        // A creation the store never shows is forgotten after the memory bound.
+        created.insert("ghost".into(), (BatchJob { name: "ghost".into(), ..view[0].clone() }, t(0)));
+        assert_eq!(with_created(&[], &mut created, t(CREATED_MEMORY_SECONDS - 1)).len(), 1);
+        assert!(with_created(&[], &mut created, t(CREATED_MEMORY_SECONDS)).is_empty());
     }
 }

@@ -166,8 +166,10 @@ fn needs_replan(s: &Snapshot, state: &BreakerState) -> bool {
 #[derive(Default)]
 pub struct DispatchMemory {
     counted: HashSet<String>,
-    /// Per repository uid: since when Held members have been waiting to flip.
-    flips_since: std::collections::HashMap<String, DateTime<Utc>>,
+    /// Per repository uid: the backlog of Held members waiting to flip to Delete.
+    flips: std::collections::HashMap<String, batch::FlipBacklog>,
+    /// Batch Jobs this dispatcher created that the Job store may not show yet.
+    created: BTreeMap<String, (BatchJob, DateTime<Utc>)>,
 }
 
 /// One pass over every repository. Returns Snapshots to enqueue.
@@ -180,7 +182,8 @@ pub async fn pass(
 ) -> Vec<ObjectRef<Snapshot>> {
     let dels = deleting(ctx);
     let jobs = batch_jobs(ctx);
-    let all_jobs: Vec<BatchJob> = jobs.iter().map(|(_, b)| b.clone()).collect();
+    let store_jobs: Vec<BatchJob> = jobs.iter().map(|(_, b)| b.clone()).collect();
+    let mut all_jobs = batch::with_created(&store_jobs, &mut memory.created, now);
     let mut enqueue: Vec<ObjectRef<Snapshot>> = Vec::new();
     let mut repos: Vec<RepoView> = ctx.stores.repos.state().into_iter().map(RepoView::Namespaced).collect();
     repos.extend(ctx.stores.crepos.state().into_iter().map(RepoView::Cluster));
@@ -209,20 +212,20 @@ pub async fn pass(
         // Members whose decision is about to change (e.g. an acked wave flipping Held ->
         // Delete one status write at a time): while any remain, only full batches fire, so a
         // released wave pools into as few Jobs (and connects) as possible.
-        let mut flips = false;
+        let mut flipping = 0usize;
         for s in &mine {
             if needs_replan(s, &state) {
-                flips |= observe::previous_record(s).is_some_and(|r| r.decision == DeletionDecision::Held);
+                if observe::previous_record(s).is_some_and(|r| r.decision == DeletionDecision::Held) {
+                    flipping += 1;
+                }
                 enqueue.push(ObjectRef::from_obj(s.as_ref()));
             }
         }
-        // Bounded: a member whose flip never lands must not stall partial batches for ever.
-        let more_coming = if flips {
-            let since = *memory.flips_since.entry(uid.clone()).or_insert(now);
-            now - since < chrono::Duration::seconds(60)
-        } else {
-            memory.flips_since.remove(&uid);
-            false
+        // Bounded by progress: a backlog that stops shrinking must not stall partial batches.
+        let (more_coming, backlog) = batch::pool_more_coming(memory.flips.get(&uid).copied(), flipping, now);
+        match backlog {
+            Some(b) => memory.flips.insert(uid.clone(), b),
+            None => memory.flips.remove(&uid),
         };
         // Terminal batch Jobs: count once, enqueue the members of a complete one, reap.
         for (job, b) in jobs.iter().filter(|(_, b)| b.repo_uid == uid) {
@@ -333,8 +336,15 @@ pub async fn pass(
         }
         let d = batch::next_batches(&[RepoQueue { repo_uid: uid.clone(), fire_set: fire }], &all_jobs, tuning, now);
         for spec in d.create.into_iter().filter(|b| !more_coming || b.members.len() >= tuning.max_members) {
-            if let Err(e) = create_batch(ctx, repo, &spec).await {
-                tracing::warn!(job = %spec.name, error = %e, "creating a batch delete Job failed");
+            match create_batch(ctx, repo, &spec).await {
+                Ok(()) => {
+                    let members = spec.members.iter().map(|m| m.uid.clone()).collect();
+                    let job =
+                        BatchJob { name: spec.name.clone(), repo_uid: uid.clone(), members, phase: JobPhase::Running };
+                    all_jobs.push(job.clone());
+                    memory.created.insert(spec.name.clone(), (job, now));
+                }
+                Err(e) => tracing::warn!(job = %spec.name, error = %e, "creating a batch delete Job failed"),
             }
         }
     }

@@ -24,7 +24,7 @@ use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
 pub use kopiur_testenv::wait::wait_for;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
 pub const PASSWORD: &str = "deletion-e2e correct horse";
@@ -469,19 +469,7 @@ pub struct Harness {
 impl Harness {
     pub async fn start() -> Result<Harness> {
         let dir = tempfile::tempdir()?;
-        let crd_dir = dir.path().join("crds");
-        std::fs::create_dir_all(&crd_dir)?;
-        for (file, crd) in [
-            ("repositories.yaml", Repository::crd()),
-            ("clusterrepositories.yaml", kopiur_api::ClusterRepository::crd()),
-            ("snapshots.yaml", Snapshot::crd()),
-            ("snapshotpolicies.yaml", kopiur_api::SnapshotPolicy::crd()),
-            ("snapshotschedules.yaml", kopiur_api::SnapshotSchedule::crd()),
-            ("restores.yaml", kopiur_api::Restore::crd()),
-        ] {
-            std::fs::write(crd_dir.join(file), serde_yaml::to_string(&crd)?)?;
-        }
-        let env = TestEnv::start(kopiur_testenv::Options { crds: vec![crd_dir], ..Default::default() }).await?;
+        let env = TestEnv::start(kopiur_testenv::Options::default()).await?;
         let client = env.client().await?;
         let garage = Garage::start(&dir.path().join("garage")).await?;
         let audit = Audit::new(&env.state_dir().join("audit"))?;
