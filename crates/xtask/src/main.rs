@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 
 mod r#gen;
 mod rbac;
+mod testrun;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
@@ -72,12 +73,30 @@ fn test() -> Result<()> {
     step("Generated files are up to date (cargo xtask gen --check)");
     generate(true)?;
     build_workspace_bins()?;
-    step(
-        "Running every test tier: pure, property, simulation, component (kopia + Garage), end-to-end (local control plane)",
-    );
-    let mut cmd = cargo();
-    cmd.args(["test", "--workspace", "--no-fail-fast", "--", "--test-threads=2"]);
-    let res = run(&mut cmd);
+    step("Building every test target");
+    let out = cargo()
+        .args(["test", "--workspace", "--no-run", "--message-format=json-render-diagnostics"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("building the test targets")?;
+    if !out.status.success() {
+        bail!("building the test targets failed with {}", out.status);
+    }
+    let (fast, env) = testrun::partition(testrun::parse_artifacts(&String::from_utf8_lossy(&out.stdout))?);
+    let jobs = testrun::parallelism(std::env::var("KOPIUR_TEST_JOBS").ok().as_deref())?;
+    step(&format!("Fast tiers: pure, property, simulation, contract ({} binaries, one at a time)", fast.len()));
+    let mut outcomes = testrun::run_sequential(&fast)?;
+    step("Doc tests");
+    let doc = Instant::now();
+    let doc_ok = cargo().args(["test", "--workspace", "--doc"]).status()?.success();
+    outcomes.push(testrun::Outcome { label: "doc tests".into(), ok: doc_ok, elapsed: doc.elapsed() });
+    step(&format!(
+        "Environment tiers: component (kopia + Garage) and end-to-end (local control plane); {} binaries, {jobs} at a time",
+        env.len()
+    ));
+    let log_dir = repo_root().join("target/xtask-test-logs");
+    outcomes.extend(testrun::run_pool(&env, jobs, &log_dir)?);
+    let res = testrun::summarize(&outcomes);
     eprintln!("\ncargo xtask test finished in {:.0?}", t0.elapsed());
     res
 }

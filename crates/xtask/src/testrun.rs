@@ -1,0 +1,245 @@
+//! `cargo xtask test`'s runner. Every test binary is built once; the fast tiers (pure,
+//! property, simulation, contract) run one after another, and the environment tiers — each
+//! binary starts its own private control plane, Garage and operator and spends most of its
+//! time waiting on cron ticks, probes and Jobs — run a few binaries at a time, so wall-clock
+//! waits overlap instead of adding up. Each environment binary's output goes to a log file and
+//! is printed whole when the binary ends, so concurrent runs never interleave.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// One built test executable.
+#[derive(Clone, Debug)]
+pub struct TestBin {
+    /// `<package>::<target>`, e.g. `kopiur-controller::deletion_e2e`.
+    pub label: String,
+    pub target: String,
+    pub exe: PathBuf,
+    /// The package directory: cargo runs test binaries from there.
+    pub cwd: PathBuf,
+}
+
+/// Test targets that start a local control plane, Garage or kopia (the environment tiers).
+/// Listed longest first: the pool starts them in this order, so the long ones overlap.
+pub const ENVIRONMENT_TARGETS: &[&str] = &[
+    "deletion_e2e",
+    "pipeline_acceptance_e2e",
+    "pipeline_outage_e2e",
+    "maintenance_e2e",
+    "e2e_repository_faults",
+    "catalog_e2e",
+    "pipeline_e2e",
+    "e2e_repository",
+    "helm_install",
+    "job_in_cluster",
+    "node_restart",
+    "component",
+    "garage_kopia",
+    "private_env",
+    "controlplane",
+    "node_agent",
+    "api_crds",
+];
+
+/// The environment binaries run at most this many at a time (`KOPIUR_TEST_JOBS`, default 2).
+pub fn parallelism(raw: Option<&str>) -> Result<usize> {
+    match raw.map(str::trim) {
+        None | Some("") => Ok(2),
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) if n >= 1 => Ok(n),
+            Ok(_) | Err(_) => bail!("KOPIUR_TEST_JOBS must be a positive integer, got {v:?}"),
+        },
+    }
+}
+
+/// Parses `cargo test --no-run --message-format=json` output into the test executables.
+pub fn parse_artifacts(stdout: &str) -> Result<Vec<TestBin>> {
+    let mut out = Vec::new();
+    for line in stdout.lines().filter(|l| l.starts_with('{')) {
+        let v: serde_json::Value = serde_json::from_str(line).context("parsing cargo's JSON message")?;
+        if v["reason"] != "compiler-artifact" || v["profile"]["test"] != true {
+            continue;
+        }
+        let Some(exe) = v["executable"].as_str() else { continue };
+        let target = v["target"]["name"].as_str().context("artifact without a target name")?.to_string();
+        let manifest = v["manifest_path"].as_str().context("artifact without a manifest path")?;
+        let cwd = Path::new(manifest).parent().context("manifest path without a directory")?.to_path_buf();
+        let package = v["package_id"].as_str().map(package_name).unwrap_or_default();
+        let kind = v["target"]["kind"][0].as_str().unwrap_or("test");
+        let label = match kind {
+            "lib" => format!("{package} (unit)"),
+            "bin" => format!("{package}::{target} (bin unit)"),
+            _ => format!("{package}::{target}"),
+        };
+        out.push(TestBin { label, target, exe: PathBuf::from(exe), cwd });
+    }
+    if out.is_empty() {
+        bail!("cargo built no test executables");
+    }
+    Ok(out)
+}
+
+/// The package name out of a cargo package id (`path+file:///…/crates/api#kopiur-api@0.1.0`
+/// or the older `name version (source)` form).
+fn package_name(id: &str) -> String {
+    if let Some((_, frag)) = id.rsplit_once('#') {
+        return frag.split('@').next().unwrap_or(frag).to_string();
+    }
+    id.split_whitespace().next().unwrap_or(id).to_string()
+}
+
+/// Splits into (fast, environment), the environment ones ordered as [`ENVIRONMENT_TARGETS`];
+/// an environment-looking target missing from the list (`*e2e*`) still goes to the pool, last.
+pub fn partition(bins: Vec<TestBin>) -> (Vec<TestBin>, Vec<TestBin>) {
+    let rank = |b: &TestBin| ENVIRONMENT_TARGETS.iter().position(|t| *t == b.target);
+    let (mut env, fast): (Vec<TestBin>, Vec<TestBin>) =
+        bins.into_iter().partition(|b| rank(b).is_some() || b.target.contains("e2e"));
+    env.sort_by_key(|b| rank(b).unwrap_or(usize::MAX));
+    (fast, env)
+}
+
+/// The outcome of one binary.
+pub struct Outcome {
+    pub label: String,
+    pub ok: bool,
+    pub elapsed: Duration,
+}
+
+fn command(bin: &TestBin) -> Command {
+    let mut c = Command::new(&bin.exe);
+    c.arg("--test-threads=2").current_dir(&bin.cwd);
+    c
+}
+
+/// Runs the fast binaries in order, streaming their output.
+pub fn run_sequential(bins: &[TestBin]) -> Result<Vec<Outcome>> {
+    let mut out = Vec::new();
+    for b in bins {
+        eprintln!("\n---- {} ----", b.label);
+        let t = Instant::now();
+        let st = command(b).status().with_context(|| format!("running {}", b.exe.display()))?;
+        out.push(Outcome { label: b.label.clone(), ok: st.success(), elapsed: t.elapsed() });
+    }
+    Ok(out)
+}
+
+struct Running {
+    bin: TestBin,
+    child: Child,
+    log: PathBuf,
+    started: Instant,
+}
+
+/// Runs the environment binaries `jobs` at a time; each one's output is printed when it ends.
+pub fn run_pool(bins: &[TestBin], jobs: usize, log_dir: &Path) -> Result<Vec<Outcome>> {
+    std::fs::create_dir_all(log_dir)?;
+    let mut queue: std::collections::VecDeque<TestBin> = bins.iter().cloned().collect();
+    let mut running: Vec<Running> = Vec::new();
+    let mut out = Vec::new();
+    let mut last_note = Instant::now();
+    while !queue.is_empty() || !running.is_empty() {
+        while running.len() < jobs
+            && let Some(bin) = queue.pop_front()
+        {
+            let log = log_dir.join(format!("{}.log", bin.target));
+            let file = std::fs::File::create(&log)?;
+            let child = command(&bin)
+                .stdout(Stdio::from(file.try_clone()?))
+                .stderr(Stdio::from(file))
+                .stdin(Stdio::null())
+                .spawn()
+                .with_context(|| format!("starting {}", bin.exe.display()))?;
+            eprintln!("==> started {} (log {})", bin.label, log.display());
+            running.push(Running { bin, child, log, started: Instant::now() });
+        }
+        let mut i = 0;
+        while i < running.len() {
+            match running[i].child.try_wait()? {
+                None => i += 1,
+                Some(st) => {
+                    let r = running.swap_remove(i);
+                    let elapsed = r.started.elapsed();
+                    let text = std::fs::read_to_string(&r.log).unwrap_or_default();
+                    eprintln!(
+                        "\n---- {} ({:.0?}, {}) ----",
+                        r.bin.label,
+                        elapsed,
+                        if st.success() { "ok" } else { "FAILED" }
+                    );
+                    eprint!("{text}");
+                    out.push(Outcome { label: r.bin.label, ok: st.success(), elapsed });
+                }
+            }
+        }
+        if last_note.elapsed() > Duration::from_secs(120) && !running.is_empty() {
+            let names: Vec<String> =
+                running.iter().map(|r| format!("{} {:.0?}", r.bin.target, r.started.elapsed())).collect();
+            eprintln!("    … still running: {}; queued: {}", names.join(", "), queue.len());
+            last_note = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    Ok(out)
+}
+
+/// Prints the per-binary summary; errors when any failed.
+pub fn summarize(outcomes: &[Outcome]) -> Result<()> {
+    let mut by_label: BTreeMap<&str, &Outcome> = BTreeMap::new();
+    for o in outcomes {
+        by_label.insert(&o.label, o);
+    }
+    eprintln!("\n==> Summary: {} test binaries", outcomes.len());
+    for o in by_label.values() {
+        eprintln!("    {:<6} {:>7.1}s  {}", if o.ok { "ok" } else { "FAILED" }, o.elapsed.as_secs_f64(), o.label);
+    }
+    let failed: Vec<&str> = outcomes.iter().filter(|o| !o.ok).map(|o| o.label.as_str()).collect();
+    if !failed.is_empty() {
+        bail!("{} test binaries failed: {}", failed.len(), failed.join(", "));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bin(target: &str) -> TestBin {
+        TestBin { label: target.into(), target: target.into(), exe: PathBuf::new(), cwd: PathBuf::new() }
+    }
+
+    #[test]
+    fn artifacts_are_parsed_from_cargo_json() {
+        let json = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/crates/controller#kopiur-controller@0.1.0","manifest_path":"/w/crates/controller/Cargo.toml","target":{"kind":["test"],"name":"deletion_e2e"},"profile":{"test":true},"executable":"/w/target/debug/deps/deletion_e2e-1"}
+{"reason":"compiler-artifact","package_id":"path+file:///w/crates/api#kopiur-api@0.1.0","manifest_path":"/w/crates/api/Cargo.toml","target":{"kind":["lib"],"name":"kopiur_api"},"profile":{"test":false},"executable":null}
+{"reason":"compiler-artifact","package_id":"path+file:///w/crates/api#kopiur-api@0.1.0","manifest_path":"/w/crates/api/Cargo.toml","target":{"kind":["lib"],"name":"kopiur_api"},"profile":{"test":true},"executable":"/w/target/debug/deps/kopiur_api-2"}
+{"reason":"build-finished","success":true}"#;
+        let bins = parse_artifacts(json).unwrap();
+        assert_eq!(bins.len(), 2);
+        assert_eq!(bins[0].label, "kopiur-controller::deletion_e2e");
+        assert_eq!(bins[0].cwd, PathBuf::from("/w/crates/controller"));
+        assert_eq!(bins[1].label, "kopiur-api (unit)");
+        assert!(parse_artifacts("{\"reason\":\"build-finished\"}").is_err(), "no executables is an error");
+        assert!(parse_artifacts("{not json").is_err());
+    }
+
+    #[test]
+    fn environment_binaries_are_pooled_longest_first() {
+        let (fast, env) =
+            partition(vec![bin("cron"), bin("catalog_e2e"), bin("deletion_e2e"), bin("new_e2e"), bin("deletion_sim")]);
+        let f: Vec<&str> = fast.iter().map(|b| b.target.as_str()).collect();
+        let e: Vec<&str> = env.iter().map(|b| b.target.as_str()).collect();
+        assert_eq!(f, ["cron", "deletion_sim"]);
+        assert_eq!(e, ["deletion_e2e", "catalog_e2e", "new_e2e"]);
+    }
+
+    #[test]
+    fn parallelism_is_validated() {
+        assert_eq!(parallelism(None).unwrap(), 2);
+        assert_eq!(parallelism(Some("3")).unwrap(), 3);
+        assert!(parallelism(Some("0")).is_err());
+        assert!(parallelism(Some("two")).is_err());
+    }
+}
