@@ -10,6 +10,7 @@ pub mod http;
 pub mod leader;
 pub mod maintenance;
 pub mod metrics;
+pub mod preflight;
 pub mod mover_rbac;
 pub mod replication;
 pub mod repository;

@@ -10,7 +10,7 @@ use kopiur_api::snapshot::SnapshotPhase;
 use kopiur_api::snapshot_schedule::ConcurrencyPolicy;
 use kopiur_controller::gating::Gate;
 use kopiur_controller::snapshot::plan::{
-    self as snap, JobState, PolicyState, RunFacts, SourceState, Step, WorkSpecState,
+    self as snap, JobState, PolicyState, PreflightState, RunFacts, SourceState, Step, WorkSpecState,
 };
 use kopiur_controller::snapshot_schedule::plan::{self as sched, Disposition, Pin, ScheduleFacts};
 
@@ -159,6 +159,9 @@ fn run(
                 policy: PolicyState::Known,
                 gate: gate.clone(),
                 repository_read_only: false,
+                preflight: PreflightState::NotConfigured,
+                preflight_timeout: Duration::minutes(10),
+                preflight_since: None,
                 missing_secrets: vec![],
                 source: SourceState::Present,
                 source_missing_since: None,

@@ -8,7 +8,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kopiur_api::shared::RepositoryRef;
-use kopiur_api::{ClusterRepository, Repository, Snapshot, SnapshotPolicy, SnapshotSchedule};
+use kopiur_api::{ClusterRepository, Maintenance, Repository, Snapshot, SnapshotPolicy, SnapshotSchedule};
 use kube::api::{Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -33,6 +33,8 @@ pub struct Stores {
     pub secrets: Store<PartialObjectMeta<Secret>>,
     /// Namespace metadata: the `onNamespaceDelete` axis reads `deletionTimestamp`.
     pub namespaces: Store<PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>,
+    /// Maintenances: the `maintenance.*` preflight variables.
+    pub maintenances: Store<Maintenance>,
 }
 
 pub struct PipelineCtx {
@@ -57,6 +59,12 @@ impl RepoView {
         match self {
             RepoView::Namespaced(r) => &r.spec.common,
             RepoView::Cluster(c) => &c.spec.common,
+        }
+    }
+    pub fn status(&self) -> Option<&kopiur_api::repository::RepositoryStatus> {
+        match self {
+            RepoView::Namespaced(r) => r.status.as_ref(),
+            RepoView::Cluster(c) => c.status.as_ref().map(|s| &s.common),
         }
     }
     pub fn meta(&self) -> &ObjectMeta {

@@ -2,6 +2,7 @@
 //! one decision (phase, conditions, the one next step) comes out. Gating is deferral: a
 //! Snapshot whose repository is not Ready stays Pending and no consumer timer runs.
 use chrono::{DateTime, Duration, Utc};
+use kopiur_api::names::reason;
 use kopiur_api::shared::status::Failure;
 use kopiur_api::snapshot::SnapshotPhase;
 
@@ -17,6 +18,10 @@ pub const REVERIFY_SPACING_SECONDS: i64 = 60;
 pub const RESULT_GRACE_SECONDS: i64 = 120;
 /// Safety requeue for parked consumers (a missed repository event).
 pub const PARKED_REQUEUE_SECONDS: i64 = 300;
+/// How often failing preflight checks are re-evaluated (ages move with the clock alone).
+pub const PREFLIGHT_RECHECK_SECONDS: i64 = 30;
+/// How soon preflight is retried while the Maintenance data it reads is not synced yet.
+pub const PREFLIGHT_DATA_RETRY_SECONDS: i64 = 5;
 
 /// The backup Job as seen in the store (or by a live GET when the store has not caught up).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,6 +47,26 @@ pub enum WorkSpecState {
     Invalid { message: String },
 }
 
+/// The policy's preflight checks, evaluated in observe (`crate::preflight`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PreflightState {
+    /// The policy has no checks.
+    NotConfigured,
+    Passed,
+    /// The first failing check; `message` is its `message`, else its name.
+    Failed {
+        check: String,
+        message: String,
+    },
+    /// A check reads `maintenance.*` and the Maintenance store has not synced.
+    WaitingForData,
+    /// A check does not compile (the policy is Stalled `InvalidPreflight`).
+    Invalid {
+        policy: String,
+        message: String,
+    },
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PolicyState {
     /// The recipe is known (from the store, or pinned in status).
@@ -60,6 +85,11 @@ pub struct RunFacts {
     pub policy: PolicyState,
     pub gate: Gate,
     pub repository_read_only: bool,
+    pub preflight: PreflightState,
+    /// `spec.preflight.timeout`; zero waits forever.
+    pub preflight_timeout: Duration,
+    /// `status.preflightSince`.
+    pub preflight_since: Option<DateTime<Utc>>,
     /// Secrets the mover needs that are absent from the Job namespace (names only).
     pub missing_secrets: Vec<String>,
     pub source: SourceState,
@@ -98,6 +128,8 @@ pub struct RunDecision {
     pub step: Step,
     pub add_finalizer: bool,
     pub source_missing_since: Option<DateTime<Utc>>,
+    /// `status.preflightSince`: set at the first preflight failure and never reset.
+    pub preflight_since: Option<DateTime<Utc>>,
     /// Written when the controller itself turns the Snapshot Failed.
     pub failure: Option<Failure>,
     /// This reconcile records the terminal transition (events, counters, nudge happen once).
@@ -150,6 +182,7 @@ impl RunDecision {
             step,
             add_finalizer: false,
             source_missing_since: None,
+            preflight_since: None,
             failure: None,
             record_completion: None,
             nudge: false,
@@ -173,6 +206,8 @@ pub fn plan(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
     if d.source_missing_since.is_none() && matches!(f.source, SourceState::Missing { .. }) {
         d.source_missing_since = f.source_missing_since;
     }
+    // The first failure's time is kept whatever happens next.
+    d.preflight_since = f.preflight_since.or(d.preflight_since);
     d
 }
 
@@ -284,6 +319,68 @@ fn running(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
     }
 }
 
+/// The preflight gate (after the repository gate and the ReadOnly refusal): `None` lets the
+/// run continue to the next gate.
+fn preflight(f: &RunFacts, now: DateTime<Utc>) -> Option<RunDecision> {
+    match &f.preflight {
+        PreflightState::NotConfigured | PreflightState::Passed => None,
+        PreflightState::WaitingForData => {
+            let mut d = RunDecision::new(
+                Some(SnapshotPhase::Pending),
+                waiting(
+                    reason::WAITING_FOR_PREFLIGHT_DATA,
+                    "waiting for Maintenance data to sync before evaluating the preflight checks",
+                ),
+                Step::Idle,
+            );
+            d.requeue_after = Some(Duration::seconds(PREFLIGHT_DATA_RETRY_SECONDS));
+            Some(d)
+        }
+        PreflightState::Invalid { policy, message } => {
+            // The policy is Stalled; nothing here is the Snapshot's fault, so it parks until
+            // the policy is fixed rather than failing on a guess.
+            let mut d = RunDecision::new(
+                Some(SnapshotPhase::Pending),
+                stalled(
+                    reason::INVALID_PREFLIGHT,
+                    format!("SnapshotPolicy {policy} has an invalid preflight check: {message}"),
+                ),
+                Step::Idle,
+            );
+            d.requeue_after = Some(Duration::seconds(PARKED_REQUEUE_SECONDS));
+            Some(d)
+        }
+        PreflightState::Failed { check, message } => {
+            let since = f.preflight_since.unwrap_or(now);
+            // Zero waits forever; so does a timeout too long to represent.
+            let deadline = (f.preflight_timeout > Duration::zero())
+                .then(|| since.checked_add_signed(f.preflight_timeout))
+                .flatten();
+            if let Some(deadline) = deadline
+                && now >= deadline
+            {
+                let failure = Failure {
+                    message: Some(format!(
+                        "preflight check {check} has failed since {} ({message}); the timeout is {}s",
+                        since.to_rfc3339(),
+                        f.preflight_timeout.num_seconds()
+                    )),
+                    ..Failure::default()
+                };
+                let mut d = failed_terminal(f, reason::PREFLIGHT_TIMEOUT, failure, false, now);
+                d.preflight_since = Some(since);
+                return Some(d);
+            }
+            let mut d =
+                RunDecision::new(Some(SnapshotPhase::Pending), waiting(reason::PREFLIGHT_FAILED, message), Step::Idle);
+            d.preflight_since = Some(since);
+            let recheck = Duration::seconds(PREFLIGHT_RECHECK_SECONDS);
+            d.requeue_after = Some(deadline.map_or(recheck, |t| (t - now).min(recheck)));
+            Some(d)
+        }
+    }
+}
+
 fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
     let pending =
         |reason: &str, msg: String| RunDecision::new(Some(SnapshotPhase::Pending), waiting(reason, msg), Step::Idle);
@@ -324,6 +421,9 @@ fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
             ..Failure::default()
         };
         return failed_terminal(f, "RepositoryReadOnly", failure, false, now);
+    }
+    if let Some(d) = preflight(f, now) {
+        return d;
     }
     if !f.missing_secrets.is_empty() {
         let msg = format!(
@@ -410,6 +510,9 @@ mod tests {
             policy: PolicyState::Known,
             gate: Gate::Open,
             repository_read_only: false,
+            preflight: PreflightState::NotConfigured,
+            preflight_timeout: Duration::minutes(10),
+            preflight_since: None,
             missing_secrets: vec![],
             source: SourceState::Present,
             source_missing_since: None,
@@ -582,6 +685,132 @@ mod tests {
         let d = plan(&f, now());
         assert_eq!(d.phase, Some(SnapshotPhase::Discovered));
         assert_eq!(d.requeue_after, Some(Duration::seconds(600)));
+    }
+
+    fn failing() -> PreflightState {
+        PreflightState::Failed { check: "reachable".into(), message: "the backend is unreachable".into() }
+    }
+
+    #[test]
+    fn failing_preflight_parks_and_starts_its_clock_once() {
+        let mut f = facts();
+        f.preflight = failing();
+        let d = plan(&f, now());
+        assert_eq!(d.phase, Some(SnapshotPhase::Pending));
+        assert_eq!(reason(&d), "PreflightFailed");
+        assert_eq!(d.conditions[0].message, "the backend is unreachable");
+        assert_eq!(d.step, Step::Idle);
+        assert!(!d.gated, "preflight is not the repository gate");
+        assert_eq!(d.preflight_since, Some(now()), "set at the first failure");
+        assert_eq!(d.requeue_after, Some(Duration::seconds(PREFLIGHT_RECHECK_SECONDS)));
+        f.preflight_since = Some(now());
+        let later = plan(&f, now() + Duration::minutes(9));
+        assert_eq!(reason(&later), "PreflightFailed");
+        assert_eq!(later.preflight_since, Some(now()), "the clock is not restarted");
+        // Near the deadline the requeue lands on it.
+        let near = plan(&f, now() + Duration::minutes(10) - Duration::seconds(7));
+        assert_eq!(near.requeue_after, Some(Duration::seconds(7)));
+    }
+
+    #[test]
+    fn preflight_times_out_into_failed_without_nudge() {
+        let mut f = facts();
+        f.preflight = failing();
+        f.preflight_since = Some(now());
+        let d = plan(&f, now() + Duration::minutes(10));
+        assert_eq!(d.phase, Some(SnapshotPhase::Failed));
+        assert_eq!(reason(&d), "PreflightTimeout");
+        assert_eq!(d.record_completion, Some(Completion::Failed));
+        assert!(!d.nudge, "controller-side refusals never nudge");
+        assert_eq!(d.preflight_since, Some(now()));
+        let msg = d.failure.unwrap().message.unwrap();
+        assert!(msg.contains("reachable") && msg.contains("the backend is unreachable"), "{msg}");
+        // A custom timeout is honoured.
+        f.preflight_timeout = Duration::minutes(1);
+        assert_eq!(reason(&plan(&f, now() + Duration::seconds(59))), "PreflightFailed");
+        assert_eq!(reason(&plan(&f, now() + Duration::seconds(60))), "PreflightTimeout");
+    }
+
+    #[test]
+    fn zero_preflight_timeout_waits_forever() {
+        let mut f = facts();
+        f.preflight = failing();
+        f.preflight_timeout = Duration::zero();
+        f.preflight_since = Some(now());
+        for days in [0, 1, 30, 365] {
+            let d = plan(&f, now() + Duration::days(days));
+            assert_eq!(d.phase, Some(SnapshotPhase::Pending));
+            assert_eq!(reason(&d), "PreflightFailed");
+            assert_eq!(d.requeue_after, Some(Duration::seconds(PREFLIGHT_RECHECK_SECONDS)));
+        }
+        // A timeout beyond what a timestamp can hold also waits forever (and does not panic).
+        f.preflight_timeout = Duration::MAX;
+        assert_eq!(reason(&plan(&f, now() + Duration::days(365))), "PreflightFailed");
+    }
+
+    #[test]
+    fn passing_preflight_launches_and_keeps_preflight_since() {
+        let mut f = facts();
+        f.preflight = PreflightState::Passed;
+        f.preflight_since = Some(now());
+        let d = plan(&f, now() + Duration::minutes(3));
+        assert_eq!(d.step, Step::Launch);
+        assert_eq!(d.preflight_since, Some(now()), "preflightSince is never reset");
+        f.preflight_since = None;
+        assert_eq!(plan(&f, now()).preflight_since, None, "no failure, no clock");
+    }
+
+    #[test]
+    fn repository_gate_and_read_only_come_before_preflight() {
+        let mut f = facts();
+        f.preflight = failing();
+        f.gate = Gate::NotReady { repository: "t/r".into(), phase: "Degraded".into() };
+        for hours in [0, 1, 24] {
+            let d = plan(&f, now() + Duration::hours(hours));
+            assert_eq!(reason(&d), "RepositoryNotReady");
+            assert_eq!(d.phase, Some(SnapshotPhase::Pending));
+            assert!(d.gated);
+            assert_eq!(d.preflight_since, None, "the preflight clock does not start while gated");
+        }
+        f.gate = Gate::Open;
+        f.repository_read_only = true;
+        assert_eq!(reason(&plan(&f, now())), "RepositoryReadOnly");
+        f.repository_read_only = false;
+        // Preflight is checked before the Secrets and the source PVC.
+        f.missing_secrets = vec!["kopia".into()];
+        f.source = SourceState::Missing { pvc: "data".into() };
+        let d = plan(&f, now());
+        assert_eq!(reason(&d), "PreflightFailed");
+        assert_eq!(d.source_missing_since, None, "the PVC clock does not start behind preflight");
+    }
+
+    #[test]
+    fn waiting_for_preflight_data_parks_without_starting_the_clock() {
+        let mut f = facts();
+        f.preflight = PreflightState::WaitingForData;
+        let d = plan(&f, now());
+        assert_eq!(d.phase, Some(SnapshotPhase::Pending));
+        assert_eq!(reason(&d), "WaitingForPreflightData");
+        assert_eq!(d.step, Step::Idle);
+        assert_eq!(d.preflight_since, None);
+        assert_eq!(d.requeue_after, Some(Duration::seconds(PREFLIGHT_DATA_RETRY_SECONDS)));
+    }
+
+    #[test]
+    fn invalid_preflight_parks_stalled_and_never_fails() {
+        let mut f = facts();
+        f.preflight = PreflightState::Invalid { policy: "p".into(), message: "preflight check \"x\": boom".into() };
+        for hours in [0, 24, 240] {
+            let d = plan(&f, now() + Duration::hours(hours));
+            assert_eq!(d.phase, Some(SnapshotPhase::Pending));
+            assert_eq!(reason(&d), "InvalidPreflight");
+            assert_eq!(d.step, Step::Idle);
+            assert!(d.failure.is_none());
+            assert_eq!(d.preflight_since, None);
+            assert!(d.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == CondStatus::True));
+            assert!(d.conditions[0].message.contains("SnapshotPolicy p has an invalid preflight check"));
+            assert!(d.conditions[0].message.contains("boom"));
+        }
     }
 
     #[test]

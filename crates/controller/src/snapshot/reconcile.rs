@@ -17,7 +17,9 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::ctx::{PipelineCtx, RepoView};
 use super::job::{BuildError, Recipe, backup_job, recipe};
-use super::plan::{Completion, JobState, PolicyState, RunFacts, SourceState, Step, WorkSpecState, plan};
+use super::plan::{
+    Completion, JobState, PolicyState, PreflightState, RunFacts, SourceState, Step, WorkSpecState, plan,
+};
 use crate::repository::Error;
 
 pub fn job_state(job: Option<&Job>) -> JobState {
@@ -51,6 +53,73 @@ fn policy_of(ctx: &PipelineCtx, snap: &Snapshot) -> Option<Arc<SnapshotPolicy>> 
     let pr = snap.spec.policy_ref.as_ref()?;
     let ns = pr.namespace.clone().or_else(|| snap.namespace()).unwrap_or_default();
     ctx.stores.policies.get(&ObjectRef::new(&pr.name).within(&ns))
+}
+
+/// The policy's preflight checks, evaluated against the repository's status and its
+/// Maintenances from the stores, and the timeout (`spec.preflight.timeout`; zero = forever).
+fn preflight_facts(
+    ctx: &PipelineCtx,
+    policy: Option<&SnapshotPolicy>,
+    repo: Option<&RepoView>,
+    now: DateTime<Utc>,
+) -> (PreflightState, chrono::Duration) {
+    let default_timeout = chrono::Duration::minutes(10);
+    let Some(p) = policy else { return (PreflightState::NotConfigured, default_timeout) };
+    let spec = p.spec.preflight.as_ref();
+    let timeout = spec
+        .map(|x| {
+            i64::try_from(x.timeout.as_secs())
+                .ok()
+                .and_then(chrono::Duration::try_seconds)
+                .unwrap_or(chrono::Duration::MAX)
+        })
+        .unwrap_or(default_timeout);
+    let compiled = match crate::preflight::compile_policy(spec) {
+        Ok(c) if c.is_empty() => return (PreflightState::NotConfigured, timeout),
+        Ok(c) => c,
+        Err(message) => return (PreflightState::Invalid { policy: p.name_any(), message }, timeout),
+    };
+    let maintenance = if compiled.uses_maintenance() {
+        if !matches!(futures::FutureExt::now_or_never(ctx.stores.maintenances.wait_until_ready()), Some(Ok(()))) {
+            return (PreflightState::WaitingForData, timeout);
+        }
+        let mine: Vec<_> = match repo {
+            Some(rv) => ctx
+                .stores
+                .maintenances
+                .state()
+                .into_iter()
+                .filter(|m| m.meta().deletion_timestamp.is_none() && maintains(m, rv))
+                .collect(),
+            None => Vec::new(),
+        };
+        crate::preflight::maintenance_vars(mine.iter().filter_map(|m| m.status.as_ref()), now)
+    } else {
+        crate::preflight::MaintenanceVars::default()
+    };
+    let vars = crate::preflight::Vars {
+        repository: crate::preflight::repository_vars(repo.and_then(RepoView::status), now),
+        maintenance,
+    };
+    let state = match crate::preflight::evaluate(&compiled, &vars) {
+        crate::preflight::Outcome::Passed => PreflightState::Passed,
+        crate::preflight::Outcome::Failed { check, message } => PreflightState::Failed { check, message },
+    };
+    (state, timeout)
+}
+
+/// Whether a Maintenance maintains the repository (its `spec.repository` names it).
+fn maintains(m: &kopiur_api::Maintenance, rv: &RepoView) -> bool {
+    let r = &m.spec.repository;
+    r.name == rv.name()
+        && match (r.kind, rv) {
+            (RepositoryKind::Repository, RepoView::Namespaced(_)) => {
+                r.namespace.clone().or_else(|| m.namespace()) == rv.namespace()
+            }
+            (RepositoryKind::ClusterRepository, RepoView::Cluster(_)) => true,
+            (RepositoryKind::Repository, RepoView::Cluster(_))
+            | (RepositoryKind::ClusterRepository, RepoView::Namespaced(_)) => false,
+        }
 }
 
 pub fn origin(snap: &Snapshot) -> SnapshotOrigin {
@@ -132,6 +201,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         (Some(Err(BuildError::Invalid(m))), None) => WorkSpecState::Invalid { message: m.clone() },
         (None, None) => WorkSpecState::Invalid { message: "the repository is not known yet".into() },
     };
+    let (preflight, preflight_timeout) = preflight_facts(ctx, policy.as_deref(), repo.as_ref(), now);
     let facts = RunFacts {
         phase: phase.clone(),
         discovered,
@@ -139,6 +209,9 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         policy: policy_state,
         gate,
         repository_read_only: repo.as_ref().is_some_and(RepoView::read_only),
+        preflight,
+        preflight_timeout,
+        preflight_since: status.preflight_since,
         missing_secrets: repo.as_ref().map(|rv| ctx.missing_secrets(&ns, &rv.secret_names())).unwrap_or_default(),
         source,
         source_missing_since: status.source_missing_since,
@@ -184,6 +257,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     }
     next.observed_generation = snap.meta().generation;
     next.source_missing_since = d.source_missing_since;
+    next.preflight_since = d.preflight_since;
     if let Some(f) = &d.failure {
         next.failure = Some(f.clone());
     }

@@ -9,8 +9,9 @@ use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kopiur_api::restore::RestorePhase;
+use kopiur_api::shared::RepositoryKind;
 use kopiur_api::snapshot::SnapshotPhase;
-use kopiur_api::{ClusterRepository, Repository, Restore, Snapshot, SnapshotPolicy, SnapshotSchedule};
+use kopiur_api::{ClusterRepository, Maintenance, Repository, Restore, Snapshot, SnapshotPolicy, SnapshotSchedule};
 use kube::runtime::controller::{Action, Config as CtlConfig};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -171,6 +172,14 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     .default_backoff()
     .touched_objects();
 
+    let (maintenances, maint_w) = reflector::store::<Maintenance>();
+    let maint_events = reflector::reflector(
+        maint_w,
+        watcher(Api::<Maintenance>::all(client.clone()), wc.clone()).modify(|m| m.meta_mut().managed_fields = None),
+    )
+    .default_backoff()
+    .touched_objects();
+
     // Snapshots and SnapshotSchedules: the reflector runs in its own task so its store keeps
     // syncing (and signals readiness) however busy the controller is; the deletion path waits
     // on that signal, because a breaker counted over a half-synced store would under-count.
@@ -211,6 +220,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
             pvcs: pvcs.clone(),
             secrets,
             namespaces,
+            maintenances,
         },
         mover_rbac_ready: Mutex::new(Default::default()),
         dispatch: tokio::sync::Notify::new(),
@@ -268,6 +278,24 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
                 }
                 for x in parked_restores(&r, None) {
                     let _ = rtx.send(x).await;
+                }
+            }
+        });
+    }
+    // Maintenance -> Snapshots parked on its repository (the `maintenance.*` preflight variables).
+    {
+        let (stx, s) = (snap_tx.clone(), snapshots.clone());
+        tokio::spawn(async move {
+            let mut ev = std::pin::pin!(maint_events);
+            while let Some(e) = ev.next().await {
+                let Ok(m) = e else { continue };
+                let r = &m.spec.repository;
+                let ns = match r.kind {
+                    RepositoryKind::Repository => r.namespace.clone().or_else(|| m.namespace()),
+                    RepositoryKind::ClusterRepository => None,
+                };
+                for x in parked_on(&s, &format!("{:?}", r.kind), ns.as_deref(), &r.name) {
+                    let _ = stx.send(x).await;
                 }
             }
         });

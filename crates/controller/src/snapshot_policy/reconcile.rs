@@ -161,6 +161,7 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
         });
         conds.push(Cond { type_: "Ready", status: CondStatus::False, reason: "RepositoryNotReady".into(), message: m });
     }
+    crate::preflight::apply_policy_conditions(&mut conds, &status.conditions, policy.spec.preflight.as_ref());
     next.conditions =
         crate::snapshot::ctx::merge(&status.conditions, &conds, policy.meta().generation.unwrap_or(0), now);
     write_status(&ctx, &policy, &status, &next).await?;
