@@ -1,0 +1,732 @@
+//! The backup pipeline's remaining acceptance items, end to end on a private local control plane,
+//! Garage, the fault proxy and the real mover; every figure is printed:
+//! - retention keepLatest 3 after 6 runs leaves exactly 3 kopia snapshots (`kopia snapshot
+//!   list`), each pruned Snapshot stamped `pruned-by: retention`; a pinned Snapshot survives;
+//! - failedJobsHistoryLimit 2 with 5 failed scheduled runs keeps 2 Failed Snapshots, the
+//!   pruned ones stamped `pruned-by: failed-history`;
+//! - a preflight on `repository.backendReachable` (repository in Alert mode, backend cut)
+//!   holds a Snapshot Pending without a Job, then fails it at the timeout;
+//! - deleting Snapshots: Delete removes the kopia snapshot; Retain keeps it and the catalog
+//!   rediscovers it as `origin: discovered`; `skip-snapshot-cleanup` releases at once while
+//!   the repository is Degraded, without a delete Job; a Delete parked by the outage drains
+//!   after recovery;
+//! - 20 idle policies with schedules make zero writes over 2 minutes between ticks;
+//! - startingDeadlineSeconds: an expired pinned slot is skipped and re-pinned forward, and the
+//!   schedule reconciles stay in single digits over the next 60 s.
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use chrono::{Timelike, Utc};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Secret};
+use kopiur_api::names::{annotation, label};
+use kopiur_api::{Repository, Snapshot, SnapshotPolicy, SnapshotSchedule};
+use kopiur_kopia::backend::{Backend, S3Backend};
+use kopiur_kopia::cmd::{self, CacheSizes, Identity};
+use kopiur_kopia::model::{self, SnapshotManifest};
+use kopiur_kopia::{KopiaEnv, Runner};
+use kopiur_testenv::TestEnv;
+use kopiur_testenv::garage::Garage;
+use kopiur_testenv::operator::Operator;
+use kopiur_testenv::proxy::{FaultProxy, Mode};
+use kopiur_testenv::wait::wait_for;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+
+const PASSWORD: &str = "acceptance e2e correct horse";
+
+struct World {
+    client: Client,
+    ns: String,
+    log: std::path::PathBuf,
+    started: Instant,
+}
+
+impl World {
+    fn say(&self, msg: impl AsRef<str>) {
+        println!("[{:>6.1}s] {}", self.started.elapsed().as_secs_f64(), msg.as_ref());
+    }
+
+    async fn apply(&self, v: Value) -> Result<()> {
+        kopiur_testenv::apply::apply_value(&self.client, &self.ns, &v).await
+    }
+
+    fn snaps(&self) -> Api<Snapshot> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    async fn snapshot(&self, name: &str, policy: &str, extra: Value) -> Result<()> {
+        let mut spec = json!({"policyRef": {"name": policy}});
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            s.extend(e.clone());
+        }
+        self.apply(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": name, "namespace": self.ns}, "spec": spec
+        }))
+        .await
+    }
+
+    /// Waits for Succeeded; a Failed Snapshot fails the test with its failure.
+    async fn succeeded(&self, name: &str) -> Result<Snapshot> {
+        let snaps = self.snaps();
+        wait_for(&format!("{name} Succeeded"), Duration::from_secs(300), &self.log, || async {
+            let s = snaps.get(name).await?;
+            ensure!(phase(&s) != "Failed", "{name} failed: {:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
+            Ok((phase(&s) == "Succeeded").then_some(s))
+        })
+        .await
+    }
+
+    async fn repo(&self, name: &str) -> Result<Repository> {
+        Ok(Api::<Repository>::namespaced(self.client.clone(), &self.ns).get(name).await?)
+    }
+
+    async fn nudge(&self, repo: &str) -> Result<()> {
+        let patch = json!({"metadata": {"annotations": {annotation::REVERIFY_REQUESTED_AT: Utc::now().to_rfc3339()}}});
+        Api::<Repository>::namespaced(self.client.clone(), &self.ns)
+            .patch(repo, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
+    async fn events(&self, object: &str, reason: &str) -> Result<usize> {
+        let l = Api::<Event>::namespaced(self.client.clone(), &self.ns).list(&ListParams::default()).await?;
+        Ok(l.items
+            .iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(object) && e.reason.as_deref() == Some(reason))
+            .count())
+    }
+}
+
+fn phase(s: &Snapshot) -> String {
+    s.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+}
+
+fn ready_reason(s: &Snapshot) -> Option<String> {
+    s.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone())
+}
+
+fn kopia_id(s: &Snapshot) -> Option<String> {
+    s.status.as_ref()?.snapshot.as_ref()?.kopia_snapshot_id.clone()
+}
+
+fn repo_phase(r: &Repository) -> String {
+    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+}
+
+fn cond<'a>(r: &'a Repository, t: &str) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    r.status.as_ref()?.conditions.iter().find(|c| c.type_ == t)
+}
+
+/// `name{labels…} value` summed over the series matching every label pair.
+fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let rest = series.strip_prefix(name)?;
+            if !(rest.is_empty() || rest.starts_with('{')) {
+                return None;
+            }
+            labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))).then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+async fn batch_jobs_created(op: &Operator) -> Result<f64> {
+    Ok(metric_sum(&op.metrics().await?, "kopiur_mover_jobs_created_total", &[("op", "snapshot-delete-batch")]))
+}
+
+/// The kopia CLI connected to one repository prefix under its own config dir.
+struct Kopia {
+    runner: Runner,
+}
+
+impl Kopia {
+    async fn connect(dir: &Path, g: &Garage, prefix: &str) -> Result<Kopia> {
+        let work = dir.join(format!("kopia-{}", prefix.trim_end_matches('/')));
+        std::fs::create_dir_all(&work)?;
+        let env = KopiaEnv::new(&work, work.join("cache"));
+        let runner = Runner::new(kopiur_testenv::tools::kopia()?, Duration::from_secs(120))
+            .envs(env.vars())
+            .env("KOPIA_PASSWORD", PASSWORD)
+            .env("AWS_ACCESS_KEY_ID", g.access_key())
+            .env("AWS_SECRET_ACCESS_KEY", g.secret_key())
+            .env_remove("AWS_SESSION_TOKEN")
+            .env_remove("AWS_PROFILE");
+        let backend = Backend::S3(S3Backend {
+            bucket: g.bucket().into(),
+            endpoint: Some(g.s3_endpoint()),
+            prefix: Some(prefix.into()),
+            region: Some(g.region().into()),
+            disable_tls: true,
+            ..Default::default()
+        });
+        runner.run_ok(&cmd::connect(&backend, &Identity::new("audit", "e2e"), false, &CacheSizes::default())?).await?;
+        Ok(Kopia { runner })
+    }
+
+    /// `kopia snapshot list` ids of one source (`user@host:/path`).
+    async fn ids(&self, source: &str) -> Result<BTreeSet<String>> {
+        let out = self.runner.run_ok(&cmd::snapshot_list(Some(source))).await?;
+        let listed: Vec<SnapshotManifest> = model::parse("snapshot list", &out.stdout)?;
+        Ok(listed.into_iter().map(|m| m.id).collect())
+    }
+}
+
+/// Records the `pruned-by` stamp of every Snapshot seen with a deletionTimestamp.
+fn observe_prunes(snaps: Api<Snapshot>) -> (Arc<Mutex<BTreeMap<String, Option<String>>>>, tokio::task::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(BTreeMap::new()));
+    let s2 = seen.clone();
+    let h = tokio::spawn(async move {
+        loop {
+            if let Ok(l) = snaps.list(&ListParams::default()).await {
+                for s in l.items.iter().filter(|s| s.metadata.deletion_timestamp.is_some()) {
+                    s2.lock().unwrap().insert(s.name_any(), s.annotations().get(annotation::PRUNED_BY).cloned());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+    (seen, h)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_acceptance_end_to_end() -> Result<()> {
+    let started = Instant::now();
+    let dir = tempfile::tempdir()?;
+    let env = &TestEnv::start(kopiur_testenv::Options::default()).await?;
+    let _guard = env.log_guard();
+    let client = env.client().await?;
+    let g = Garage::start(&dir.path().join("garage")).await?;
+    let alert_proxy = FaultProxy::start(g.s3_addr()).await?;
+    let down_proxy = FaultProxy::start(g.s3_addr()).await?;
+    let op_ns = env.namespace("kopiur-system").await?;
+    let op = Operator::start(
+        env,
+        &op_ns,
+        &[
+            ("KOPIUR_STRICT_RETRY_BASE_SECONDS", "10"),
+            ("KOPIUR_STRICT_RETRY_CAP_SECONDS", "20"),
+            ("KOPIUR_REVERIFY_SPACING_SECONDS", "5"),
+        ],
+    )
+    .await?;
+    let ns = env.namespace("acc").await?;
+    let w = World { client: client.clone(), ns: ns.clone(), log: op.log_path().to_path_buf(), started };
+
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "kopia", "namespace": ns},
+        "stringData": {"KOPIA_PASSWORD": PASSWORD, "AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
+    }))?;
+    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await?;
+    let repo = |name: &str, endpoint: String, extra: Value| {
+        let mut spec = json!({
+            "backend": {"s3": {"bucket": g.bucket(), "endpoint": format!("http://{endpoint}"), "region": g.region(), "prefix": format!("{name}/")}},
+            "encryption": {"passwordSecretRef": {"name": "kopia"}}
+        });
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            s.extend(e.clone());
+        }
+        json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+               "metadata": {"name": name, "namespace": ns}, "spec": spec})
+    };
+    // r: direct, with a 30 s catalog refresh (Retain rediscovery); alert: Alert mode behind a
+    // proxy; down: the default Degrade behind another proxy.
+    w.apply(repo(
+        "r",
+        g.s3_addr().to_string(),
+        json!({"catalog": {"periodicRefresh": true, "refreshInterval": "30s"}}),
+    ))
+    .await?;
+    w.apply(repo(
+        "alert",
+        alert_proxy.endpoint(),
+        json!({"health": {"probe": {"onFailure": "Alert", "failureThreshold": 1}}}),
+    ))
+    .await?;
+    w.apply(repo("down", down_proxy.endpoint(), json!({"health": {"probe": {"failureThreshold": 1}}}))).await?;
+    for pvc in ["a", "b"] {
+        w.apply(json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": pvc, "namespace": ns},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+        }))
+        .await?;
+    }
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let mut host = BTreeMap::new();
+    for pvc in ["a", "b"] {
+        let p = wait_for(&format!("PVC {pvc} Bound"), Duration::from_secs(60), &w.log, || async {
+            let p = pvcs.get(pvc).await?;
+            Ok((p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")).then_some(p))
+        })
+        .await?;
+        let dir = kopiur_testenv::node::provisioner::pv_dir(&env.node_state_dir(), &p.uid().context("pvc uid")?);
+        std::fs::write(dir.join("data.txt"), format!("pvc {pvc}\n"))?;
+        host.insert(pvc, dir);
+    }
+    for r in ["r", "alert", "down"] {
+        wait_for(&format!("{r} Ready"), Duration::from_secs(300), &w.log, || async {
+            Ok((repo_phase(&w.repo(r).await?) == "Ready").then_some(()))
+        })
+        .await?;
+    }
+    w.say("repositories r, alert and down Ready");
+    let policy = |name: &str, repo: &str, pvc: &str, extra: Value| {
+        let mut spec =
+            json!({"repository": {"name": repo}, "copyMethod": "Direct", "sources": [{"pvc": {"name": pvc}}]});
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            s.extend(e.clone());
+        }
+        json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+               "metadata": {"name": name, "namespace": ns}, "spec": spec})
+    };
+    w.apply(policy("ret", "r", "a", json!({"retention": {"keepLatest": 3}}))).await?;
+    w.apply(policy("pin", "r", "b", json!({"retention": {"keepLatest": 1}}))).await?;
+    w.apply(policy("plain", "r", "a", json!({}))).await?;
+    w.apply(policy(
+        "never",
+        "r",
+        "a",
+        json!({"preflight": {"checks": [{"name": "impossible", "expr": "repository.snapshotCount < 0",
+                                          "message": "this check never passes"}], "timeout": "1s"}}),
+    ))
+    .await?;
+    w.apply(policy(
+        "pf",
+        "alert",
+        "a",
+        json!({"preflight": {"checks": [{"name": "reachable", "expr": "repository.backendReachable",
+                                          "message": "the backend is unreachable"}], "timeout": "40s"}}),
+    ))
+    .await?;
+    w.apply(policy("dp", "down", "a", json!({}))).await?;
+
+    let (pruned, observer) = observe_prunes(w.snaps());
+    let k_r = Kopia::connect(dir.path(), &g, "r/").await?;
+
+    // Everything below runs side by side; each scenario waits on its own objects.
+    let (ret, hist, pre, del, idle) = tokio::join!(
+        retention(&w, &k_r, &host, &pruned),
+        failed_history(&w, &pruned),
+        preflight_backend(&w, &alert_proxy),
+        deletions(&w, &op, &k_r, dir.path(), &g, &down_proxy),
+        idle_policies(&w),
+    );
+    observer.abort();
+    let mut failures = Vec::new();
+    for (what, r) in
+        [("retention", ret), ("failedJobsHistoryLimit", hist), ("preflight", pre), ("deletions", del), ("idle", idle)]
+    {
+        if let Err(e) = r {
+            println!("SCENARIO FAILED: {what}: {e:#}");
+            failures.push(what);
+        }
+    }
+    // Last, alone among the schedules: an expired slot (the schedules above are gone).
+    if let Err(e) = starting_deadline(&w, &op).await {
+        println!("SCENARIO FAILED: startingDeadlineSeconds: {e:#}");
+        failures.push("startingDeadlineSeconds");
+    }
+    w.say(format!("acceptance e2e total {:.1}s", started.elapsed().as_secs_f64()));
+    drop(op);
+    ensure!(failures.is_empty(), "{} scenario(s) failed: {failures:?}", failures.len());
+    Ok(())
+}
+
+/// keepLatest 3 after 6 runs -> exactly 3 kopia snapshots; keepLatest 1 with a pinned first run
+/// keeps the pinned one and the newest.
+async fn retention(
+    w: &World,
+    k: &Kopia,
+    host: &BTreeMap<&str, std::path::PathBuf>,
+    pruned: &Mutex<BTreeMap<String, Option<String>>>,
+) -> Result<()> {
+    let snaps = w.snaps();
+    let mut ids = BTreeMap::new();
+    for i in 1..=6 {
+        std::fs::write(host["a"].join("run.txt"), format!("run {i}\n"))?;
+        let name = format!("ret-{i}");
+        w.snapshot(&name, "ret", json!({})).await?;
+        let s = w.succeeded(&name).await?;
+        ids.insert(name, kopia_id(&s).context("kopia id")?);
+    }
+    for (i, pin) in [(1, true), (2, false), (3, false)] {
+        std::fs::write(host["b"].join("run.txt"), format!("run {i}\n"))?;
+        let name = format!("pin-{i}");
+        w.snapshot(&name, "pin", json!({"pin": pin})).await?;
+        let s = w.succeeded(&name).await?;
+        ids.insert(name, kopia_id(&s).context("kopia id")?);
+    }
+    // Manual Snapshots carry no policy label: select by spec.policyRef.
+    let live = |l: &[Snapshot], p: &str| -> BTreeSet<String> {
+        l.iter()
+            .filter(|s| s.metadata.deletion_timestamp.is_none())
+            .filter(|s| s.spec.policy_ref.as_ref().is_some_and(|r| r.name == p))
+            .map(|s| s.name_any())
+            .collect()
+    };
+    let want_ret: BTreeSet<String> = ["ret-4", "ret-5", "ret-6"].map(String::from).into();
+    let want_pin: BTreeSet<String> = ["pin-1", "pin-3"].map(String::from).into();
+    let ret_source = format!("ret@{}:/pvc/a", w.ns);
+    let pin_source = format!("pin@{}:/pvc/b", w.ns);
+    wait_for("retention converged (CRs and kopia)", Duration::from_secs(240), &w.log, || async {
+        let all = snaps.list(&ListParams::default()).await?.items;
+        let (r, p) = (live(&all, "ret"), live(&all, "pin"));
+        if r != want_ret || p != want_pin {
+            return Ok(None);
+        }
+        let kr = k.ids(&ret_source).await?;
+        let kp = k.ids(&pin_source).await?;
+        Ok((kr.len() == 3 && kp.len() == 2).then_some(()))
+    })
+    .await?;
+    let kr = k.ids(&ret_source).await?;
+    let kp = k.ids(&pin_source).await?;
+    let want_ids = |names: &BTreeSet<String>| names.iter().map(|n| ids[n].clone()).collect::<BTreeSet<_>>();
+    w.say(format!(
+        "[retention] keepLatest 3 after 6 runs: kopia snapshot list for {ret_source} = {} snapshots",
+        kr.len()
+    ));
+    ensure!(kr == want_ids(&want_ret), "kopia keeps exactly ret-4..6: {kr:?}");
+    w.say(format!("[retention] keepLatest 1 with pinned pin-1: kopia keeps {} (pin-1 and pin-3)", kp.len()));
+    ensure!(kp == want_ids(&want_pin), "kopia keeps pin-1 (pinned) and pin-3: {kp:?}");
+    let seen = pruned.lock().unwrap().clone();
+    let expect_pruned = ["ret-1", "ret-2", "ret-3", "pin-2"];
+    for n in expect_pruned {
+        ensure!(
+            seen.get(n).map(|v| v.as_deref()) == Some(Some("retention")),
+            "{n} was pruned with pruned-by: retention (saw {:?})",
+            seen.get(n)
+        );
+    }
+    w.say(format!("[retention] pruned {expect_pruned:?}, each stamped pruned-by: retention"));
+    Ok(())
+}
+
+/// failedJobsHistoryLimit 2 with 5 failed scheduled runs.
+async fn failed_history(w: &World, pruned: &Mutex<BTreeMap<String, Option<String>>>) -> Result<()> {
+    w.apply(json!({
+        "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
+        "metadata": {"name": "fails", "namespace": w.ns},
+        "spec": {"policyRef": {"name": "never"}, "schedule": {"cron": "* * * * *"}, "failedJobsHistoryLimit": 2}
+    }))
+    .await?;
+    let snaps = w.snaps();
+    let lp = ListParams::default().labels(&format!("{}=fails", label::SCHEDULE));
+    let failed_seen = Arc::new(Mutex::new(BTreeSet::new()));
+    let max_failed_present = Arc::new(Mutex::new(0usize));
+    wait_for("5 failed scheduled runs", Duration::from_secs(480), &w.log, || async {
+        let l = snaps.list(&lp).await?;
+        let failed: Vec<&Snapshot> = l.items.iter().filter(|s| phase(s) == "Failed").collect();
+        for s in &failed {
+            ensure!(
+                ready_reason(s).as_deref() == Some("PreflightTimeout"),
+                "{} failed for another reason: {:?}",
+                s.name_any(),
+                ready_reason(s)
+            );
+            failed_seen.lock().unwrap().insert(s.name_any());
+        }
+        let present = failed.iter().filter(|s| s.metadata.deletion_timestamp.is_none()).count();
+        let mut m = max_failed_present.lock().unwrap();
+        *m = (*m).max(present);
+        Ok((failed_seen.lock().unwrap().len() >= 5).then_some(()))
+    })
+    .await?;
+    // Let the history prune of the fifth failure land.
+    let kept = wait_for("2 Failed kept", Duration::from_secs(60), &w.log, || async {
+        let l = snaps.list(&lp).await?;
+        let f: BTreeSet<String> = l
+            .items
+            .iter()
+            .filter(|s| phase(s) == "Failed" && s.metadata.deletion_timestamp.is_none())
+            .map(|s| s.name_any())
+            .collect();
+        Ok((f.len() == 2).then_some(f))
+    })
+    .await?;
+    let seen = failed_seen.lock().unwrap().clone();
+    let gone: Vec<String> = seen.difference(&kept).cloned().collect();
+    let stamps = pruned.lock().unwrap().clone();
+    w.say(format!(
+        "[history] {} failed runs seen, {} Failed kept {kept:?}, pruned {gone:?}; at most {} Failed present at once",
+        seen.len(),
+        kept.len(),
+        max_failed_present.lock().unwrap()
+    ));
+    ensure!(gone.len() >= 3, "at least 3 of the failed runs were pruned: {gone:?}");
+    for n in &gone {
+        ensure!(
+            stamps.get(n).map(|v| v.as_deref()) == Some(Some("failed-history")),
+            "{n} pruned with pruned-by: failed-history (saw {:?})",
+            stamps.get(n)
+        );
+    }
+    let newest: Vec<String> = seen.iter().rev().take(2).cloned().collect();
+    ensure!(
+        kept.iter().all(|k| newest.contains(k)),
+        "the 2 newest failures are kept: kept {kept:?}, newest {newest:?}"
+    );
+    Api::<SnapshotSchedule>::namespaced(w.client.clone(), &w.ns).delete("fails", &DeleteParams::default()).await?;
+    Ok(())
+}
+
+/// Alert mode keeps the repository Ready while BackendReachable=False; a preflight on
+/// `repository.backendReachable` parks the Snapshot and fails it at the timeout, without a Job.
+async fn preflight_backend(w: &World, proxy: &FaultProxy) -> Result<()> {
+    proxy.set(Mode::Refuse);
+    w.nudge("alert").await?;
+    wait_for("alert: BackendReachable=False", Duration::from_secs(120), &w.log, || async {
+        let r = w.repo("alert").await?;
+        ensure!(repo_phase(&r) == "Ready", "Alert mode stays Ready: {:?}", r.status);
+        Ok((cond(&r, "BackendReachable").map(|c| c.status.as_str()) == Some("False")).then_some(()))
+    })
+    .await?;
+    w.snapshot("pf-1", "pf", json!({})).await?;
+    let snaps = w.snaps();
+    let parked = wait_for("pf-1 PreflightFailed", Duration::from_secs(60), &w.log, || async {
+        let s = snaps.get("pf-1").await?;
+        Ok((phase(&s) == "Pending" && ready_reason(&s).as_deref() == Some("PreflightFailed")).then_some(s))
+    })
+    .await?;
+    let since = parked.status.as_ref().and_then(|s| s.preflight_since.clone()).context("preflightSince set")?;
+    let msg = parked
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    w.say(format!("[preflight] pf-1 Pending/PreflightFailed since {since}: {msg}"));
+    ensure!(msg.contains("the backend is unreachable"), "the message carries the check's message: {msg}");
+    let failed = wait_for("pf-1 Failed at the timeout", Duration::from_secs(120), &w.log, || async {
+        let s = snaps.get("pf-1").await?;
+        if phase(&s) == "Pending" {
+            ensure!(
+                s.status.as_ref().and_then(|x| x.preflight_since.clone()) == Some(since.clone()),
+                "preflightSince is not reset while parked"
+            );
+        }
+        Ok((phase(&s) == "Failed").then_some(s))
+    })
+    .await?;
+    let failed_at = Utc::now();
+    ensure!(ready_reason(&failed).as_deref() == Some("PreflightTimeout"), "reason {:?}", ready_reason(&failed));
+    let waited = (failed_at - since).num_seconds();
+    w.say(format!("[preflight] pf-1 Failed/PreflightTimeout {waited}s after preflightSince (timeout 40s)"));
+    ensure!(waited >= 40, "failed no earlier than the timeout ({waited}s)");
+    let job = Api::<Job>::namespaced(w.client.clone(), &w.ns).get_opt("pf-1").await?;
+    ensure!(job.is_none(), "a preflight-failed Snapshot never launches its Job");
+    proxy.set(Mode::Pass);
+    Ok(())
+}
+
+/// Delete / Retain on a healthy repository; skip-snapshot-cleanup and a parked Delete while the
+/// repository is Degraded.
+async fn deletions(w: &World, op: &Operator, k_r: &Kopia, dir: &Path, g: &Garage, proxy: &FaultProxy) -> Result<()> {
+    let snaps = w.snaps();
+    for (name, policy, extra) in [
+        ("del-1", "plain", json!({})),
+        ("keep-1", "plain", json!({"deletionPolicy": "Retain"})),
+        ("skip-1", "dp", json!({})),
+        ("del-down", "dp", json!({})),
+    ] {
+        w.snapshot(name, policy, extra).await?;
+    }
+    let mut ids = BTreeMap::new();
+    for name in ["del-1", "keep-1", "skip-1", "del-down"] {
+        ids.insert(name, kopia_id(&w.succeeded(name).await?).context("kopia id")?);
+    }
+    let plain_source = format!("plain@{}:/pvc/a", w.ns);
+    let before = k_r.ids(&plain_source).await?;
+    ensure!(before.contains(&ids["del-1"]) && before.contains(&ids["keep-1"]));
+    // Delete removes the kopia snapshot; Retain keeps it.
+    snaps.delete("del-1", &DeleteParams::default()).await?;
+    snaps.delete("keep-1", &DeleteParams::default()).await?;
+    for n in ["del-1", "keep-1"] {
+        wait_for(&format!("{n} gone"), Duration::from_secs(120), &w.log, || async {
+            Ok(snaps.get_opt(n).await?.is_none().then_some(()))
+        })
+        .await?;
+    }
+    let after = k_r.ids(&plain_source).await?;
+    w.say(format!(
+        "[delete] Delete: del-1's kopia snapshot present {}; Retain: keep-1's present {}",
+        after.contains(&ids["del-1"]),
+        after.contains(&ids["keep-1"])
+    ));
+    ensure!(!after.contains(&ids["del-1"]), "Delete removed the kopia snapshot");
+    ensure!(after.contains(&ids["keep-1"]), "Retain kept the kopia snapshot");
+    let keep_id = ids["keep-1"].clone();
+    let row = wait_for("keep-1 rediscovered", Duration::from_secs(180), &w.log, || async {
+        let lp = ListParams::default().labels(&format!("{}={keep_id}", label::SNAPSHOT_ID));
+        Ok(snaps.list(&lp).await?.items.into_iter().next())
+    })
+    .await?;
+    let origin = row.labels().get(label::ORIGIN).cloned();
+    w.say(format!("[delete] keep-1's kopia snapshot rediscovered as {} (origin {origin:?})", row.name_any()));
+    ensure!(origin.as_deref() == Some("discovered"), "origin discovered");
+
+    // The backend goes down: repository `down` turns Degraded.
+    let skip = json!({"metadata": {"annotations": {annotation::SKIP_SNAPSHOT_CLEANUP: "true"}}});
+    snaps.patch("skip-1", &PatchParams::default(), &Patch::Merge(&skip)).await?;
+    proxy.set(Mode::Refuse);
+    w.nudge("down").await?;
+    wait_for("down Degraded", Duration::from_secs(180), &w.log, || async {
+        Ok((repo_phase(&w.repo("down").await?) == "Degraded").then_some(()))
+    })
+    .await?;
+    let jobs_before = batch_jobs_created(op).await?;
+    let t = Instant::now();
+    snaps.delete("skip-1", &DeleteParams::default()).await?;
+    snaps.delete("del-down", &DeleteParams::default()).await?;
+    wait_for("skip-1 released while Degraded", Duration::from_secs(60), &w.log, || async {
+        Ok(snaps.get_opt("skip-1").await?.is_none().then_some(()))
+    })
+    .await?;
+    w.say(format!("[delete] skip-snapshot-cleanup released in {:.1}s while Degraded", t.elapsed().as_secs_f64()));
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let parked = snaps.get("del-down").await?;
+    ensure!(parked.metadata.deletion_timestamp.is_some(), "del-down is deleting");
+    ensure!(
+        parked.finalizers().iter().any(|f| f == kopiur_api::names::finalizer::SNAPSHOT_CLEANUP),
+        "a Delete parks while the repository is Degraded"
+    );
+    let jobs_during = batch_jobs_created(op).await?;
+    w.say(format!(
+        "[delete] while Degraded: delete Jobs created {} (before {jobs_before}); del-down parked with Ready reason {:?}",
+        jobs_during,
+        ready_reason(&parked)
+    ));
+    ensure!(jobs_during == jobs_before, "nothing contacts the repository while it is Degraded");
+    // Recovery: the parked Delete drains; skip-1's data was never touched.
+    proxy.set(Mode::Pass);
+    w.nudge("down").await?;
+    wait_for("del-down drained after recovery", Duration::from_secs(300), &w.log, || async {
+        Ok(snaps.get_opt("del-down").await?.is_none().then_some(()))
+    })
+    .await?;
+    let k_down = Kopia::connect(dir, g, "down/").await?;
+    let left = k_down.ids(&format!("dp@{}:/pvc/a", w.ns)).await?;
+    w.say(format!(
+        "[delete] after recovery: del-down's kopia snapshot present {}, skip-1's present {}",
+        left.contains(&ids["del-down"]),
+        left.contains(&ids["skip-1"])
+    ));
+    ensure!(!left.contains(&ids["del-down"]), "the parked Delete removed its kopia snapshot after recovery");
+    ensure!(left.contains(&ids["skip-1"]), "skip-snapshot-cleanup never touches the data");
+    Ok(())
+}
+
+/// 20 policies with daily schedules far from now: zero writes to any of them over 2 minutes.
+async fn idle_policies(w: &World) -> Result<()> {
+    let later = Utc::now() + chrono::Duration::hours(12);
+    let cron = format!("{} {} * * *", later.minute(), later.hour());
+    for i in 0..20 {
+        let name = format!("idle-{i:02}");
+        w.apply(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+            "metadata": {"name": name, "namespace": w.ns},
+            "spec": {"repository": {"name": "r"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "a"}}]}
+        }))
+        .await?;
+        w.apply(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
+            "metadata": {"name": name, "namespace": w.ns},
+            "spec": {"policyRef": {"name": name}, "schedule": {"cron": cron}}
+        }))
+        .await?;
+    }
+    let policies: Api<SnapshotPolicy> = Api::namespaced(w.client.clone(), &w.ns);
+    let schedules: Api<SnapshotSchedule> = Api::namespaced(w.client.clone(), &w.ns);
+    let versions = || async {
+        let mut v = BTreeMap::new();
+        for p in policies.list(&ListParams::default()).await?.items {
+            if p.name_any().starts_with("idle-") {
+                let settled = p.status.as_ref().is_some_and(|s| s.observed_generation == p.metadata.generation);
+                v.insert(format!("policy/{}", p.name_any()), (p.resource_version(), settled));
+            }
+        }
+        for s in schedules.list(&ListParams::default()).await?.items {
+            if s.name_any().starts_with("idle-") {
+                let settled = s.status.as_ref().is_some_and(|x| x.next_schedule.is_some());
+                v.insert(format!("schedule/{}", s.name_any()), (s.resource_version(), settled));
+            }
+        }
+        anyhow::Ok(v)
+    };
+    wait_for("40 idle objects settled", Duration::from_secs(120), &w.log, || async {
+        let v = versions().await?;
+        Ok((v.len() == 40 && v.values().all(|(_, s)| *s)).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let first = versions().await?;
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    let second = versions().await?;
+    let changed: Vec<&String> =
+        first.keys().filter(|k| first[*k].0 != second.get(*k).and_then(|x| x.0.clone())).collect();
+    w.say(format!(
+        "[idle] 20 policies + 20 schedules (cron {cron:?}): {} of 40 objects written over 120 s",
+        changed.len()
+    ));
+    ensure!(changed.is_empty(), "idle objects were written: {changed:?}");
+    Ok(())
+}
+
+/// An expired pinned slot is skipped and re-pinned forward without a tight loop.
+async fn starting_deadline(w: &World, op: &Operator) -> Result<()> {
+    let later = Utc::now() + chrono::Duration::hours(12);
+    w.apply(json!({
+        "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
+        "metadata": {"name": "late", "namespace": w.ns},
+        "spec": {"policyRef": {"name": "plain"},
+                 "schedule": {"cron": format!("{} {} * * *", later.minute(), later.hour()), "startingDeadlineSeconds": 10}}
+    }))
+    .await?;
+    let schedules: Api<SnapshotSchedule> = Api::namespaced(w.client.clone(), &w.ns);
+    let pinned = wait_for("late pinned", Duration::from_secs(60), &w.log, || async {
+        Ok(schedules.get("late").await?.status.and_then(|s| s.next_schedule))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // As if the controller had been down across the slot: the pinned slot is 3 minutes old.
+    let past = (Utc::now() - chrono::Duration::minutes(3)).with_nanosecond(0).context("time")?;
+    let count = || async {
+        anyhow::Ok(metric_sum(
+            &op.metrics().await?,
+            "kopiur_controller_reconciliations_total",
+            &[("kind", "SnapshotSchedule")],
+        ))
+    };
+    let before = count().await?;
+    let patch = json!({"status": {"nextSchedule": {"slot": past.to_rfc3339(), "at": past.to_rfc3339(),
+                                                   "timezone": pinned.timezone}}});
+    schedules.patch_status("late", &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    let t = Instant::now();
+    let next = wait_for("late re-pinned forward", Duration::from_secs(60), &w.log, || async {
+        let s = schedules.get("late").await?;
+        let at = s.status.and_then(|x| x.next_schedule).and_then(|n| n.at);
+        Ok(at.filter(|a| *a > Utc::now()))
+    })
+    .await?;
+    w.say(format!(
+        "[deadline] expired slot {past} skipped; re-pinned to {next} after {:.1}s",
+        t.elapsed().as_secs_f64()
+    ));
+    let skipped = w.events("late", "ScheduleSlotSkipped").await?;
+    ensure!(skipped >= 1, "a ScheduleSlotSkipped event");
+    let children = w.snaps().list(&ListParams::default().labels(&format!("{}=late", label::SCHEDULE))).await?;
+    ensure!(children.items.is_empty(), "the expired slot created no Snapshot");
+    tokio::time::sleep(Duration::from_secs(60).saturating_sub(t.elapsed())).await;
+    let reconciles = count().await? - before;
+    w.say(format!("[deadline] SnapshotSchedule reconciles over the 60 s after the expiry: {reconciles}"));
+    ensure!(reconciles < 10.0, "no tight requeue loop: {reconciles} reconciles");
+    Ok(())
+}
