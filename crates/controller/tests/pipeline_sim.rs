@@ -12,7 +12,7 @@ use kopiur_controller::gating::Gate;
 use kopiur_controller::snapshot::plan::{
     self as snap, JobState, PolicyState, PreflightState, RunFacts, SourceState, Step, WorkSpecState,
 };
-use kopiur_controller::snapshot_schedule::plan::{self as sched, Disposition, Pin, ScheduleFacts};
+use kopiur_controller::snapshot_schedule::plan::{self as sched, ChildSources, Disposition, Pin, ScheduleFacts};
 
 const UID: &str = "5d1e3c52-7a8b-4c1d-9e0f-0123456789ab";
 
@@ -103,25 +103,30 @@ fn run(
             has_last_schedule: has_last,
             spec_changed: false,
             active_children: active,
+            sources: ChildSources::PolicyUnknown,
         };
         let d = sched::plan(&facts, t);
         assert!(d.requeue_after >= Duration::seconds(1), "never a sub-second requeue");
         match &d.disposition {
             Disposition::SkipActive => counts.skip_active += 1,
             Disposition::Fire | Disposition::ReplaceActive { .. } => {}
-            Disposition::Wait | Disposition::SkipSuspended | Disposition::SkipExpired | Disposition::Invalid { .. } => {
-            }
+            Disposition::Wait
+            | Disposition::SkipSuspended
+            | Disposition::SkipExpired
+            | Disposition::SkipNoSource { .. }
+            | Disposition::Invalid { .. } => {}
         }
         if let Some(f) = &d.fire {
-            assert!(!children.contains_key(&f.child), "one child per slot");
+            let [c] = f.children.as_slice() else { panic!("one source, one child per slot") };
+            assert!(!children.contains_key(&c.name), "one child per slot");
             if world.gate(t) != Gate::Open {
                 counts.children_created_while_open += 1;
             }
             if t >= world.ready_again {
-                counts.children_after_recovery.push(f.child.clone());
+                counts.children_after_recovery.push(c.name.clone());
             }
             children.insert(
-                f.child.clone(),
+                c.name.clone(),
                 Child { phase: None, job: None, completion_recorded: false, parked_since_open: false },
             );
             has_last = true;
@@ -284,6 +289,7 @@ fn t20_expired_slot_repins_without_a_loop() {
         has_last_schedule: true,
         spec_changed: false,
         active_children: vec![],
+        sources: ChildSources::PolicyUnknown,
     };
     // Drive the reconciler the way the runtime does: wake at each requeue.
     let mut t = now;
@@ -300,6 +306,7 @@ fn t20_expired_slot_repins_without_a_loop() {
             | Disposition::SkipSuspended
             | Disposition::SkipActive
             | Disposition::ReplaceActive { .. }
+            | Disposition::SkipNoSource { .. }
             | Disposition::Invalid { .. } => {}
         }
         facts.pinned = d.next;

@@ -36,6 +36,17 @@ pub fn recipe(snap: &Snapshot, policy: &SnapshotPolicy) -> Result<Recipe, String
         None => (0, None),
     };
     let source = policy.spec.sources.get(index).ok_or_else(|| format!("the policy has no source at index {index}"))?;
+    if let Some(other) = snap.spec.source.as_ref().and_then(|s| s.target.pvc.namespace.as_deref()).filter(|o| *o != ns)
+    {
+        return Err(format!(
+            "spec.source.target.pvc.namespace {other} is not the Snapshot's namespace {ns}; sources are PVCs in the policy's namespace"
+        ));
+    }
+    if let SourceKind::PvcSelector(sel) = &source.kind
+        && let Some(m) = crate::snapshot_policy::sources::selector_refusal(index, sel, &ns)
+    {
+        return Err(m);
+    }
     let pvc = match (&source.kind, pvc_override) {
         (_, Some(name)) => name,
         (SourceKind::Pvc(p), None) => p.name.clone(),

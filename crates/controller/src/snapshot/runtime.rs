@@ -187,6 +187,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     // owning SnapshotSchedule and the referenced SnapshotPolicy.
     let (sched_tx, sched_rx) = mpsc::unbounded_channel::<ObjectRef<SnapshotSchedule>>();
     let (policy_tx, policy_rx) = mpsc::unbounded_channel::<ObjectRef<SnapshotPolicy>>();
+    let pvc_policy_tx = policy_tx.clone();
     let (snapshots, snap_trigger) = decoupled::<Snapshot>(&client, &wc, move |s: &Snapshot| {
         let ns = s.namespace().unwrap_or_default();
         for o in s.owner_references().iter().filter(|o| o.controller == Some(true) && o.kind == "SnapshotSchedule") {
@@ -316,14 +317,21 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
             }
         });
     }
-    // PVC -> Snapshots waiting for their source, Restores waiting for their target.
+    // PVC -> Snapshots waiting for their source, Restores waiting for their target, and the
+    // policies of its namespace with a pvcSelector (their `resolved.sources` expansion).
     {
         let (stx, rtx, s, r) = (snap_tx.clone(), restore_tx, snapshots.clone(), restores.clone());
+        let policies = ctx.stores.policies.clone();
         tokio::spawn(async move {
             let mut ev = std::pin::pin!(pvc_events);
             while let Some(e) = ev.next().await {
                 let Ok(p) = e else { continue };
                 let ns = p.namespace();
+                for x in policies.state().iter().filter(|x| x.namespace() == ns) {
+                    if crate::snapshot_policy::sources::uses_selector(&x.spec.sources) {
+                        let _ = pvc_policy_tx.send(ObjectRef::from_obj(x.as_ref()));
+                    }
+                }
                 for x in s.state().iter().filter(|x| x.namespace() == ns).filter(|x| {
                     matches!(x.status.as_ref().and_then(|st| st.phase.as_ref()), None | Some(SnapshotPhase::Pending))
                 }) {

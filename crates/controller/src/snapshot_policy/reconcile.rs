@@ -22,6 +22,7 @@ use crate::health::kstatus::{Cond, CondStatus};
 use crate::repository::Error;
 use crate::snapshot::ctx::PipelineCtx;
 use crate::snapshot::reconcile::origin;
+use crate::snapshot_policy::sources::{expand, pvc_store_ready, pvcs_in, uses_selector};
 use crate::snapshot_schedule::reconcile::stamp_and_delete;
 
 pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Result<Action, Error> {
@@ -64,13 +65,24 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
         }
     }
     next.repository_summary = Some(summary.join(", "));
+    // The current expansion (§6.4). A selector over an unsynced PVC store would publish an
+    // empty list, so the previous one stays until the store has synced.
+    let selector = uses_selector(&policy.spec.sources);
+    let expansion = if selector && !pvc_store_ready(&ctx.stores.pvcs) {
+        None
+    } else {
+        Some(expand(&ns, &policy.spec.sources, &pvcs_in(&ctx.stores.pvcs, &ns)))
+    };
     match &identity {
         Ok(id) => {
             let prev = status.resolved.clone().unwrap_or_default();
             // The identity is pinned once; a change is the fork guard's business, not ours.
             next.resolved = Some(PolicyResolved {
                 identity: Some(prev.identity.clone().unwrap_or_else(|| id.clone())),
-                sources: prev.sources.clone(),
+                sources: match &expansion {
+                    Some(Ok(e)) => e.sources.iter().map(|s| s.resolved()).collect(),
+                    Some(Err(_)) | None => prev.sources.clone(),
+                },
                 repositories: resolved_repos,
             });
         }
@@ -161,10 +173,46 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
         });
         conds.push(Cond { type_: "Ready", status: CondStatus::False, reason: "RepositoryNotReady".into(), message: m });
     }
+    // A gated source (spec/api.md §1 gating) overrides Ready and stalls the policy; the
+    // stall is lifted once the source is no longer refused.
+    match &expansion {
+        Some(Err(m)) => {
+            conds.retain(|c| c.type_ != "Ready");
+            conds.push(Cond {
+                type_: "Ready",
+                status: CondStatus::False,
+                reason: "FeatureNotImplemented".into(),
+                message: m.clone(),
+            });
+            if conds.iter().all(|c| c.type_ != "Stalled") {
+                conds.push(Cond {
+                    type_: "Stalled",
+                    status: CondStatus::True,
+                    reason: "FeatureNotImplemented".into(),
+                    message: m.clone(),
+                });
+            }
+        }
+        Some(Ok(_)) | None => {
+            let was_gated =
+                status.conditions.iter().any(|c| c.type_ == "Stalled" && c.reason == "FeatureNotImplemented");
+            if was_gated && conds.iter().all(|c| c.type_ != "Stalled") {
+                conds.push(Cond {
+                    type_: "Stalled",
+                    status: CondStatus::False,
+                    reason: "PolicyReady".into(),
+                    message: String::new(),
+                });
+            }
+        }
+    }
     crate::preflight::apply_policy_conditions(&mut conds, &status.conditions, policy.spec.preflight.as_ref());
     next.conditions =
         crate::snapshot::ctx::merge(&status.conditions, &conds, policy.meta().generation.unwrap_or(0), now);
     write_status(&ctx, &policy, &status, &next).await?;
+    if expansion.is_none() {
+        return Ok(Action::requeue(std::time::Duration::from_secs(2)));
+    }
     Ok(Action::requeue(std::time::Duration::from_secs(300)))
 }
 

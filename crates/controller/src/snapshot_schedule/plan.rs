@@ -5,7 +5,30 @@
 use chrono::{DateTime, Duration, Utc};
 use kopiur_api::Duration as ApiDuration;
 use kopiur_api::domain::cron::{Cron, next_slot, parse_timezone};
+use kopiur_api::snapshot::SnapshotSource;
 use kopiur_api::snapshot_schedule::ConcurrencyPolicy;
+
+use crate::snapshot_policy::sources::key_hash6;
+
+/// One expanded source of the policy: a child backs it up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChildSource {
+    /// `ns/name` of the PVC (the child-name hash input).
+    pub key: String,
+    pub source: SnapshotSource,
+}
+
+/// What a fired slot creates children for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChildSources {
+    /// The policy is not known yet: one child without `spec.source`, which parks until it exists.
+    PolicyUnknown,
+    /// The policy's current expansion: one child per source, all from the same slot.
+    Expanded(Vec<ChildSource>),
+    /// Nothing to back up (a `pvcSelector` matched no PVC, or a source is refused): the slot
+    /// is consumed without a child.
+    None { message: String },
+}
 
 /// The pinned next slot (`status.nextSchedule`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +60,8 @@ pub struct ScheduleFacts {
     /// Children of this schedule in Pending or Running and not being deleted. A child parked
     /// on RepositoryNotReady is active.
     pub active_children: Vec<String>,
+    /// What a fired slot backs up.
+    pub sources: ChildSources,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +76,12 @@ pub enum Disposition {
         victims: Vec<String>,
     },
     Fire,
+    /// The policy expands to no source: no child, re-pin after now. `run_on_create_slot` is
+    /// the creation slot when this was the runOnCreate fire (recorded so it never fires late).
+    SkipNoSource {
+        message: String,
+        run_on_create_slot: Option<DateTime<Utc>>,
+    },
     /// The cron cannot be evaluated; nothing fires until the spec is fixed.
     Invalid {
         message: String,
@@ -64,17 +95,28 @@ impl Disposition {
             Disposition::SkipSuspended => Some("suspended"),
             Disposition::SkipExpired => Some("expired"),
             Disposition::SkipActive => Some("active_run"),
-            Disposition::Wait | Disposition::ReplaceActive { .. } | Disposition::Fire | Disposition::Invalid { .. } => {
-                None
-            }
+            // Not a spec'd `slots_skipped_total` reason; the status condition carries it.
+            Disposition::Wait
+            | Disposition::ReplaceActive { .. }
+            | Disposition::Fire
+            | Disposition::SkipNoSource { .. }
+            | Disposition::Invalid { .. } => None,
         }
     }
 }
 
-/// A child to create for a fired slot.
+/// One child of a fired slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Child {
+    pub name: String,
+    /// `spec.source`; absent only while the policy is unknown.
+    pub source: Option<SnapshotSource>,
+}
+
+/// The children to create for a fired slot (at least one).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fire {
-    pub child: String,
+    pub children: Vec<Child>,
     pub slot: DateTime<Utc>,
     pub at: DateTime<Utc>,
 }
@@ -92,6 +134,29 @@ pub struct ScheduleDecision {
 pub fn child_name(schedule: &str, slot: DateTime<Utc>) -> String {
     let name = format!("{schedule}-{}", slot.timestamp());
     kopiur_mover::job::job_name(&name)
+}
+
+/// A child of a policy that expands to several sources: `<schedule>-<slot>-<6 hex of the
+/// source key hash>` (spec/api.md §8), truncated and hashed to fit like every child name.
+pub fn source_child_name(schedule: &str, slot: DateTime<Utc>, key: &str) -> String {
+    let name = format!("{schedule}-{}-{}", slot.timestamp(), key_hash6(key));
+    kopiur_mover::job::job_name(&name)
+}
+
+/// The children of one slot, or why there are none. One source keeps the plain per-slot name.
+pub fn children_for(schedule: &str, slot: DateTime<Utc>, sources: &ChildSources) -> Result<Vec<Child>, String> {
+    match sources {
+        ChildSources::PolicyUnknown => Ok(vec![Child { name: child_name(schedule, slot), source: None }]),
+        ChildSources::Expanded(list) => match list.as_slice() {
+            [] => Err("the policy expands to no source".to_string()),
+            [one] => Ok(vec![Child { name: child_name(schedule, slot), source: Some(one.source.clone()) }]),
+            many => Ok(many
+                .iter()
+                .map(|c| Child { name: source_child_name(schedule, slot, &c.key), source: Some(c.source.clone()) })
+                .collect()),
+        },
+        ChildSources::None { message } => Err(message.clone()),
+    }
 }
 
 fn pin_after(f: &ScheduleFacts, cron: &Cron, after: DateTime<Utc>) -> Result<Pin, String> {
@@ -130,13 +195,11 @@ pub fn plan(f: &ScheduleFacts, now: DateTime<Utc>) -> ScheduleDecision {
     let repin = |after: DateTime<Utc>| pin_after(f, cron, after);
 
     if f.run_on_create && !f.has_last_schedule && !f.suspend {
-        let fire = Fire { child: child_name(&f.name, f.created), slot: f.created, at: f.created };
-        return ScheduleDecision {
-            disposition: Disposition::Fire,
-            requeue_after: requeue_until(pin.at, now),
-            next: Some(pin),
-            fire: Some(fire),
+        let (disposition, fire) = match children_for(&f.name, f.created, &f.sources) {
+            Ok(children) => (Disposition::Fire, Some(Fire { children, slot: f.created, at: f.created })),
+            Err(message) => (Disposition::SkipNoSource { message, run_on_create_slot: Some(f.created) }, None),
         };
+        return ScheduleDecision { disposition, requeue_after: requeue_until(pin.at, now), next: Some(pin), fire };
     }
 
     if now < pin.at {
@@ -148,25 +211,42 @@ pub fn plan(f: &ScheduleFacts, now: DateTime<Utc>) -> ScheduleDecision {
         };
     }
 
+    // Concurrency is per slot (spec/behavior.md §7.2): one disposition covers every child of
+    // the slot, and an active child of any source counts. Without a source nothing is
+    // replaced: running work is never deleted for a slot that creates nothing.
+    let children = children_for(&f.name, pin.slot, &f.sources);
+    // The slot's own children (a retry after a partial fan-out) neither block nor get replaced:
+    // the retry completes the set, and CREATE of the existing ones is idempotent.
+    let own: Vec<&str> = children.iter().flatten().map(|c| c.name.as_str()).collect();
+    let others: Vec<String> = f.active_children.iter().filter(|n| !own.contains(&n.as_str())).cloned().collect();
     let disposition = if f.suspend {
         Disposition::SkipSuspended
     } else if f.starting_deadline_seconds.is_some_and(|d| now > pin.at + Duration::seconds(d)) {
         Disposition::SkipExpired
     } else {
-        match (f.concurrency, f.active_children.is_empty()) {
-            (ConcurrencyPolicy::Forbid, false) => Disposition::SkipActive,
-            (ConcurrencyPolicy::Replace, false) => Disposition::ReplaceActive { victims: f.active_children.clone() },
-            (ConcurrencyPolicy::Forbid | ConcurrencyPolicy::Replace, true) | (ConcurrencyPolicy::Allow, _) => {
-                Disposition::Fire
+        match (f.concurrency, others.is_empty(), &children) {
+            (ConcurrencyPolicy::Forbid, false, _) => Disposition::SkipActive,
+            (ConcurrencyPolicy::Forbid | ConcurrencyPolicy::Replace | ConcurrencyPolicy::Allow, _, Err(message)) => {
+                Disposition::SkipNoSource { message: message.clone(), run_on_create_slot: None }
             }
+            (ConcurrencyPolicy::Replace, false, Ok(_)) => Disposition::ReplaceActive { victims: others.clone() },
+            (ConcurrencyPolicy::Forbid | ConcurrencyPolicy::Replace, true, Ok(_))
+            | (ConcurrencyPolicy::Allow, _, Ok(_)) => Disposition::Fire,
         }
     };
-    let (after, fire) = match &disposition {
-        Disposition::Fire | Disposition::ReplaceActive { .. } => {
-            (now.max(pin.slot), Some(Fire { child: child_name(&f.name, pin.slot), slot: pin.slot, at: pin.at }))
+    let (after, fire) = match (&disposition, children) {
+        (Disposition::Fire | Disposition::ReplaceActive { .. }, Ok(children)) => {
+            (now.max(pin.slot), Some(Fire { children, slot: pin.slot, at: pin.at }))
         }
-        Disposition::SkipSuspended | Disposition::SkipExpired | Disposition::SkipActive => (now, None),
-        Disposition::Wait | Disposition::Invalid { .. } => (now, None),
+        (Disposition::Fire | Disposition::ReplaceActive { .. }, Err(_)) => (now, None),
+        (
+            Disposition::SkipSuspended
+            | Disposition::SkipExpired
+            | Disposition::SkipActive
+            | Disposition::SkipNoSource { .. },
+            _,
+        ) => (now, None),
+        (Disposition::Wait | Disposition::Invalid { .. }, _) => (now, None),
     };
     let next = match repin(after) {
         Ok(p) => p,
@@ -200,7 +280,22 @@ mod tests {
             has_last_schedule: false,
             spec_changed: false,
             active_children: vec![],
+            sources: ChildSources::Expanded(vec![src("data")]),
         }
+    }
+
+    fn src(pvc: &str) -> ChildSource {
+        let source = crate::snapshot_policy::sources::Expanded {
+            source_index: 0,
+            namespace: "apps".into(),
+            pvc: pvc.into(),
+            source_path: format!("/pvc/{pvc}"),
+        };
+        ChildSource { key: source.key(), source: source.snapshot_source() }
+    }
+
+    fn names(d: &ScheduleDecision) -> Vec<String> {
+        d.fire.as_ref().map(|f| f.children.iter().map(|c| c.name.clone()).collect()).unwrap_or_default()
     }
 
     fn pin(slot: DateTime<Utc>) -> Option<Pin> {
@@ -223,7 +318,9 @@ mod tests {
         let d = plan(&f, t(10, 2, 0));
         assert_eq!(d.disposition, Disposition::Fire);
         let fire = d.fire.unwrap();
-        assert_eq!(fire.child, format!("nightly-{}", t(10, 2, 0).timestamp()));
+        assert_eq!(fire.children.len(), 1);
+        assert_eq!(fire.children[0].name, format!("nightly-{}", t(10, 2, 0).timestamp()));
+        assert_eq!(fire.children[0].source.as_ref().unwrap().target.pvc.name, "data", "spec.source is written");
         assert_eq!(d.next.unwrap().slot, t(10, 4, 0));
     }
 
@@ -319,5 +416,135 @@ mod tests {
     fn invalid_cron_never_fires() {
         let f = facts("61 * * * *");
         assert!(matches!(plan(&f, t(10, 0, 0)).disposition, Disposition::Invalid { .. }));
+    }
+
+    #[test]
+    fn a_selector_fans_out_one_child_per_matched_pvc_from_the_same_slot() {
+        let mut f = facts("*/2 * * * *");
+        f.pinned = pin(t(10, 2, 0));
+        f.sources = ChildSources::Expanded(vec![src("db"), src("media"), src("photos")]);
+        let d = plan(&f, t(10, 2, 0));
+        assert_eq!(d.disposition, Disposition::Fire);
+        let fire = d.fire.as_ref().unwrap();
+        assert_eq!(fire.slot, t(10, 2, 0));
+        let slot = t(10, 2, 0).timestamp();
+        let expected: Vec<String> = ["apps/db", "apps/media", "apps/photos"]
+            .iter()
+            .map(|k| format!("nightly-{slot}-{}", crate::snapshot_policy::sources::key_hash6(k)))
+            .collect();
+        assert_eq!(names(&d), expected);
+        let targets: Vec<&str> =
+            fire.children.iter().map(|c| c.source.as_ref().unwrap().target.pvc.name.as_str()).collect();
+        assert_eq!(targets, vec!["db", "media", "photos"]);
+        // Deterministic: the same slot and expansion give the same names (idempotent CREATE).
+        assert_eq!(names(&plan(&f, t(10, 2, 30))), expected);
+        assert_eq!(d.next.unwrap().slot, t(10, 4, 0));
+    }
+
+    #[test]
+    fn a_selector_matching_nothing_creates_no_child_and_repins() {
+        let mut f = facts("*/2 * * * *");
+        f.pinned = pin(t(10, 2, 0));
+        f.sources = ChildSources::None { message: "pvcSelector matched no PVC in namespace apps".into() };
+        let d = plan(&f, t(10, 2, 0));
+        assert_eq!(
+            d.disposition,
+            Disposition::SkipNoSource {
+                message: "pvcSelector matched no PVC in namespace apps".into(),
+                run_on_create_slot: None
+            }
+        );
+        assert!(d.fire.is_none());
+        assert_eq!(d.disposition.skip_reason(), None, "not a spec'd slots_skipped_total reason");
+        assert_eq!(d.next.unwrap().slot, t(10, 4, 0), "the slot is consumed, never a tight loop");
+        // An empty expansion list is refused the same way.
+        f.sources = ChildSources::Expanded(vec![]);
+        assert!(matches!(plan(&f, t(10, 2, 0)).disposition, Disposition::SkipNoSource { .. }));
+    }
+
+    #[test]
+    fn concurrency_is_per_slot_across_all_sources() {
+        let mut f = facts("*/2 * * * *");
+        f.pinned = pin(t(10, 2, 0));
+        f.sources = ChildSources::Expanded(vec![src("db"), src("media")]);
+        f.active_children = vec!["nightly-1-aaaaaa".into()];
+        // Forbid: one active child of any PVC skips the whole slot.
+        let d = plan(&f, t(10, 2, 0));
+        assert_eq!(d.disposition, Disposition::SkipActive);
+        assert!(d.fire.is_none());
+        // Replace: every active child is a victim and the whole fan-out is created.
+        f.concurrency = ConcurrencyPolicy::Replace;
+        let d = plan(&f, t(10, 2, 0));
+        assert_eq!(d.disposition, Disposition::ReplaceActive { victims: vec!["nightly-1-aaaaaa".into()] });
+        assert_eq!(names(&d).len(), 2);
+        // Allow: the fan-out fires regardless.
+        f.concurrency = ConcurrencyPolicy::Allow;
+        assert_eq!(names(&plan(&f, t(10, 2, 0))).len(), 2);
+        // Replace with nothing to create deletes nothing.
+        f.concurrency = ConcurrencyPolicy::Replace;
+        f.sources = ChildSources::None { message: "none".into() };
+        assert!(matches!(plan(&f, t(10, 2, 0)).disposition, Disposition::SkipNoSource { .. }));
+    }
+
+    #[test]
+    fn run_on_create_fans_out_and_an_empty_expansion_consumes_it() {
+        let mut f = facts("0 3 * * *");
+        f.run_on_create = true;
+        f.sources = ChildSources::Expanded(vec![src("db"), src("media")]);
+        let d = plan(&f, t(10, 0, 31));
+        assert_eq!(d.disposition, Disposition::Fire);
+        assert_eq!(names(&d).len(), 2);
+        assert!(names(&d).iter().all(|n| n.starts_with(&format!("nightly-{}-", f.created.timestamp()))));
+        f.sources = ChildSources::None { message: "pvcSelector matched no PVC".into() };
+        let d = plan(&f, t(10, 0, 31));
+        assert_eq!(
+            d.disposition,
+            Disposition::SkipNoSource {
+                message: "pvcSelector matched no PVC".into(),
+                run_on_create_slot: Some(f.created)
+            }
+        );
+        assert!(d.fire.is_none());
+    }
+
+    #[test]
+    fn an_unknown_policy_fires_one_child_without_a_source() {
+        let mut f = facts("*/2 * * * *");
+        f.pinned = pin(t(10, 2, 0));
+        f.sources = ChildSources::PolicyUnknown;
+        let d = plan(&f, t(10, 2, 0));
+        let fire = d.fire.unwrap();
+        assert_eq!(fire.children, vec![Child { name: format!("nightly-{}", t(10, 2, 0).timestamp()), source: None }]);
+    }
+
+    #[test]
+    fn a_retry_after_a_partial_fan_out_completes_the_slot() {
+        let mut f = facts("*/2 * * * *");
+        f.pinned = pin(t(10, 2, 0));
+        f.sources = ChildSources::Expanded(vec![src("db"), src("media")]);
+        let first = names(&plan(&f, t(10, 2, 0)));
+        // The first child was created, then the reconcile failed before status was written.
+        f.active_children = vec![first[0].clone()];
+        for policy in [ConcurrencyPolicy::Forbid, ConcurrencyPolicy::Replace] {
+            f.concurrency = policy;
+            let d = plan(&f, t(10, 2, 5));
+            assert_eq!(d.disposition, Disposition::Fire, "{policy:?}: the slot's own child is not a blocker");
+            assert_eq!(names(&d), first);
+        }
+        // An older slot's child still blocks under Forbid.
+        f.concurrency = ConcurrencyPolicy::Forbid;
+        f.active_children.push("nightly-1".into());
+        assert_eq!(plan(&f, t(10, 2, 5)).disposition, Disposition::SkipActive);
+        f.concurrency = ConcurrencyPolicy::Replace;
+        assert_eq!(plan(&f, t(10, 2, 5)).disposition, Disposition::ReplaceActive { victims: vec!["nightly-1".into()] });
+    }
+
+    #[test]
+    fn long_fan_out_names_fit_and_stay_distinct() {
+        let long = "s".repeat(60);
+        let a = source_child_name(&long, t(10, 2, 0), "apps/db");
+        let b = source_child_name(&long, t(10, 2, 0), "apps/media");
+        assert!(a.len() <= 63 && b.len() <= 63);
+        assert_ne!(a, b);
     }
 }

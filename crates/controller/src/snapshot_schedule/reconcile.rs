@@ -16,11 +16,12 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
-use super::plan::{Disposition, Pin, ScheduleFacts, plan};
+use super::plan::{ChildSource, ChildSources, Disposition, Pin, ScheduleFacts, plan};
 use crate::health::kstatus::{Cond, CondStatus};
 use crate::repository::Error;
 use crate::snapshot::ctx::PipelineCtx;
 use crate::snapshot::job::owner_of;
+use crate::snapshot_policy::sources::{expand, pvc_store_ready, pvcs_in, uses_selector};
 
 /// The schedule's children: owned by this schedule's uid.
 pub fn children(ctx: &PipelineCtx, sched: &SnapshotSchedule) -> Vec<Arc<Snapshot>> {
@@ -122,6 +123,22 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         .and_then(|p| p.spec.target.repositories().first().map(|r| (*r).clone()))
         .and_then(|r| ctx.repository(&ns, &r))
         .and_then(|rv| rv.common().schedule_defaults.as_ref().and_then(|d| d.timezone.clone()));
+    // The policy's expansion: one child per source. A selector read from an unsynced PVC
+    // store would match nothing and consume the slot, so wait for the store first.
+    if policy.as_ref().is_some_and(|p| uses_selector(&p.spec.sources)) && !pvc_store_ready(&ctx.stores.pvcs) {
+        return Ok(Action::requeue(std::time::Duration::from_secs(2)));
+    }
+    let expansion = policy.as_ref().map(|p| expand(&ns, &p.spec.sources, &pvcs_in(&ctx.stores.pvcs, &ns)));
+    let sources = match &expansion {
+        None => ChildSources::PolicyUnknown,
+        Some(Err(message)) => ChildSources::None { message: message.clone() },
+        Some(Ok(e)) => match e.empty_message(&ns) {
+            Some(message) => ChildSources::None { message },
+            None => ChildSources::Expanded(
+                e.sources.iter().map(|s| ChildSource { key: s.key(), source: s.snapshot_source() }).collect(),
+            ),
+        },
+    };
     let cron_spec = &sched.spec.schedule.cron;
     let tz = effective_timezone(cron_spec.timezone.as_deref(), repo_tz.as_deref()).to_string();
     let pinned = status.next_schedule.as_ref().and_then(|n| {
@@ -148,6 +165,7 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         has_last_schedule: status.last_schedule.is_some(),
         spec_changed: status.observed_generation.is_some() && status.observed_generation != sched.meta().generation,
         active_children: kids.iter().filter(|s| is_active(s)).map(|s| s.name_any()).collect(),
+        sources,
     };
     let d = plan(&facts, now);
     let snaps: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &ns);
@@ -176,14 +194,25 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         | Disposition::SkipExpired
         | Disposition::SkipActive
         | Disposition::ReplaceActive { .. }
+        | Disposition::SkipNoSource { .. }
         | Disposition::Fire => {
-            let (reason, msg) = match (&policy_name, &policy) {
-                (Some(_), Some(_)) => ("Scheduled".to_string(), format!("next slot pinned for {}", cron_spec.cron)),
-                (Some(p), None) => (
+            let (reason, msg) = match (&policy_name, &policy, &expansion) {
+                (Some(p), Some(_), Some(Err(m))) => {
+                    ("FeatureNotImplemented".to_string(), format!("SnapshotPolicy {p}: {m}; slots create no child"))
+                }
+                (Some(p), Some(_), Some(Ok(e))) if e.sources.is_empty() => (
+                    "NoSourceMatched".to_string(),
+                    format!(
+                        "SnapshotPolicy {p}: {}; slots create no child until one matches",
+                        e.empty_message(&ns).unwrap_or_default()
+                    ),
+                ),
+                (Some(_), Some(_), _) => ("Scheduled".to_string(), format!("next slot pinned for {}", cron_spec.cron)),
+                (Some(p), None, _) => (
                     "PolicyNotFound".to_string(),
                     format!("SnapshotPolicy {p} does not exist; children park until it does"),
                 ),
-                (None, _) => (
+                (None, _, _) => (
                     "PolicySelectorNotImplemented".to_string(),
                     "policySelector is not implemented in this release".to_string(),
                 ),
@@ -217,41 +246,59 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
             .await;
         }
     }
+    if let Disposition::SkipNoSource { message, run_on_create_slot } = &d.disposition {
+        tracing::info!(schedule = %name, namespace = %ns, %message, "schedule slot created no child");
+        ctx.event(&reference, false, "ScheduleSlotSkipped", format!("{message}; no Snapshot created for this slot"))
+            .await;
+        // The runOnCreate fire happened, with nothing to back up: never fire it late.
+        if let Some(slot) = run_on_create_slot {
+            next.last_schedule = Some(ScheduleRecord {
+                at: Some(*slot),
+                slot: Some(*slot),
+                snapshot_ref: None,
+                timezone: d.next.as_ref().map(|p| p.timezone.clone()),
+            });
+        }
+    }
     if let (Some(fire), Some(pname)) = (&d.fire, &policy_name) {
         let default_deletion = policy.as_ref().map(|p| p.spec.default_deletion_policy).unwrap_or_default();
-        let child = Snapshot {
-            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                name: Some(fire.child.clone()),
-                namespace: Some(ns.clone()),
-                labels: Some(BTreeMap::from([
-                    (label::ORIGIN.to_string(), "scheduled".to_string()),
-                    (label::SCHEDULE.to_string(), name.clone()),
-                    (label::CONFIG.to_string(), pname.clone()),
-                ])),
-                owner_references: Some(vec![owner_of(sched.as_ref())]),
-                finalizers: Some(vec![kopiur_api::names::finalizer::SNAPSHOT_CLEANUP.to_string()]),
-                ..Default::default()
-            },
-            spec: SnapshotSpec {
-                policy_ref: Some(kopiur_api::shared::PolicyRef { name: pname.clone(), namespace: None }),
-                deletion_policy: Some(default_deletion),
-                on_schedule_delete: Some(sched.spec.deletion.on_schedule_delete),
-                ..SnapshotSpec::default()
-            },
-            status: None,
-        };
-        match snaps.create(&PostParams::default(), &child).await {
-            Ok(_) => {
-                ctx.metrics.schedule_snapshots_created.inc(&[&ns, &name]);
-                tracing::info!(schedule = %name, child = %fire.child, "scheduled Snapshot created")
+        for c in &fire.children {
+            let child = Snapshot {
+                metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: Some(c.name.clone()),
+                    namespace: Some(ns.clone()),
+                    labels: Some(BTreeMap::from([
+                        (label::ORIGIN.to_string(), "scheduled".to_string()),
+                        (label::SCHEDULE.to_string(), name.clone()),
+                        (label::CONFIG.to_string(), pname.clone()),
+                    ])),
+                    owner_references: Some(vec![owner_of(sched.as_ref())]),
+                    finalizers: Some(vec![kopiur_api::names::finalizer::SNAPSHOT_CLEANUP.to_string()]),
+                    ..Default::default()
+                },
+                spec: SnapshotSpec {
+                    policy_ref: Some(kopiur_api::shared::PolicyRef { name: pname.clone(), namespace: None }),
+                    source: c.source.clone(),
+                    deletion_policy: Some(default_deletion),
+                    on_schedule_delete: Some(sched.spec.deletion.on_schedule_delete),
+                    ..SnapshotSpec::default()
+                },
+                status: None,
+            };
+            match snaps.create(&PostParams::default(), &child).await {
+                Ok(_) => {
+                    ctx.metrics.schedule_snapshots_created.inc(&[&ns, &name]);
+                    tracing::info!(schedule = %name, child = %c.name, "scheduled Snapshot created")
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
             }
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e.into()),
         }
+        // With a fan-out, `snapshotRef` names the slot's first child (children sort by source).
         next.last_schedule = Some(ScheduleRecord {
             at: Some(fire.at),
             slot: Some(fire.slot),
-            snapshot_ref: Some(NameRef { name: fire.child.clone() }),
+            snapshot_ref: fire.children.first().map(|c| NameRef { name: c.name.clone() }),
             timezone: d.next.as_ref().map(|p| p.timezone.clone()),
         });
     }
