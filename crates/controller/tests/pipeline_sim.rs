@@ -173,6 +173,7 @@ fn run(
                 work_spec: WorkSpecState::Fits,
                 job,
                 failure: None,
+                ready_reason: None,
                 completion_recorded: c.completion_recorded,
                 reverify_requested_at: None,
             };

@@ -98,6 +98,8 @@ pub struct RunFacts {
     pub job: JobState,
     /// `status.failure` as the mover left it.
     pub failure: Option<Failure>,
+    /// The Ready reason already recorded (e.g. `PreflightTimeout`); a terminal Failed keeps it.
+    pub ready_reason: Option<String>,
     pub completion_recorded: bool,
     /// The repository's current `reverify-requested-at`, parsed.
     pub reverify_requested_at: Option<DateTime<Utc>>,
@@ -250,7 +252,9 @@ fn plan_inner(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
             d
         }
         Some(SnapshotPhase::Failed) => {
-            let reason = "SnapshotFailed";
+            // Keep the reason the failure was recorded with (PreflightTimeout, SourcePvcMissing,
+            // MoverJobLost, ...); a Failed phase without one reads SnapshotFailed.
+            let reason = f.ready_reason.as_deref().filter(|r| !r.is_empty()).unwrap_or("SnapshotFailed");
             let msg = f.failure.as_ref().and_then(|x| x.message.clone()).unwrap_or_else(|| "the backup failed".into());
             // Failed is written together with completionRecordedAt by the controller; a Failed
             // phase without it (written by an older version) is recorded once, without a nudge.
@@ -519,6 +523,7 @@ mod tests {
             work_spec: WorkSpecState::Fits,
             job: JobState::Absent,
             failure: None,
+            ready_reason: None,
             completion_recorded: false,
             reverify_requested_at: None,
         }
@@ -820,5 +825,15 @@ mod tests {
         let d = plan(&f, now());
         assert_eq!(reason(&d), "PolicyNotFound");
         assert_eq!(d.phase, Some(SnapshotPhase::Pending));
+    }
+    #[test]
+    fn a_terminal_failure_keeps_its_recorded_reason() {
+        let mut f = facts();
+        f.phase = Some(SnapshotPhase::Failed);
+        f.completion_recorded = true;
+        f.ready_reason = Some("PreflightTimeout".into());
+        assert_eq!(reason(&plan(&f, now())), "PreflightTimeout", "a re-reconcile does not rewrite the reason");
+        f.ready_reason = None;
+        assert_eq!(reason(&plan(&f, now())), "SnapshotFailed");
     }
 }

@@ -218,6 +218,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         work_spec,
         job: job_state(job.as_deref()),
         failure: status.failure.clone(),
+        ready_reason: status.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()),
         completion_recorded: status.completion_recorded_at.is_some(),
         reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
     };
