@@ -10,6 +10,8 @@
 //!   rediscovers it as `origin: discovered`; `skip-snapshot-cleanup` releases at once while
 //!   the repository is Degraded, without a delete Job; a Delete parked by the outage drains
 //!   after recovery;
+//! - a `pvcSelector` policy on a schedule with runOnCreate fans out into one Succeeded child per
+//!   matched PVC, each backed up under its own kopia source;
 //! - 20 idle policies with schedules make zero writes over 2 minutes between ticks;
 //! - startingDeadlineSeconds: an expired pinned slot is skipped and re-pinned forward, and the
 //!   schedule reconciles stay in single digits over the next 60 s.
@@ -251,17 +253,18 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
     ))
     .await?;
     w.apply(repo("down", down_proxy.endpoint(), json!({"health": {"probe": {"failureThreshold": 1}}}))).await?;
-    for pvc in ["a", "b"] {
+    for pvc in ["a", "b", "c", "d", "e"] {
+        let labels = if pvc == "c" || pvc == "d" { json!({"tier": "gold"}) } else { json!({}) };
         w.apply(json!({
             "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": pvc, "namespace": ns},
+            "metadata": {"name": pvc, "namespace": ns, "labels": labels},
             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
         }))
         .await?;
     }
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     let mut host = BTreeMap::new();
-    for pvc in ["a", "b"] {
+    for pvc in ["a", "b", "c", "d", "e"] {
         let p = wait_for(&format!("PVC {pvc} Bound"), Duration::from_secs(60), &w.log, || async {
             let p = pvcs.get(pvc).await?;
             Ok((p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")).then_some(p))
@@ -307,12 +310,18 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
     ))
     .await?;
     w.apply(policy("dp", "down", "a", json!({}))).await?;
+    w.apply(json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+                   "metadata": {"name": "sel", "namespace": ns},
+                   "spec": {"repository": {"name": "r"}, "copyMethod": "Direct",
+                            "sources": [{"pvcSelector": {"labelSelector": {"matchLabels": {"tier": "gold"}}}}]}}))
+        .await?;
 
     let (pruned, observer) = observe_prunes(w.snaps());
     let k_r = Kopia::connect(dir.path(), &g, "r/").await?;
 
     // Everything below runs side by side; each scenario waits on its own objects.
-    let (ret, hist, pre, del, idle) = tokio::join!(
+    let (sel, ret, hist, pre, del, idle) = tokio::join!(
+        selector(&w, &k_r),
         retention(&w, &k_r, &host, &pruned),
         failed_history(&w, &pruned),
         preflight_backend(&w, &alert_proxy),
@@ -321,9 +330,14 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
     );
     observer.abort();
     let mut failures = Vec::new();
-    for (what, r) in
-        [("retention", ret), ("failedJobsHistoryLimit", hist), ("preflight", pre), ("deletions", del), ("idle", idle)]
-    {
+    for (what, r) in [
+        ("pvcSelector", sel),
+        ("retention", ret),
+        ("failedJobsHistoryLimit", hist),
+        ("preflight", pre),
+        ("deletions", del),
+        ("idle", idle),
+    ] {
         if let Err(e) = r {
             println!("SCENARIO FAILED: {what}: {e:#}");
             failures.push(what);
@@ -337,6 +351,51 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
     w.say(format!("acceptance e2e total {:.1}s", started.elapsed().as_secs_f64()));
     drop(op);
     ensure!(failures.is_empty(), "{} scenario(s) failed: {failures:?}", failures.len());
+    Ok(())
+}
+
+/// A selector policy fans out: one child per matched PVC from the same slot, each Succeeded
+/// under its own kopia source; the unlabelled PVC is not backed up.
+async fn selector(w: &World, k: &Kopia) -> Result<()> {
+    w.apply(json!({
+        "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
+        "metadata": {"name": "sel", "namespace": w.ns},
+        "spec": {"policyRef": {"name": "sel"}, "schedule": {"cron": "0 0 1 1 *", "runOnCreate": true}}
+    }))
+    .await?;
+    let snaps = w.snaps();
+    let lp = ListParams::default().labels(&format!("{}=sel", label::SCHEDULE));
+    let kids = wait_for("2 selector children Succeeded", Duration::from_secs(300), &w.log, || async {
+        let l = snaps.list(&lp).await?.items;
+        for s in &l {
+            ensure!(
+                phase(s) != "Failed",
+                "{} failed: {:?}",
+                s.name_any(),
+                s.status.as_ref().and_then(|x| x.failure.clone())
+            );
+        }
+        Ok((l.len() == 2 && l.iter().all(|s| phase(s) == "Succeeded")).then_some(l))
+    })
+    .await?;
+    let targets: BTreeSet<String> =
+        kids.iter().filter_map(|s| s.spec.source.as_ref().map(|x| x.target.pvc.name.clone())).collect();
+    let want: BTreeSet<String> = ["c", "d"].map(String::from).into();
+    ensure!(targets == want, "one child per matched PVC: {targets:?}");
+    let mut per_source = Vec::new();
+    for pvc in ["c", "d", "e"] {
+        per_source.push((pvc, k.ids(&format!("sel@{}:/pvc/{pvc}", w.ns)).await?.len()));
+    }
+    w.say(format!(
+        "[selector] children {:?} targeting {targets:?}; kopia snapshots per source {per_source:?}",
+        kids.iter().map(|s| s.name_any()).collect::<Vec<_>>()
+    ));
+    ensure!(per_source == [("c", 1), ("d", 1), ("e", 0)], "each matched PVC backed up once, e not at all");
+    let policy: SnapshotPolicy = Api::namespaced(w.client.clone(), &w.ns).get("sel").await?;
+    let resolved = serde_json::to_value(policy.status.as_ref().and_then(|s| s.resolved.clone()))?;
+    w.say(format!("[selector] policy status.resolved.sources {}", resolved["sources"]));
+    ensure!(resolved["sources"].as_array().map(Vec::len) == Some(2), "the expansion is published in status");
+    Api::<SnapshotSchedule>::namespaced(w.client.clone(), &w.ns).delete("sel", &DeleteParams::default()).await?;
     Ok(())
 }
 
