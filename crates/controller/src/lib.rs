@@ -4,6 +4,7 @@ pub mod catalog;
 pub mod client_metrics;
 pub mod config;
 pub mod deletion;
+pub mod error_events;
 pub mod gating;
 pub mod health;
 pub mod http;

@@ -203,12 +203,12 @@ async fn main() -> anyhow::Result<()> {
         .with_config(config_debounce.clone())
         .shutdown_on_signal()
         .run(reconcile::<Repository>, error_policy::<Repository>, ctx.clone())
-        .for_each(|_| futures::future::ready(()));
+        .for_each(kopiur_controller::error_events::settle);
     let b = crepo_ctl
         .with_config(config_debounce)
         .shutdown_on_signal()
         .run(reconcile::<ClusterRepository>, error_policy::<ClusterRepository>, ctx)
-        .for_each(|_| futures::future::ready(()));
+        .for_each(kopiur_controller::error_events::settle);
     // The backup pipeline (Snapshot, SnapshotSchedule, SnapshotPolicy) over its own stores.
     let pipeline = kopiur_controller::snapshot::runtime::run(client.clone(), config.clone(), metrics.clone());
     // Maintenance and RepositoryReplication, each over its own referent stores.

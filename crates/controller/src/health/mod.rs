@@ -6,10 +6,12 @@
 //! - `gate`: the create gate, the reinitialize ack, the terminal gate;
 //! - `holdoff`: strict-retry holdoff, suspect probe cadence, bootstrap deadline;
 //! - `plan`: the whole decision for one reconcile;
-//! - `kstatus`: the conditions that status shows.
+//! - `kstatus`: the conditions that status shows;
+//! - `index_blobs`: the `IndexBlobHealth` condition and its transition Event.
 pub mod fold;
 pub mod gate;
 pub mod holdoff;
+pub mod index_blobs;
 pub mod kstatus;
 pub mod messages;
 pub mod plan;

@@ -24,7 +24,8 @@ use crate::metrics::Metrics;
 use crate::repository::Error;
 use runtime::{ReceiverStream, RunCtx, ready_reason_is, referents, refers_to};
 
-fn error_policy(_obj: Arc<Maintenance>, err: &Error, ctx: Arc<RunCtx>) -> Action {
+fn error_policy(obj: Arc<Maintenance>, err: &Error, ctx: Arc<RunCtx>) -> Action {
+    crate::error_events::report(&ctx.recorder, obj.as_ref(), err);
     let class = err.class();
     ctx.metrics.reconcile_errors.inc(&["Maintenance", class.label()]);
     tracing::warn!(error = %err, class = class.label(), "maintenance reconcile failed");
@@ -124,6 +125,6 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
         .with_config(CtlConfig::default().debounce(Duration::from_millis(250)))
         .shutdown_on_signal()
         .run(reconcile::reconcile, error_policy, r.ctx)
-        .for_each(|_| futures::future::ready(()))
+        .for_each(crate::error_events::settle)
         .await;
 }

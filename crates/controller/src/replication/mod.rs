@@ -21,7 +21,8 @@ use crate::maintenance::runtime::{ReceiverStream, RunCtx, ready_reason_is, refer
 use crate::metrics::Metrics;
 use crate::repository::Error;
 
-fn error_policy(_obj: Arc<RepositoryReplication>, err: &Error, ctx: Arc<RunCtx>) -> Action {
+fn error_policy(obj: Arc<RepositoryReplication>, err: &Error, ctx: Arc<RunCtx>) -> Action {
+    crate::error_events::report(&ctx.recorder, obj.as_ref(), err);
     let class = err.class();
     ctx.metrics.reconcile_errors.inc(&["RepositoryReplication", class.label()]);
     tracing::warn!(error = %err, class = class.label(), "replication reconcile failed");
@@ -112,6 +113,6 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
         .with_config(CtlConfig::default().debounce(Duration::from_millis(250)))
         .shutdown_on_signal()
         .run(reconcile::reconcile, error_policy, r.ctx)
-        .for_each(|_| futures::future::ready(()))
+        .for_each(crate::error_events::settle)
         .await;
 }

@@ -101,6 +101,12 @@ pub fn to_pure(st: Option<&RepositoryStatus>) -> RepoStatus {
     }
 }
 
+/// The stored `IndexBlobHealth` condition is False (its Warning Event was already emitted).
+pub fn index_blob_health_was_false(st: Option<&RepositoryStatus>) -> bool {
+    st.and_then(|s| cond(&s.conditions, kopiur_api::names::condition::INDEX_BLOB_HEALTH))
+        .is_some_and(|c| c.status == "False")
+}
+
 /// Render the stored status: the fields the breaker owns replaced, everything else kept.
 pub fn from_pure(
     base: Option<&RepositoryStatus>,
@@ -246,6 +252,30 @@ mod tests {
         let api = from_pure(None, &pure, &conds, "s3", now);
         let back = to_pure(Some(&api));
         assert_eq!(back, pure);
+    }
+
+    /// The stored condition is what suppresses a repeat `TooManyIndexBlobs`: a False verdict
+    /// written by one reconcile reads back as "was False" in the next, which emits nothing.
+    #[test]
+    fn stored_index_blob_false_suppresses_the_next_event() {
+        let now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let facts = crate_facts();
+        let mut d = crate::health::plan(&facts, now);
+        d.status.index_blob_count = Some(1500);
+        assert!(!index_blob_health_was_false(None));
+        crate::health::index_blobs::apply(&mut d, &facts.id, 1000, index_blob_health_was_false(None));
+        assert_eq!(d.events.iter().filter(|e| e.reason == "TooManyIndexBlobs").count(), 1);
+        let stored = from_pure(None, &d.status, &d.conditions, "s3", now);
+        assert!(index_blob_health_was_false(Some(&stored)));
+
+        let facts = crate::health::RepoFacts { status: to_pure(Some(&stored)), ..crate_facts() };
+        let mut d = crate::health::plan(&facts, now);
+        assert_eq!(d.status.index_blob_count, Some(1500), "the count persists in storageStats");
+        crate::health::index_blobs::apply(&mut d, &facts.id, 1000, index_blob_health_was_false(Some(&stored)));
+        assert!(d.events.iter().all(|e| e.reason != "TooManyIndexBlobs"), "{:?}", d.events);
+        let again = from_pure(Some(&stored), &d.status, &d.conditions, "s3", now);
+        let c = again.conditions.iter().find(|c| c.type_ == "IndexBlobHealth").expect("condition kept");
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "TooManyIndexBlobs"));
     }
 
     fn crate_facts() -> crate::health::RepoFacts {

@@ -181,10 +181,14 @@ async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Action, Er
     let (facts, listing) = observe::observe(obj, ctx).await?;
     let mut decision = crate::health::plan(&facts, now);
     let cat = catalog::step(obj, ctx, &facts, &mut decision, listing, now).await;
+    let threshold = obj.common().health.index_blob_warn_threshold;
+    let was_false = convert::index_blob_health_was_false(obj.status_common());
+    crate::health::index_blobs::apply(&mut decision, &facts.id, threshold, was_false);
     apply::apply(obj, ctx, &facts, decision, cat, now).await
 }
 
-pub fn error_policy<K: RepoObject>(_obj: Arc<K>, err: &Error, ctx: Arc<Ctx>) -> Action {
+pub fn error_policy<K: RepoObject>(obj: Arc<K>, err: &Error, ctx: Arc<Ctx>) -> Action {
+    crate::error_events::report(&ctx.recorder, obj.as_ref(), err);
     let class = err.class();
     ctx.metrics.reconcile_errors.inc(&[K::KIND.as_str(), class.label()]);
     tracing::warn!(kind = K::KIND.as_str(), error = %err, class = class.label(), "reconcile failed");

@@ -24,7 +24,8 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::repository::Error;
 
-fn error_policy<K>(_obj: Arc<K>, err: &Error, ctx: Arc<PipelineCtx>) -> Action {
+fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, err: &Error, ctx: Arc<PipelineCtx>) -> Action {
+    crate::error_events::report(&ctx.recorder, obj.as_ref(), err);
     let class = err.class();
     ctx.metrics.reconcile_errors.inc(&[std::any::type_name::<K>().rsplit("::").next().unwrap_or("?"), class.label()]);
     tracing::warn!(error = %err, class = class.label(), "pipeline reconcile failed");
@@ -375,21 +376,21 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
         .with_config(cfg.clone())
         .shutdown_on_signal()
         .run(super::reconcile::reconcile, error_policy::<Snapshot>, ctx.clone())
-        .for_each(|_| futures::future::ready(()));
+        .for_each(crate::error_events::settle);
     let b = sched_ctl
         .with_config(cfg.clone())
         .shutdown_on_signal()
         .run(crate::snapshot_schedule::reconcile::reconcile, error_policy::<SnapshotSchedule>, ctx.clone())
-        .for_each(|_| futures::future::ready(()));
+        .for_each(crate::error_events::settle);
     let c = policy_ctl
         .with_config(cfg)
         .shutdown_on_signal()
         .run(crate::snapshot_policy::reconcile::reconcile, error_policy::<SnapshotPolicy>, ctx.clone())
-        .for_each(|_| futures::future::ready(()));
+        .for_each(crate::error_events::settle);
     let d = restore_ctl
         .with_config(CtlConfig::default().debounce(Duration::from_millis(250)))
         .shutdown_on_signal()
         .run(crate::restore::reconcile::reconcile, error_policy::<Restore>, ctx.clone())
-        .for_each(|_| futures::future::ready(()));
+        .for_each(crate::error_events::settle);
     futures::join!(a, b, c, d);
 }

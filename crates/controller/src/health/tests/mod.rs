@@ -5,6 +5,7 @@ use super::kstatus::{Cond, CondStatus};
 use super::types::*;
 
 mod gates;
+mod index_blobs;
 mod probe;
 mod props;
 mod transitions;

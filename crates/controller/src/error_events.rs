@@ -1,0 +1,268 @@
+//! Reconcile-error Warning Events (behavior §1.5, §10.2 last row): every `error_policy` publishes
+//! a Warning Event on the object with reason `KubeApiError`, `WorkSpecTooLarge` or `InvalidSpec`
+//! (by error variant; the note carries the requeue class label), on transitions only.
+//!
+//! One process-wide map remembers, per object (kind, namespace, name), the reason last warned. A
+//! repeat of the same reason emits nothing; a different reason emits; a successful reconcile
+//! clears the entry (the controllers' result streams run through [`settle`]), so the same error
+//! after a success warns again. The map is bounded: entries not refreshed for [`TTL`] are
+//! dropped (every error class requeues well within it, so a persisting error keeps its entry),
+//! and past [`CAP`] entries the least recently seen is evicted.
+//!
+//! A Snapshot's `WorkSpecTooLarge` found by the planner is a status verdict with its own Warning
+//! (snapshot::plan), not an error, so it never reaches `error_policy` and is not doubled here.
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use kopiur_api::names::event;
+use kube::Resource;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::ObjectRef;
+
+use crate::repository::Error;
+
+/// Entries not refreshed for this long are dropped (the longest requeue is 1800 s).
+pub const TTL: Duration = Duration::from_secs(3600);
+/// At most this many objects are remembered.
+pub const CAP: usize = 4096;
+
+/// The Event reason of a reconcile error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorReason {
+    KubeApiError,
+    WorkSpecTooLarge,
+    InvalidSpec,
+}
+
+impl ErrorReason {
+    pub fn of(err: &Error) -> ErrorReason {
+        match err {
+            Error::Kube(_) => ErrorReason::KubeApiError,
+            Error::WorkSpec(_) => ErrorReason::WorkSpecTooLarge,
+            Error::InvalidSpec(_) => ErrorReason::InvalidSpec,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorReason::KubeApiError => event::KUBE_API_ERROR,
+            ErrorReason::WorkSpecTooLarge => event::WORK_SPEC_TOO_LARGE,
+            ErrorReason::InvalidSpec => event::INVALID_SPEC,
+        }
+    }
+}
+
+/// Which object an error belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ObjectKey {
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn of<K: Resource<DynamicType = ()>>(obj: &K) -> ObjectKey {
+        ObjectKey {
+            kind: K::kind(&()).into_owned(),
+            namespace: obj.meta().namespace.clone(),
+            name: obj.meta().name.clone().unwrap_or_default(),
+        }
+    }
+
+    pub fn of_ref<K: Resource<DynamicType = ()>>(r: &ObjectRef<K>) -> ObjectKey {
+        ObjectKey { kind: K::kind(&()).into_owned(), namespace: r.namespace.clone(), name: r.name.clone() }
+    }
+}
+
+/// The last warned reason per object. Pure: the caller passes the clock.
+#[derive(Debug)]
+pub struct Tracker {
+    entries: HashMap<ObjectKey, (ErrorReason, Instant)>,
+    ttl: Duration,
+    cap: usize,
+}
+
+impl Tracker {
+    pub fn new(ttl: Duration, cap: usize) -> Tracker {
+        Tracker { entries: HashMap::new(), ttl, cap: cap.max(1) }
+    }
+
+    /// Records an error; true when it is a transition (an Event is due).
+    pub fn on_error(&mut self, key: ObjectKey, reason: ErrorReason, now: Instant) -> bool {
+        self.entries.retain(|_, (_, seen)| now.saturating_duration_since(*seen) < self.ttl);
+        let emit = self.entries.get(&key).is_none_or(|(last, _)| *last != reason);
+        if !self.entries.contains_key(&key) && self.entries.len() >= self.cap {
+            let oldest = self.entries.iter().min_by_key(|(_, (_, seen))| *seen).map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                self.entries.remove(&k);
+            }
+        }
+        self.entries.insert(key, (reason, now));
+        emit
+    }
+
+    /// A successful reconcile: the next error of this object is a transition again.
+    pub fn on_success(&mut self, key: &ObjectKey) {
+        self.entries.remove(key);
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+static TRACKER: LazyLock<Mutex<Tracker>> = LazyLock::new(|| Mutex::new(Tracker::new(TTL, CAP)));
+
+/// Called from every `error_policy`: publishes the Warning Event on a transition. Synchronous
+/// (the publish is spawned onto the runtime the controller runs on).
+pub fn report<K: Resource<DynamicType = ()>>(recorder: &Recorder, obj: &K, err: &Error) {
+    let reason = ErrorReason::of(err);
+    let emit = match TRACKER.lock() {
+        Ok(mut t) => t.on_error(ObjectKey::of(obj), reason, Instant::now()),
+        Err(_) => false,
+    };
+    if !emit {
+        return;
+    }
+    let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: reason.as_str().to_string(),
+        note: Some(truncate(format!("{}: {err}", err.class().label()), 1024)),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    let (recorder, reference) = (recorder.clone(), obj.object_ref(&()));
+    rt.spawn(async move {
+        if let Err(e) = recorder.publish(&ev, &reference).await {
+            tracing::warn!(err = %e, reason = ev.reason, "publishing a reconcile-error Event failed");
+        }
+    });
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+/// The controllers' result streams end here: a successful reconcile clears the object's entry.
+pub fn settle<K: Resource<DynamicType = ()>, E>(res: Result<(ObjectRef<K>, Action), E>) -> std::future::Ready<()> {
+    if let Ok((r, _)) = res
+        && let Ok(mut t) = TRACKER.lock()
+    {
+        t.on_success(&ObjectKey::of_ref(&r));
+    }
+    std::future::ready(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey { kind: "Snapshot".into(), namespace: Some("ns".into()), name: name.into() }
+    }
+
+    fn tracker() -> Tracker {
+        Tracker::new(Duration::from_secs(3600), 100)
+    }
+
+    #[test]
+    fn reasons_follow_the_error_variant() {
+        assert_eq!(ErrorReason::of(&Error::WorkSpec("x".into())).as_str(), "WorkSpecTooLarge");
+        assert_eq!(ErrorReason::of(&Error::InvalidSpec("x".into())).as_str(), "InvalidSpec");
+        let kube = Error::Kube(kube::Error::LinesCodecMaxLineLengthExceeded);
+        assert_eq!(ErrorReason::of(&kube).as_str(), "KubeApiError");
+    }
+
+    #[test]
+    fn same_reason_twice_emits_once() {
+        let (mut t, now) = (tracker(), Instant::now());
+        assert!(t.on_error(key("a"), ErrorReason::KubeApiError, now));
+        assert!(!t.on_error(key("a"), ErrorReason::KubeApiError, now + Duration::from_secs(30)));
+        assert!(!t.on_error(key("a"), ErrorReason::KubeApiError, now + Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn a_reason_change_emits() {
+        let (mut t, now) = (tracker(), Instant::now());
+        assert!(t.on_error(key("a"), ErrorReason::KubeApiError, now));
+        assert!(t.on_error(key("a"), ErrorReason::InvalidSpec, now));
+        assert!(!t.on_error(key("a"), ErrorReason::InvalidSpec, now));
+        assert!(t.on_error(key("a"), ErrorReason::KubeApiError, now));
+    }
+
+    #[test]
+    fn success_then_the_same_error_emits_again() {
+        let (mut t, now) = (tracker(), Instant::now());
+        assert!(t.on_error(key("a"), ErrorReason::WorkSpecTooLarge, now));
+        t.on_success(&key("a"));
+        assert!(t.is_empty());
+        assert!(t.on_error(key("a"), ErrorReason::WorkSpecTooLarge, now));
+    }
+
+    #[test]
+    fn objects_are_tracked_independently() {
+        let (mut t, now) = (tracker(), Instant::now());
+        assert!(t.on_error(key("a"), ErrorReason::KubeApiError, now));
+        assert!(t.on_error(key("b"), ErrorReason::KubeApiError, now));
+        let other_kind = ObjectKey { kind: "Restore".into(), ..key("a") };
+        assert!(t.on_error(other_kind, ErrorReason::KubeApiError, now));
+        t.on_success(&key("b"));
+        assert!(!t.on_error(key("a"), ErrorReason::KubeApiError, now), "a's success was not b's");
+    }
+
+    #[test]
+    fn entries_expire_after_the_ttl_but_not_while_refreshed() {
+        let (mut t, now) = (tracker(), Instant::now());
+        assert!(t.on_error(key("a"), ErrorReason::InvalidSpec, now));
+        // A terminal error requeues every 1800 s: refreshed within the TTL, it stays quiet.
+        assert!(!t.on_error(key("a"), ErrorReason::InvalidSpec, now + Duration::from_secs(1800)));
+        assert!(!t.on_error(key("a"), ErrorReason::InvalidSpec, now + Duration::from_secs(3600)));
+        assert!(t.on_error(key("b"), ErrorReason::InvalidSpec, now + Duration::from_secs(3600)));
+        // Unseen for over an hour: b's entry is dropped when someone else's error prunes.
+        assert!(t.on_error(key("c"), ErrorReason::InvalidSpec, now + Duration::from_secs(7201)));
+        assert_eq!(t.len(), 1, "a and b expired");
+        assert!(t.on_error(key("a"), ErrorReason::InvalidSpec, now + Duration::from_secs(7201)));
+    }
+
+    #[test]
+    fn the_map_is_capped_by_evicting_the_least_recently_seen() {
+        let mut t = Tracker::new(Duration::from_secs(3600), 3);
+        let now = Instant::now();
+        for (i, n) in ["a", "b", "c", "d", "e"].into_iter().enumerate() {
+            assert!(t.on_error(key(n), ErrorReason::KubeApiError, now + Duration::from_secs(i as u64)));
+            assert!(t.len() <= 3);
+        }
+        assert_eq!(t.len(), 3);
+        // c, d, e remain; a was evicted, so it warns again.
+        assert!(!t.on_error(key("e"), ErrorReason::KubeApiError, now + Duration::from_secs(10)));
+        assert!(t.on_error(key("a"), ErrorReason::KubeApiError, now + Duration::from_secs(11)));
+    }
+
+    #[test]
+    fn settle_clears_only_on_success() {
+        use kopiur_api::Restore;
+        let k = ObjectKey { kind: "Restore".into(), namespace: Some("settle-test".into()), name: "r".into() };
+        let r = ObjectRef::<Restore>::new("r").within("settle-test");
+        assert_eq!(ObjectKey::of_ref(&r), k);
+        let now = Instant::now();
+        TRACKER.lock().unwrap().on_error(k.clone(), ErrorReason::KubeApiError, now);
+        let () = settle::<Restore, ()>(Err(())).into_inner();
+        assert!(!TRACKER.lock().unwrap().on_error(k.clone(), ErrorReason::KubeApiError, now), "an error keeps it");
+        let () = settle::<Restore, ()>(Ok((r, Action::await_change()))).into_inner();
+        assert!(TRACKER.lock().unwrap().on_error(k, ErrorReason::KubeApiError, now), "a success cleared it");
+    }
+}

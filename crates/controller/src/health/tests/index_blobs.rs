@@ -1,0 +1,128 @@
+//! §3.10 index-blob health: the condition, the transition Event, and that it decides nothing else.
+use super::*;
+use crate::health::fold::EventType;
+use crate::health::index_blobs::{apply, index_blob_health};
+use crate::health::kstatus::CondStatus;
+use crate::health::plan::plan;
+
+fn id() -> RepoIdentity {
+    fresh().id
+}
+
+fn blob_events(events: &[crate::health::fold::Event]) -> usize {
+    events.iter().filter(|e| e.reason == "TooManyIndexBlobs").count()
+}
+
+#[test]
+fn over_threshold_is_false_with_one_warning_naming_count_threshold_and_maintenance() {
+    let v = index_blob_health(&id(), Some(1001), 1000, false).expect("a count is known");
+    assert_eq!(v.condition.type_, "IndexBlobHealth");
+    assert_eq!(v.condition.status, CondStatus::False);
+    assert_eq!(v.condition.reason, "TooManyIndexBlobs");
+    for needle in ["1001", "1000", "maintenance", "kubectl get maintenance -n t"] {
+        assert!(v.condition.message.contains(needle), "{needle:?} missing from {:?}", v.condition.message);
+    }
+    let e = v.event.expect("transition into False emits");
+    assert_eq!(e.type_, EventType::Warning);
+    assert_eq!(e.reason, "TooManyIndexBlobs");
+    assert_eq!(e.note, v.condition.message);
+}
+
+#[test]
+fn at_threshold_is_healthy() {
+    let v = index_blob_health(&id(), Some(1000), 1000, false).expect("a count is known");
+    assert_eq!(v.condition.status, CondStatus::True);
+    assert_eq!(v.condition.reason, "Healthy");
+    assert_eq!(v.event, None);
+}
+
+#[test]
+fn under_threshold_is_healthy_and_recovery_emits_nothing() {
+    let v = index_blob_health(&id(), Some(3), 1000, true).expect("a count is known");
+    assert_eq!(v.condition.status, CondStatus::True);
+    assert_eq!(v.condition.reason, "Healthy");
+    assert_eq!(v.event, None, "only the transition into False has an Event");
+}
+
+#[test]
+fn zero_threshold_disables_the_check_as_healthy_and_clears_a_false() {
+    let v = index_blob_health(&id(), Some(1_000_000), 0, true).expect("a count is known");
+    assert_eq!(v.condition.status, CondStatus::True);
+    assert_eq!(v.condition.reason, "Healthy");
+    assert!(v.condition.message.contains("disabled"), "{:?}", v.condition.message);
+    assert_eq!(v.event, None);
+}
+
+#[test]
+fn staying_false_emits_no_second_event() {
+    let v = index_blob_health(&id(), Some(5000), 1000, true).expect("a count is known");
+    assert_eq!(v.condition.status, CondStatus::False);
+    assert_eq!(v.event, None);
+}
+
+#[test]
+fn false_then_healthy_then_false_again_emits_twice() {
+    let mut was_false = false;
+    let mut emitted = 0;
+    for count in [2000, 2100, 10, 10, 3000, 3100] {
+        let v = index_blob_health(&id(), Some(count), 1000, was_false).expect("a count is known");
+        emitted += usize::from(v.event.is_some());
+        was_false = v.condition.status == CondStatus::False;
+    }
+    assert_eq!(emitted, 2, "one Event per transition into False");
+}
+
+#[test]
+fn unknown_count_renders_no_condition_and_no_event() {
+    assert_eq!(index_blob_health(&id(), None, 1000, false), None);
+    assert_eq!(index_blob_health(&id(), None, 1000, true), None);
+    let f = ready();
+    assert_eq!(f.status.index_blob_count, None);
+    let mut d = plan(&f, at(10));
+    apply(&mut d, &f.id, 1000, false);
+    assert!(d.conditions.iter().all(|c| c.type_ != "IndexBlobHealth"), "{:?}", d.conditions);
+    assert_eq!(blob_events(&d.events), 0);
+}
+
+#[test]
+fn cluster_repository_hint_lists_every_namespace() {
+    let id = RepoIdentity { kind: RepoKind::ClusterRepository, namespace: None, ..id() };
+    let v = index_blob_health(&id, Some(2000), 1000, false).expect("a count is known");
+    assert!(v.condition.message.contains("kubectl get maintenance -A"), "{:?}", v.condition.message);
+}
+
+/// The count a probe reports in this reconcile is the one judged, and the verdict changes nothing
+/// but the IndexBlobHealth condition and the Event list (phase, Ready, plan untouched).
+#[test]
+fn a_folded_probe_count_over_threshold_sets_false_and_blocks_nothing() {
+    let mut f = ready();
+    let result = ConnectResult::Connected { unique_id: PIN.into(), created: false, index_blob_count: Some(1500) };
+    f.job = Some(job(PROBE, result, at(600)));
+    let before = plan(&f, at(605));
+    assert_eq!(before.status.index_blob_count, Some(1500));
+    let mut d = before.clone();
+    apply(&mut d, &f.id, 1000, false);
+
+    assert_eq!(d.plan, before.plan);
+    assert_eq!(d.status, before.status);
+    assert_eq!(d.requeue_after, before.requeue_after);
+    assert_eq!(d.status.phase, Some(Phase::Ready));
+    assert_eq!(cond(&d.conditions, "Ready").status, CondStatus::True);
+    let others: Vec<_> = d.conditions.iter().filter(|c| c.type_ != "IndexBlobHealth").cloned().collect();
+    assert_eq!(others, before.conditions);
+    let c = cond(&d.conditions, "IndexBlobHealth");
+    assert_eq!((c.status, c.reason.as_str()), (CondStatus::False, "TooManyIndexBlobs"));
+    assert_eq!(blob_events(&d.events), 1);
+    assert_eq!(d.events.len(), before.events.len() + 1);
+}
+
+#[test]
+fn apply_replaces_rather_than_duplicates_the_condition() {
+    let mut f = ready();
+    f.status.index_blob_count = Some(12);
+    let mut d = plan(&f, at(10));
+    apply(&mut d, &f.id, 1000, false);
+    apply(&mut d, &f.id, 5, false);
+    assert_eq!(d.conditions.iter().filter(|c| c.type_ == "IndexBlobHealth").count(), 1);
+    assert_eq!(cond(&d.conditions, "IndexBlobHealth").status, CondStatus::False);
+}
