@@ -24,7 +24,6 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 #[path = "../tests/support/deletion_seed.rs"]
-#[allow(dead_code)]
 mod seed;
 use seed::*;
 

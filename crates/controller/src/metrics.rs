@@ -404,14 +404,14 @@ impl Metrics {
                     writeln!(out, "kopiur_controller_reconcile_duration_seconds_count{{kind=\"{kind}\"}} {}", h.count);
             }
         }
-        if let Ok(rss) = std::fs::read_to_string("/proc/self/statm") {
-            if let Some(pages) = rss.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()) {
-                let _ = writeln!(
-                    out,
-                    "# TYPE kopiur_process_resident_memory_bytes gauge\nkopiur_process_resident_memory_bytes {}",
-                    pages * 4096
-                );
-            }
+        if let Ok(rss) = std::fs::read_to_string("/proc/self/statm")
+            && let Some(pages) = rss.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok())
+        {
+            let _ = writeln!(
+                out,
+                "# TYPE kopiur_process_resident_memory_bytes gauge\nkopiur_process_resident_memory_bytes {}",
+                pages * 4096
+            );
         }
         // Business gauges only from the leader (a passive replica's stores are not authoritative).
         if !leader {

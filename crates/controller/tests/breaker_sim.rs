@@ -146,10 +146,10 @@ impl Sim {
 
     fn reconcile(&mut self) {
         // The Job runner: decide a finished Job's result from the backend at completion.
-        if let Some(j) = &mut self.job {
-            if j.deleted_at.is_some_and(|d| self.now >= d) {
-                self.job = None;
-            }
+        if let Some(j) = &mut self.job
+            && j.deleted_at.is_some_and(|d| self.now >= d)
+        {
+            self.job = None;
         }
         let up_at_completion = self.job.as_ref().map(|j| self.backend_up(j.completes_at));
         if let (Some(j), Some(up)) = (&mut self.job, up_at_completion)

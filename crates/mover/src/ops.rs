@@ -429,7 +429,7 @@ impl<S: ResultSink> Ctx<S> {
         };
         let owner = before.owner.clone();
         let ours = owner == op.lease_owner;
-        let alias = op.owner_aliases.iter().any(|a| *a == owner);
+        let alias = op.owner_aliases.contains(&owner);
         let take_over = match (ours, alias, op.takeover_policy) {
             (true, _, _) => false,
             (false, true, _) | (false, false, TakeoverPolicy::Force) => true,
@@ -595,6 +595,6 @@ pub fn resolve(mut list: Vec<SnapshotManifest>, r: &crate::workspec::ResolveIden
                 (None, _) => true,
             }
     });
-    list.sort_by(|a, b| b.end_time.cmp(&a.end_time));
+    list.sort_by_key(|m| std::cmp::Reverse(m.end_time));
     list.into_iter().nth(r.offset as usize)
 }

@@ -177,7 +177,7 @@ impl ControlPlane {
     }
 
     fn state_set(&self, key: &str, v: u16) -> Result<()> {
-        std::fs::write(self.state.join(format!("{key}")), v.to_string())?;
+        std::fs::write(self.state.join(key), v.to_string())?;
         Ok(())
     }
 

@@ -99,8 +99,11 @@ pub fn missing_from(subset: &Value, full: &Value, path: &str) -> Option<String> 
     }
 }
 
+/// A visitor of schema nodes: the property path and the node.
+pub type Visit<'v, 'a> = dyn FnMut(&[String], &'a Map<String, Value>) + 'v;
+
 /// Walks every schema node, with its property path.
-pub fn walk<'a>(schema: &'a Value, path: &mut Vec<String>, visit: &mut dyn FnMut(&[String], &'a Map<String, Value>)) {
+pub fn walk<'a>(schema: &'a Value, path: &mut Vec<String>, visit: &mut Visit<'_, 'a>) {
     let Value::Object(node) = schema else { return };
     visit(path, node);
     if let Some(Value::Object(props)) = node.get("properties") {

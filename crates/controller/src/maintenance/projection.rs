@@ -8,7 +8,7 @@
 //! and writes only what changed.
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
-use kopiur_api::maintenance::{MaintenanceSchedule, MaintenanceSpec, Ownership};
+use kopiur_api::maintenance::{MaintenanceSpec, Ownership};
 use kopiur_api::names::{condition, event, label, reason};
 use kopiur_api::repository::{RepositoryCommonSpec, RepositoryMode};
 use kopiur_api::shared::{RepositoryKind, RepositoryRef};
@@ -97,7 +97,7 @@ pub fn desired(r: &RepoFacts, operator_ns: &str) -> Maintenance {
                     RepositoryKind::Repository | RepositoryKind::ClusterRepository => None,
                 },
             },
-            schedule: m.schedule.clone().unwrap_or_else(MaintenanceSchedule::default),
+            schedule: m.schedule.clone().unwrap_or_default(),
             ownership: Some(Ownership { owner: Some(owner), owner_aliases: None, takeover_policy: m.takeover_policy }),
             mover: m.mover.clone(),
             failure_policy: m.failure_policy.clone(),

@@ -103,7 +103,7 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
     }
     for r in &d.recorded {
         tracing::info!(maintenance = %name, namespace = %ns, job = %r.job, mode = %r.mode, outcome = r.outcome, "maintenance run recorded");
-        ctx.metrics.maintenance_runs.inc(&[&ns, &name, &r.mode, &r.outcome.to_string()]);
+        ctx.metrics.maintenance_runs.inc(&[&ns, &name, &r.mode, r.outcome]);
     }
 
     let mut next = d.status.clone();

@@ -138,7 +138,7 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
         tracing::info!(replication = %name, namespace = %ns, job = %job, outcome, "replication run recorded");
         let trigger =
             if facts.jobs.iter().any(|j| &j.name == job && j.manual.is_some()) { "requested" } else { "cron" };
-        ctx.metrics.replication_runs.inc(&["RepositoryReplication", trigger, &outcome.to_string()]);
+        ctx.metrics.replication_runs.inc(&["RepositoryReplication", trigger, outcome]);
     }
     if d.nudge
         && let Some(rv) = &repo

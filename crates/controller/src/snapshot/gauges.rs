@@ -393,7 +393,7 @@ mod tests {
         let mut seen = BTreeSet::new();
         let since = chrono::DateTime::parse_from_rfc3339("2026-01-01T01:30:00Z").unwrap().timestamp();
         let old = ended("old", "p", "Succeeded", "2026-01-01T01:00:00Z");
-        assert!(new_completions(&mut seen, &[old.clone()], since).is_empty(), "history is not counted");
+        assert!(new_completions(&mut seen, std::slice::from_ref(&old), since).is_empty(), "history is not counted");
         let running = snap("new", "p", json!({"phase": "Running"}));
         assert!(new_completions(&mut seen, &[old.clone(), running], since).is_empty());
         let done = ended("new", "p", "Failed", "2026-01-01T02:00:00Z");
