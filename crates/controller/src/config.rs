@@ -17,8 +17,29 @@ pub struct Config {
     pub tuning: Tuning,
     /// `KOPIUR_MAX_CONCURRENT_DELETE_JOBS`: non-terminal batch delete Jobs cluster-wide; 0 = uncapped.
     pub max_concurrent_delete_jobs: usize,
+    /// `KOPIUR_RECONCILE_CONCURRENCY`: reconciles in flight per kind (1..=1024, default
+    /// [`DEFAULT_RECONCILE_CONCURRENCY`]). Bounded so a start-up over thousands of objects does
+    /// not hold one task, request and connection per object at once.
+    pub reconcile_concurrency: u16,
     /// Configuration errors found while reading the environment (reported at startup).
     pub errors: Vec<String>,
+}
+
+/// Reconciles in flight per kind unless `KOPIUR_RECONCILE_CONCURRENCY` says otherwise.
+pub const DEFAULT_RECONCILE_CONCURRENCY: u16 = 8;
+pub const RECONCILE_CONCURRENCY_ENV: &str = "KOPIUR_RECONCILE_CONCURRENCY";
+
+/// `KOPIUR_RECONCILE_CONCURRENCY`: unset means the default; anything but an integer in
+/// 1..=1024 is a configuration error (0 would mean "unbounded" to kube, which is what this
+/// knob exists to prevent).
+pub fn parse_reconcile_concurrency(raw: Option<&str>) -> Result<u16, String> {
+    let Some(raw) = raw.map(str::trim).filter(|r| !r.is_empty()) else {
+        return Ok(DEFAULT_RECONCILE_CONCURRENCY);
+    };
+    match raw.parse::<u16>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        _ => Err(format!("{RECONCILE_CONCURRENCY_ENV}={raw:?} is not an integer between 1 and 1024")),
+    }
 }
 
 fn env_i64(name: &str, default: i64) -> i64 {
@@ -36,8 +57,14 @@ impl Config {
             errors.push(e);
             0
         });
+        let reconcile_concurrency =
+            parse_reconcile_concurrency(std::env::var(RECONCILE_CONCURRENCY_ENV).ok().as_deref()).unwrap_or_else(|e| {
+                errors.push(e);
+                DEFAULT_RECONCILE_CONCURRENCY
+            });
         Config {
             max_concurrent_delete_jobs,
+            reconcile_concurrency,
             errors,
             namespace: std::env::var("KOPIUR_NAMESPACE").unwrap_or_else(|_| "kopiur-system".into()),
             lease_name: std::env::var("KOPIUR_LEASE_NAME").unwrap_or_else(|_| "kopiur-leader".into()),
@@ -59,8 +86,32 @@ impl Config {
         }
     }
 
+    /// Every controller's runner settings: a 250 ms debounce (a burst of events on one object
+    /// folds into one reconcile) and the bounded concurrency.
+    pub fn controller_config(&self) -> kube::runtime::controller::Config {
+        kube::runtime::controller::Config::default()
+            .debounce(std::time::Duration::from_millis(250))
+            .concurrency(self.reconcile_concurrency)
+    }
+
     /// Fails on any configuration error, naming the variable and the bad value.
     pub fn check(&self) -> Result<(), String> {
         if self.errors.is_empty() { Ok(()) } else { Err(self.errors.join("; ")) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconcile_concurrency_defaults_and_rejects_bad_values() {
+        assert_eq!(parse_reconcile_concurrency(None), Ok(DEFAULT_RECONCILE_CONCURRENCY));
+        assert_eq!(parse_reconcile_concurrency(Some("  ")), Ok(DEFAULT_RECONCILE_CONCURRENCY));
+        assert_eq!(parse_reconcile_concurrency(Some("32")), Ok(32));
+        for bad in ["0", "-1", "eight", "1025", "70000"] {
+            let e = parse_reconcile_concurrency(Some(bad)).unwrap_err();
+            assert!(e.contains(RECONCILE_CONCURRENCY_ENV) && e.contains(bad), "{e}");
+        }
     }
 }

@@ -198,14 +198,14 @@ async fn main() -> anyhow::Result<()> {
         });
     }
 
-    let config_debounce = kube::runtime::controller::Config::default().debounce(std::time::Duration::from_millis(250));
+    let ctl_config = config.controller_config();
     let a = repo_ctl
-        .with_config(config_debounce.clone())
+        .with_config(ctl_config.clone())
         .shutdown_on_signal()
         .run(reconcile::<Repository>, error_policy::<Repository>, ctx.clone())
         .for_each(kopiur_controller::error_events::settle);
     let b = crepo_ctl
-        .with_config(config_debounce)
+        .with_config(ctl_config)
         .shutdown_on_signal()
         .run(reconcile::<ClusterRepository>, error_policy::<ClusterRepository>, ctx)
         .for_each(kopiur_controller::error_events::settle);

@@ -5,12 +5,11 @@ pub mod plan;
 pub mod reconcile;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use kopiur_api::shared::RepositoryKind;
 use kopiur_api::{RepositoryReplication, names};
-use kube::runtime::controller::{Action, Config as CtlConfig};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -110,7 +109,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
         });
     }
     ctl.reconcile_on(ReceiverStream(rx))
-        .with_config(CtlConfig::default().debounce(Duration::from_millis(250)))
+        .with_config(config.controller_config())
         .shutdown_on_signal()
         .run(reconcile::reconcile, error_policy, r.ctx)
         .for_each(crate::error_events::settle)

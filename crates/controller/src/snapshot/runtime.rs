@@ -3,7 +3,6 @@
 //! soon as its repository changes (the store is updated before the event is yielded, so the
 //! reconcile sees the new phase).
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -12,7 +11,7 @@ use kopiur_api::restore::RestorePhase;
 use kopiur_api::shared::RepositoryKind;
 use kopiur_api::snapshot::SnapshotPhase;
 use kopiur_api::{ClusterRepository, Maintenance, Repository, Restore, Snapshot, SnapshotPolicy, SnapshotSchedule};
-use kube::runtime::controller::{Action, Config as CtlConfig};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
@@ -371,7 +370,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     let sched_ctl = sched_ctl.reconcile_on(UnboundedStream(sched_rx));
     let policy_ctl = policy_ctl.reconcile_on(UnboundedStream(policy_rx));
 
-    let cfg = CtlConfig::default().debounce(Duration::from_millis(250));
+    let cfg = config.controller_config();
     let a = snap_ctl
         .with_config(cfg.clone())
         .shutdown_on_signal()
@@ -383,12 +382,12 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
         .run(crate::snapshot_schedule::reconcile::reconcile, error_policy::<SnapshotSchedule>, ctx.clone())
         .for_each(crate::error_events::settle);
     let c = policy_ctl
-        .with_config(cfg)
+        .with_config(cfg.clone())
         .shutdown_on_signal()
         .run(crate::snapshot_policy::reconcile::reconcile, error_policy::<SnapshotPolicy>, ctx.clone())
         .for_each(crate::error_events::settle);
     let d = restore_ctl
-        .with_config(CtlConfig::default().debounce(Duration::from_millis(250)))
+        .with_config(cfg.clone())
         .shutdown_on_signal()
         .run(crate::restore::reconcile::reconcile, error_policy::<Restore>, ctx.clone())
         .for_each(crate::error_events::settle);

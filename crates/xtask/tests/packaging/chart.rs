@@ -106,12 +106,14 @@ fn controller_env_carries_namespace_lease_and_mover_settings() {
     assert_eq!(env(&c, "POD_NAME")["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name");
     assert_eq!(env(&c, "KOPIUR_LEASE_NAME")["value"], "kopiur-leader");
     assert_eq!(env(&c, "KOPIUR_MAX_CONCURRENT_DELETE_JOBS")["value"], "0");
+    assert_eq!(env(&c, "KOPIUR_RECONCILE_CONCURRENCY")["value"], "8");
     assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE")["value"], format!("ghcr.io/home-operations/kopiur-mover:{app_version}"));
     assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE_PULL_POLICY")["value"], "IfNotPresent");
     assert_eq!(c["image"], format!("ghcr.io/home-operations/kopiur-controller:{app_version}"));
 
     let c = controller(&render(&[
         "maxConcurrentDeleteJobs=4",
+        "reconcileConcurrency=32",
         "mover.image.repository=registry.example/mover",
         "mover.image.tag=v9",
         "mover.image.pullPolicy=Always",
@@ -119,6 +121,7 @@ fn controller_env_carries_namespace_lease_and_mover_settings() {
         "leaderElection.leaseName=other-lease",
     ]));
     assert_eq!(env(&c, "KOPIUR_MAX_CONCURRENT_DELETE_JOBS")["value"], "4");
+    assert_eq!(env(&c, "KOPIUR_RECONCILE_CONCURRENCY")["value"], "32");
     assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE")["value"], "registry.example/mover:v9");
     assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE_PULL_POLICY")["value"], "Always");
     assert_eq!(env(&c, "KOPIUR_LEASE_NAME")["value"], "other-lease");
@@ -226,6 +229,8 @@ fn rejected(sets: &[&str], mentions: &str) {
 fn values_schema_rejects_bad_values() {
     rejected(&["maxConcurrentDeleteJobs=-1"], "maxConcurrentDeleteJobs");
     rejected(&["maxConcurrentDeleteJobs=many"], "maxConcurrentDeleteJobs");
+    rejected(&["reconcileConcurrency=0"], "reconcileConcurrency");
+    rejected(&["reconcileConcurrency=2000"], "reconcileConcurrency");
     rejected(&["unknownTopLevelKey=1"], "unknownTopLevelKey");
     rejected(&["mover.image.pullPolicy=Sometimes"], "pullPolicy");
     rejected(&["monitoring.prometheusRule.enabeld=true"], "enabeld");
