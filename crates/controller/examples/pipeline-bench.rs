@@ -35,6 +35,13 @@ fn sum_metric(text: &str, family: &str, filter: impl Fn(&str) -> bool) -> f64 {
         .sum()
 }
 
+/// The high-water mark of a process's resident set (`VmHWM`), in KiB.
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -125,12 +132,15 @@ async fn bench(h: &mut Harness, rows: &[usize], runs: usize) -> Result<()> {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let reached = reached.context("the controller did not reconcile every row within 600 s")?;
-        tokio::time::sleep(Duration::from_secs(10)).await;
+        // Settled: 30 s after the last start-up reconcile (two allocator trim periods).
+        tokio::time::sleep(Duration::from_secs(30)).await;
         let text = h.metrics().await?;
         let rss = sum_metric(&text, "kopiur_process_resident_memory_bytes", |_| true);
+        let peak = h.op.as_ref().and_then(|o| o.proc_.pid()).and_then(peak_rss_kib);
         println!(
-            "rows {n}: controller RSS {:.1} MiB (goal <= 64 MiB at 10,000); start-up reconcile of {n} rows in {:.2}s = {:.0} reconciles/s (process start included)",
+            "rows {n}: controller RSS {:.1} MiB settled (goal <= 64 MiB at 10,000), peak {} during start-up; start-up reconcile of {n} rows in {:.2}s = {:.0} reconciles/s (process start included)",
             rss / 1048576.0,
+            peak.map(|k| format!("{:.1} MiB", k as f64 / 1024.0)).unwrap_or_else(|| "unknown".into()),
             reached.as_secs_f64(),
             n as f64 / reached.as_secs_f64()
         );

@@ -7,6 +7,7 @@ pub mod deletion;
 pub mod error_events;
 pub mod gating;
 pub mod health;
+pub mod heap;
 pub mod http;
 pub mod leader;
 pub mod maintenance;

@@ -66,8 +66,13 @@ fn referrers<K: RepoObject>(store: &Store<K>, ns: &str, name: &str, operator_ns:
         .collect()
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // Before the runtime starts its threads (see `heap`).
+    let arenas_capped = kopiur_controller::heap::limit_arenas();
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(arenas_capped))
+}
+
+async fn run(arenas_capped: bool) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into()),
@@ -75,6 +80,8 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let config = Config::from_env();
     config.check().map_err(anyhow::Error::msg)?;
+    tracing::debug!(arenas_capped, "allocator arenas capped at {}", kopiur_controller::heap::ARENA_MAX);
+    tokio::spawn(kopiur_controller::heap::trim_periodically());
     let metrics = Arc::new(Metrics::default());
     // Every apiserver call is counted (`kopiur_kube_client_requests_total`); leader election
     // gets its own client label so idle-write figures can tell Lease renewals apart.

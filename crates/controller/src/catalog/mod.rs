@@ -230,6 +230,27 @@ async fn namespace_usable(client: &Client, allowed: Option<&AllowedNamespaces>, 
     })
 }
 
+/// Objects per page when the catalog lists every Snapshot.
+pub const LIST_PAGE: u32 = 500;
+
+/// Every Snapshot in the cluster, reduced to what the catalog plan reads, one page of
+/// [`LIST_PAGE`] at a time, so the full objects of a large cluster are never all in memory at
+/// once. The pages form one consistent list (continue tokens); an expired token fails the
+/// whole sync, and a failed listing never expires a row.
+async fn list_existing(client: &Client, scope: &RepoScope) -> Result<Vec<ExistingSnapshot>, kube::Error> {
+    let api = Api::<Snapshot>::all(client.clone());
+    let mut out = Vec::new();
+    let mut lp = ListParams::default().limit(LIST_PAGE);
+    loop {
+        let page = api.list(&lp).await?;
+        out.extend(page.items.iter().map(|s| existing(scope, s)));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => lp = lp.continue_token(&token),
+            None => return Ok(out),
+        }
+    }
+}
+
 /// Applies one listing of a successful connect: creates, repairs and deletes discovered rows.
 pub async fn sync(
     client: &Client,
@@ -238,8 +259,7 @@ pub async fn sync(
     truncated: bool,
     now: plan::Time,
 ) -> Result<SyncOutcome, kube::Error> {
-    let all = Api::<Snapshot>::all(client.clone()).list(&ListParams::default()).await?;
-    let existing: Vec<ExistingSnapshot> = all.items.iter().map(|s| existing(scope, s)).collect();
+    let existing = list_existing(client, scope).await?;
     let p = plan::plan(entries, truncated, &existing, scope.bounds, now);
     let mut out = SyncOutcome {
         complete: p.complete,

@@ -76,7 +76,20 @@ pub fn same_target(a: &Backend, b: &Backend) -> bool {
         (Backend::Filesystem(x), Backend::Filesystem(y)) => {
             x.path.trim_end_matches('/') == y.path.trim_end_matches('/') && x.volume == y.volume
         }
-        _ => false,
+        // An S3 or filesystem source against a backend of another kind.
+        (Backend::S3(_) | Backend::Filesystem(_), _) => false,
+        // Kinds without a normalised key: the same kind with an identical spec is the same
+        // storage (conservative: a replication onto its own source is refused).
+        (
+            Backend::Azure(_)
+            | Backend::Gcs(_)
+            | Backend::B2(_)
+            | Backend::Sftp(_)
+            | Backend::WebDav(_)
+            | Backend::Rclone(_)
+            | Backend::Gdrive(_),
+            _,
+        ) => a == b,
     }
 }
 
@@ -241,6 +254,14 @@ mod tests {
         assert!(same_target(&s3("b1", Some("x/")), &s3("b1", Some("x"))));
         assert!(!same_target(&s3("b1", Some("x/")), &s3("b1", Some("y/"))));
         assert!(!same_target(&s3("b1", None), &s3("b2", None)));
+        let fs: Backend = serde_json::from_value(serde_json::json!({"filesystem": {"path": "/b1"}})).unwrap();
+        assert!(!same_target(&s3("b1", None), &fs), "different kinds are different storage");
+        let gcs = |bucket: &str| -> Backend {
+            serde_json::from_value(serde_json::json!({"gcs": {"bucket": bucket}})).unwrap()
+        };
+        assert!(same_target(&gcs("g1"), &gcs("g1")), "an identical spec of another kind is the same storage");
+        assert!(!same_target(&gcs("g1"), &gcs("g2")));
+        assert!(!same_target(&gcs("g1"), &fs));
         assert_eq!(describe(&s3("b1", Some("x/"))), "s3 http://g:3900 b1/x");
     }
 }
