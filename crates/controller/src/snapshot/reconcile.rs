@@ -4,13 +4,14 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
-use kopiur_api::names::{annotation, finalizer, label};
+use k8s_openapi::api::core::v1::Pod;
+use kopiur_api::names::{annotation, event, finalizer, label, reason};
 use kopiur_api::shared::phase::SnapshotOrigin;
 use kopiur_api::shared::status::{ResolvedRepository, Timing};
-use kopiur_api::shared::{RepositoryKind, RepositoryRef};
+use kopiur_api::shared::{FailurePolicy, RepositoryKind, RepositoryRef};
 use kopiur_api::snapshot::{JobRef, SnapshotPhase, SnapshotResolved, SnapshotStatus};
 use kopiur_api::{Snapshot, SnapshotPolicy};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
@@ -18,7 +19,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::ctx::{PipelineCtx, RepoView};
 use super::job::{BuildError, Recipe, backup_job, recipe};
 use super::plan::{
-    Completion, JobState, PolicyState, PreflightState, RunFacts, SourceState, Step, WorkSpecState, plan,
+    Completion, JobState, PolicyState, PreflightState, RunFacts, SourceState, Step, Verdict, WorkSpecState, plan,
 };
 use crate::repository::Error;
 
@@ -35,6 +36,62 @@ pub fn job_state(job: Option<&Job>) -> JobState {
         };
     }
     JobState::Active
+}
+
+/// Most pods one wedged-pod check reads (a backup Job has `backoffLimit + 1` pods at most).
+const POD_LIST_LIMIT: u32 = 50;
+
+/// The wedged-pod check (spec §1.4) for an active backup Job: only once the Job is older than
+/// the pod startup deadline, one bounded LIST of its pods by `job-name` (no pod watch). A failed
+/// LIST is logged and reads as not wedged; the next requeue tries again.
+async fn check_wedged(ctx: &PipelineCtx, job: &Job, deadline: chrono::Duration, now: DateTime<Utc>) -> Verdict {
+    let created = job_created(job);
+    if let Err(recheck_at) = crate::wedged::job_due(created, now, deadline) {
+        return Verdict::NotWedged { recheck_at };
+    }
+    let ns = job.namespace().unwrap_or_default();
+    let name = job.name_any();
+    let lp = ListParams::default().labels(&format!("job-name={name}")).limit(POD_LIST_LIMIT);
+    let pods = match Api::<Pod>::namespaced(ctx.client.clone(), &ns).list(&lp).await {
+        Ok(list) => list.items,
+        Err(e) => {
+            tracing::warn!(error = %e, job = %name, namespace = %ns, "listing the mover Job's pods failed");
+            return Verdict::NotWedged { recheck_at: None };
+        }
+    };
+    // Only pods this very Job owns (a same-named predecessor's pods may linger).
+    let summaries: Vec<_> = pods
+        .iter()
+        .filter(|p| p.owner_references().iter().any(|o| Some(&o.uid) == job.metadata.uid.as_ref()))
+        .map(crate::wedged::summarize)
+        .collect();
+    let verdict = crate::wedged::evaluate(&name, created, now, deadline, &summaries);
+    match &verdict {
+        Verdict::Wedged { message } => tracing::warn!(job = %name, namespace = %ns, %message, "mover pod wedged"),
+        Verdict::NotWedged { .. } => {}
+    }
+    verdict
+}
+
+fn job_created(job: &Job) -> Option<DateTime<Utc>> {
+    job.metadata.creation_timestamp.as_ref().and_then(|t| DateTime::<Utc>::from_timestamp(t.0.as_second(), 0))
+}
+
+/// Deletes a wedged backup Job (Background propagation, guarded by its uid). Already gone is
+/// fine; any other failure is logged and retried by the plan's requeue.
+async fn delete_wedged_job(ctx: &PipelineCtx, job: &Job) {
+    let ns = job.namespace().unwrap_or_default();
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions { uid: job.metadata.uid.clone(), resource_version: None }),
+        ..DeleteParams::background()
+    };
+    match Api::<Job>::namespaced(ctx.client.clone(), &ns).delete(&job.name_any(), &dp).await {
+        Ok(_) => tracing::info!(job = %job.name_any(), namespace = %ns, "deleted the wedged mover Job"),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+        Err(e) => {
+            tracing::warn!(error = %e, job = %job.name_any(), namespace = %ns, "deleting the wedged mover Job failed")
+        }
+    }
 }
 
 /// The repository a Snapshot targets: the pin, else `spec.repository`, else the policy's
@@ -202,6 +259,18 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         (None, None) => WorkSpecState::Invalid { message: "the repository is not known yet".into() },
     };
     let (preflight, preflight_timeout) = preflight_facts(ctx, policy.as_deref(), repo.as_ref(), now);
+    let pod_startup_deadline = chrono::Duration::seconds(FailurePolicy::resolved_pod_startup_deadline_seconds(
+        snap.spec.failure_policy.as_ref(),
+    ));
+    let job_facts = job_state(job.as_deref());
+    let mut pods = Verdict::NotWedged { recheck_at: None };
+    // Pods are only read for an active Job the Snapshot is running (a terminal phase never looks).
+    if matches!(phase, Some(SnapshotPhase::Running))
+        && job_facts == JobState::Active
+        && let Some(j) = &job
+    {
+        pods = check_wedged(ctx, j, pod_startup_deadline, now).await;
+    }
     let facts = RunFacts {
         phase: phase.clone(),
         discovered,
@@ -216,7 +285,10 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         source,
         source_missing_since: status.source_missing_since,
         work_spec,
-        job: job_state(job.as_deref()),
+        job: job_facts,
+        job_created: job.as_deref().and_then(job_created),
+        pod_startup_deadline,
+        pods,
         failure: status.failure.clone(),
         ready_reason: status.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()),
         completion_recorded: status.completion_recorded_at.is_some(),
@@ -299,7 +371,15 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         ctx.metrics.snapshot_refusals.inc(&[&ns, &name, &reason]);
     }
     next.conditions = super::ctx::merge(&status.conditions, &d.conditions, snap.meta().generation.unwrap_or(0), now);
-    write_status(&api, fresh.as_ref().unwrap_or(snap), &status, &next).await?;
+    let written = write_status(&api, fresh.as_ref().unwrap_or(snap), &status, &next).await?;
+    // After the Failed status landed: deleting first would read as a lost Job if the write lost
+    // a conflict. A failed delete does not hold back the Event below; the requeue retries it.
+    if d.delete_job
+        && written
+        && let Some(j) = &job
+    {
+        delete_wedged_job(ctx, j).await;
+    }
 
     let reference = snap.object_ref(&());
     if let Some((reason, note)) = &d.warning {
@@ -315,7 +395,9 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         }
         Some(Completion::Failed) => {
             let msg = next.failure.as_ref().and_then(|f| f.message.clone()).unwrap_or_default();
-            ctx.event(&reference, true, "SnapshotFailed", msg).await;
+            let wedged = d.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == reason::MOVER_POD_WEDGED);
+            let why = if wedged { event::MOVER_POD_WEDGED } else { event::SNAPSHOT_FAILED };
+            ctx.event(&reference, true, why, msg).await;
         }
         None => {}
     }
@@ -337,15 +419,16 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
 /// One status write, skipped when nothing changed.
 /// Guarded by the resourceVersion we decided on: the mover PATCHes the same status, and a
 /// decision made on a stale copy must not overwrite its result. A conflict is not an error:
-/// the newer object's watch event brings the reconcile back.
+/// the newer object's watch event brings the reconcile back. `Ok(false)` means the write lost
+/// such a conflict; `Ok(true)` that the status now reads `next`.
 pub async fn write_status(
     api: &Api<Snapshot>,
     snap: &Snapshot,
     current: &SnapshotStatus,
     next: &SnapshotStatus,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     if current == next {
-        return Ok(());
+        return Ok(true);
     }
     let patch = crate::repository::apply::merge_patch(
         &serde_json::to_value(current).unwrap_or_default(),
@@ -353,8 +436,8 @@ pub async fn write_status(
     );
     let body = serde_json::json!({"metadata": {"resourceVersion": snap.resource_version()}, "status": patch});
     match api.patch_status(&snap.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
         Err(e) => Err(e.into()),
     }
 }
