@@ -17,6 +17,14 @@ pub const WEDGE_REASONS: &[&str] =
 /// Longest container waiting message quoted in the verdict.
 const MAX_DETAIL_CHARS: usize = 300;
 
+/// Bounds of the recheck interval for a Job past its deadline whose pods are not started and
+/// show no wedge yet (or that has no pod yet). Nothing announces the moment a container starts
+/// waiting on its image or configuration (there is no pod watch), and a wedge that shows up
+/// late already counts from the pod's creation, so such a Job is looked at again after the
+/// deadline itself, clamped to these bounds.
+pub const UNSTARTED_RECHECK_MIN_SECONDS: i64 = 5;
+pub const UNSTARTED_RECHECK_MAX_SECONDS: i64 = 60;
+
 /// `PodScheduled` as the pod reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Scheduled {
@@ -128,6 +136,24 @@ fn wedge_of(pod: &PodSummary) -> Option<Wedge> {
     Some(Wedge { start, what })
 }
 
+/// A pod that may still become wedged: not terminal, not being deleted, not running yet.
+fn unstarted(pod: &PodSummary) -> bool {
+    !pod.deleting && matches!(pod.phase.as_deref(), None | Some("Pending"))
+}
+
+/// When to look again at a Job whose unstarted pods show no wedge yet.
+fn unstarted_recheck(now: DateTime<Utc>, deadline: Duration) -> Option<DateTime<Utc>> {
+    let secs = deadline.num_seconds().clamp(UNSTARTED_RECHECK_MIN_SECONDS, UNSTARTED_RECHECK_MAX_SECONDS);
+    now.checked_add_signed(Duration::seconds(secs))
+}
+
+fn earliest(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 fn clip(s: &str) -> String {
     if s.chars().count() <= MAX_DETAIL_CHARS {
         return s.to_string();
@@ -148,13 +174,19 @@ pub fn evaluate(
     if let Err(recheck_at) = job_due(job_created, now, deadline) {
         return Verdict::NotWedged { recheck_at };
     }
-    let mut recheck_at: Option<DateTime<Utc>> = None;
+    // No pod yet (the Job controller is behind, or pod creation is refused): one may appear.
+    let mut recheck_at = if pods.is_empty() { unstarted_recheck(now, deadline) } else { None };
     let mut worst: Option<(Duration, &PodSummary, Wedge)> = None;
     for pod in pods {
-        let Some(w) = wedge_of(pod) else { continue };
+        let Some(w) = wedge_of(pod) else {
+            if unstarted(pod) {
+                recheck_at = earliest(recheck_at, unstarted_recheck(now, deadline));
+            }
+            continue;
+        };
         let Some(over_at) = over_deadline_at(w.start, deadline) else { continue };
         if now < over_at {
-            recheck_at = Some(recheck_at.map_or(over_at, |r| r.min(over_at)));
+            recheck_at = earliest(recheck_at, Some(over_at));
             continue;
         }
         let lasted = now - w.start;
@@ -172,8 +204,8 @@ pub fn evaluate(
         Some((lasted, pod, w)) => Verdict::Wedged {
             message: format!(
                 "mover pod {} of Job {job} has been {} for {}s, longer than the {}s pod startup deadline, \
-                 so its Job is deleted. Check the mover image, its image pull secrets and node scheduling \
-                 (kubectl describe pod -l job-name={job})",
+                 so its Job is deleted. Check the mover image, its image pull secrets, the Secret keys and \
+                 ConfigMaps it reads, and node scheduling (kubectl describe pod -l job-name={job})",
                 pod.name,
                 w.what,
                 lasted.num_seconds(),
@@ -326,7 +358,9 @@ mod tests {
         let mut p = waiting_pod("ImagePullBackOff");
         p.waiting.clear();
         p.scheduled = Some(Scheduled { status: "False".into(), reason: None, message: None, since: None });
-        assert_eq!(eval(t0() + Duration::days(1), &[p]), Verdict::NotWedged { recheck_at: None });
+        let now = t0() + Duration::days(1);
+        // Still unstarted: looked at again after the (clamped) deadline.
+        assert_eq!(eval(now, &[p]), Verdict::NotWedged { recheck_at: Some(now + Duration::seconds(60)) });
     }
 
     #[test]
@@ -344,17 +378,15 @@ mod tests {
 
     #[test]
     fn container_creating_and_other_reasons_never_wedge() {
+        let now = t0() + Duration::hours(5);
+        let poll = Verdict::NotWedged { recheck_at: Some(now + Duration::seconds(UNSTARTED_RECHECK_MAX_SECONDS)) };
         for reason in ["ContainerCreating", "PodInitializing", "ImageInspectError-ish", ""] {
             let p = waiting_pod(reason);
-            assert_eq!(
-                eval(t0() + Duration::hours(5), &[p]),
-                Verdict::NotWedged { recheck_at: None },
-                "{reason:?} is not a wedge reason"
-            );
+            assert_eq!(eval(now, &[p]), poll, "{reason:?} is not a wedge reason; the pod is polled while unstarted");
         }
         let mut p = waiting_pod("ImagePullBackOff");
         p.waiting[0].reason = None;
-        assert_eq!(eval(t0() + Duration::hours(5), &[p]), Verdict::NotWedged { recheck_at: None });
+        assert_eq!(eval(now, &[p]), poll);
     }
 
     #[test]
@@ -395,7 +427,8 @@ mod tests {
         let mut p = waiting_pod("ImagePullBackOff");
         p.created = None;
         p.scheduled = None;
-        assert_eq!(eval(now, &[p]), Verdict::NotWedged { recheck_at: None });
+        let poll = Verdict::NotWedged { recheck_at: Some(now + Duration::seconds(60)) };
+        assert_eq!(eval(now, &[p]), poll, "unstarted: looked at again");
         // A pod being deleted, or already terminal.
         let mut p = waiting_pod("ImagePullBackOff");
         p.deleting = true;
@@ -405,13 +438,50 @@ mod tests {
             p.phase = Some(phase.into());
             assert_eq!(eval(now, &[p]), Verdict::NotWedged { recheck_at: None });
         }
-        // No pods (not created yet, or quota): not a pod wedge.
-        assert_eq!(eval(now, &[]), Verdict::NotWedged { recheck_at: None });
+        // No pods (not created yet, or quota): not a pod wedge, but one may still appear.
+        assert_eq!(eval(now, &[]), poll);
         // A deadline too large to represent never fires (and does not panic).
         assert_eq!(
             evaluate(JOB, Some(t0()), now, Duration::MAX, &[waiting_pod("ImagePullBackOff")]),
             Verdict::NotWedged { recheck_at: None }
         );
+    }
+
+    #[test]
+    fn an_unstarted_pod_is_rechecked_after_the_clamped_deadline() {
+        let now = t0() + Duration::seconds(400);
+        let creating = || waiting_pod("ContainerCreating");
+        let at = |deadline: i64| evaluate(JOB, Some(t0()), now, Duration::seconds(deadline), &[creating()]);
+        assert_eq!(at(1), Verdict::NotWedged { recheck_at: Some(now + Duration::seconds(5)) }, "never sooner than 5 s");
+        assert_eq!(at(30), Verdict::NotWedged { recheck_at: Some(now + Duration::seconds(30)) });
+        assert_eq!(
+            at(300),
+            Verdict::NotWedged { recheck_at: Some(now + Duration::seconds(60)) },
+            "never later than 60 s"
+        );
+        // A pod waiting on a wedge reason but still under the deadline rechecks at its own time
+        // when that is sooner than the poll.
+        let mut young = waiting_pod("ErrImagePull");
+        young.created = Some(now - Duration::seconds(299));
+        young.scheduled = scheduled("True", now - Duration::seconds(299));
+        assert_eq!(
+            eval(now, &[young, creating()]),
+            Verdict::NotWedged { recheck_at: Some(now + Duration::seconds(2)) }
+        );
+        // The poll bounds how late a wedge that shows up only now is seen: it counts from the pod.
+        let msg = wedged_message(evaluate(
+            JOB,
+            Some(t0()),
+            now + Duration::seconds(5),
+            Duration::seconds(1),
+            &[waiting_pod("CreateContainerConfigError")],
+        ));
+        assert!(msg.contains("for 405s, longer than the 1s pod startup deadline"), "{msg}");
+        // A running pod is not polled.
+        let mut running = creating();
+        running.phase = Some("Running".into());
+        running.waiting.clear();
+        assert_eq!(eval(now, &[running]), Verdict::NotWedged { recheck_at: None });
     }
 
     #[test]

@@ -385,7 +385,9 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     if let Some((reason, note)) = &d.warning {
         ctx.event(&reference, true, reason, note.clone()).await;
     }
-    match d.record_completion {
+    // A completion whose status write lost a conflict is decided again on the newer object;
+    // announcing it now as well would emit its Event twice.
+    match d.record_completion.filter(|_| written) {
         Some(Completion::Succeeded) => {
             let id = next.snapshot.as_ref().and_then(|s| s.kopia_snapshot_id.clone()).unwrap_or_default();
             ctx.event(&reference, false, "SnapshotSucceeded", format!("kopia snapshot {id} created")).await;
