@@ -251,6 +251,89 @@ pub fn summarize(pod: &Pod) -> PodSummary {
     }
 }
 
+/// How long to wait before the next wedged-pod check of an active Job: just after the Job (or
+/// the youngest unstarted pod) could outlast the deadline, never later than `cap` (the caller's
+/// usual await requeue). `None` keeps the caller's default.
+pub fn requeue_after(
+    deadline: Duration,
+    job_created: Option<DateTime<Utc>>,
+    recheck_at: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    cap: Duration,
+) -> Option<Duration> {
+    let job_due = job_due(job_created, now, deadline).err().flatten();
+    let at = [job_due, recheck_at].into_iter().flatten().filter(|t| *t > now).min()?;
+    Some((at - now).min(cap))
+}
+
+/// The API side of the check, shared by every run path that watches a mover Job (Snapshot,
+/// Restore, Maintenance, RepositoryReplication; bootstrap and probe Jobs ignore the deadline).
+pub mod io {
+    use chrono::{DateTime, Duration, Utc};
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{DeleteParams, ListParams, Preconditions};
+    use kube::{Api, Client, ResourceExt};
+
+    use super::Verdict;
+
+    /// Most pods one check reads (a mover Job has `backoffLimit + 1` pods at most).
+    const POD_LIST_LIMIT: u32 = 50;
+
+    /// The Job's creationTimestamp.
+    pub fn job_created(job: &Job) -> Option<DateTime<Utc>> {
+        job.metadata.creation_timestamp.as_ref().and_then(super::time)
+    }
+
+    /// The check for an active mover Job: only once the Job is older than the deadline, one
+    /// bounded LIST of its pods by `job-name` (no pod watch). A failed LIST is logged and reads
+    /// as not wedged; the next requeue tries again.
+    pub async fn check(client: &Client, job: &Job, deadline: Duration, now: DateTime<Utc>) -> Verdict {
+        let created = job_created(job);
+        if let Err(recheck_at) = super::job_due(created, now, deadline) {
+            return Verdict::NotWedged { recheck_at };
+        }
+        let ns = job.namespace().unwrap_or_default();
+        let name = job.name_any();
+        let lp = ListParams::default().labels(&format!("job-name={name}")).limit(POD_LIST_LIMIT);
+        let pods = match Api::<Pod>::namespaced(client.clone(), &ns).list(&lp).await {
+            Ok(list) => list.items,
+            Err(e) => {
+                tracing::warn!(error = %e, job = %name, namespace = %ns, "listing the mover Job's pods failed");
+                return Verdict::NotWedged { recheck_at: None };
+            }
+        };
+        // Only pods this very Job owns (a same-named predecessor's pods may linger).
+        let summaries: Vec<_> = pods
+            .iter()
+            .filter(|p| p.owner_references().iter().any(|o| Some(&o.uid) == job.metadata.uid.as_ref()))
+            .map(super::summarize)
+            .collect();
+        let verdict = super::evaluate(&name, created, now, deadline, &summaries);
+        if let Verdict::Wedged { message } = &verdict {
+            tracing::warn!(job = %name, namespace = %ns, %message, "mover pod wedged");
+        }
+        verdict
+    }
+
+    /// Deletes a wedged mover Job (Background propagation, guarded by its uid). Already gone
+    /// is fine; any other failure is logged and retried by the plan's requeue.
+    pub async fn delete_job(client: &Client, job: &Job) {
+        let ns = job.namespace().unwrap_or_default();
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions { uid: job.metadata.uid.clone(), resource_version: None }),
+            ..DeleteParams::background()
+        };
+        match Api::<Job>::namespaced(client.clone(), &ns).delete(&job.name_any(), &dp).await {
+            Ok(_) => tracing::info!(job = %job.name_any(), namespace = %ns, "deleted the wedged mover Job"),
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) => {
+                tracing::warn!(error = %e, job = %job.name_any(), namespace = %ns, "deleting the wedged mover Job failed")
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,8 +8,10 @@
 //! `CreateContainerConfigError` ("couldn't find key KOPIA_PASSWORD in Secret …"), as a kubelet
 //! does. With `podStartupDeadlineSeconds: 1` the Snapshot must fail with `MoverPodWedged`, its
 //! Job must be deleted, exactly one `MoverPodWedged` Warning Event must be emitted, and the
-//! repository must not be nudged (the backend is not at fault). Once the copy is fixed, a new
-//! Snapshot with the same 1 s deadline succeeds: a healthy pod is not taken for a wedged one.
+//! repository must not be nudged (the backend is not at fault). A Restore in the same namespace
+//! wedges the same way and fails `MoverPodWedged` with its Job deleted. Once the copy is fixed, a
+//! new Snapshot and a Restore of it, both with the same 1 s deadline, succeed: a healthy pod is
+//! not taken for a wedged one.
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
@@ -17,7 +19,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kopiur_api::names::annotation;
-use kopiur_api::{Repository, Snapshot};
+use kopiur_api::{Repository, Restore, Snapshot};
 use kopiur_testenv::TestEnv;
 use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
@@ -36,6 +38,14 @@ fn snap_phase(s: &Snapshot) -> String {
 
 fn snap_cond(s: &Snapshot, type_: &str) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
     s.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_).cloned()
+}
+
+fn restore_phase(r: &Restore) -> String {
+    r.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+}
+
+fn restore_cond(r: &Restore, type_: &str) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    r.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_).cloned()
 }
 
 fn repo_phase(r: &Repository) -> String {
@@ -243,6 +253,65 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
     );
     assert_eq!(repo_phase(&r), "Ready", "the repository is untouched");
 
+    // A Restore in the same namespace wedges the same way (its Job reads the same copy).
+    let restores: Api<Restore> = Api::namespaced(client.clone(), &ns);
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
+            "metadata": {"name": "wedged", "namespace": ns},
+            "spec": {"repository": {"name": "r", "namespace": repo_ns},
+                     "source": {"identity": {"username": "p", "hostname": ns}},
+                     "target": {"pvc": {"name": "restored-wedged", "capacity": "1Gi"}},
+                     "failurePolicy": {"podStartupDeadlineSeconds": 1}}
+        }),
+    )
+    .await?;
+    let restore_job = wait_for("the wedged restore Job", Duration::from_secs(180), &log, || async {
+        Ok(jobs.get_opt("wedged-restore").await?)
+    })
+    .await?;
+    let restore_job_seen = Instant::now();
+    let restore_job_uid = restore_job.uid().context("restore job uid")?;
+    let rfailed = wait_for("the wedged Restore Failed", Duration::from_secs(240), &log, || async {
+        let r = restores.get("wedged").await?;
+        ensure!(restore_phase(&r) != "Completed", "a pod without its password cannot restore");
+        Ok((restore_phase(&r) == "Failed").then_some(r))
+    })
+    .await?;
+    let restore_to_failed = restore_job_seen.elapsed();
+    let rready = restore_cond(&rfailed, "Ready").context("Restore Ready condition")?;
+    println!("wedged Restore Ready: {} / {}", rready.reason, rready.message);
+    assert_eq!(rready.reason, "MoverPodWedged", "{rready:?}");
+    assert!(
+        rready.message.contains("CreateContainerConfigError")
+            && rready.message.contains(&format!("couldn't find key KOPIA_PASSWORD in Secret {ns}/kopia")),
+        "{rready:?}"
+    );
+    wait_for("the wedged restore Job deleted", Duration::from_secs(120), &log, || async {
+        Ok(match jobs.get_opt("wedged-restore").await? {
+            None => Some(()),
+            Some(j) => {
+                ensure!(j.uid().as_deref() == Some(restore_job_uid.as_str()), "a second restore Job was created");
+                None
+            }
+        })
+    })
+    .await?;
+    let restore_to_job_gone = restore_job_seen.elapsed();
+    // The Failed Restore keeps its reason on later reconciles.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rstill = restores.get("wedged").await?;
+    assert_eq!(restore_phase(&rstill), "Failed");
+    assert_eq!(restore_cond(&rstill, "Ready").map(|c| c.reason).as_deref(), Some("MoverPodWedged"));
+    assert!(jobs.get_opt("wedged-restore").await?.is_none(), "no restore Job is launched again");
+    assert_eq!(
+        repos.get("r").await?.annotations().get(annotation::REVERIFY_REQUESTED_AT),
+        nudge_before.as_ref(),
+        "a wedged restore pod does not nudge the repository"
+    );
+
     // The user fixes the copy; a new Snapshot under the same 1 s deadline succeeds.
     let fix = json!({"stringData": {"KOPIA_PASSWORD": "wedged e2e"}});
     secrets.patch("kopia", &PatchParams::default(), &Patch::Merge(&fix)).await?;
@@ -271,6 +340,37 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
     let to_success = after_created.elapsed();
     let id = ok.status.as_ref().and_then(|s| s.snapshot.as_ref()).and_then(|x| x.kopia_snapshot_id.clone());
     assert!(id.as_deref().is_some_and(|i| !i.is_empty()), "a kopia snapshot id is recorded: {:?}", ok.status);
+    // And a Restore of it under the same deadline completes with the data.
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
+            "metadata": {"name": "after", "namespace": ns},
+            "spec": {"source": {"fromPolicy": {"name": "p"}},
+                     "target": {"pvc": {"name": "restored", "capacity": "1Gi"}},
+                     "failurePolicy": {"podStartupDeadlineSeconds": 1}}
+        }),
+    )
+    .await?;
+    let restore_created = Instant::now();
+    let done = wait_for("the Restore after the fix Completed", Duration::from_secs(300), &log, || async {
+        let r = restores.get("after").await?;
+        ensure!(
+            restore_phase(&r) != "Failed",
+            "restore after failed: {:?} {:?}",
+            restore_cond(&r, "Ready"),
+            r.status.as_ref().and_then(|x| x.failure.clone())
+        );
+        Ok((restore_phase(&r) == "Completed").then_some(r))
+    })
+    .await?;
+    let restore_to_done = restore_created.elapsed();
+    let restored_id = done.status.as_ref().and_then(|s| s.resolved.as_ref()).and_then(|r| r.kopia_snapshot_id.clone());
+    assert_eq!(restored_id, id, "the Restore restored the Snapshot taken after the fix");
+    let target = pvcs.get("restored").await?;
+    let out = kopiur_testenv::node::provisioner::pv_dir(&env.node_state_dir(), &target.uid().context("uid")?);
+    assert_eq!(std::fs::read(out.join("state.txt"))?, b"backed up once the Secret copy is fixed\n");
     let (wedged_after, _) = occurrences(&client, &ns, "after", "MoverPodWedged").await?;
     assert_eq!(wedged_after, 0, "a healthy pod is never taken for a wedged one");
     assert_eq!(
@@ -282,7 +382,9 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
     println!(
         "figures: Snapshot applied -> Job seen {:.1} s; pod seen waiting ({}) {}; Job seen -> Snapshot Failed {:.1} s; \
          -> Job deleted {:.1} s; -> pod gone {:.1} s; MoverPodWedged Events {after}; \
-         fixed Snapshot applied -> Succeeded {:.1} s (kopia id {}); whole test {:.1} s",
+         fixed Snapshot applied -> Succeeded {:.1} s (kopia id {}); \
+         restore Job seen -> Restore Failed {:.1} s, -> Job deleted {:.1} s; fixed Restore -> Completed {:.1} s; \
+         whole test {:.1} s",
         (job_seen - created).as_secs_f64(),
         pod_waiting.as_ref().map_or("not caught by the poll", |(_, r)| r.as_str()),
         pod_waiting.as_ref().map_or(String::new(), |(d, _)| format!("{:.1} s after the Job", d.as_secs_f64())),
@@ -290,7 +392,10 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
         to_job_gone.as_secs_f64(),
         to_pod_gone.as_secs_f64(),
         to_success.as_secs_f64(),
-        id.unwrap_or_default(),
+        id.clone().unwrap_or_default(),
+        restore_to_failed.as_secs_f64(),
+        restore_to_job_gone.as_secs_f64(),
+        restore_to_done.as_secs_f64(),
         started.elapsed().as_secs_f64(),
     );
     drop(op);

@@ -306,7 +306,13 @@ fn running(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
                     waiting("BackupRunning", "the mover Job is running"),
                     Step::AwaitJob,
                 );
-                d.requeue_after = pod_check_requeue(f.pod_startup_deadline, f.job_created, *recheck_at, now);
+                d.requeue_after = crate::wedged::requeue_after(
+                    f.pod_startup_deadline,
+                    f.job_created,
+                    *recheck_at,
+                    now,
+                    Duration::seconds(PARKED_REQUEUE_SECONDS),
+                );
                 d
             }
             Verdict::Wedged { message } => {
@@ -353,20 +359,6 @@ fn running(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
             failed_terminal(f, "MoverJobLost", failure, true, now)
         }
     }
-}
-
-/// When to come back for the wedged-pod check of an active Job: just after the Job (or the
-/// youngest unstarted pod) could outlast the pod startup deadline, never later than the usual
-/// 300 s await requeue. `None` keeps that default.
-fn pod_check_requeue(
-    deadline: Duration,
-    created: Option<DateTime<Utc>>,
-    recheck_at: Option<DateTime<Utc>>,
-    now: DateTime<Utc>,
-) -> Option<Duration> {
-    let job_due = crate::wedged::job_due(created, now, deadline).err().flatten();
-    let at = [job_due, recheck_at].into_iter().flatten().filter(|t| *t > now).min()?;
-    Some((at - now).min(Duration::seconds(PARKED_REQUEUE_SECONDS)))
 }
 
 /// The preflight gate (after the repository gate and the ReadOnly refusal): `None` lets the

@@ -4,14 +4,13 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
 use kopiur_api::names::{annotation, event, finalizer, label, reason};
 use kopiur_api::shared::phase::SnapshotOrigin;
 use kopiur_api::shared::status::{ResolvedRepository, Timing};
 use kopiur_api::shared::{FailurePolicy, RepositoryKind, RepositoryRef};
 use kopiur_api::snapshot::{JobRef, SnapshotPhase, SnapshotResolved, SnapshotStatus};
 use kopiur_api::{Snapshot, SnapshotPolicy};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
@@ -36,62 +35,6 @@ pub fn job_state(job: Option<&Job>) -> JobState {
         };
     }
     JobState::Active
-}
-
-/// Most pods one wedged-pod check reads (a backup Job has `backoffLimit + 1` pods at most).
-const POD_LIST_LIMIT: u32 = 50;
-
-/// The wedged-pod check (spec §1.4) for an active backup Job: only once the Job is older than
-/// the pod startup deadline, one bounded LIST of its pods by `job-name` (no pod watch). A failed
-/// LIST is logged and reads as not wedged; the next requeue tries again.
-async fn check_wedged(ctx: &PipelineCtx, job: &Job, deadline: chrono::Duration, now: DateTime<Utc>) -> Verdict {
-    let created = job_created(job);
-    if let Err(recheck_at) = crate::wedged::job_due(created, now, deadline) {
-        return Verdict::NotWedged { recheck_at };
-    }
-    let ns = job.namespace().unwrap_or_default();
-    let name = job.name_any();
-    let lp = ListParams::default().labels(&format!("job-name={name}")).limit(POD_LIST_LIMIT);
-    let pods = match Api::<Pod>::namespaced(ctx.client.clone(), &ns).list(&lp).await {
-        Ok(list) => list.items,
-        Err(e) => {
-            tracing::warn!(error = %e, job = %name, namespace = %ns, "listing the mover Job's pods failed");
-            return Verdict::NotWedged { recheck_at: None };
-        }
-    };
-    // Only pods this very Job owns (a same-named predecessor's pods may linger).
-    let summaries: Vec<_> = pods
-        .iter()
-        .filter(|p| p.owner_references().iter().any(|o| Some(&o.uid) == job.metadata.uid.as_ref()))
-        .map(crate::wedged::summarize)
-        .collect();
-    let verdict = crate::wedged::evaluate(&name, created, now, deadline, &summaries);
-    match &verdict {
-        Verdict::Wedged { message } => tracing::warn!(job = %name, namespace = %ns, %message, "mover pod wedged"),
-        Verdict::NotWedged { .. } => {}
-    }
-    verdict
-}
-
-fn job_created(job: &Job) -> Option<DateTime<Utc>> {
-    job.metadata.creation_timestamp.as_ref().and_then(|t| DateTime::<Utc>::from_timestamp(t.0.as_second(), 0))
-}
-
-/// Deletes a wedged backup Job (Background propagation, guarded by its uid). Already gone is
-/// fine; any other failure is logged and retried by the plan's requeue.
-async fn delete_wedged_job(ctx: &PipelineCtx, job: &Job) {
-    let ns = job.namespace().unwrap_or_default();
-    let dp = DeleteParams {
-        preconditions: Some(Preconditions { uid: job.metadata.uid.clone(), resource_version: None }),
-        ..DeleteParams::background()
-    };
-    match Api::<Job>::namespaced(ctx.client.clone(), &ns).delete(&job.name_any(), &dp).await {
-        Ok(_) => tracing::info!(job = %job.name_any(), namespace = %ns, "deleted the wedged mover Job"),
-        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-        Err(e) => {
-            tracing::warn!(error = %e, job = %job.name_any(), namespace = %ns, "deleting the wedged mover Job failed")
-        }
-    }
 }
 
 /// The repository a Snapshot targets: the pin, else `spec.repository`, else the policy's
@@ -269,7 +212,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         && job_facts == JobState::Active
         && let Some(j) = &job
     {
-        pods = check_wedged(ctx, j, pod_startup_deadline, now).await;
+        pods = crate::wedged::io::check(&ctx.client, j, pod_startup_deadline, now).await;
     }
     let facts = RunFacts {
         phase: phase.clone(),
@@ -286,7 +229,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         source_missing_since: status.source_missing_since,
         work_spec,
         job: job_facts,
-        job_created: job.as_deref().and_then(job_created),
+        job_created: job.as_deref().and_then(crate::wedged::io::job_created),
         pod_startup_deadline,
         pods,
         failure: status.failure.clone(),
@@ -378,7 +321,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         && written
         && let Some(j) = &job
     {
-        delete_wedged_job(ctx, j).await;
+        crate::wedged::io::delete_job(&ctx.client, j).await;
     }
 
     let reference = snap.object_ref(&());
