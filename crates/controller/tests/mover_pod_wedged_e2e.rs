@@ -9,7 +9,8 @@
 //! does. With `podStartupDeadlineSeconds: 1` the Snapshot must fail with `MoverPodWedged`, its
 //! Job must be deleted, exactly one `MoverPodWedged` Warning Event must be emitted, and the
 //! repository must not be nudged (the backend is not at fault). A Restore in the same namespace
-//! wedges the same way and fails `MoverPodWedged` with its Job deleted. Once the copy is fixed, a
+//! wedges the same way and fails `MoverPodWedged` with its Job deleted, and so does a manual
+//! Maintenance run (a failed run, one `MoverPodWedged` Event). Once the copy is fixed, a
 //! new Snapshot and a Restore of it, both with the same 1 s deadline, succeed: a healthy pod is
 //! not taken for a wedged one.
 use std::time::{Duration, Instant};
@@ -18,8 +19,9 @@ use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
-use kopiur_api::names::annotation;
-use kopiur_api::{Repository, Restore, Snapshot};
+use kopiur_api::names::{annotation, label};
+use kopiur_api::shared::phase::ManualRunPhase;
+use kopiur_api::{Maintenance, Repository, Restore, Snapshot};
 use kopiur_testenv::TestEnv;
 use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
@@ -312,6 +314,67 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
         "a wedged restore pod does not nudge the repository"
     );
 
+    // A manual run of a Maintenance in this namespace (its Jobs read the same copy) is a failed
+    // run: recorded once, its Job deleted, one MoverPodWedged Event, no nudge.
+    let maints: Api<Maintenance> = Api::namespaced(client.clone(), &ns);
+    let requested = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Maintenance",
+            "metadata": {"name": "m", "namespace": ns, "annotations": {annotation::RUN_REQUESTED: requested}},
+            "spec": {"repository": {"name": "r", "namespace": repo_ns}, "failurePolicy": {"podStartupDeadlineSeconds": 1}}
+        }),
+    )
+    .await?;
+    let by_maint = ListParams::default().labels(&format!("{}=m", label::MAINTENANCE));
+    let maint_job = wait_for("the wedged maintenance Job", Duration::from_secs(180), &log, || async {
+        Ok(jobs.list(&by_maint).await?.items.into_iter().next())
+    })
+    .await?;
+    let maint_job_seen = Instant::now();
+    let maint_job_name = maint_job.name_any();
+    let mfailed = wait_for("the wedged manual maintenance run Failed", Duration::from_secs(240), &log, || async {
+        let m = maints.get("m").await?;
+        let run = m.status.as_ref().and_then(|s| s.manual_run.clone());
+        ensure!(run.as_ref().is_none_or(|r| r.phase != ManualRunPhase::Succeeded), "it cannot have run: {run:?}");
+        Ok(run.is_some_and(|r| r.phase == ManualRunPhase::Failed).then_some(m))
+    })
+    .await?;
+    let maint_to_failed = maint_job_seen.elapsed();
+    let mst = mfailed.status.clone().unwrap_or_default();
+    assert_eq!(mst.manual_run.as_ref().map(|r| r.requested_at.as_str()), Some(requested.as_str()));
+    assert_eq!(mst.quick.as_ref().map(|q| q.consecutive_failures), Some(1), "one failed quick run: {mst:?}");
+    assert!(mst.quick.as_ref().is_some_and(|q| q.last_run_at.is_none()), "no successful run: {mst:?}");
+    wait_for("the wedged maintenance Job deleted", Duration::from_secs(120), &log, || async {
+        Ok(jobs.list(&by_maint).await?.items.is_empty().then_some(()))
+    })
+    .await?;
+    let maint_to_job_gone = maint_job_seen.elapsed();
+    let (mn, mevs) = wait_for("the Maintenance's MoverPodWedged Event", Duration::from_secs(60), &log, || async {
+        let (n, evs) = occurrences(&client, &ns, "m", "MoverPodWedged").await?;
+        Ok((n > 0).then_some((n, evs)))
+    })
+    .await?;
+    let mnote = mevs[0].note.clone().unwrap_or_default();
+    println!("wedged maintenance Event: {mnote}");
+    assert!(
+        mnote.contains(&format!("of Job {maint_job_name}")) && mnote.contains("CreateContainerConfigError"),
+        "{mnote}"
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (mn_after, mevs) = occurrences(&client, &ns, "m", "MoverPodWedged").await?;
+    assert_eq!((mn, mn_after), (1, 1), "one MoverPodWedged Event for the Maintenance: {mevs:?}");
+    let mstill = maints.get("m").await?.status.unwrap_or_default();
+    assert_eq!(mstill.quick.as_ref().map(|q| q.consecutive_failures), Some(1), "counted once");
+    assert!(jobs.list(&by_maint).await?.items.is_empty(), "nothing relaunched");
+    assert_eq!(
+        repos.get("r").await?.annotations().get(annotation::REVERIFY_REQUESTED_AT),
+        nudge_before.as_ref(),
+        "a wedged maintenance pod does not nudge the repository"
+    );
+
     // The user fixes the copy; a new Snapshot under the same 1 s deadline succeeds.
     let fix = json!({"stringData": {"KOPIA_PASSWORD": "wedged e2e"}});
     secrets.patch("kopia", &PatchParams::default(), &Patch::Merge(&fix)).await?;
@@ -384,6 +447,7 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
          -> Job deleted {:.1} s; -> pod gone {:.1} s; MoverPodWedged Events {after}; \
          fixed Snapshot applied -> Succeeded {:.1} s (kopia id {}); \
          restore Job seen -> Restore Failed {:.1} s, -> Job deleted {:.1} s; fixed Restore -> Completed {:.1} s; \
+         maintenance Job seen -> manual run Failed {:.1} s, -> Job deleted {:.1} s; \
          whole test {:.1} s",
         (job_seen - created).as_secs_f64(),
         pod_waiting.as_ref().map_or("not caught by the poll", |(_, r)| r.as_str()),
@@ -396,6 +460,8 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
         restore_to_failed.as_secs_f64(),
         restore_to_job_gone.as_secs_f64(),
         restore_to_done.as_secs_f64(),
+        maint_to_failed.as_secs_f64(),
+        maint_to_job_gone.as_secs_f64(),
         started.elapsed().as_secs_f64(),
     );
     drop(op);
