@@ -1,7 +1,9 @@
 //! Wedged mover pods (spec §1.4): a pod whose container stays waiting on an image or container
 //! configuration problem, or that stays unschedulable, for longer than the operation's
-//! `podStartupDeadlineSeconds`. The verdict is pure; callers build a [`PodSummary`] per pod of
-//! the Job (one bounded LIST by `job-name`, no pod watch) and act on [`Verdict::Wedged`].
+//! `podStartupDeadlineSeconds`. The verdict is pure; [`io`] builds a [`PodSummary`] per pod of
+//! the Job (one bounded LIST by `job-name`, no pod watch) and deletes a wedged Job. The Snapshot,
+//! Restore, Maintenance and RepositoryReplication run paths act on [`Verdict::Wedged`]; bootstrap
+//! and probe Jobs are never checked.
 //!
 //! Conservative by construction: a pod is wedged only when its wedged state has provably lasted
 //! longer than the deadline. A missing timestamp, a pod being deleted or already terminal, or a
