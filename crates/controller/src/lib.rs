@@ -20,3 +20,4 @@ pub mod restore;
 pub mod snapshot;
 pub mod snapshot_policy;
 pub mod snapshot_schedule;
+pub mod wedged;

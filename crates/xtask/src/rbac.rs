@@ -35,7 +35,7 @@ const KIND_STATUS: &[&str] = &[
 ];
 
 /// The controller: reads every kopiur kind, writes only their status; owns Jobs and result
-/// ConfigMaps; watches Secrets metadata-only (values never reach it); creates the mover's
+/// ConfigMaps; reads (never watches) mover pods; watches Secrets metadata-only (values never reach it); creates the mover's
 /// ServiceAccount and RoleBinding, and may bind only the mover ClusterRole.
 const CONTROLLER: &[Rule] = &[
     Rule { group: "kopiur.home-operations.com", resources: KINDS, verbs: &["get", "list", "watch"], names: &[] },
@@ -84,6 +84,9 @@ const CONTROLLER: &[Rule] = &[
     Rule { group: "", resources: &["persistentvolumeclaims"], verbs: &["get", "list", "watch", "create"], names: &[] },
     Rule { group: "batch", resources: &["jobs"], verbs: &["get", "list", "watch", "create", "delete"], names: &[] },
     Rule { group: "", resources: &["configmaps"], verbs: &["get", "create", "patch", "delete"], names: &[] },
+    // The wedged mover pod check (spec §1.4): one bounded LIST by `job-name`, no watch, no
+    // logs, no exec.
+    Rule { group: "", resources: &["pods"], verbs: &["get", "list"], names: &[] },
     Rule { group: "", resources: &["secrets"], verbs: &["list", "watch"], names: &[] },
     Rule { group: "", resources: &["namespaces"], verbs: &["get", "list", "watch"], names: &[] },
     Rule { group: "", resources: &["serviceaccounts"], verbs: &["get", "create", "patch"], names: &[] },
@@ -150,6 +153,20 @@ mod tests {
         assert!(!mover.contains("secrets"));
         assert!(!mover.contains("\"create\""));
         assert!(!mover.contains("\"delete\""));
+    }
+
+    #[test]
+    fn controller_pod_access_is_get_list_only() {
+        let y = render();
+        let ctl = y.split("---").next().unwrap();
+        let pods: Vec<&str> = ctl.split("  - apiGroups").filter(|r| r.contains("\"pods")).collect();
+        assert_eq!(pods.len(), 1, "one pods rule and no pod subresources: {pods:?}");
+        assert!(pods[0].starts_with(": [\"\"]"), "the core group: {}", pods[0]);
+        assert!(pods[0].contains("resources: [\"pods\"]"), "{}", pods[0]);
+        assert!(pods[0].contains("verbs: [\"get\", \"list\"]"), "no watch, no writes: {}", pods[0]);
+        assert!(!ctl.contains("pods/log") && !ctl.contains("pods/exec"), "no logs, no exec");
+        let mover = y.split("---").nth(1).unwrap();
+        assert!(!mover.contains("pods"), "the mover never reads pods");
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "catalog_e2e",
     "pipeline_e2e",
     "e2e_repository",
+    "mover_pod_wedged_e2e",
     "helm_install",
     "job_in_cluster",
     "node_restart",

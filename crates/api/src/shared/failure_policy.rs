@@ -14,7 +14,8 @@ pub struct FailurePolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub active_deadline_seconds: Option<i64>,
-    /// How long a pod may stay unstarted before the run fails with `MoverPodWedged`.
+    /// How long a pod may stay unstarted before the run fails with `MoverPodWedged`; bootstrap and
+    /// probe Jobs ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub pod_startup_deadline_seconds: Option<i64>,

@@ -117,6 +117,65 @@ pub struct RunJob {
     /// `quick` / `full` for maintenance; empty for replication.
     pub mode: String,
     pub state: JobState,
+    /// The wedged-pod check of an active Job (`crate::wedged`, filled in by [`check_pods`]);
+    /// `NotWedged { recheck_at: None }` when nobody looked.
+    pub pods: crate::wedged::Verdict,
+}
+
+impl RunJob {
+    /// The wedged-pod message of an active Job whose pod is wedged.
+    pub fn wedged(&self) -> Option<&str> {
+        match (&self.state, &self.pods) {
+            (JobState::Active, crate::wedged::Verdict::Wedged { message }) => Some(message),
+            _ => None,
+        }
+    }
+}
+
+/// The wedged-pod check (spec §1.4) of every active Job among `jobs` (at most one under single
+/// flight), against the Jobs in `store`: sets each one's `pods` verdict and returns how soon a
+/// Job still under watch wants to be looked at again (capped at the 300 s safety net).
+pub async fn check_pods(
+    client: &kube::Client,
+    store: &kube::runtime::reflector::Store<Job>,
+    namespace: &str,
+    jobs: &mut [RunJob],
+    deadline: Duration,
+    now: DateTime<Utc>,
+) -> Option<std::time::Duration> {
+    let mut recheck: Option<Duration> = None;
+    for rj in jobs.iter_mut().filter(|j| j.state == JobState::Active) {
+        let Some(job) = store.get(&kube::runtime::reflector::ObjectRef::new(&rj.name).within(namespace)) else {
+            continue;
+        };
+        rj.pods = crate::wedged::io::check(client, &job, deadline, now).await;
+        if let crate::wedged::Verdict::NotWedged { recheck_at } = &rj.pods
+            && let Some(after) = crate::wedged::requeue_after(
+                deadline,
+                crate::wedged::io::job_created(&job),
+                *recheck_at,
+                now,
+                Duration::seconds(300),
+            )
+        {
+            recheck = Some(recheck.map_or(after, |r| r.min(after)));
+        }
+    }
+    recheck.and_then(|r| r.to_std().ok())
+}
+
+/// Deletes the named wedged Jobs (found in `store`; Background propagation, uid precondition).
+pub async fn delete_wedged(
+    client: &kube::Client,
+    store: &kube::runtime::reflector::Store<Job>,
+    namespace: &str,
+    names: &[String],
+) {
+    for name in names {
+        if let Some(job) = store.get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace)) {
+            crate::wedged::io::delete_job(client, &job).await;
+        }
+    }
 }
 
 /// Reads a Job's run annotations (`slot_key` holds the slot as RFC 3339, `run-mode` the
@@ -141,6 +200,7 @@ pub fn run_job(job: &Job, slot_key: &str) -> RunJob {
         manual,
         mode,
         state: crate::snapshot::reconcile::job_state(Some(job)),
+        pods: crate::wedged::Verdict::NotWedged { recheck_at: None },
     }
 }
 

@@ -29,6 +29,8 @@ pub struct MaintFacts {
     pub takeover: TakeoverPolicy,
     /// Secrets the Job needs that do not exist in this namespace.
     pub missing_secrets: Vec<String>,
+    /// How soon the active Job's wedged-pod check wants to run again (`common::check_pods`).
+    pub pod_recheck: Option<std::time::Duration>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,6 +50,9 @@ pub struct Recorded {
     pub mode: String,
     /// `succeeded`, `failed` or `yielded`.
     pub outcome: &'static str,
+    /// A run that failed because its mover pod was wedged: the message (one `MoverPodWedged`
+    /// Warning Event).
+    pub wedged: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -59,6 +64,8 @@ pub struct MaintDecision {
     /// A malformed `run-requested` value to warn about (`InvalidRunRequest`).
     pub invalid_request: Option<String>,
     pub requeue: std::time::Duration,
+    /// Jobs whose mover pod is wedged: deleted once the status write landed.
+    pub delete_jobs: Vec<String>,
 }
 
 fn mode_of(raw: Option<&str>) -> RunMode {
@@ -90,6 +97,16 @@ fn lease(f: &MaintFacts, st: &MaintenanceStatus) -> Option<(bool, String)> {
 }
 
 pub fn plan(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
+    let mut d = plan_inner(f, now);
+    // A wedged Job is deleted whatever else happens (again, while its delete has not landed).
+    d.delete_jobs = f.jobs.iter().filter(|j| j.wedged().is_some()).map(|j| j.name.clone()).collect();
+    if let Some(r) = f.pod_recheck {
+        d.requeue = d.requeue.min(r.max(std::time::Duration::from_secs(1)));
+    }
+    d
+}
+
+fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
     let mut st = f.status.clone();
     let mut d = MaintDecision {
         status: st.clone(),
@@ -98,6 +115,7 @@ pub fn plan(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
         recorded: vec![],
         invalid_request: None,
         requeue: std::time::Duration::from_secs(300),
+        delete_jobs: vec![],
     };
     let (quick, full) = match &f.schedules {
         Ok(s) => s,
@@ -114,12 +132,14 @@ pub fn plan(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
     tier(&mut st, run_mode::FULL).next_scheduled_at = fl.map(|n| n.at);
 
     // Record terminal Jobs once: scheduled runs by the tier's lastHandledAt, manual runs by
-    // the manualRun they answer.
+    // the manualRun they answer. A Job whose mover pod is wedged is a failed run (its Job is
+    // deleted, spec §1.4).
     let owned = lease(f, &st);
     for j in &f.jobs {
         let ok = match &j.state {
             JobState::Complete { .. } => true,
             JobState::Failed { .. } => false,
+            JobState::Active if j.wedged().is_some() => false,
             JobState::Absent | JobState::Active => continue,
         };
         let end = match &j.state {
@@ -157,7 +177,12 @@ pub fn plan(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
                 "failed"
             }
         };
-        d.recorded.push(Recorded { job: j.name.clone(), mode: j.mode.clone(), outcome });
+        d.recorded.push(Recorded {
+            job: j.name.clone(),
+            mode: j.mode.clone(),
+            outcome,
+            wedged: j.wedged().map(str::to_string),
+        });
     }
 
     // The lease became ours: stamp when (once per claim).
@@ -231,8 +256,8 @@ pub fn plan(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
         d
     };
 
-    // Single flight: one Job per Maintenance.
-    if let Some(j) = f.jobs.iter().find(|j| j.state == JobState::Active) {
+    // Single flight: one Job per Maintenance (a wedged one is on its way out).
+    if let Some(j) = f.jobs.iter().find(|j| j.state == JobState::Active && j.wedged().is_none()) {
         let msg = format!("{} maintenance run {} is in progress", j.mode, j.name);
         return finish(d, st, trio(Standing::Ready, reason::MAINTENANCE_SCHEDULED, msg));
     }
@@ -342,6 +367,7 @@ mod tests {
             aliases: vec![],
             takeover: TakeoverPolicy::Never,
             missing_secrets: vec![],
+            pod_recheck: None,
         }
     }
 
@@ -358,7 +384,68 @@ mod tests {
             manual: manual.map(Into::into),
             mode: mode.into(),
             state,
+            pods: crate::wedged::Verdict::NotWedged { recheck_at: None },
         }
+    }
+
+    #[test]
+    fn a_wedged_run_fails_once_and_its_job_is_deleted() {
+        let mut f = facts();
+        f.status = plan(&f, t(4, 0)).status;
+        let l = plan(&f, t(6, 0));
+        assert!(l.launch.is_some());
+        f.status = l.status;
+        let message = "mover pod m-quick-1-x of Job m-quick-1 has been container mover waiting with ImagePullBackOff";
+        f.jobs = vec![job("m-quick-1", "quick", t(6, 0), None, JobState::Active)];
+        // Not wedged yet: in flight; the check's recheck bounds the requeue.
+        f.pod_recheck = Some(std::time::Duration::from_secs(42));
+        let d = plan(&f, t(6, 1));
+        assert!(d.recorded.is_empty() && d.delete_jobs.is_empty());
+        assert!(ready(&d).1 == CondStatus::True && d.conditions[0].message.contains("in progress"));
+        assert_eq!(d.requeue, std::time::Duration::from_secs(42));
+        // Wedged: recorded as a failed run with its message, the Job deleted, nothing launched.
+        f.pod_recheck = None;
+        f.jobs[0].pods = crate::wedged::Verdict::Wedged { message: message.into() };
+        let d = plan(&f, t(6, 6));
+        assert_eq!(
+            d.recorded,
+            vec![Recorded {
+                job: "m-quick-1".into(),
+                mode: "quick".into(),
+                outcome: "failed",
+                wedged: Some(message.into())
+            }]
+        );
+        assert_eq!(d.delete_jobs, vec!["m-quick-1".to_string()]);
+        let quick = d.status.quick.as_ref().unwrap();
+        assert_eq!((quick.consecutive_failures, quick.last_handled_at), (1, Some(t(6, 0))));
+        assert_eq!(quick.last_run_at, None, "a wedged run is no successful run");
+        assert_eq!(d.launch, None);
+        assert_eq!(ready(&d).0, reason::MAINTENANCE_SCHEDULED, "the next slot retries");
+        assert!(!d.conditions[0].message.contains("in progress"), "the wedged Job is not in flight");
+        // Re-planned with the failure written while the delete has not landed: deleted again,
+        // never counted twice.
+        f.status = d.status.clone();
+        let again = plan(&f, t(6, 7));
+        assert!(again.recorded.is_empty());
+        assert_eq!(again.delete_jobs, vec!["m-quick-1".to_string()]);
+        assert_eq!(again.status.quick.as_ref().unwrap().consecutive_failures, 1);
+        // A wedged manual run fails the manual run.
+        let mut f = facts();
+        f.status = plan(&f, t(4, 0)).status;
+        f.request = RunRequest::Requested("2026-07-17T04:30:00Z".into());
+        let l = plan(&f, t(4, 30));
+        f.status = l.status;
+        let mut j = job("m-quick-2", "quick", t(4, 30), Some("2026-07-17T04:30:00Z"), JobState::Active);
+        j.pods = crate::wedged::Verdict::Wedged { message: message.into() };
+        f.jobs = vec![j];
+        let d = plan(&f, t(4, 40));
+        let m = d.status.manual_run.as_ref().unwrap();
+        assert_eq!((m.phase.clone(), m.completed_at), (ManualRunPhase::Failed, Some(t(4, 40))));
+        assert_eq!(d.delete_jobs, vec!["m-quick-2".to_string()]);
+        // A wedged verdict on a Job that already finished is ignored.
+        f.jobs[0].state = JobState::Complete { at: Some(t(4, 41)) };
+        assert!(plan(&f, t(4, 42)).delete_jobs.is_empty());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use kopiur_api::Maintenance;
 use kopiur_api::domain::identity::{lease_host, lease_owner, maintenance_owner};
 use kopiur_api::maintenance::{RunMode, TakeoverPolicy};
 use kopiur_api::names::{annotation, event, label, run_mode, run_trigger};
-use kopiur_api::shared::RepositoryKind;
+use kopiur_api::shared::{FailurePolicy, RepositoryKind};
 use kopiur_kopia::cmd::Identity;
 use kopiur_mover::workspec::{MaintenanceMode, MaintenanceOp, Operation, TakeoverPolicy as MoverTakeover, TargetRef};
 use kube::api::PostParams;
@@ -79,18 +79,23 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
     let aliases: Vec<String> =
         ownership.owner_aliases.clone().unwrap_or_default().iter().map(|a| maintenance_owner(a)).collect();
     let missing = repo.as_ref().map(|r| ctx.missing_secrets(&ns, &r.secret_names())).unwrap_or_default();
+    let mut jobs = jobs_of(&ctx, &m);
+    let deadline =
+        chrono::Duration::seconds(FailurePolicy::resolved_pod_startup_deadline_seconds(m.spec.failure_policy.as_ref()));
+    let pod_recheck = common::check_pods(&ctx.client, &ctx.jobs, &ns, &mut jobs, deadline, now).await;
     let facts = MaintFacts {
         schedules,
         status: status.clone(),
         gate,
         read_only: repo.as_ref().is_some_and(RepoView::read_only),
-        jobs: jobs_of(&ctx, &m),
+        jobs,
         request: common::run_request(m.annotations()),
         mode: m.annotations().get(annotation::RUN_MODE).cloned(),
         expected_owner: expected_owner.clone(),
         aliases: aliases.clone(),
         takeover: ownership.takeover_policy,
         missing_secrets: missing,
+        pod_recheck,
     };
     let d = plan(&facts, now);
     let reference = m.object_ref(&());
@@ -122,7 +127,19 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
     next.observed_generation = m.meta().generation;
     next.conditions =
         crate::snapshot::ctx::merge(&status.conditions, &d.conditions, m.meta().generation.unwrap_or(0), now);
-    common::write_status(&Api::<Maintenance>::namespaced(ctx.client.clone(), &ns), m.as_ref(), &status, &next).await?;
+    // Unchanged counts as landed; a lost conflict re-decides on the newer object.
+    let written = status == next
+        || common::write_status(&Api::<Maintenance>::namespaced(ctx.client.clone(), &ns), m.as_ref(), &status, &next)
+            .await?;
+    if written {
+        // After the failed run is on record: deleting first would lose it if the write lost.
+        common::delete_wedged(&ctx.client, &ctx.jobs, &ns, &d.delete_jobs).await;
+        for r in &d.recorded {
+            if let Some(message) = &r.wedged {
+                ctx.event(&reference, true, event::MOVER_POD_WEDGED, message.clone()).await;
+            }
+        }
+    }
     Ok(Action::requeue(d.requeue))
 }
 

@@ -34,6 +34,8 @@ pub struct ReplFacts {
     pub missing_secrets: Vec<String>,
     /// The source's `reverify-requested-at` (failures nudge the source, spaced).
     pub reverify_requested_at: Option<DateTime<Utc>>,
+    /// How soon the active Job's wedged-pod check wants to run again (`common::check_pods`).
+    pub pod_recheck: Option<std::time::Duration>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,11 +56,26 @@ pub struct ReplDecision {
     pub invalid_request: Option<String>,
     pub nudge: bool,
     pub requeue: std::time::Duration,
+    /// Jobs whose mover pod is wedged: deleted once the status write landed.
+    pub delete_jobs: Vec<String>,
+    /// The run this reconcile recorded failed on a wedged mover pod: the message (one
+    /// `MoverPodWedged` Warning Event).
+    pub wedged: Option<String>,
 }
 
 const REPLICATING: &str = "Replicating";
 
 pub fn plan(f: &ReplFacts, now: DateTime<Utc>) -> ReplDecision {
+    let mut d = plan_inner(f, now);
+    // A wedged Job is deleted whatever else happens (again, while its delete has not landed).
+    d.delete_jobs = f.jobs.iter().filter(|j| j.wedged().is_some()).map(|j| j.name.clone()).collect();
+    if let Some(r) = f.pod_recheck {
+        d.requeue = d.requeue.min(r.max(std::time::Duration::from_secs(1)));
+    }
+    d
+}
+
+fn plan_inner(f: &ReplFacts, now: DateTime<Utc>) -> ReplDecision {
     let mut st = f.status.clone();
     let mut d = ReplDecision {
         status: st.clone(),
@@ -68,6 +85,8 @@ pub fn plan(f: &ReplFacts, now: DateTime<Utc>) -> ReplDecision {
         invalid_request: None,
         nudge: false,
         requeue: std::time::Duration::from_secs(300),
+        delete_jobs: vec![],
+        wedged: None,
     };
     let sched = match &f.schedule {
         Ok(s) => s,
@@ -95,10 +114,16 @@ pub fn plan(f: &ReplFacts, now: DateTime<Utc>) -> ReplDecision {
     st.next_scheduled_at = pin.map(|n| n.at);
 
     // Record the newest Job once: success by lastReplicated, failure by the Replicating phase
-    // the launch wrote.
+    // the launch wrote. A Job whose mover pod is wedged is a failed run (its Job is deleted,
+    // spec §1.4), not the source's fault: no nudge.
     let newest = f.jobs.iter().max_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
     if let Some(j) = newest {
         let outcome = match &j.state {
+            JobState::Active if j.wedged().is_some() && st.phase == Some(ReplicationPhase::Replicating) => {
+                st.phase = Some(ReplicationPhase::Failed);
+                d.wedged = j.wedged().map(str::to_string);
+                Some((false, now))
+            }
             JobState::Complete { at } if st.last_replicated.is_none_or(|l| l < j.created) => {
                 st.phase = Some(ReplicationPhase::Succeeded);
                 st.last_replicated = Some(at.unwrap_or(now));
@@ -119,7 +144,7 @@ pub fn plan(f: &ReplFacts, now: DateTime<Utc>) -> ReplDecision {
                 m.completed_at = Some(end);
             }
             d.recorded.push((j.name.clone(), if ok { "succeeded" } else { "failed" }));
-            d.nudge = !ok && crate::snapshot::plan::nudge_due(f.reverify_requested_at, now);
+            d.nudge = !ok && d.wedged.is_none() && crate::snapshot::plan::nudge_due(f.reverify_requested_at, now);
         }
     }
 
@@ -136,8 +161,8 @@ pub fn plan(f: &ReplFacts, now: DateTime<Utc>) -> ReplDecision {
     }
     d.requeue = until(st.next_scheduled_at, now);
 
-    // Single flight.
-    if let Some(j) = f.jobs.iter().find(|j| j.state == JobState::Active) {
+    // Single flight (a wedged Job is on its way out).
+    if let Some(j) = f.jobs.iter().find(|j| j.state == JobState::Active && j.wedged().is_none()) {
         if !matches!(st.phase, Some(ReplicationPhase::Replicating | ReplicationPhase::Succeeded)) {
             st.phase = Some(ReplicationPhase::Replicating);
         }
@@ -255,6 +280,7 @@ mod tests {
             request: RunRequest::None,
             missing_secrets: vec![],
             reverify_requested_at: None,
+            pod_recheck: None,
         }
     }
 
@@ -271,7 +297,48 @@ mod tests {
             manual: manual.map(Into::into),
             mode: String::new(),
             state,
+            pods: crate::wedged::Verdict::NotWedged { recheck_at: None },
         }
+    }
+
+    #[test]
+    fn a_wedged_run_fails_without_a_nudge_and_its_job_is_deleted() {
+        let mut f = facts();
+        f.status = plan(&f, t(1, 10)).status;
+        f.request = RunRequest::Requested("2026-07-17T01:20:00Z".into());
+        let l = plan(&f, t(1, 20));
+        assert!(l.launch.is_some());
+        f.status = l.status;
+        f.jobs = vec![job("x-repl-3", t(1, 20), Some("2026-07-17T01:20:00Z"), JobState::Active)];
+        // Not wedged yet: Replicating; the check's recheck bounds the requeue.
+        f.pod_recheck = Some(std::time::Duration::from_secs(7));
+        let d = plan(&f, t(1, 21));
+        assert_eq!(ready(&d).0, REPLICATING);
+        assert_eq!(d.requeue, std::time::Duration::from_secs(7));
+        assert!(d.delete_jobs.is_empty() && d.wedged.is_none());
+        // Wedged: a failed run, no nudge, the Job deleted, the manual run Failed.
+        f.pod_recheck = None;
+        let message = "mover pod x-repl-3-a of Job x-repl-3 has been unschedulable (PodScheduled=False, Unschedulable)";
+        f.jobs[0].pods = crate::wedged::Verdict::Wedged { message: message.into() };
+        let d = plan(&f, t(1, 26));
+        assert_eq!(d.status.phase, Some(ReplicationPhase::Failed));
+        assert_eq!(d.recorded, vec![("x-repl-3".to_string(), "failed")]);
+        assert_eq!(d.wedged.as_deref(), Some(message));
+        assert!(!d.nudge, "a wedged pod is not the source's fault");
+        assert_eq!(d.delete_jobs, vec!["x-repl-3".to_string()]);
+        assert_eq!(d.status.manual_run.as_ref().unwrap().phase, ManualRunPhase::Failed);
+        assert_eq!(ready(&d), (reason::LAST_RUN_FAILED, CondStatus::False));
+        assert!(d.launch.is_none());
+        // Written, the delete not landed yet: deleted again, recorded once.
+        f.status = d.status.clone();
+        let again = plan(&f, t(1, 27));
+        assert!(again.recorded.is_empty() && again.wedged.is_none());
+        assert_eq!(again.delete_jobs, vec!["x-repl-3".to_string()]);
+        // An ordinary failure still nudges.
+        f.jobs[0].pods = crate::wedged::Verdict::NotWedged { recheck_at: None };
+        f.jobs[0].state = JobState::Failed { reason: "BackoffLimitExceeded".into() };
+        f.status.phase = Some(ReplicationPhase::Replicating);
+        assert!(plan(&f, t(1, 28)).nudge);
     }
 
     #[test]

@@ -128,16 +128,22 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
     };
     let mut secrets = repo.as_ref().map(RepoView::secret_names).unwrap_or_default();
     secrets.extend(destination_secret(&r.spec.destination));
+    let mut jobs = jobs_of(&ctx, &r);
+    // RepositoryReplication has no failurePolicy (api §11): the default deadline applies.
+    let deadline =
+        chrono::Duration::seconds(kopiur_api::shared::FailurePolicy::resolved_pod_startup_deadline_seconds(None));
+    let pod_recheck = common::check_pods(&ctx.client, &ctx.jobs, &ns, &mut jobs, deadline, now).await;
     let facts = ReplFacts {
         schedule: Sched::parse(&r.spec.schedule, &uid, repo_tz.as_deref()),
         status: status.clone(),
         suspend: r.spec.suspend,
         gate,
         destination,
-        jobs: jobs_of(&ctx, &r),
+        jobs,
         request: common::run_request(r.annotations()),
         missing_secrets: ctx.missing_secrets(&ns, &secrets),
         reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
+        pod_recheck,
     };
     let d = plan(&facts, now);
     let reference = r.object_ref(&());
@@ -176,13 +182,22 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
     next.destination_backend = Some(describe(&r.spec.destination));
     next.conditions =
         crate::snapshot::ctx::merge(&status.conditions, &d.conditions, r.meta().generation.unwrap_or(0), now);
-    common::write_status(
-        &Api::<RepositoryReplication>::namespaced(ctx.client.clone(), &ns),
-        r.as_ref(),
-        &status,
-        &next,
-    )
-    .await?;
+    // Unchanged counts as landed; a lost conflict re-decides on the newer object.
+    let written = status == next
+        || common::write_status(
+            &Api::<RepositoryReplication>::namespaced(ctx.client.clone(), &ns),
+            r.as_ref(),
+            &status,
+            &next,
+        )
+        .await?;
+    if written {
+        // After the failed run is on record: deleting first would lose it if the write lost.
+        common::delete_wedged(&ctx.client, &ctx.jobs, &ns, &d.delete_jobs).await;
+        if let Some(message) = &d.wedged {
+            ctx.event(&reference, true, event::MOVER_POD_WEDGED, message.clone()).await;
+        }
+    }
     Ok(Action::requeue(d.requeue))
 }
 

@@ -8,6 +8,12 @@ use kopiur_api::shared::status::Failure;
 use crate::gating::Gate;
 use crate::health::kstatus::{Cond, CondStatus};
 use crate::snapshot::plan::JobState;
+pub use crate::wedged::Verdict;
+
+/// How soon an active restore Job is looked at again by default.
+pub const AWAIT_REQUEUE_SECONDS: i64 = 300;
+/// How soon a wedged Job's delete is checked (and retried while the Job is still there).
+pub const WEDGED_DELETE_RETRY_SECONDS: i64 = 30;
 
 /// What the source resolves to right now (only consulted until the pin exists).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,7 +55,16 @@ pub struct RestoreFacts {
     pub wait_started_at: Option<DateTime<Utc>>,
     pub target: TargetState,
     pub job: JobState,
+    /// The restore Job's creationTimestamp (when there is one).
+    pub job_created: Option<DateTime<Utc>>,
+    /// The resolved `failurePolicy.podStartupDeadlineSeconds`.
+    pub pod_startup_deadline: Duration,
+    /// The wedged-pod check of an active Job (`crate::wedged`); `NotWedged { recheck_at: None }`
+    /// when observe did not look (not due, or no active Job).
+    pub pods: Verdict,
     pub failure: Option<Failure>,
+    /// The Ready reason already recorded; a terminal Failed keeps it.
+    pub ready_reason: Option<String>,
     pub reverify_requested_at: Option<DateTime<Utc>>,
 }
 
@@ -74,6 +89,8 @@ pub struct RestoreDecision {
     pub failure: Option<Failure>,
     pub nudge: bool,
     pub requeue_after: Option<Duration>,
+    /// Delete the restore Job (a wedged mover pod); only once the status write landed.
+    pub delete_job: bool,
 }
 
 fn cond(type_: &'static str, status: CondStatus, reason: &str, message: impl Into<String>) -> Cond {
@@ -99,6 +116,7 @@ fn decision(phase: RestorePhase, ready: CondStatus, reason: &str, msg: impl Into
         failure: None,
         nudge: false,
         requeue_after: None,
+        delete_job: false,
     }
 }
 
@@ -124,7 +142,15 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
         }
         Some(RestorePhase::Failed) => {
             let msg = f.failure.as_ref().and_then(|x| x.message.clone()).unwrap_or_else(|| "the restore failed".into());
-            return decision(RestorePhase::Failed, CondStatus::False, "RestoreFailed", msg);
+            // The reason recorded with the failure (MoverJobLost, MoverPodWedged, ...) stays.
+            let reason = f.ready_reason.as_deref().filter(|r| !r.is_empty()).unwrap_or("RestoreFailed");
+            let mut d = decision(RestorePhase::Failed, CondStatus::False, reason, msg);
+            // A wedged Job whose delete did not land the first time is deleted again.
+            d.delete_job = reason == kopiur_api::names::reason::MOVER_POD_WEDGED && f.job == JobState::Active;
+            if d.delete_job {
+                d.requeue_after = Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS));
+            }
+            return d;
         }
         Some(RestorePhase::Unknown(_)) => {
             let mut d = decision(
@@ -137,20 +163,41 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
             return d;
         }
         Some(RestorePhase::Restoring) => {
-            return match &f.job {
-                JobState::Active | JobState::Complete { .. } => {
+            return match (&f.job, &f.pods) {
+                (JobState::Active, Verdict::Wedged { message }) => {
+                    // Not the backend's fault: no reverify nudge.
+                    let mut d = decision(
+                        RestorePhase::Failed,
+                        CondStatus::False,
+                        kopiur_api::names::reason::MOVER_POD_WEDGED,
+                        message.clone(),
+                    );
+                    d.failure = Some(Failure { message: Some(message.clone()), ..Failure::default() });
+                    d.delete_job = true;
+                    d.requeue_after = Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS));
+                    d
+                }
+                (JobState::Active | JobState::Complete { .. }, _) => {
                     let mut d =
                         decision(RestorePhase::Restoring, CondStatus::False, "Restoring", "the restore Job is running");
                     d.steps.push(Step::AwaitJob);
                     if matches!(f.job, JobState::Complete { .. }) {
                         d.requeue_after = Some(Duration::seconds(10));
+                    } else if let Verdict::NotWedged { recheck_at } = &f.pods {
+                        d.requeue_after = crate::wedged::requeue_after(
+                            f.pod_startup_deadline,
+                            f.job_created,
+                            *recheck_at,
+                            now,
+                            Duration::seconds(AWAIT_REQUEUE_SECONDS),
+                        );
                     }
                     d
                 }
-                JobState::Failed { reason } => {
+                (JobState::Failed { reason }, _) => {
                     fail("RestoreFailed", format!("the restore Job failed: {reason}"), true, f, now)
                 }
-                JobState::Absent => {
+                (JobState::Absent, _) => {
                     fail("MoverJobLost", "the restore Job vanished before reporting".into(), true, f, now)
                 }
             };
@@ -286,7 +333,11 @@ mod tests {
             wait_started_at: None,
             target: TargetState::Create,
             job: JobState::Absent,
+            job_created: None,
+            pod_startup_deadline: Duration::seconds(300),
+            pods: Verdict::NotWedged { recheck_at: None },
             failure: None,
+            ready_reason: None,
             reverify_requested_at: None,
         }
     }
@@ -346,6 +397,85 @@ mod tests {
         let d = plan(&f, now());
         assert_eq!(d.phase, Some(RestorePhase::Failed));
         assert!(d.nudge);
+    }
+
+    fn restoring() -> RestoreFacts {
+        let mut f = facts();
+        f.phase = Some(RestorePhase::Restoring);
+        f.pinned = true;
+        f.target = TargetState::Ready;
+        f.job = JobState::Active;
+        f
+    }
+
+    #[test]
+    fn young_restore_job_requeues_for_the_pod_check() {
+        let mut f = restoring();
+        f.job_created = Some(now());
+        let d = plan(&f, now() + Duration::seconds(100));
+        assert_eq!(reason(&d), "Restoring");
+        assert_eq!(d.steps, vec![Step::AwaitJob]);
+        assert_eq!(d.requeue_after, Some(Duration::seconds(201)), "just after creation + deadline");
+        assert!(!d.delete_job);
+        // An unstarted pod past the deadline: the verdict's recheck.
+        f.pods = Verdict::NotWedged { recheck_at: Some(now() + Duration::seconds(460)) };
+        assert_eq!(plan(&f, now() + Duration::seconds(400)).requeue_after, Some(Duration::seconds(60)));
+        // Nothing to look at again: the default await requeue (the reconcile's 300 s).
+        f.pods = Verdict::NotWedged { recheck_at: None };
+        assert_eq!(plan(&f, now() + Duration::seconds(400)).requeue_after, None);
+        // A long deadline is capped at the await requeue.
+        f.pod_startup_deadline = Duration::seconds(3600);
+        assert_eq!(plan(&f, now()).requeue_after, Some(Duration::seconds(AWAIT_REQUEUE_SECONDS)));
+    }
+
+    #[test]
+    fn wedged_restore_pod_fails_deletes_the_job_and_does_not_nudge() {
+        let mut f = restoring();
+        let message =
+            "mover pod x-restore-1 of Job x-restore has been container mover waiting with ErrImagePull for 301s";
+        f.job_created = Some(now() - Duration::seconds(301));
+        f.pods = Verdict::Wedged { message: message.into() };
+        // A failure the mover left on an earlier pod is not the story of this one.
+        f.failure = Some(Failure { message: Some("an earlier pod failed".into()), ..Failure::default() });
+        let d = plan(&f, now());
+        assert_eq!(d.phase, Some(RestorePhase::Failed));
+        assert_eq!(reason(&d), "MoverPodWedged");
+        assert_eq!(d.conditions[0].message, message);
+        assert!(d.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == CondStatus::True));
+        assert_eq!(d.failure.as_ref().and_then(|x| x.message.as_deref()), Some(message));
+        assert!(d.delete_job);
+        assert!(!d.nudge, "a wedged pod is not a backend failure");
+        assert_eq!(d.requeue_after, Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS)));
+        // A Complete Job is never taken for a wedged one.
+        f.job = JobState::Complete { at: None };
+        let d = plan(&f, now());
+        assert_eq!(reason(&d), "Restoring");
+        assert!(!d.delete_job);
+    }
+
+    #[test]
+    fn a_failed_restore_keeps_its_reason_and_deletes_a_lingering_wedged_job_only() {
+        let mut f = restoring();
+        f.phase = Some(RestorePhase::Failed);
+        f.failure = Some(Failure { message: Some("wedged".into()), ..Failure::default() });
+        f.ready_reason = Some("MoverPodWedged".into());
+        let d = plan(&f, now());
+        assert_eq!(reason(&d), "MoverPodWedged", "the recorded reason stays");
+        assert!(d.delete_job, "the delete is retried until the Job is gone");
+        assert_eq!(d.requeue_after, Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS)));
+        f.job = JobState::Absent;
+        let gone = plan(&f, now());
+        assert!(!gone.delete_job);
+        assert_eq!(gone.requeue_after, None);
+        // Other failures keep their reason and never delete the Job.
+        f.job = JobState::Active;
+        f.ready_reason = Some("MoverJobLost".into());
+        let d = plan(&f, now());
+        assert_eq!(reason(&d), "MoverJobLost");
+        assert!(!d.delete_job);
+        // Written by an older version without a reason: RestoreFailed.
+        f.ready_reason = None;
+        assert_eq!(reason(&plan(&f, now())), "RestoreFailed");
     }
 
     #[test]

@@ -24,11 +24,12 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
-use super::plan::{Candidate, RestoreFacts, Step, TargetState, plan};
+use super::plan::{Candidate, RestoreFacts, Step, TargetState, Verdict, plan};
 use crate::repository::Error;
 use crate::repository::apply::{MOVER_SERVICE_ACCOUNT, kopia_backend};
 use crate::snapshot::ctx::{PipelineCtx, RepoView};
 use crate::snapshot::job::{mover_identity, owner_of};
+use crate::snapshot::plan::JobState;
 use crate::snapshot::reconcile::job_state;
 
 /// Annotation on a PVC this Restore created (its uid), so a rerun recognizes its own target.
@@ -181,6 +182,18 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
         }
         (j, _) => j,
     };
+    let pod_startup_deadline = chrono::Duration::seconds(
+        kopiur_api::shared::FailurePolicy::resolved_pod_startup_deadline_seconds(restore.spec.failure_policy.as_ref()),
+    );
+    let job_facts = job_state(job.as_deref());
+    let mut pods = Verdict::NotWedged { recheck_at: None };
+    // Pods are only read for an active Job the Restore is running (a terminal phase never looks).
+    if matches!(status.phase, Some(RestorePhase::Restoring))
+        && job_facts == JobState::Active
+        && let Some(j) = &job
+    {
+        pods = crate::wedged::io::check(&ctx.client, j, pod_startup_deadline, now).await;
+    }
     let facts = RestoreFacts {
         phase: status.phase.clone(),
         gate,
@@ -195,8 +208,12 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
             .map(|d| chrono::Duration::seconds(d.as_secs() as i64)),
         wait_started_at: status.wait_started_at,
         target,
-        job: job_state(job.as_deref()),
+        job: job_facts,
+        job_created: job.as_deref().and_then(crate::wedged::io::job_created),
+        pod_startup_deadline,
+        pods,
         failure: status.failure.clone(),
+        ready_reason: status.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()),
         reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
     };
     let d = plan(&facts, now);
@@ -283,6 +300,8 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
     {
         tracing::warn!(error = %e, restore = %name, "stamping reverify-requested-at failed");
     }
+    // Whether `next` is what the API now holds (nothing to write counts).
+    let mut written = true;
     if next != status {
         let api: Api<Restore> = Api::namespaced(ctx.client.clone(), &ns);
         let patch = crate::repository::apply::merge_patch(
@@ -292,9 +311,17 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
         let body = serde_json::json!({"metadata": {"resourceVersion": restore.resource_version()}, "status": patch});
         match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
             Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => written = false,
             Err(e) => return Err(e.into()),
         }
+    }
+    // After the Failed status landed: deleting first would read as a lost Job if the write lost
+    // a conflict. A failed delete is retried by the plan's requeue.
+    if d.delete_job
+        && written
+        && let Some(j) = &job
+    {
+        crate::wedged::io::delete_job(&ctx.client, j).await;
     }
     Ok(match d.requeue_after {
         Some(a) => Action::requeue(a.to_std().unwrap_or_default().max(std::time::Duration::from_secs(1))),

@@ -8,6 +8,7 @@ use kopiur_api::snapshot::SnapshotPhase;
 
 use crate::gating::Gate;
 use crate::health::kstatus::{Cond, CondStatus};
+pub use crate::wedged::Verdict;
 
 /// How long a missing source PVC may park a Snapshot before it fails.
 pub const SOURCE_MISSING_DEADLINE_SECONDS: i64 = 1800;
@@ -22,6 +23,8 @@ pub const PARKED_REQUEUE_SECONDS: i64 = 300;
 pub const PREFLIGHT_RECHECK_SECONDS: i64 = 30;
 /// How soon preflight is retried while the Maintenance data it reads is not synced yet.
 pub const PREFLIGHT_DATA_RETRY_SECONDS: i64 = 5;
+/// How soon a wedged Job's delete is checked (and retried while the Job is still there).
+pub const WEDGED_DELETE_RETRY_SECONDS: i64 = 30;
 
 /// The backup Job as seen in the store (or by a live GET when the store has not caught up).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,6 +99,13 @@ pub struct RunFacts {
     pub source_missing_since: Option<DateTime<Utc>>,
     pub work_spec: WorkSpecState,
     pub job: JobState,
+    /// The Job's creationTimestamp (when there is one).
+    pub job_created: Option<DateTime<Utc>>,
+    /// The resolved `failurePolicy.podStartupDeadlineSeconds`.
+    pub pod_startup_deadline: Duration,
+    /// The wedged-pod check of an active Job (`crate::wedged`); `NotWedged { recheck_at: None }`
+    /// when observe did not look (not due, or no active Job).
+    pub pods: Verdict,
     /// `status.failure` as the mover left it.
     pub failure: Option<Failure>,
     /// The Ready reason already recorded (e.g. `PreflightTimeout`); a terminal Failed keeps it.
@@ -143,6 +153,8 @@ pub struct RunDecision {
     pub requeue_after: Option<Duration>,
     /// Parked on the repository gate (the gated gauge).
     pub gated: bool,
+    /// Delete the backup Job (a wedged mover pod); only once the status write landed.
+    pub delete_job: bool,
 }
 
 fn cond(type_: &'static str, status: CondStatus, reason: &str, message: impl Into<String>) -> Cond {
@@ -191,6 +203,7 @@ impl RunDecision {
             warning: None,
             requeue_after: None,
             gated: false,
+            delete_job: false,
         }
     }
 }
@@ -260,6 +273,11 @@ fn plan_inner(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
             // phase without it (written by an older version) is recorded once, without a nudge.
             let mut d = RunDecision::new(Some(SnapshotPhase::Failed), stalled(reason, msg), Step::Idle);
             d.record_completion = (!f.completion_recorded).then_some(Completion::Failed);
+            // A wedged Job whose delete did not land the first time is deleted again.
+            d.delete_job = reason == reason::MOVER_POD_WEDGED && f.job == JobState::Active;
+            if d.delete_job {
+                d.requeue_after = Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS));
+            }
             d
         }
         Some(SnapshotPhase::Discovered) => RunDecision::new(
@@ -281,11 +299,31 @@ fn plan_inner(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
 
 fn running(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
     match &f.job {
-        JobState::Active => RunDecision::new(
-            Some(SnapshotPhase::Running),
-            waiting("BackupRunning", "the mover Job is running"),
-            Step::AwaitJob,
-        ),
+        JobState::Active => match &f.pods {
+            Verdict::NotWedged { recheck_at } => {
+                let mut d = RunDecision::new(
+                    Some(SnapshotPhase::Running),
+                    waiting("BackupRunning", "the mover Job is running"),
+                    Step::AwaitJob,
+                );
+                d.requeue_after = crate::wedged::requeue_after(
+                    f.pod_startup_deadline,
+                    f.job_created,
+                    *recheck_at,
+                    now,
+                    Duration::seconds(PARKED_REQUEUE_SECONDS),
+                );
+                d
+            }
+            Verdict::Wedged { message } => {
+                // Not the backend's fault: no reverify nudge.
+                let failure = Failure { message: Some(message.clone()), ..Failure::default() };
+                let mut d = failed_terminal(f, reason::MOVER_POD_WEDGED, failure, false, now);
+                d.delete_job = true;
+                d.requeue_after = Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS));
+                d
+            }
+        },
         JobState::Failed { reason } => {
             let failure = f.failure.clone().unwrap_or_else(|| Failure {
                 kopia_error_class: Some("Unknown".into()),
@@ -522,6 +560,9 @@ mod tests {
             source_missing_since: None,
             work_spec: WorkSpecState::Fits,
             job: JobState::Absent,
+            job_created: None,
+            pod_startup_deadline: Duration::seconds(300),
+            pods: Verdict::NotWedged { recheck_at: None },
             failure: None,
             ready_reason: None,
             completion_recorded: false,
@@ -670,6 +711,80 @@ mod tests {
         assert_eq!(d.phase, Some(SnapshotPhase::Running));
         let d = plan(&f, now() + Duration::seconds(RESULT_GRACE_SECONDS));
         assert_eq!(reason(&d), "MoverJobLost");
+    }
+
+    #[test]
+    fn young_active_job_requeues_for_the_pod_check() {
+        let mut f = facts();
+        f.phase = Some(SnapshotPhase::Running);
+        f.job = JobState::Active;
+        f.job_created = Some(now());
+        let d = plan(&f, now() + Duration::seconds(100));
+        assert_eq!(d.step, Step::AwaitJob);
+        assert_eq!(reason(&d), "BackupRunning");
+        assert_eq!(d.requeue_after, Some(Duration::seconds(201)), "just after creation + deadline");
+        assert!(!d.delete_job);
+        // A long deadline still keeps the usual 300 s await requeue.
+        f.pod_startup_deadline = Duration::seconds(3600);
+        assert_eq!(plan(&f, now()).requeue_after, Some(Duration::seconds(PARKED_REQUEUE_SECONDS)));
+        // Past the deadline without a pending pod: the default await requeue.
+        f.pod_startup_deadline = Duration::seconds(300);
+        assert_eq!(plan(&f, now() + Duration::seconds(400)).requeue_after, None);
+        // A younger pod still under its own deadline sets the recheck.
+        f.pods = Verdict::NotWedged { recheck_at: Some(now() + Duration::seconds(450)) };
+        assert_eq!(plan(&f, now() + Duration::seconds(400)).requeue_after, Some(Duration::seconds(50)));
+        // A Job without a creation time is never checked.
+        f.pods = Verdict::NotWedged { recheck_at: None };
+        f.job_created = None;
+        assert_eq!(plan(&f, now()).requeue_after, None);
+    }
+
+    #[test]
+    fn wedged_pod_fails_deletes_the_job_and_does_not_nudge() {
+        let mut f = facts();
+        f.phase = Some(SnapshotPhase::Running);
+        let message = "mover pod x-1 of Job x has been container mover waiting with ImagePullBackOff for 301s";
+        f.job = JobState::Active;
+        f.job_created = Some(now() - Duration::seconds(301));
+        f.pods = Verdict::Wedged { message: message.into() };
+        let d = plan(&f, now());
+        assert_eq!(d.phase, Some(SnapshotPhase::Failed));
+        assert_eq!(reason(&d), "MoverPodWedged");
+        assert_eq!(d.conditions[0].message, message);
+        assert!(d.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == CondStatus::True));
+        assert_eq!(d.failure.as_ref().unwrap().message.as_deref(), Some(message));
+        assert_eq!(d.record_completion, Some(Completion::Failed));
+        assert!(d.delete_job);
+        assert_eq!(d.requeue_after, Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS)), "the delete is checked");
+        assert!(!d.nudge, "a wedged pod is not a backend failure");
+        assert_eq!(d.step, Step::Idle);
+        // A stale Pending status adopting a wedged Job fails the same way.
+        f.phase = Some(SnapshotPhase::Pending);
+        assert_eq!(reason(&plan(&f, now())), "MoverPodWedged");
+    }
+
+    #[test]
+    fn a_wedged_failure_keeps_deleting_a_lingering_job_only() {
+        let mut f = facts();
+        f.phase = Some(SnapshotPhase::Failed);
+        f.completion_recorded = true;
+        f.ready_reason = Some("MoverPodWedged".into());
+        f.job = JobState::Active;
+        let d = plan(&f, now());
+        assert_eq!(reason(&d), "MoverPodWedged");
+        assert!(d.delete_job, "the delete is retried until the Job is gone");
+        assert_eq!(d.requeue_after, Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS)));
+        assert_eq!(d.record_completion, None);
+        f.job = JobState::Absent;
+        let gone = plan(&f, now());
+        assert!(!gone.delete_job);
+        assert_eq!(gone.requeue_after, None, "nothing left to retry");
+        f.job = JobState::Failed { reason: "DeadlineExceeded".into() };
+        assert!(!plan(&f, now()).delete_job);
+        // Other failures never delete the Job.
+        f.job = JobState::Active;
+        f.ready_reason = Some("SnapshotFailed".into());
+        assert!(!plan(&f, now()).delete_job);
     }
 
     #[test]

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
-use kopiur_api::names::{annotation, finalizer, label};
+use kopiur_api::names::{annotation, event, finalizer, label, reason};
 use kopiur_api::shared::phase::SnapshotOrigin;
 use kopiur_api::shared::status::{ResolvedRepository, Timing};
-use kopiur_api::shared::{RepositoryKind, RepositoryRef};
+use kopiur_api::shared::{FailurePolicy, RepositoryKind, RepositoryRef};
 use kopiur_api::snapshot::{JobRef, SnapshotPhase, SnapshotResolved, SnapshotStatus};
 use kopiur_api::{Snapshot, SnapshotPolicy};
 use kube::api::{Patch, PatchParams, PostParams};
@@ -18,7 +18,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::ctx::{PipelineCtx, RepoView};
 use super::job::{BuildError, Recipe, backup_job, recipe};
 use super::plan::{
-    Completion, JobState, PolicyState, PreflightState, RunFacts, SourceState, Step, WorkSpecState, plan,
+    Completion, JobState, PolicyState, PreflightState, RunFacts, SourceState, Step, Verdict, WorkSpecState, plan,
 };
 use crate::repository::Error;
 
@@ -202,6 +202,18 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         (None, None) => WorkSpecState::Invalid { message: "the repository is not known yet".into() },
     };
     let (preflight, preflight_timeout) = preflight_facts(ctx, policy.as_deref(), repo.as_ref(), now);
+    let pod_startup_deadline = chrono::Duration::seconds(FailurePolicy::resolved_pod_startup_deadline_seconds(
+        snap.spec.failure_policy.as_ref(),
+    ));
+    let job_facts = job_state(job.as_deref());
+    let mut pods = Verdict::NotWedged { recheck_at: None };
+    // Pods are only read for an active Job the Snapshot is running (a terminal phase never looks).
+    if matches!(phase, Some(SnapshotPhase::Running))
+        && job_facts == JobState::Active
+        && let Some(j) = &job
+    {
+        pods = crate::wedged::io::check(&ctx.client, j, pod_startup_deadline, now).await;
+    }
     let facts = RunFacts {
         phase: phase.clone(),
         discovered,
@@ -216,7 +228,10 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         source,
         source_missing_since: status.source_missing_since,
         work_spec,
-        job: job_state(job.as_deref()),
+        job: job_facts,
+        job_created: job.as_deref().and_then(crate::wedged::io::job_created),
+        pod_startup_deadline,
+        pods,
         failure: status.failure.clone(),
         ready_reason: status.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()),
         completion_recorded: status.completion_recorded_at.is_some(),
@@ -299,13 +314,23 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         ctx.metrics.snapshot_refusals.inc(&[&ns, &name, &reason]);
     }
     next.conditions = super::ctx::merge(&status.conditions, &d.conditions, snap.meta().generation.unwrap_or(0), now);
-    write_status(&api, fresh.as_ref().unwrap_or(snap), &status, &next).await?;
+    let written = write_status(&api, fresh.as_ref().unwrap_or(snap), &status, &next).await?;
+    // After the Failed status landed: deleting first would read as a lost Job if the write lost
+    // a conflict. A failed delete does not hold back the Event below; the requeue retries it.
+    if d.delete_job
+        && written
+        && let Some(j) = &job
+    {
+        crate::wedged::io::delete_job(&ctx.client, j).await;
+    }
 
     let reference = snap.object_ref(&());
     if let Some((reason, note)) = &d.warning {
         ctx.event(&reference, true, reason, note.clone()).await;
     }
-    match d.record_completion {
+    // A completion whose status write lost a conflict is decided again on the newer object;
+    // announcing it now as well would emit its Event twice.
+    match d.record_completion.filter(|_| written) {
         Some(Completion::Succeeded) => {
             let id = next.snapshot.as_ref().and_then(|s| s.kopia_snapshot_id.clone()).unwrap_or_default();
             ctx.event(&reference, false, "SnapshotSucceeded", format!("kopia snapshot {id} created")).await;
@@ -315,7 +340,9 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         }
         Some(Completion::Failed) => {
             let msg = next.failure.as_ref().and_then(|f| f.message.clone()).unwrap_or_default();
-            ctx.event(&reference, true, "SnapshotFailed", msg).await;
+            let wedged = d.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == reason::MOVER_POD_WEDGED);
+            let why = if wedged { event::MOVER_POD_WEDGED } else { event::SNAPSHOT_FAILED };
+            ctx.event(&reference, true, why, msg).await;
         }
         None => {}
     }
@@ -337,15 +364,16 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
 /// One status write, skipped when nothing changed.
 /// Guarded by the resourceVersion we decided on: the mover PATCHes the same status, and a
 /// decision made on a stale copy must not overwrite its result. A conflict is not an error:
-/// the newer object's watch event brings the reconcile back.
+/// the newer object's watch event brings the reconcile back. `Ok(false)` means the write lost
+/// such a conflict; `Ok(true)` that the status now reads `next`.
 pub async fn write_status(
     api: &Api<Snapshot>,
     snap: &Snapshot,
     current: &SnapshotStatus,
     next: &SnapshotStatus,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     if current == next {
-        return Ok(());
+        return Ok(true);
     }
     let patch = crate::repository::apply::merge_patch(
         &serde_json::to_value(current).unwrap_or_default(),
@@ -353,8 +381,8 @@ pub async fn write_status(
     );
     let body = serde_json::json!({"metadata": {"resourceVersion": snap.resource_version()}, "status": patch});
     match api.patch_status(&snap.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
         Err(e) => Err(e.into()),
     }
 }

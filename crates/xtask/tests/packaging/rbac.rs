@@ -103,6 +103,11 @@ fn controller_cluster_role_is_least_privilege() {
     let secret_verbs: BTreeSet<&str> =
         ctl.iter().filter(|(g, r, _, _)| g.is_empty() && r == "secrets").map(|(_, _, v, _)| v.as_str()).collect();
     assert!(secret_verbs.is_subset(&BTreeSet::from(["list", "watch"])), "secrets: {secret_verbs:?}");
+    // Mover pods are read for the wedged-pod check: get and list only, no subresources.
+    let pod_verbs: BTreeSet<&str> =
+        ctl.iter().filter(|(g, r, _, _)| g.is_empty() && r == "pods").map(|(_, _, v, _)| v.as_str()).collect();
+    assert_eq!(pod_verbs, BTreeSet::from(["get", "list"]), "pods: {pod_verbs:?}");
+    assert!(ctl.iter().all(|(_, r, _, _)| !r.starts_with("pods/")), "no pods/log, pods/exec or other subresources");
     // It may bind only the mover ClusterRole, and escalate nothing.
     let binds: Vec<&Grant> =
         ctl.iter().filter(|(_, _, v, _)| v == "bind" || v == "escalate" || v == "impersonate").collect();

@@ -1,0 +1,469 @@
+//! A wedged mover pod, end to end (spec §1.4, api.md §2.2 `podStartupDeadlineSeconds`).
+//!
+//! The wedge is one users really hit: a mover reads its credentials from the namespace it runs
+//! in, so the consumer namespace holds a user-made copy of the repository's password Secret
+//! (api.md §4 references). Here the copy has the key misspelt. The Secret exists, so the
+//! controller's `MissingCredentialsSecret` gate passes and the backup Job is created, but the
+//! pod's container cannot be created: the node reports it waiting with
+//! `CreateContainerConfigError` ("couldn't find key KOPIA_PASSWORD in Secret …"), as a kubelet
+//! does. With `podStartupDeadlineSeconds: 1` the Snapshot must fail with `MoverPodWedged`, its
+//! Job must be deleted, exactly one `MoverPodWedged` Warning Event must be emitted, and the
+//! repository must not be nudged (the backend is not at fault). A Restore in the same namespace
+//! wedges the same way and fails `MoverPodWedged` with its Job deleted, and so does a manual
+//! Maintenance run (a failed run, one `MoverPodWedged` Event). Once the copy is fixed, a
+//! new Snapshot and a Restore of it, both with the same 1 s deadline, succeed: a healthy pod is
+//! not taken for a wedged one.
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kopiur_api::names::{annotation, label};
+use kopiur_api::shared::phase::ManualRunPhase;
+use kopiur_api::{Maintenance, Repository, Restore, Snapshot};
+use kopiur_testenv::TestEnv;
+use kopiur_testenv::garage::Garage;
+use kopiur_testenv::operator::Operator;
+use kopiur_testenv::wait::wait_for;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+
+async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
+    kopiur_testenv::apply::apply_value(client, ns, &v).await
+}
+
+fn snap_phase(s: &Snapshot) -> String {
+    s.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+}
+
+fn snap_cond(s: &Snapshot, type_: &str) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    s.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_).cloned()
+}
+
+fn restore_phase(r: &Restore) -> String {
+    r.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+}
+
+fn restore_cond(r: &Restore, type_: &str) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    r.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_).cloned()
+}
+
+fn repo_phase(r: &Repository) -> String {
+    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+}
+
+/// Occurrences of Events with `reason` about the object named `object` (an Event series counts
+/// each occurrence, so a repeat folded into one object is still seen).
+async fn occurrences(client: &Client, ns: &str, object: &str, reason: &str) -> Result<(usize, Vec<Event>)> {
+    let l = Api::<Event>::namespaced(client.clone(), ns).list(&ListParams::default()).await?;
+    let evs: Vec<Event> = l
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object))
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect();
+    let n = evs.iter().map(|e| e.series.as_ref().map_or(1, |s| s.count.max(1) as usize)).sum();
+    Ok((n, evs))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()> {
+    let started = Instant::now();
+    let dir = tempfile::tempdir()?;
+    let env = &TestEnv::start(kopiur_testenv::Options::default()).await?;
+    let _guard = env.log_guard();
+    let client = env.client().await?;
+    let g = Garage::start(&dir.path().join("garage")).await?;
+    let op_ns = env.namespace("kopiur-system").await?;
+    let op = Operator::start(env, &op_ns, &[]).await?;
+    let log = op.log_path().to_path_buf();
+
+    // The repository, with its own (correct) Secret, in its namespace.
+    let repo_ns = env.namespace("wedged-repo").await?;
+    let secret = |ns: &str, password_key: &str| -> Result<Secret> {
+        Ok(serde_json::from_value(json!({
+            "metadata": {"name": "kopia", "namespace": ns},
+            "stringData": {password_key: "wedged e2e", "AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
+        }))?)
+    };
+    Api::<Secret>::namespaced(client.clone(), &repo_ns)
+        .create(&PostParams::default(), &secret(&repo_ns, "KOPIA_PASSWORD")?)
+        .await?;
+    apply(
+        &client,
+        &repo_ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "r", "namespace": repo_ns},
+            "spec": {
+                "backend": {"s3": {"bucket": g.bucket(), "endpoint": format!("http://{}", g.s3_addr()), "region": g.region(), "prefix": "wedged/"}},
+                "encryption": {"passwordSecretRef": {"name": "kopia"}}
+            }
+        }),
+    )
+    .await?;
+
+    // The consumer namespace: a copy of the Secret with the password key misspelt.
+    let ns = env.namespace("wedged-app").await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    secrets.create(&PostParams::default(), &secret(&ns, "KOPIA_PASWORD")?).await?;
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": ns},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+        }),
+    )
+    .await?;
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let pvc = wait_for("PVC Bound", Duration::from_secs(120), &log, || async {
+        let p = pvcs.get("data").await?;
+        Ok((p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")).then_some(p))
+    })
+    .await?;
+    let host = kopiur_testenv::node::provisioner::pv_dir(&env.node_state_dir(), &pvc.uid().context("pvc uid")?);
+    std::fs::write(host.join("state.txt"), b"backed up once the Secret copy is fixed\n")?;
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+            "metadata": {"name": "p", "namespace": ns},
+            "spec": {"repository": {"name": "r", "namespace": repo_ns}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "data"}}]}
+        }),
+    )
+    .await?;
+    let repos: Api<Repository> = Api::namespaced(client.clone(), &repo_ns);
+    wait_for("r Ready", Duration::from_secs(420), &log, || async {
+        Ok((repo_phase(&repos.get("r").await?) == "Ready").then_some(()))
+    })
+    .await?;
+    let nudge_before = repos.get("r").await?.annotations().get(annotation::REVERIFY_REQUESTED_AT).cloned();
+    println!("setup: repository Ready {:.1} s after the test started", started.elapsed().as_secs_f64());
+
+    // The wedged Snapshot.
+    let snaps: Api<Snapshot> = Api::namespaced(client.clone(), &ns);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": "wedged", "namespace": ns},
+            "spec": {"policyRef": {"name": "p"}, "failurePolicy": {"podStartupDeadlineSeconds": 1}}
+        }),
+    )
+    .await?;
+    let created = Instant::now();
+    let job = wait_for("the wedged backup Job", Duration::from_secs(180), &log, || async {
+        Ok(jobs.get_opt("wedged").await?)
+    })
+    .await?;
+    let job_seen = Instant::now();
+    let job_uid = job.uid().context("job uid")?;
+    // Watch the pod (when it is seen before the Job goes) and the Snapshot, polling both.
+    let pod_waiting: std::sync::Mutex<Option<(Duration, String)>> = std::sync::Mutex::new(None);
+    let failed = wait_for("wedged Failed", Duration::from_secs(240), &log, || async {
+        if pod_waiting.lock().unwrap().is_none() {
+            let lp = ListParams::default().labels("job-name=wedged");
+            for p in pods.list(&lp).await?.items {
+                let waiting = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone())
+                    .find(|r| kopiur_controller::wedged::WEDGE_REASONS.contains(&r.as_str()));
+                if let Some(r) = waiting {
+                    *pod_waiting.lock().unwrap() = Some((job_seen.elapsed(), r));
+                }
+            }
+        }
+        let s = snaps.get("wedged").await?;
+        ensure!(snap_phase(&s) != "Succeeded", "a pod without its password cannot back up");
+        Ok((snap_phase(&s) == "Failed").then_some(s))
+    })
+    .await?;
+    let pod_waiting = pod_waiting.into_inner().unwrap();
+    let to_failed = job_seen.elapsed();
+    let ready = snap_cond(&failed, "Ready").context("Ready condition")?;
+    println!("wedged Ready: {} / {}", ready.reason, ready.message);
+    assert_eq!(ready.reason, "MoverPodWedged", "{ready:?}");
+    assert_eq!(ready.status, "False");
+    let stalled = snap_cond(&failed, "Stalled").context("Stalled condition")?;
+    assert_eq!((stalled.status.as_str(), stalled.reason.as_str()), ("True", "MoverPodWedged"), "{stalled:?}");
+    let message = failed.status.as_ref().and_then(|s| s.failure.as_ref()).and_then(|f| f.message.clone());
+    let message = message.context("status.failure.message")?;
+    assert_eq!(message, ready.message, "the failure and the condition tell the same story");
+    for needle in [
+        "container mover waiting with CreateContainerConfigError",
+        &format!("couldn't find key KOPIA_PASSWORD in Secret {ns}/kopia"),
+        "longer than the 1s pod startup deadline",
+        "kubectl describe pod -l job-name=wedged",
+    ] {
+        assert!(message.contains(needle), "{needle:?} missing from {message:?}");
+    }
+
+    // The Job (the very one created for the Snapshot) is deleted, and its pod with it.
+    wait_for("the wedged Job deleted", Duration::from_secs(120), &log, || async {
+        Ok(match jobs.get_opt("wedged").await? {
+            None => Some(()),
+            Some(j) => {
+                ensure!(j.uid().as_deref() == Some(job_uid.as_str()), "a second Job was created for a Failed Snapshot");
+                None
+            }
+        })
+    })
+    .await?;
+    let to_job_gone = job_seen.elapsed();
+    wait_for("the wedged pod gone", Duration::from_secs(180), &log, || async {
+        Ok(pods.list(&ListParams::default().labels("job-name=wedged")).await?.items.is_empty().then_some(()))
+    })
+    .await?;
+    let to_pod_gone = job_seen.elapsed();
+
+    // Exactly one MoverPodWedged Warning Event, no SnapshotFailed; it stays that way while the
+    // Failed Snapshot is reconciled again (its Job's deletion, the repository's status).
+    let (n, evs) = wait_for("the MoverPodWedged Event", Duration::from_secs(60), &log, || async {
+        let (n, evs) = occurrences(&client, &ns, "wedged", "MoverPodWedged").await?;
+        Ok((n > 0).then_some((n, evs)))
+    })
+    .await?;
+    assert_eq!(n, 1, "one MoverPodWedged Event: {evs:?}");
+    assert_eq!(evs[0].type_.as_deref(), Some("Warning"));
+    assert_eq!(evs[0].note.as_deref(), Some(message.as_str()), "the Event carries the failure message");
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let (after, evs) = occurrences(&client, &ns, "wedged", "MoverPodWedged").await?;
+    assert_eq!(after, 1, "still one MoverPodWedged Event: {evs:?}");
+    let (failed_events, _) = occurrences(&client, &ns, "wedged", "SnapshotFailed").await?;
+    assert_eq!(failed_events, 0, "a wedge is announced as MoverPodWedged only");
+    let still = snaps.get("wedged").await?;
+    assert_eq!(snap_phase(&still), "Failed", "Failed is terminal");
+    assert!(jobs.get_opt("wedged").await?.is_none(), "no Job is launched again for a Failed Snapshot");
+    // Not the backend's fault: the repository was not asked to re-verify.
+    let r = repos.get("r").await?;
+    assert_eq!(
+        r.annotations().get(annotation::REVERIFY_REQUESTED_AT),
+        nudge_before.as_ref(),
+        "a wedged pod does not nudge the repository"
+    );
+    assert_eq!(repo_phase(&r), "Ready", "the repository is untouched");
+
+    // A Restore in the same namespace wedges the same way (its Job reads the same copy).
+    let restores: Api<Restore> = Api::namespaced(client.clone(), &ns);
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
+            "metadata": {"name": "wedged", "namespace": ns},
+            "spec": {"repository": {"name": "r", "namespace": repo_ns},
+                     "source": {"identity": {"username": "p", "hostname": ns}},
+                     "target": {"pvc": {"name": "restored-wedged", "capacity": "1Gi"}},
+                     "failurePolicy": {"podStartupDeadlineSeconds": 1}}
+        }),
+    )
+    .await?;
+    let restore_job = wait_for("the wedged restore Job", Duration::from_secs(180), &log, || async {
+        Ok(jobs.get_opt("wedged-restore").await?)
+    })
+    .await?;
+    let restore_job_seen = Instant::now();
+    let restore_job_uid = restore_job.uid().context("restore job uid")?;
+    let rfailed = wait_for("the wedged Restore Failed", Duration::from_secs(240), &log, || async {
+        let r = restores.get("wedged").await?;
+        ensure!(restore_phase(&r) != "Completed", "a pod without its password cannot restore");
+        Ok((restore_phase(&r) == "Failed").then_some(r))
+    })
+    .await?;
+    let restore_to_failed = restore_job_seen.elapsed();
+    let rready = restore_cond(&rfailed, "Ready").context("Restore Ready condition")?;
+    println!("wedged Restore Ready: {} / {}", rready.reason, rready.message);
+    assert_eq!(rready.reason, "MoverPodWedged", "{rready:?}");
+    assert!(
+        rready.message.contains("CreateContainerConfigError")
+            && rready.message.contains(&format!("couldn't find key KOPIA_PASSWORD in Secret {ns}/kopia")),
+        "{rready:?}"
+    );
+    wait_for("the wedged restore Job deleted", Duration::from_secs(120), &log, || async {
+        Ok(match jobs.get_opt("wedged-restore").await? {
+            None => Some(()),
+            Some(j) => {
+                ensure!(j.uid().as_deref() == Some(restore_job_uid.as_str()), "a second restore Job was created");
+                None
+            }
+        })
+    })
+    .await?;
+    let restore_to_job_gone = restore_job_seen.elapsed();
+    // The Failed Restore keeps its reason on later reconciles.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rstill = restores.get("wedged").await?;
+    assert_eq!(restore_phase(&rstill), "Failed");
+    assert_eq!(restore_cond(&rstill, "Ready").map(|c| c.reason).as_deref(), Some("MoverPodWedged"));
+    assert!(jobs.get_opt("wedged-restore").await?.is_none(), "no restore Job is launched again");
+    assert_eq!(
+        repos.get("r").await?.annotations().get(annotation::REVERIFY_REQUESTED_AT),
+        nudge_before.as_ref(),
+        "a wedged restore pod does not nudge the repository"
+    );
+
+    // A manual run of a Maintenance in this namespace (its Jobs read the same copy) is a failed
+    // run: recorded once, its Job deleted, one MoverPodWedged Event, no nudge.
+    let maints: Api<Maintenance> = Api::namespaced(client.clone(), &ns);
+    let requested = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Maintenance",
+            "metadata": {"name": "m", "namespace": ns, "annotations": {annotation::RUN_REQUESTED: requested}},
+            "spec": {"repository": {"name": "r", "namespace": repo_ns}, "failurePolicy": {"podStartupDeadlineSeconds": 1}}
+        }),
+    )
+    .await?;
+    let by_maint = ListParams::default().labels(&format!("{}=m", label::MAINTENANCE));
+    let maint_job = wait_for("the wedged maintenance Job", Duration::from_secs(180), &log, || async {
+        Ok(jobs.list(&by_maint).await?.items.into_iter().next())
+    })
+    .await?;
+    let maint_job_seen = Instant::now();
+    let maint_job_name = maint_job.name_any();
+    let mfailed = wait_for("the wedged manual maintenance run Failed", Duration::from_secs(240), &log, || async {
+        let m = maints.get("m").await?;
+        let run = m.status.as_ref().and_then(|s| s.manual_run.clone());
+        ensure!(run.as_ref().is_none_or(|r| r.phase != ManualRunPhase::Succeeded), "it cannot have run: {run:?}");
+        Ok(run.is_some_and(|r| r.phase == ManualRunPhase::Failed).then_some(m))
+    })
+    .await?;
+    let maint_to_failed = maint_job_seen.elapsed();
+    let mst = mfailed.status.clone().unwrap_or_default();
+    assert_eq!(mst.manual_run.as_ref().map(|r| r.requested_at.as_str()), Some(requested.as_str()));
+    assert_eq!(mst.quick.as_ref().map(|q| q.consecutive_failures), Some(1), "one failed quick run: {mst:?}");
+    assert!(mst.quick.as_ref().is_some_and(|q| q.last_run_at.is_none()), "no successful run: {mst:?}");
+    wait_for("the wedged maintenance Job deleted", Duration::from_secs(120), &log, || async {
+        Ok(jobs.list(&by_maint).await?.items.is_empty().then_some(()))
+    })
+    .await?;
+    let maint_to_job_gone = maint_job_seen.elapsed();
+    let (mn, mevs) = wait_for("the Maintenance's MoverPodWedged Event", Duration::from_secs(60), &log, || async {
+        let (n, evs) = occurrences(&client, &ns, "m", "MoverPodWedged").await?;
+        Ok((n > 0).then_some((n, evs)))
+    })
+    .await?;
+    let mnote = mevs[0].note.clone().unwrap_or_default();
+    println!("wedged maintenance Event: {mnote}");
+    assert!(
+        mnote.contains(&format!("of Job {maint_job_name}")) && mnote.contains("CreateContainerConfigError"),
+        "{mnote}"
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (mn_after, mevs) = occurrences(&client, &ns, "m", "MoverPodWedged").await?;
+    assert_eq!((mn, mn_after), (1, 1), "one MoverPodWedged Event for the Maintenance: {mevs:?}");
+    let mstill = maints.get("m").await?.status.unwrap_or_default();
+    assert_eq!(mstill.quick.as_ref().map(|q| q.consecutive_failures), Some(1), "counted once");
+    assert!(jobs.list(&by_maint).await?.items.is_empty(), "nothing relaunched");
+    assert_eq!(
+        repos.get("r").await?.annotations().get(annotation::REVERIFY_REQUESTED_AT),
+        nudge_before.as_ref(),
+        "a wedged maintenance pod does not nudge the repository"
+    );
+
+    // The user fixes the copy; a new Snapshot under the same 1 s deadline succeeds.
+    let fix = json!({"stringData": {"KOPIA_PASSWORD": "wedged e2e"}});
+    secrets.patch("kopia", &PatchParams::default(), &Patch::Merge(&fix)).await?;
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": "after", "namespace": ns},
+            "spec": {"policyRef": {"name": "p"}, "failurePolicy": {"podStartupDeadlineSeconds": 1}}
+        }),
+    )
+    .await?;
+    let after_created = Instant::now();
+    let ok = wait_for("after Succeeded", Duration::from_secs(300), &log, || async {
+        let s = snaps.get("after").await?;
+        ensure!(
+            snap_phase(&s) != "Failed",
+            "after failed: {:?} {:?}",
+            snap_cond(&s, "Ready"),
+            s.status.as_ref().and_then(|x| x.failure.clone())
+        );
+        Ok((snap_phase(&s) == "Succeeded").then_some(s))
+    })
+    .await?;
+    let to_success = after_created.elapsed();
+    let id = ok.status.as_ref().and_then(|s| s.snapshot.as_ref()).and_then(|x| x.kopia_snapshot_id.clone());
+    assert!(id.as_deref().is_some_and(|i| !i.is_empty()), "a kopia snapshot id is recorded: {:?}", ok.status);
+    // And a Restore of it under the same deadline completes with the data.
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
+            "metadata": {"name": "after", "namespace": ns},
+            "spec": {"source": {"fromPolicy": {"name": "p"}},
+                     "target": {"pvc": {"name": "restored", "capacity": "1Gi"}},
+                     "failurePolicy": {"podStartupDeadlineSeconds": 1}}
+        }),
+    )
+    .await?;
+    let restore_created = Instant::now();
+    let done = wait_for("the Restore after the fix Completed", Duration::from_secs(300), &log, || async {
+        let r = restores.get("after").await?;
+        ensure!(
+            restore_phase(&r) != "Failed",
+            "restore after failed: {:?} {:?}",
+            restore_cond(&r, "Ready"),
+            r.status.as_ref().and_then(|x| x.failure.clone())
+        );
+        Ok((restore_phase(&r) == "Completed").then_some(r))
+    })
+    .await?;
+    let restore_to_done = restore_created.elapsed();
+    let restored_id = done.status.as_ref().and_then(|s| s.resolved.as_ref()).and_then(|r| r.kopia_snapshot_id.clone());
+    assert_eq!(restored_id, id, "the Restore restored the Snapshot taken after the fix");
+    let target = pvcs.get("restored").await?;
+    let out = kopiur_testenv::node::provisioner::pv_dir(&env.node_state_dir(), &target.uid().context("uid")?);
+    assert_eq!(std::fs::read(out.join("state.txt"))?, b"backed up once the Secret copy is fixed\n");
+    let (wedged_after, _) = occurrences(&client, &ns, "after", "MoverPodWedged").await?;
+    assert_eq!(wedged_after, 0, "a healthy pod is never taken for a wedged one");
+    assert_eq!(
+        repos.get("r").await?.annotations().get(annotation::REVERIFY_REQUESTED_AT),
+        nudge_before.as_ref(),
+        "no nudge over the whole test"
+    );
+
+    println!(
+        "figures: Snapshot applied -> Job seen {:.1} s; pod seen waiting ({}) {}; Job seen -> Snapshot Failed {:.1} s; \
+         -> Job deleted {:.1} s; -> pod gone {:.1} s; MoverPodWedged Events {after}; \
+         fixed Snapshot applied -> Succeeded {:.1} s (kopia id {}); \
+         restore Job seen -> Restore Failed {:.1} s, -> Job deleted {:.1} s; fixed Restore -> Completed {:.1} s; \
+         maintenance Job seen -> manual run Failed {:.1} s, -> Job deleted {:.1} s; \
+         whole test {:.1} s",
+        (job_seen - created).as_secs_f64(),
+        pod_waiting.as_ref().map_or("not caught by the poll", |(_, r)| r.as_str()),
+        pod_waiting.as_ref().map_or(String::new(), |(d, _)| format!("{:.1} s after the Job", d.as_secs_f64())),
+        to_failed.as_secs_f64(),
+        to_job_gone.as_secs_f64(),
+        to_pod_gone.as_secs_f64(),
+        to_success.as_secs_f64(),
+        id.clone().unwrap_or_default(),
+        restore_to_failed.as_secs_f64(),
+        restore_to_job_gone.as_secs_f64(),
+        restore_to_done.as_secs_f64(),
+        maint_to_failed.as_secs_f64(),
+        maint_to_job_gone.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+    );
+    drop(op);
+    Ok(())
+}
