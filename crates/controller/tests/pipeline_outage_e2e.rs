@@ -3,7 +3,10 @@
 //! fromPolicy Restore stay Pending with `RepositoryNotReady`, no backup or restore Job is
 //! created, nothing fails, and the Restore's wait window does not start. When the backend
 //! returns and the breaker closes, the Snapshot's Job starts promptly (a watch, not a poll
-//! interval), it succeeds, and the Restore restores it.
+//! interval), it succeeds, and the Restore restores it. Then a second outage of at least 8
+//! schedule ticks under a Forbid and an Allow schedule (T07): at most 1 failed backup Job, no
+//! Failed Snapshot once the breaker is open, exactly 1 parked Forbid child and one parked Allow
+//! child per slot, each run exactly once on recovery, and the cadence resumes.
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -278,33 +281,59 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
         jobs.list(&ListParams::default().labels("kopiur.home-operations.com/op=backup")).await?.items.len();
     assert_eq!(backup_jobs, 1, "exactly one backup Job over the first outage and recovery");
 
-    // T07 in miniature: a Forbid schedule every minute across a second outage. Once the
-    // breaker is open, exactly one child parks and no other child is created; on recovery
-    // that child runs exactly once.
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
-            "metadata": {"name": "minutely", "namespace": ns},
-            "spec": {"policyRef": {"name": "p"}, "schedule": {"cron": "* * * * *", "concurrencyPolicy": "Forbid"}}
-        }),
-    )
-    .await?;
+    // T07: a Forbid and an Allow schedule every minute across a second outage of at least 8
+    // ticks. Over the whole outage at most 1 backup Job fails (one launched just before the
+    // open); no Snapshot fails once the breaker is open; Forbid parks exactly one child, Allow
+    // one per slot; on recovery every parked child runs exactly once and the cadence resumes.
+    for (name, policy) in [("minutely", "Forbid"), ("allowed", "Allow")] {
+        apply(
+            &client,
+            &ns,
+            json!({
+                "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"policyRef": {"name": "p"}, "schedule": {"cron": "* * * * *", "concurrencyPolicy": policy}}
+            }),
+        )
+        .await?;
+    }
     let by_schedule = ListParams::default().labels("kopiur.home-operations.com/schedule=minutely");
-    wait_for("a scheduled child Succeeded", Duration::from_secs(180), &log, || async {
-        Ok(snaps.list(&by_schedule).await?.items.iter().any(|s| snap_phase(s) == "Succeeded").then_some(()))
+    let by_allowed = ListParams::default().labels("kopiur.home-operations.com/schedule=allowed");
+    wait_for("a child of each schedule Succeeded", Duration::from_secs(180), &log, || async {
+        let f = snaps.list(&by_schedule).await?.items.iter().any(|s| snap_phase(s) == "Succeeded");
+        let a = snaps.list(&by_allowed).await?.items.iter().any(|s| snap_phase(s) == "Succeeded");
+        Ok((f && a).then_some(()))
     })
     .await?;
+    let backup_lp = ListParams::default().labels("kopiur.home-operations.com/op=backup");
+    let job_failed = |j: &Job| {
+        j.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Failed" && c.status == "True"))
+    };
+    let failed_before: std::collections::BTreeSet<String> =
+        jobs.list(&backup_lp).await?.items.iter().filter(|j| job_failed(j)).map(|j| j.name_any()).collect();
+    let cut = Instant::now();
     proxy.set(Mode::Refuse);
+    let mut failed_jobs = std::collections::BTreeSet::new();
+    let mut failed_allow_jobs = std::collections::BTreeSet::new();
+    let mut failed_after_open = std::collections::BTreeSet::new();
     wait_for("r Degraded again", Duration::from_secs(420), &log, || async {
         Ok((repo_phase(&repos.get("r").await?) == "Degraded").then_some(()))
     })
     .await?;
+    let opened_after = cut.elapsed();
     let at_open: std::collections::BTreeSet<String> =
         snaps.list(&by_schedule).await?.items.iter().map(|s| s.name_any()).collect();
-    // Three more ticks with the breaker open.
-    let until = Instant::now() + Duration::from_secs(190);
+    let allowed_at_open: std::collections::BTreeSet<String> =
+        snaps.list(&by_allowed).await?.items.iter().map(|s| s.name_any()).collect();
+    // Every Snapshot that exists at the open: a Job launched before it may still fail after
+    // it; anything minted later must not.
+    let existing_at_open: std::collections::BTreeSet<String> =
+        snaps.list(&ListParams::default()).await?.items.iter().map(|s| s.name_any()).collect();
+    // The outage lasts at least 8 schedule ticks from the cut.
+    let until = cut + Duration::from_secs(8 * 60 + 10);
     let mut max_pending = 0;
     let mut minted_while_open = std::collections::BTreeSet::new();
     while Instant::now() < until {
@@ -317,26 +346,64 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
                 minted_while_open.insert(s.name_any());
             }
         }
+        for s in snaps.list(&ListParams::default()).await?.items.iter().filter(|s| snap_phase(s) == "Failed") {
+            if !existing_at_open.contains(&s.name_any()) {
+                failed_after_open.insert(s.name_any());
+            }
+        }
+        for j in jobs.list(&backup_lp).await?.items.iter().filter(|j| job_failed(j)) {
+            if !failed_before.contains(&j.name_any()) {
+                // Forbid's failed Jobs are T07's figure; Allow launches one per slot until
+                // the breaker opens and is reported apart.
+                if j.name_any().starts_with("minutely-") {
+                    failed_jobs.insert(j.name_any());
+                } else {
+                    failed_allow_jobs.insert(j.name_any());
+                }
+            }
+        }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     let items = snaps.list(&by_schedule).await?.items;
     let failed: Vec<String> = items.iter().filter(|s| snap_phase(s) == "Failed").map(|s| s.name_any()).collect();
     let parked: Vec<String> = items.iter().filter(|s| snap_phase(s) == "Pending").map(|s| s.name_any()).collect();
+    let allowed = snaps.list(&by_allowed).await?.items;
+    let allowed_parked: Vec<String> = allowed
+        .iter()
+        .filter(|s| !allowed_at_open.contains(&s.name_any()) && snap_phase(s) == "Pending")
+        .map(|s| s.name_any())
+        .collect();
+    let allowed_new = allowed.iter().filter(|s| !allowed_at_open.contains(&s.name_any())).count();
     println!(
-        "outage: children at open {}, minted while open {:?}, parked {:?}, failed {:?}",
+        "outage of {:.0} s (breaker open after {:.0} s): Forbid children at open {}, minted while open {:?}, \
+         parked {:?}, failed {:?}; Allow children minted while open {allowed_new}, parked {}; failed backup Jobs \
+         (Forbid) {:?}, (Allow, before the open) {:?}; Snapshots minted after the open that failed {:?}",
+        cut.elapsed().as_secs_f64(),
+        opened_after.as_secs_f64(),
         at_open.len(),
         minted_while_open,
         parked,
-        failed
+        failed,
+        allowed_parked.len(),
+        failed_jobs,
+        failed_allow_jobs,
+        failed_after_open,
     );
+    assert!(failed_jobs.len() <= 1, "at most 1 failed backup Job over the outage: {failed_jobs:?}");
+    assert!(failed_after_open.is_empty(), "no Snapshot minted after the open fails: {failed_after_open:?}");
     assert!(max_pending <= 1, "parked work is bounded at one under Forbid (saw {max_pending})");
     // A child minted before the open may still be parked; either way, at most one new child.
     let total_parked_or_new: std::collections::BTreeSet<String> =
         minted_while_open.iter().cloned().chain(parked.iter().cloned()).collect();
     assert!(total_parked_or_new.len() <= 1, "no other child while the parked one is active: {total_parked_or_new:?}");
-    assert_eq!(parked.len(), 1, "one child parked across three open ticks");
+    assert_eq!(parked.len(), 1, "one Forbid child parked across the open ticks");
+    // Under Allow every slot after the open parks its own child (the open came within ~2 ticks
+    // of the cut, so at least 6 of the 8 slots fall after it).
+    assert!(allowed_parked.len() >= 6, "one parked Allow child per slot: {allowed_parked:?}");
+    assert_eq!(allowed_parked.len(), allowed_new, "every Allow child minted while open is parked");
     let parked_name = parked[0].clone();
     proxy.set(Mode::Pass);
+    let healed = Instant::now();
     wait_for("r Ready after the second outage", Duration::from_secs(300), &log, || async {
         Ok((repo_phase(&repos.get("r").await?) == "Ready").then_some(()))
     })
@@ -348,17 +415,46 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
     })
     .await?;
     assert_eq!(ok.status.as_ref().and_then(|s| s.job.as_ref()).map(|j| j.name.clone()), Some(parked_name.clone()));
-    let sched_jobs = jobs
-        .list(&ListParams::default().labels("kopiur.home-operations.com/op=backup"))
-        .await?
-        .items
-        .iter()
-        .filter(|j| j.name_any() == parked_name)
-        .count();
-    assert_eq!(sched_jobs, 1, "the parked child launched exactly one Job");
-    Api::<kopiur_api::SnapshotSchedule>::namespaced(client.clone(), &ns)
-        .delete("minutely", &kube::api::DeleteParams::default())
-        .await?;
+    wait_for("every parked Allow child Succeeded", Duration::from_secs(420), &log, || async {
+        let mut done = 0;
+        for n in &allowed_parked {
+            let s = snaps.get(n).await?;
+            assert_ne!(snap_phase(&s), "Failed", "{n}: {:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
+            done += usize::from(snap_phase(&s) == "Succeeded");
+        }
+        Ok((done == allowed_parked.len()).then_some(()))
+    })
+    .await?;
+    let all_jobs = jobs.list(&backup_lp).await?.items;
+    for n in std::iter::once(&parked_name).chain(allowed_parked.iter()) {
+        let count = all_jobs.iter().filter(|j| &j.name_any() == n).count();
+        assert_eq!(count, 1, "the parked child {n} launched exactly one Job");
+    }
+    // The cadence resumes: a Forbid child of a slot after recovery succeeds.
+    let resumed = wait_for("a post-recovery Forbid child Succeeded", Duration::from_secs(240), &log, || async {
+        let items = snaps.list(&by_schedule).await?.items;
+        Ok(items
+            .iter()
+            .find(|s| {
+                !at_open.contains(&s.name_any())
+                    && s.name_any() != parked_name
+                    && !minted_while_open.contains(&s.name_any())
+                    && snap_phase(s) == "Succeeded"
+            })
+            .map(|s| s.name_any()))
+    })
+    .await?;
+    println!(
+        "recovery: parked Forbid child {parked_name} and {} Allow children each ran once; cadence resumed with \
+         {resumed} {:.0} s after the backend returned",
+        allowed_parked.len(),
+        healed.elapsed().as_secs_f64()
+    );
+    for name in ["minutely", "allowed"] {
+        Api::<kopiur_api::SnapshotSchedule>::namespaced(client.clone(), &ns)
+            .delete(name, &kube::api::DeleteParams::default())
+            .await?;
+    }
     drop(op);
     Ok(())
 }
