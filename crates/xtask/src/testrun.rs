@@ -108,9 +108,14 @@ pub struct Outcome {
     pub elapsed: Duration,
 }
 
-fn command(bin: &TestBin) -> Command {
+fn command(bin: &TestBin, nocapture: bool) -> Command {
     let mut c = Command::new(&bin.exe);
     c.arg("--test-threads=2").current_dir(&bin.cwd);
+    // The environment tests print their acceptance figures (counts, durations); their output
+    // is captured to a file and shown whole, so it never interleaves with another binary's.
+    if nocapture {
+        c.arg("--nocapture");
+    }
     c
 }
 
@@ -120,7 +125,7 @@ pub fn run_sequential(bins: &[TestBin]) -> Result<Vec<Outcome>> {
     for b in bins {
         eprintln!("\n---- {} ----", b.label);
         let t = Instant::now();
-        let st = command(b).status().with_context(|| format!("running {}", b.exe.display()))?;
+        let st = command(b, false).status().with_context(|| format!("running {}", b.exe.display()))?;
         out.push(Outcome { label: b.label.clone(), ok: st.success(), elapsed: t.elapsed() });
     }
     Ok(out)
@@ -146,7 +151,7 @@ pub fn run_pool(bins: &[TestBin], jobs: usize, log_dir: &Path) -> Result<Vec<Out
         {
             let log = log_dir.join(format!("{}.log", bin.target));
             let file = std::fs::File::create(&log)?;
-            let child = command(&bin)
+            let child = command(&bin, true)
                 .stdout(Stdio::from(file.try_clone()?))
                 .stderr(Stdio::from(file))
                 .stdin(Stdio::null())

@@ -53,7 +53,19 @@ pub fn spawn(argv: &[String], env: &[(String, String)], plan: &ExecPlan, log: &P
     unsafe {
         cmd.pre_exec(move || prepared.apply());
     }
-    let child = cmd.spawn()?;
+    // ETXTBSY: a program written just before (a test's script, a copied binary) can still be
+    // open for writing in a child another thread forked before its close-on-exec took effect.
+    // That window closes within milliseconds, so retry briefly.
+    let mut attempts = 0;
+    let child = loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempts < 50 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => break other?,
+        }
+    };
     let pid = child.id().map(|p| p as i32).unwrap_or(0);
     Ok(Spawned { child, pid })
 }
