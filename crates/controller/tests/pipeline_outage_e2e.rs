@@ -3,19 +3,31 @@
 //! fromPolicy Restore stay Pending with `RepositoryNotReady`, no backup or restore Job is
 //! created, nothing fails, and the Restore's wait window does not start. When the backend
 //! returns and the breaker closes, the Snapshot's Job starts promptly (a watch, not a poll
-//! interval), it succeeds, and the Restore restores it.
+//! interval), it succeeds, and the Restore restores it. Then the outage replay (T07, with
+//! T09): a `*/2` Forbid schedule with a prior success, the backend cut 5 s before a tick for 8
+//! more ticks (16 min) at the default failureThreshold 3: at most 1 failed backup Job over the
+//! whole outage, no Failed Snapshot minted after the open, exactly 1 parked Forbid child, one
+//! parked child per slot of an Allow schedule created while open, and a Restore created while
+//! open parked Pending; on recovery each parked child runs exactly once, the Restore completes
+//! and the cadence resumes.
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
-use kopiur_api::{Repository, Restore, Snapshot};
+use kopiur_api::{Repository, Restore, Snapshot, SnapshotSchedule};
 use kopiur_testenv::TestEnv;
 use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
 use kopiur_testenv::proxy::{FaultProxy, Mode};
 use kopiur_testenv::wait::wait_for;
 use kube::api::{ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -278,87 +290,436 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
         jobs.list(&ListParams::default().labels("kopiur.home-operations.com/op=backup")).await?.items.len();
     assert_eq!(backup_jobs, 1, "exactly one backup Job over the first outage and recovery");
 
-    // T07 in miniature: a Forbid schedule every minute across a second outage. Once the
-    // breaker is open, exactly one child parks and no other child is created; on recovery
-    // that child runs exactly once.
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
-            "metadata": {"name": "minutely", "namespace": ns},
-            "spec": {"policyRef": {"name": "p"}, "schedule": {"cron": "* * * * *", "concurrencyPolicy": "Forbid"}}
-        }),
-    )
-    .await?;
-    let by_schedule = ListParams::default().labels("kopiur.home-operations.com/schedule=minutely");
-    wait_for("a scheduled child Succeeded", Duration::from_secs(180), &log, || async {
-        Ok(snaps.list(&by_schedule).await?.items.iter().any(|s| snap_phase(s) == "Succeeded").then_some(()))
-    })
-    .await?;
-    proxy.set(Mode::Refuse);
-    wait_for("r Degraded again", Duration::from_secs(420), &log, || async {
-        Ok((repo_phase(&repos.get("r").await?) == "Degraded").then_some(()))
-    })
-    .await?;
-    let at_open: std::collections::BTreeSet<String> =
-        snaps.list(&by_schedule).await?.items.iter().map(|s| s.name_any()).collect();
-    // Three more ticks with the breaker open.
-    let until = Instant::now() + Duration::from_secs(190);
-    let mut max_pending = 0;
-    let mut minted_while_open = std::collections::BTreeSet::new();
-    while Instant::now() < until {
-        let items = snaps.list(&by_schedule).await?.items;
-        assert_eq!(repo_phase(&repos.get("r").await?), "Degraded", "the breaker stays open during the outage");
-        let pending = items.iter().filter(|s| matches!(snap_phase(s).as_str(), "Pending" | "")).count();
-        max_pending = max_pending.max(pending);
-        for s in &items {
-            if !at_open.contains(&s.name_any()) {
-                minted_while_open.insert(s.name_any());
+    // T07 (with T09 and T10's Restore): the outage replay, in `outage_replay` below.
+    outage_replay(&client, &ns, &op, &proxy, &log, &pvcs, env).await?;
+    drop(op);
+    Ok(())
+}
+
+/// A backup or restore Job, as seen on a watch (uids, so a re-created Job counts twice).
+#[derive(Clone, Debug)]
+struct JobRec {
+    name: String,
+    op: String,
+    created: DateTime<Utc>,
+    failed: bool,
+}
+
+/// Every backup and restore Job of one namespace, recorded from a watch.
+#[derive(Clone, Default)]
+struct JobLog(Arc<Mutex<BTreeMap<String, JobRec>>>);
+
+impl JobLog {
+    fn start(client: Client, ns: &str) -> JobLog {
+        let log = JobLog::default();
+        let out = log.clone();
+        let api: Api<Job> = Api::namespaced(client, ns);
+        tokio::spawn(async move {
+            let cfg = watcher::Config::default().labels("kopiur.home-operations.com/op in (backup,restore)");
+            let mut s = watcher(api, cfg).default_backoff().applied_objects().boxed();
+            while let Some(ev) = s.next().await {
+                let Ok(job) = ev else { continue };
+                let failed = job
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Failed" && c.status == "True"));
+                let created = job
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
+                    .unwrap_or_else(Utc::now);
+                let rec = JobRec {
+                    name: job.name_any(),
+                    op: job.labels().get("kopiur.home-operations.com/op").cloned().unwrap_or_default(),
+                    created,
+                    failed,
+                };
+                let mut m = out.0.lock().unwrap();
+                let e = m.entry(job.uid().unwrap_or_default()).or_insert(rec.clone());
+                e.failed |= rec.failed;
             }
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        });
+        log
     }
-    let items = snaps.list(&by_schedule).await?.items;
-    let failed: Vec<String> = items.iter().filter(|s| snap_phase(s) == "Failed").map(|s| s.name_any()).collect();
-    let parked: Vec<String> = items.iter().filter(|s| snap_phase(s) == "Pending").map(|s| s.name_any()).collect();
-    println!(
-        "outage: children at open {}, minted while open {:?}, parked {:?}, failed {:?}",
-        at_open.len(),
-        minted_while_open,
-        parked,
-        failed
-    );
-    assert!(max_pending <= 1, "parked work is bounded at one under Forbid (saw {max_pending})");
-    // A child minted before the open may still be parked; either way, at most one new child.
-    let total_parked_or_new: std::collections::BTreeSet<String> =
-        minted_while_open.iter().cloned().chain(parked.iter().cloned()).collect();
-    assert!(total_parked_or_new.len() <= 1, "no other child while the parked one is active: {total_parked_or_new:?}");
-    assert_eq!(parked.len(), 1, "one child parked across three open ticks");
-    let parked_name = parked[0].clone();
-    proxy.set(Mode::Pass);
-    wait_for("r Ready after the second outage", Duration::from_secs(300), &log, || async {
-        Ok((repo_phase(&repos.get("r").await?) == "Ready").then_some(()))
+
+    fn all(&self) -> Vec<(String, JobRec)> {
+        self.0.lock().unwrap().iter().map(|(u, j)| (u.clone(), j.clone())).collect()
+    }
+
+    fn failed_backups(&self) -> BTreeSet<String> {
+        self.all().into_iter().filter(|(_, j)| j.op == "backup" && j.failed).map(|(u, _)| u).collect()
+    }
+
+    /// Backup Jobs (uids) created for the Snapshot `name` (a backup Job is named after its Snapshot).
+    fn backups_of(&self, name: &str) -> usize {
+        self.all().iter().filter(|(_, j)| j.op == "backup" && j.name == name).count()
+    }
+}
+
+/// The slot of a scheduled child, from its name `<schedule>-<unix seconds>`.
+fn slot_of(child: &str) -> i64 {
+    child.rsplit('-').next().and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// Cron ticks of `*/2 * * * *` in `(from, to]`.
+fn ticks_between(from: DateTime<Utc>, to: DateTime<Utc>) -> i64 {
+    let k = |t: DateTime<Utc>| t.timestamp().div_euclid(120);
+    (k(to) - k(from)).max(0)
+}
+
+fn restore_phase(r: &Restore) -> String {
+    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+}
+
+fn schedule(ns: &str, name: &str, policy: &str) -> Value {
+    json!({
+        "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"policyRef": {"name": "p"},
+                 "schedule": {"cron": "*/2 * * * *", "jitter": "0s", "concurrencyPolicy": policy}}
+    })
+}
+
+/// T07 — the outage replay. A Forbid schedule `*/2 * * * *` with one prior success; the
+/// backend is cut 5 s before a tick and stays cut across 8 further ticks (16 min), with the
+/// default failureThreshold 3. Over the whole outage at most 1 backup Job fails (the one of the
+/// tick right after the cut, launched before the breaker can know); no Snapshot minted after the
+/// open ends Failed; Forbid parks exactly 1 child and mints no other while open. An Allow
+/// schedule (T09), created once the breaker is open so it cannot launch a doomed Job, parks one
+/// child per slot; a Restore created while open parks Pending. On recovery each parked child runs
+/// exactly one Job and succeeds, the Restore completes and the Forbid cadence resumes.
+async fn outage_replay(
+    client: &Client,
+    ns: &str,
+    op: &Operator,
+    proxy: &FaultProxy,
+    log: &std::path::Path,
+    pvcs: &Api<PersistentVolumeClaim>,
+    env: &TestEnv,
+) -> Result<()> {
+    let snaps: Api<Snapshot> = Api::namespaced(client.clone(), ns);
+    let repos: Api<Repository> = Api::namespaced(client.clone(), ns);
+    let restores: Api<Restore> = Api::namespaced(client.clone(), ns);
+    let scheds: Api<SnapshotSchedule> = Api::namespaced(client.clone(), ns);
+    let jobs = JobLog::start(client.clone(), ns);
+    let forbid_lp = ListParams::default().labels("kopiur.home-operations.com/schedule=forbid");
+    let allow_lp = ListParams::default().labels("kopiur.home-operations.com/schedule=allowed");
+    const SKIPPED: &str = "kopiur_schedule_slots_skipped_total";
+    let skip_labels = [("namespace", ns), ("name", "forbid"), ("reason", "active_run")];
+
+    // One prior success.
+    apply(client, ns, schedule(ns, "forbid", "Forbid")).await?;
+    let prior = wait_for("the Forbid schedule's first child Succeeded", Duration::from_secs(420), log, || async {
+        let items = snaps.list(&forbid_lp).await?.items;
+        for s in &items {
+            assert_ne!(
+                snap_phase(s),
+                "Failed",
+                "{}: {:?}",
+                s.name_any(),
+                s.status.as_ref().and_then(|x| x.failure.clone())
+            );
+        }
+        Ok(items.iter().find(|s| snap_phase(s) == "Succeeded").map(|s| s.name_any()))
     })
     .await?;
-    let ok = wait_for("the parked child Succeeded", Duration::from_secs(240), &log, || async {
-        let s = snaps.get(&parked_name).await?;
-        assert_ne!(snap_phase(&s), "Failed", "{:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
-        Ok((snap_phase(&s) == "Succeeded").then_some(s))
+    println!("prior success: {prior}");
+
+    // The cut: 5 s before the pinned next tick, read from the schedule's status.
+    let tick0 = wait_for("a pinned tick at least 10 s ahead", Duration::from_secs(200), log, || async {
+        let s = scheds.get("forbid").await?;
+        let at = s.status.as_ref().and_then(|st| st.next_schedule.as_ref()).and_then(|n| n.at);
+        let active = snaps
+            .list(&forbid_lp)
+            .await?
+            .items
+            .iter()
+            .any(|s| matches!(snap_phase(s).as_str(), "Pending" | "Running" | ""));
+        Ok(at.filter(|at| !active && *at - Utc::now() >= chrono::Duration::seconds(10)))
     })
     .await?;
-    assert_eq!(ok.status.as_ref().and_then(|s| s.job.as_ref()).map(|j| j.name.clone()), Some(parked_name.clone()));
-    let sched_jobs = jobs
-        .list(&ListParams::default().labels("kopiur.home-operations.com/op=backup"))
+    assert_eq!(tick0.timestamp() % 120, 0, "the pinned tick {tick0} is a */2 slot without jitter");
+    tokio::time::sleep((tick0 - chrono::Duration::seconds(5) - Utc::now()).to_std().unwrap_or_default()).await;
+    let failed_before = jobs.failed_backups();
+    let failed_snaps_before: BTreeSet<String> = snaps
+        .list(&ListParams::default())
         .await?
         .items
         .iter()
-        .filter(|j| j.name_any() == parked_name)
-        .count();
-    assert_eq!(sched_jobs, 1, "the parked child launched exactly one Job");
-    Api::<kopiur_api::SnapshotSchedule>::namespaced(client.clone(), &ns)
-        .delete("minutely", &kube::api::DeleteParams::default())
-        .await?;
-    drop(op);
+        .filter(|s| snap_phase(s) == "Failed")
+        .map(|s| s.name_any())
+        .collect();
+    let skipped_before: f64 = samples(&op.metrics().await?, SKIPPED, &skip_labels).iter().sum();
+    proxy.set(Mode::Refuse);
+    let cut = Utc::now();
+    println!("backend cut at {cut}, {:.1} s before the tick {tick0}", (tick0 - cut).num_milliseconds() as f64 / 1000.0);
+
+    // 8 ticks after tick0 (16 min), plus 20 s for the last one to be seen skipped.
+    let last_tick = tick0 + chrono::Duration::seconds(8 * 120);
+    let restore_at = last_tick + chrono::Duration::seconds(20);
+    let mut opened: Option<DateTime<Utc>> = None;
+    let mut at_open: BTreeSet<String> = BTreeSet::new();
+    let mut minted_forbid_while_open: BTreeSet<String> = BTreeSet::new();
+    let mut failed_minted_after_open: BTreeSet<String> = BTreeSet::new();
+    let mut max_forbid_active = 0;
+    let mut restore_parked_seen = false;
+    let mut allow_created: Option<DateTime<Utc>> = None;
+    while Utc::now() < restore_at {
+        let phase = repo_phase(&repos.get("r").await?);
+        let now = Utc::now();
+        match opened {
+            None if phase == "Degraded" => {
+                opened = Some(now);
+                at_open = snaps.list(&ListParams::default()).await?.items.iter().map(|s| s.name_any()).collect();
+                println!("breaker open {:.0} s after the cut", (now - cut).num_milliseconds() as f64 / 1000.0);
+                // Created only now, so neither can launch a Job doomed by the outage.
+                apply(client, ns, schedule(ns, "allowed", "Allow")).await?;
+                allow_created = Some(Utc::now());
+                apply(
+                    client,
+                    ns,
+                    json!({
+                        "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
+                        "metadata": {"name": "during-replay", "namespace": ns},
+                        "spec": {"source": {"fromPolicy": {"name": "p"}},
+                                 "target": {"pvc": {"name": "restored-replay", "capacity": "1Gi"}},
+                                 "policy": {"waitTimeout": "30m"}}
+                    }),
+                )
+                .await?;
+            }
+            None => {
+                // The breaker must open before the second tick, or a second backup Job is doomed.
+                if now > tick0 + chrono::Duration::seconds(8 * 60) {
+                    bail!("the breaker did not open within 8 min of the cut (phase {phase})");
+                }
+            }
+            Some(_) => assert_eq!(phase, "Degraded", "the breaker stays open while the backend is cut"),
+        }
+        let all = snaps.list(&ListParams::default()).await?.items;
+        if let Some(o) = opened {
+            for s in &all {
+                let n = s.name_any();
+                if at_open.contains(&n) {
+                    continue;
+                }
+                if snap_phase(s) == "Failed" {
+                    failed_minted_after_open.insert(n.clone());
+                }
+                if n.starts_with("forbid-") {
+                    minted_forbid_while_open.insert(n.clone());
+                }
+                if n.starts_with("allowed-") {
+                    assert!(
+                        matches!(snap_phase(s).as_str(), "Pending" | ""),
+                        "an Allow child minted while open parks: {n}"
+                    );
+                }
+            }
+            // No backup or restore Job is created once the open was seen.
+            let launched: Vec<String> =
+                jobs.all().into_iter().filter(|(_, j)| j.created > o).map(|(_, j)| j.name).collect();
+            assert!(launched.is_empty(), "no backup or restore Job while the breaker is open: {launched:?}");
+            if let Some(r) = restores.get_opt("during-replay").await? {
+                let st = r.status.clone().unwrap_or_default();
+                assert_ne!(restore_phase(&r), "Failed", "{:?}", st.failure);
+                assert!(st.wait_started_at.is_none(), "the Restore's wait window does not start while parked");
+                if restore_phase(&r) == "Pending"
+                    && ready_reason(&st.conditions).as_deref() == Some("RepositoryNotReady")
+                {
+                    restore_parked_seen = true;
+                }
+            }
+        }
+        let forbid_active = all
+            .iter()
+            .filter(|s| {
+                s.name_any().starts_with("forbid-") && matches!(snap_phase(s).as_str(), "Pending" | "Running" | "")
+            })
+            .count();
+        max_forbid_active = max_forbid_active.max(forbid_active);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let opened = opened.context("the breaker opened")?;
+    let allow_created = allow_created.context("Allow schedule created")?;
+
+    // The state at the end of the outage, before the backend returns.
+    let all = snaps.list(&ListParams::default()).await?.items;
+    let forbid_parked: Vec<&Snapshot> =
+        all.iter().filter(|s| s.name_any().starts_with("forbid-") && snap_phase(s) == "Pending").collect();
+    for s in &forbid_parked {
+        let reason = ready_reason(&s.status.clone().unwrap_or_default().conditions);
+        assert_eq!(reason.as_deref(), Some("RepositoryNotReady"), "{} parks on the repository", s.name_any());
+    }
+    let allow_parked: Vec<String> = all
+        .iter()
+        .filter(|s| s.name_any().starts_with("allowed-"))
+        .inspect(|s| {
+            let reason = ready_reason(&s.status.clone().unwrap_or_default().conditions);
+            assert_eq!(snap_phase(s), "Pending", "{}", s.name_any());
+            assert_eq!(reason.as_deref(), Some("RepositoryNotReady"), "{} parks on the repository", s.name_any());
+        })
+        .map(|s| s.name_any())
+        .collect();
+    let forbid_ticks = ticks_between(cut, Utc::now());
+    let text = op.metrics().await?;
+    let skipped = samples(&text, SKIPPED, &skip_labels).iter().sum::<f64>() - skipped_before;
+    let gated = sample(&text, "kopiur_snapshot_gated", &[("namespace", ns), ("policy", "p")]).unwrap_or(0.0);
+    let failed_jobs_outage: BTreeSet<String> = jobs.failed_backups().difference(&failed_before).cloned().collect();
+
+    // Recovery.
+    proxy.set(Mode::Pass);
+    let healed = Utc::now();
+    wait_for("r Ready after the outage replay", Duration::from_secs(600), log, || async {
+        Ok((repo_phase(&repos.get("r").await?) == "Ready").then_some(()))
+    })
+    .await?;
+    let ready = Utc::now();
+    let allow_parked_at_end = allow_parked.len();
+    // Allow children minted between the backend's return and Ready parked too.
+    let allow_parked: Vec<String> = {
+        let mut v = allow_parked;
+        for s in snaps.list(&allow_lp).await?.items {
+            if slot_of(&s.name_any()) <= ready.timestamp() && !v.contains(&s.name_any()) {
+                v.push(s.name_any());
+            }
+        }
+        v
+    };
+    // Slots of the Allow schedule from its creation (the breaker already open) to the close.
+    let allow_slots_open = ticks_between(allow_created, ready);
+    let gated_expected = (forbid_parked.len() + allow_parked_at_end) as f64;
+    let out = |x: DateTime<Utc>, y: DateTime<Utc>| (y - x).num_milliseconds() as f64 / 1000.0;
+    println!(
+        "outage replay: backend cut {:.0} s ({} Forbid ticks after the cut, first tick {tick0}); breaker open {:.0} s \
+         after the cut; failed backup Jobs over the outage {}; Forbid: {} parked {:?}, minted while open {:?}, \
+         max active {max_forbid_active}, slots skipped active_run +{skipped}; Allow (created {:.0} s after the open): \
+         {} parked for {allow_slots_open} slots; snapshot_gated{{policy=p}} {gated}; Snapshots minted after the open \
+         that failed {:?}; Restore parked Pending/RepositoryNotReady: {restore_parked_seen}; Ready {:.0} s after the \
+         backend returned",
+        out(cut, healed),
+        forbid_ticks,
+        out(cut, opened),
+        failed_jobs_outage.len(),
+        forbid_parked.len(),
+        forbid_parked.iter().map(|s| s.name_any()).collect::<Vec<_>>(),
+        minted_forbid_while_open,
+        out(opened, allow_created),
+        allow_parked.len(),
+        failed_minted_after_open,
+        out(healed, ready),
+    );
+    assert!(forbid_ticks >= 8, "the backend stayed cut for at least 8 ticks ({forbid_ticks})");
+    assert!(failed_jobs_outage.len() <= 1, "at most 1 failed backup Job over the outage: {failed_jobs_outage:?}");
+    assert!(
+        failed_minted_after_open.is_empty(),
+        "no Snapshot minted after the open fails: {failed_minted_after_open:?}"
+    );
+    assert_eq!(forbid_parked.len(), 1, "exactly one parked Forbid child");
+    let parked = forbid_parked[0].name_any();
+    assert_eq!(minted_forbid_while_open, BTreeSet::from([parked.clone()]), "no other Forbid child while open");
+    assert!(max_forbid_active <= 1, "Forbid never has two active children (saw {max_forbid_active})");
+    let expected_skips = ticks_between(DateTime::from_timestamp(slot_of(&parked), 0).unwrap(), healed) as f64;
+    assert!(
+        skipped >= expected_skips - 1.0,
+        "every later Forbid tick is skipped as active_run: {skipped} < {expected_skips}"
+    );
+    assert!(
+        (allow_parked.len() as i64 - allow_slots_open).abs() <= 1,
+        "one parked Allow child per slot elapsed while open: {} for {allow_slots_open} slots",
+        allow_parked.len()
+    );
+    assert_eq!(gated, gated_expected, "kopiur_snapshot_gated counts every parked Snapshot of p");
+    assert!(restore_parked_seen, "the Restore created during the outage parked Pending/RepositoryNotReady");
+
+    // The parked Forbid child runs exactly once and succeeds.
+    wait_for("the parked Forbid child Succeeded", Duration::from_secs(600), log, || async {
+        let s = snaps.get(&parked).await?;
+        assert_ne!(snap_phase(&s), "Failed", "{:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
+        Ok((snap_phase(&s) == "Succeeded").then_some(()))
+    })
+    .await?;
+    wait_for("every parked Allow child Succeeded", Duration::from_secs(900), log, || async {
+        let mut done = 0;
+        for n in &allow_parked {
+            let s = snaps.get(n).await?;
+            assert_ne!(snap_phase(&s), "Failed", "{n}: {:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
+            done += usize::from(snap_phase(&s) == "Succeeded");
+        }
+        Ok((done == allow_parked.len()).then_some(()))
+    })
+    .await?;
+    let r = wait_for("the replay's Restore Completed", Duration::from_secs(600), log, || async {
+        let r = restores.get("during-replay").await?;
+        assert_ne!(restore_phase(&r), "Failed", "{:?}", r.status.as_ref().and_then(|s| s.failure.clone()));
+        Ok((restore_phase(&r) == "Completed").then_some(r))
+    })
+    .await?;
+    let target = pvcs.get("restored-replay").await?;
+    let dir = kopiur_testenv::node::provisioner::pv_dir(&env.node_state_dir(), &target.uid().context("uid")?);
+    assert_eq!(std::fs::read(dir.join("state.txt"))?, b"written before the outage\n");
+    let resolved = r.status.as_ref().and_then(|s| s.resolved.clone()).context("resolved")?;
+    // The cadence resumes: the first Forbid child of a slot after Ready succeeds, and none
+    // is minted for a slot between the parked one and Ready.
+    let resumed = wait_for("a post-recovery Forbid child Succeeded", Duration::from_secs(420), log, || async {
+        let items = snaps.list(&forbid_lp).await?.items;
+        for s in &items {
+            let slot = slot_of(&s.name_any());
+            assert!(
+                slot <= slot_of(&parked) || slot > ready.timestamp() || at_open.contains(&s.name_any()),
+                "no Forbid child for a slot skipped while parked: {}",
+                s.name_any()
+            );
+        }
+        Ok(items
+            .iter()
+            .find(|s| slot_of(&s.name_any()) > ready.timestamp() && snap_phase(s) == "Succeeded")
+            .map(|s| s.name_any()))
+    })
+    .await?;
+    let gated_after = wait_for("kopiur_snapshot_gated drops", Duration::from_secs(60), log, || async {
+        let text = op.metrics().await?;
+        let v = sample(&text, "kopiur_snapshot_gated", &[("namespace", ns), ("policy", "p")]);
+        Ok(v.is_none_or(|v| v == 0.0).then_some(v))
+    })
+    .await?;
+
+    // Jobs per parked child, and failures over the whole outage and recovery.
+    let per_child: Vec<(String, usize)> =
+        std::iter::once(&parked).chain(allow_parked.iter()).map(|n| (n.clone(), jobs.backups_of(n))).collect();
+    let parked_job_after_ready = jobs
+        .all()
+        .into_iter()
+        .find(|(_, j)| j.op == "backup" && j.name == parked)
+        .map(|(_, j)| (j.created - ready).num_seconds())
+        .context("the parked child's Job")?;
+    let failed_total: BTreeSet<String> = jobs.failed_backups().difference(&failed_before).cloned().collect();
+    let failed_snaps: Vec<String> = snaps
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|s| snap_phase(s) == "Failed" && !failed_snaps_before.contains(&s.name_any()))
+        .map(|s| s.name_any())
+        .collect();
+    println!(
+        "recovery: the parked Forbid child's Job created {parked_job_after_ready} s after Ready was seen; jobs per parked child {per_child:?}; restore resolved {:?}; cadence resumed with {resumed} {:.0} s \
+         after Ready; failed backup Jobs outage+recovery {}; Failed Snapshots {failed_snaps:?}; snapshot_gated after \
+         {gated_after:?}",
+        resolved.kopia_snapshot_id,
+        out(ready, Utc::now()),
+        failed_total.len(),
+    );
+    for (n, count) in &per_child {
+        assert_eq!(*count, 1, "the parked child {n} launched exactly one Job");
+    }
+    assert!(failed_total.len() <= 1, "at most 1 failed backup Job: {failed_total:?}");
+    assert!(parked_job_after_ready <= 30, "the parked child launched on the close, not a safety requeue");
+    assert!(failed_snaps.len() <= 1, "at most 1 Failed Snapshot: {failed_snaps:?}");
+    for name in ["forbid", "allowed"] {
+        scheds.delete(name, &kube::api::DeleteParams::default()).await?;
+    }
     Ok(())
 }
