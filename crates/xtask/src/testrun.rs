@@ -25,9 +25,9 @@ pub struct TestBin {
 /// Test targets that start a local control plane, Garage or kopia (the environment tiers).
 /// Listed longest first: the pool starts them in this order, so the long ones overlap.
 pub const ENVIRONMENT_TARGETS: &[&str] = &[
+    "pipeline_outage_e2e",
     "deletion_e2e",
     "pipeline_acceptance_e2e",
-    "pipeline_outage_e2e",
     "maintenance_e2e",
     "e2e_repository_faults",
     "catalog_e2e",
