@@ -39,6 +39,23 @@ mod imp {
     }
 }
 
+/// The client-side-apply copy `kubectl apply` keeps on every object it wrote.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops what no reconciler reads before an object enters a reflector store: `managedFields`
+/// (most of an object's bytes) and the `kubectl apply` copy of the whole manifest. Stores are
+/// read-only views; nothing here writes an object back from them (status goes through patches),
+/// so the dropped fields stay untouched on the server.
+pub fn slim(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+        if a.is_empty() {
+            meta.annotations = None;
+        }
+    }
+}
+
 /// Caps glibc's arenas at [`ARENA_MAX`]; call first thing in `main`, before any thread.
 /// Returns whether the setting took effect.
 pub fn limit_arenas() -> bool {
@@ -63,6 +80,26 @@ pub async fn trim_periodically() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slim_drops_managed_fields_and_the_kubectl_copy_only() {
+        let mut meta: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta = serde_json::from_value(serde_json::json!({
+            "name": "s", "labels": {"a": "b"},
+            "annotations": {LAST_APPLIED: "{\"big\":true}", "kopiur.home-operations.com/skip-snapshot-cleanup": "true"},
+            "managedFields": [{"manager": "kubectl", "operation": "Apply"}]
+        }))
+        .unwrap();
+        slim(&mut meta);
+        assert!(meta.managed_fields.is_none());
+        let a = meta.annotations.as_ref().unwrap();
+        assert!(!a.contains_key(LAST_APPLIED));
+        assert_eq!(a.get("kopiur.home-operations.com/skip-snapshot-cleanup").map(String::as_str), Some("true"));
+        assert_eq!(meta.labels.as_ref().unwrap().get("a").map(String::as_str), Some("b"));
+        let mut only_copy: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta =
+            serde_json::from_value(serde_json::json!({"name": "t", "annotations": {LAST_APPLIED: "{}"}})).unwrap();
+        slim(&mut only_copy);
+        assert!(only_copy.annotations.is_none());
+    }
 
     /// Resident set size of this process, from /proc (Linux only).
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -90,8 +90,8 @@ impl<T> futures::Stream for UnboundedStream<T> {
 }
 
 /// A store fed by a reflector polled in its own task, and the trigger stream for a
-/// `Controller::for_stream` over it. `managedFields` are dropped before the store (they are
-/// most of an object's bytes and nothing here reads them); `fanout` sees every event, so
+/// `Controller::for_stream` over it. Objects are slimmed before the store (`heap::slim`:
+/// `managedFields` and the `kubectl apply` copy, which nothing here reads); `fanout` sees every event, so
 /// other controllers can map it without a watch of their own.
 fn decoupled<K>(
     client: &Client,
@@ -104,7 +104,7 @@ where
     let (store, writer) = reflector::store::<K>();
     let events = reflector::reflector(
         writer,
-        watcher(Api::<K>::all(client.clone()), wc.clone()).modify(|o| o.meta_mut().managed_fields = None),
+        watcher(Api::<K>::all(client.clone()), wc.clone()).modify(|o| crate::heap::slim(o.meta_mut())),
     )
     .default_backoff()
     .touched_objects();
@@ -175,7 +175,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     let (maintenances, maint_w) = reflector::store::<Maintenance>();
     let maint_events = reflector::reflector(
         maint_w,
-        watcher(Api::<Maintenance>::all(client.clone()), wc.clone()).modify(|m| m.meta_mut().managed_fields = None),
+        watcher(Api::<Maintenance>::all(client.clone()), wc.clone()).modify(|m| crate::heap::slim(m.meta_mut())),
     )
     .default_backoff()
     .touched_objects();
