@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use chrono::{Timelike, Utc};
+use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Secret};
 use kopiur_api::names::{annotation, label};
@@ -36,6 +37,7 @@ use kopiur_testenv::operator::Operator;
 use kopiur_testenv::proxy::{FaultProxy, Mode};
 use kopiur_testenv::wait::wait_for;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -181,20 +183,27 @@ impl Kopia {
     }
 }
 
-/// Records the `pruned-by` stamp of every Snapshot seen with a deletionTimestamp.
+/// Records the `pruned-by` stamp of every Snapshot seen deleting or stamped.
 type PruneStamps = Arc<Mutex<BTreeMap<String, Option<String>>>>;
 
+/// A watch, not a poll: a pruned Snapshot without kopia data (a Failed run) is stamped, deleted
+/// and gone within milliseconds, between two polls; the watch delivers every version, the
+/// DELETED one included.
 fn observe_prunes(snaps: Api<Snapshot>) -> (PruneStamps, tokio::task::JoinHandle<()>) {
     let seen = Arc::new(Mutex::new(BTreeMap::new()));
     let s2 = seen.clone();
     let h = tokio::spawn(async move {
-        loop {
-            if let Ok(l) = snaps.list(&ListParams::default()).await {
-                for s in l.items.iter().filter(|s| s.metadata.deletion_timestamp.is_some()) {
-                    s2.lock().unwrap().insert(s.name_any(), s.annotations().get(annotation::PRUNED_BY).cloned());
+        let mut events = watcher(snaps, watcher::Config::default()).default_backoff().touched_objects().boxed();
+        while let Some(ev) = events.next().await {
+            let Ok(s) = ev else { continue };
+            let stamp = s.annotations().get(annotation::PRUNED_BY).cloned();
+            if s.metadata.deletion_timestamp.is_some() || stamp.is_some() {
+                let mut m = s2.lock().unwrap();
+                let e = m.entry(s.name_any()).or_insert(None);
+                if stamp.is_some() {
+                    *e = stamp;
                 }
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
         }
     });
     (seen, h)

@@ -89,7 +89,7 @@ fn test() -> Result<()> {
     step("Doc tests");
     let doc = Instant::now();
     let doc_ok = cargo().args(["test", "--workspace", "--doc"]).status()?.success();
-    outcomes.push(testrun::Outcome { label: "doc tests".into(), ok: doc_ok, elapsed: doc.elapsed() });
+    outcomes.push(testrun::Outcome { label: "doc tests".into(), ok: doc_ok, elapsed: doc.elapsed(), why: Vec::new() });
     step(&format!(
         "Environment tiers: component (kopia + Garage) and end-to-end (local control plane); {} binaries, {jobs} at a time",
         env.len()

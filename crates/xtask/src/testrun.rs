@@ -107,11 +107,49 @@ pub struct Outcome {
     pub label: String,
     pub ok: bool,
     pub elapsed: Duration,
+    /// For a failed pooled binary: the lines that say why (see [`failure_excerpt`]).
+    pub why: Vec<String>,
+}
+
+/// The lines of a failed binary's output that say why it failed: each panic message (the
+/// `panicked at` line and the message lines after it, up to the backtrace), each `Error:`
+/// returned by a test, and every line a test marked with `FAILED:`. Repeated in the summary,
+/// so the reason sits at the end of the run's output instead of thousands of lines above it.
+pub fn failure_excerpt(text: &str) -> Vec<String> {
+    const MAX_LINES: usize = 60;
+    let mut out = Vec::new();
+    let mut in_panic = false;
+    for line in text.lines() {
+        let t = line.trim_start();
+        if in_panic {
+            if t.is_empty() || t.starts_with("stack backtrace:") || t.starts_with("note: run with") {
+                in_panic = false;
+            } else {
+                out.push(line.to_string());
+            }
+        } else if t.contains("panicked at ") || t.starts_with("Error: ") {
+            out.push(line.to_string());
+            in_panic = true;
+        } else if t.contains("FAILED:") {
+            out.push(line.to_string());
+        }
+        if out.len() >= MAX_LINES {
+            out.push("… (more in the log)".into());
+            break;
+        }
+    }
+    out
 }
 
 fn command(bin: &TestBin, nocapture: bool) -> Command {
     let mut c = Command::new(&bin.exe);
     c.arg("--test-threads=2").current_dir(&bin.cwd);
+    // A backtrace buries the failure message under a hundred frames of test harness; the
+    // message and the test's own log lines say what went wrong. `KOPIUR_TEST_BACKTRACE=1`
+    // keeps the caller's RUST_BACKTRACE.
+    if std::env::var("KOPIUR_TEST_BACKTRACE").as_deref() != Ok("1") {
+        c.env("RUST_BACKTRACE", "0").env("RUST_LIB_BACKTRACE", "0");
+    }
     // The environment tests print their acceptance figures (counts, durations); their output
     // is captured to a file and shown whole, so it never interleaves with another binary's.
     if nocapture {
@@ -127,7 +165,7 @@ pub fn run_sequential(bins: &[TestBin]) -> Result<Vec<Outcome>> {
         eprintln!("\n---- {} ----", b.label);
         let t = Instant::now();
         let st = command(b, false).status().with_context(|| format!("running {}", b.exe.display()))?;
-        out.push(Outcome { label: b.label.clone(), ok: st.success(), elapsed: t.elapsed() });
+        out.push(Outcome { label: b.label.clone(), ok: st.success(), elapsed: t.elapsed(), why: Vec::new() });
     }
     Ok(out)
 }
@@ -176,7 +214,8 @@ pub fn run_pool(bins: &[TestBin], jobs: usize, log_dir: &Path) -> Result<Vec<Out
                         if st.success() { "ok" } else { "FAILED" }
                     );
                     eprint!("{text}");
-                    out.push(Outcome { label: r.bin.label, ok: st.success(), elapsed });
+                    let why = if st.success() { Vec::new() } else { failure_excerpt(&text) };
+                    out.push(Outcome { label: r.bin.label, ok: st.success(), elapsed, why });
                 }
             }
         }
@@ -200,6 +239,12 @@ pub fn summarize(outcomes: &[Outcome]) -> Result<()> {
     eprintln!("\n==> Summary: {} test binaries", outcomes.len());
     for o in by_label.values() {
         eprintln!("    {:<6} {:>7.1}s  {}", if o.ok { "ok" } else { "FAILED" }, o.elapsed.as_secs_f64(), o.label);
+    }
+    for o in by_label.values().filter(|o| !o.ok && !o.why.is_empty()) {
+        eprintln!("\n==> Why {} failed:", o.label);
+        for l in &o.why {
+            eprintln!("    {l}");
+        }
     }
     let failed: Vec<&str> = outcomes.iter().filter(|o| !o.ok).map(|o| o.label.as_str()).collect();
     if !failed.is_empty() {
@@ -239,6 +284,28 @@ mod tests {
         let e: Vec<&str> = env.iter().map(|b| b.target.as_str()).collect();
         assert_eq!(f, ["cron", "deletion_sim"]);
         assert_eq!(e, ["deletion_e2e", "catalog_e2e", "new_e2e"]);
+    }
+
+    #[test]
+    fn the_failure_excerpt_keeps_the_reason_and_drops_the_backtrace() {
+        let log = "running 1 test\n[ 12.0s] r Ready\nSCENARIO FAILED: idle: idle objects were written: [\"policy/idle-03\"]\n\
+thread 'acc' panicked at crates/controller/tests/x.rs:10:5:\nassertion failed: 1 scenario(s) failed\n  left: 1\n\
+stack backtrace:\n   0: std::panicking::begin_panic\n   1: x::main\n\
+Error: 1 scenario(s) failed: [\"idle\"]\n\ntest acc ... FAILED\n";
+        let why = failure_excerpt(log);
+        assert_eq!(
+            why,
+            [
+                "SCENARIO FAILED: idle: idle objects were written: [\"policy/idle-03\"]",
+                "thread 'acc' panicked at crates/controller/tests/x.rs:10:5:",
+                "assertion failed: 1 scenario(s) failed",
+                "  left: 1",
+                "Error: 1 scenario(s) failed: [\"idle\"]",
+            ]
+        );
+        assert!(failure_excerpt("running 1 test\ntest ok ... ok\n").is_empty());
+        let flood: String = (0..500).map(|i| format!("FAILED: {i}\n")).collect();
+        assert_eq!(failure_excerpt(&flood).len(), 61, "bounded");
     }
 
     #[test]

@@ -337,6 +337,7 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
     // failedJobsHistoryLimit.
     for victim in history_prunes(&kids, sched.spec.failed_jobs_history_limit) {
         stamp_and_delete(&snaps, &victim, pruned_by::FAILED_HISTORY).await?;
+        tracing::info!(schedule = %name, namespace = %ns, snapshot = %victim, "failed run pruned (failedJobsHistoryLimit)");
     }
 
     next.conditions =
