@@ -13,6 +13,9 @@
 //! - a `pvcSelector` policy on a schedule with runOnCreate fans out into one Succeeded child per
 //!   matched PVC, each backed up under its own kopia source;
 //! - 20 idle policies with schedules make zero writes over 2 minutes between ticks;
+//! - the identity fork guard: changing a policy's hostname after a Succeeded run is refused
+//!   (Stalled `IdentityWouldFork` with the exact annotate command; runs continue under the
+//!   pinned identity) until `allow-identity-change` accepts it;
 //! - startingDeadlineSeconds: an expired pinned slot is skipped and re-pinned forward, and the
 //!   schedule reconciles stay in single digits over the next 60 s.
 use std::collections::{BTreeMap, BTreeSet};
@@ -331,13 +334,14 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
     let k_r = Kopia::connect(dir.path(), &g, "r/").await?;
 
     // Everything below runs side by side; each scenario waits on its own objects.
-    let (sel, ret, hist, pre, del, idle) = tokio::join!(
+    let (sel, ret, hist, pre, del, idle, fk) = tokio::join!(
         selector(&w, &k_r),
         retention(&w, &k_r, &host, &pruned),
         failed_history(&w, &pruned),
         preflight_backend(&w, &alert_proxy),
         deletions(&w, &op, &k_r, dir.path(), &g, &down_proxy),
         idle_policies(&w),
+        identity_fork(&w, &k_r),
     );
     observer.abort();
     let mut failures = Vec::new();
@@ -348,6 +352,7 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
         ("preflight", pre),
         ("deletions", del),
         ("idle", idle),
+        ("identity fork", fk),
     ] {
         if let Err(e) = r {
             println!("SCENARIO FAILED: {what}: {e:#}");
@@ -713,6 +718,83 @@ async fn deletions(w: &World, op: &Operator, k_r: &Kopia, dir: &Path, g: &Garage
     ));
     ensure!(!left.contains(&ids["del-down"]), "the parked Delete removed its kopia snapshot after recovery");
     ensure!(left.contains(&ids["skip-1"]), "skip-snapshot-cleanup never touches the data");
+    Ok(())
+}
+
+/// The fork guard: a hostname change after a Succeeded run is refused and runs keep the pinned
+/// identity; `allow-identity-change` accepts it and the next run writes under the new one.
+async fn identity_fork(w: &World, k: &Kopia) -> Result<()> {
+    w.apply(json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+                   "metadata": {"name": "fk", "namespace": w.ns},
+                   "spec": {"repository": {"name": "r"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "e"}}]}}))
+        .await?;
+    let policies: Api<SnapshotPolicy> = Api::namespaced(w.client.clone(), &w.ns);
+    let host_of = |s: &Snapshot| {
+        s.status.as_ref().and_then(|x| x.resolved.as_ref()?.identity.as_ref()).map(|i| i.hostname.clone())
+    };
+    let pinned_host = |p: &SnapshotPolicy| {
+        p.status.as_ref().and_then(|x| x.resolved.as_ref()?.identity.as_ref()).map(|i| i.hostname.clone())
+    };
+    let cond_of = |p: &SnapshotPolicy, t: &str| {
+        p.status
+            .as_ref()
+            .and_then(|x| x.conditions.iter().find(|c| c.type_ == t))
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    wait_for("fk pinned", Duration::from_secs(60), &w.log, || async {
+        Ok(pinned_host(&policies.get("fk").await?).filter(|h| *h == w.ns))
+    })
+    .await?;
+    w.snapshot("fk-1", "fk", json!({})).await?;
+    let first = w.succeeded("fk-1").await?;
+    ensure!(host_of(&first).as_deref() == Some(w.ns.as_str()), "fk-1 ran under the pinned hostname");
+
+    // The fork: a new hostname after a Succeeded run.
+    let patch = json!({"spec": {"identity": {"hostname": "elsewhere"}}});
+    policies.patch("fk", &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    let refused = wait_for("fk IdentityWouldFork", Duration::from_secs(60), &w.log, || async {
+        let p = policies.get("fk").await?;
+        let stalled = cond_of(&p, "Stalled");
+        Ok(stalled.filter(|(st, r, _)| st == "True" && r == "IdentityWouldFork").map(|_| p))
+    })
+    .await?;
+    let (ready_status, ready_reason, msg) = cond_of(&refused, "Ready").context("Ready condition")?;
+    w.say(format!("[fork] hostname change refused: Ready={ready_status}/{ready_reason}: {msg}"));
+    ensure!(ready_status == "False" && ready_reason == "IdentityWouldFork", "Ready is False/IdentityWouldFork");
+    let cmd = format!("kubectl annotate snapshotpolicy fk -n {} {}=true", w.ns, annotation::ALLOW_IDENTITY_CHANGE);
+    ensure!(msg.contains(&cmd), "the message carries the exact command: {msg}");
+    ensure!(pinned_host(&refused).as_deref() == Some(w.ns.as_str()), "the pinned identity stays");
+    w.snapshot("fk-2", "fk", json!({})).await?;
+    let second = w.succeeded("fk-2").await?;
+    ensure!(
+        host_of(&second).as_deref() == Some(w.ns.as_str()),
+        "a run while the fork is refused writes under the pinned identity: {:?}",
+        host_of(&second)
+    );
+    let warned = w.events("fk", "IdentityWouldFork").await?;
+    ensure!(warned == 1, "one IdentityWouldFork Warning on the transition, saw {warned}");
+
+    // The ack accepts the fork; the next run writes under the new hostname.
+    let ack = json!({"metadata": {"annotations": {annotation::ALLOW_IDENTITY_CHANGE: "true"}}});
+    policies.patch("fk", &PatchParams::default(), &Patch::Merge(&ack)).await?;
+    let accepted = wait_for("fk re-pinned to elsewhere", Duration::from_secs(60), &w.log, || async {
+        let p = policies.get("fk").await?;
+        Ok((pinned_host(&p).as_deref() == Some("elsewhere")).then_some(p))
+    })
+    .await?;
+    let stalled = cond_of(&accepted, "Stalled");
+    ensure!(stalled.as_ref().is_none_or(|(st, _, _)| st != "True"), "the stall is lifted: {stalled:?}");
+    w.snapshot("fk-3", "fk", json!({})).await?;
+    let third = w.succeeded("fk-3").await?;
+    ensure!(host_of(&third).as_deref() == Some("elsewhere"), "after the ack the run writes under the new hostname");
+    let old = k.ids(&format!("fk@{}:/pvc/e", w.ns)).await?.len();
+    let new = k.ids("fk@elsewhere:/pvc/e").await?.len();
+    w.say(format!(
+        "[fork] kopia snapshots: fk@{}:/pvc/e {old} (fk-1, fk-2), fk@elsewhere:/pvc/e {new} (fk-3, after the ack); \
+         IdentityWouldFork events {warned}",
+        w.ns
+    ));
+    ensure!((old, new) == (2, 1), "2 snapshots under the pinned source, 1 under the accepted one");
     Ok(())
 }
 

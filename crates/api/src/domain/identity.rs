@@ -69,12 +69,6 @@ pub fn resolved(identity: &PinnedIdentity, source_path: String) -> ResolvedIdent
     }
 }
 
-/// Whether a pinned identity would change: the fork guard refuses this once the policy has a
-/// Succeeded Snapshot, unless `allow-identity-change` is set.
-pub fn would_fork(pinned: &PinnedIdentity, next: &PinnedIdentity) -> bool {
-    pinned != next
-}
-
 /// The maintenance lease owner: `kopiur/<ns>/<repo>`, or `kopiur/clusterrepository/<repo>`.
 pub fn lease_owner(namespace: Option<&str>, repository: &str) -> String {
     match namespace {

@@ -57,8 +57,19 @@ pub fn recipe(snap: &Snapshot, policy: &SnapshotPolicy) -> Result<Recipe, String
             return Err("only pvc sources are implemented in this release".into());
         }
     };
-    let id = resolve_identity(&policy.name_any(), &ns, policy.spec.identity.as_ref()).map_err(|e| e.to_string())?;
-    let path = source_path(source.resolved_source_path_strategy(), &ns, &pvc, source.source_path_override.as_deref());
+    // The spec must resolve (a broken identity is reported, never papered over), but the run
+    // writes under what the policy pinned: the fork guard keeps the pinned identity and each
+    // existing source's pinned path while a fork is refused (spec/api.md §2.5). A PVC not
+    // pinned yet (new to a selector, or the policy not reconciled yet) takes the spec's path.
+    let desired =
+        resolve_identity(&policy.name_any(), &ns, policy.spec.identity.as_ref()).map_err(|e| e.to_string())?;
+    let pinned = policy.status.as_ref().and_then(|s| s.resolved.as_ref());
+    let id = pinned.and_then(|r| r.identity.clone()).unwrap_or(desired);
+    let key = format!("{ns}/{pvc}");
+    let path = match pinned.and_then(|r| r.sources.iter().find(|s| s.pvc == key)) {
+        Some(s) => s.source_path.clone(),
+        None => source_path(source.resolved_source_path_strategy(), &ns, &pvc, source.source_path_override.as_deref()),
+    };
     Ok(Recipe {
         pvc,
         read_only: source.resolved_read_only(),

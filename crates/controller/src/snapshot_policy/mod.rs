@@ -1,4 +1,6 @@
-//! SnapshotPolicy: `plan` selects what GFS retention prunes, `reconcile` applies it.
+//! SnapshotPolicy: `plan` selects what GFS retention prunes, `fork` guards the pinned identity,
+//! `reconcile` applies both.
+pub mod fork;
 pub mod plan;
 pub mod reconcile;
 pub mod sources;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use chrono::Utc;
 use kopiur_api::SnapshotPolicy;
 use kopiur_api::domain::identity::resolve_identity;
-use kopiur_api::names::pruned_by;
-use kopiur_api::shared::status::ResolvedRepository;
+use kopiur_api::names::{annotation, pruned_by};
+use kopiur_api::shared::status::{ResolvedRepository, ResolvedSource};
 use kopiur_api::snapshot::SnapshotPhase;
 use kopiur_api::snapshot_policy::{LastSuccessfulSnapshot, PolicyResolved, RetentionStatus, SnapshotPolicyStatus};
 use kube::api::{Patch, PatchParams};
@@ -22,8 +22,12 @@ use crate::health::kstatus::{Cond, CondStatus};
 use crate::repository::Error;
 use crate::snapshot::ctx::PipelineCtx;
 use crate::snapshot::reconcile::origin;
+use crate::snapshot_policy::fork;
 use crate::snapshot_policy::sources::{expand, pvc_store_ready, pvcs_in, uses_selector};
 use crate::snapshot_schedule::reconcile::stamp_and_delete;
+
+/// The Ready/Stalled reason of a refused identity fork (spec/api.md §2.5).
+const IDENTITY_WOULD_FORK: &str = "IdentityWouldFork";
 
 pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Result<Action, Error> {
     ctx.metrics.reconciliations.inc(&["SnapshotPolicy"]);
@@ -73,18 +77,62 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
     } else {
         Some(expand(&ns, &policy.spec.sources, &pvcs_in(&ctx.stores.pvcs, &ns)))
     };
+    // The policy's Snapshots (the fork guard counts the Succeeded ones; retention groups them).
+    let mine: Vec<_> = ctx
+        .stores
+        .snapshots
+        .state()
+        .into_iter()
+        .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|s| s.spec.policy_ref.as_ref().is_some_and(|p| p.name == name))
+        .collect();
+    let succeeded = mine
+        .iter()
+        .filter(|s| s.status.as_ref().and_then(|st| st.phase.as_ref()) == Some(&SnapshotPhase::Succeeded))
+        .count();
+    let mut refused_fork = None;
     match &identity {
         Ok(id) => {
             let prev = status.resolved.clone().unwrap_or_default();
-            // The identity is pinned once; a change is the fork guard's business, not ours.
-            next.resolved = Some(PolicyResolved {
-                identity: Some(prev.identity.clone().unwrap_or_else(|| id.clone())),
-                sources: match &expansion {
-                    Some(Ok(e)) => e.sources.iter().map(|s| s.resolved()).collect(),
-                    Some(Err(_)) | None => prev.sources.clone(),
-                },
-                repositories: resolved_repos,
+            let desired_sources: Vec<ResolvedSource> = match &expansion {
+                Some(Ok(e)) => e.sources.iter().map(|s| s.resolved()).collect(),
+                Some(Err(_)) | None => prev.sources.clone(),
+            };
+            let acknowledged =
+                policy.annotations().get(annotation::ALLOW_IDENTITY_CHANGE).is_some_and(|v| !v.trim().is_empty());
+            let d = fork::decide(&fork::ForkFacts {
+                pinned_identity: prev.identity.as_ref(),
+                pinned_sources: &prev.sources,
+                desired_identity: id,
+                desired_sources: &desired_sources,
+                succeeded,
+                acknowledged,
             });
+            let reference = policy.object_ref(&());
+            match &d.verdict {
+                fork::Verdict::Unchanged => {}
+                fork::Verdict::Accepted { changes, acknowledged } => {
+                    tracing::info!(policy = %name, namespace = %ns, ?changes, acknowledged, "policy identity re-pinned");
+                    if *acknowledged {
+                        let note = format!(
+                            "allow-identity-change accepted a fork ({}); new runs write to the new kopia source, the old                              snapshots stay in the repository; remove the annotation to guard the new identity",
+                            changes.join("; ")
+                        );
+                        ctx.event(&reference, false, "IdentityChanged", note).await;
+                    }
+                }
+                fork::Verdict::Refused { changes } => {
+                    let message = fork::refusal_message(&name, &ns, changes, succeeded);
+                    let was_refused =
+                        status.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == IDENTITY_WOULD_FORK);
+                    if !was_refused {
+                        ctx.event(&reference, true, IDENTITY_WOULD_FORK, message.clone()).await;
+                    }
+                    refused_fork = Some(message);
+                }
+            }
+            next.resolved =
+                Some(PolicyResolved { identity: Some(d.identity), sources: d.sources, repositories: resolved_repos });
         }
         Err(e) => conds.push(Cond {
             type_: "Stalled",
@@ -95,14 +143,6 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
     }
 
     // The policy's Snapshots, grouped by their pinned repository.
-    let mine: Vec<_> = ctx
-        .stores
-        .snapshots
-        .state()
-        .into_iter()
-        .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
-        .filter(|s| s.spec.policy_ref.as_ref().is_some_and(|p| p.name == name))
-        .collect();
     let mut groups: BTreeMap<String, RepoMembers> = BTreeMap::new();
     for s in &mine {
         let st = s.status.as_ref();
@@ -197,6 +237,32 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
             let was_gated =
                 status.conditions.iter().any(|c| c.type_ == "Stalled" && c.reason == "FeatureNotImplemented");
             if was_gated && conds.iter().all(|c| c.type_ != "Stalled") {
+                conds.push(Cond {
+                    type_: "Stalled",
+                    status: CondStatus::False,
+                    reason: "PolicyReady".into(),
+                    message: String::new(),
+                });
+            }
+        }
+    }
+    // A refused fork overrides Ready and stalls the policy until the spec is reverted or the
+    // fork acknowledged; the stall is lifted then.
+    match &refused_fork {
+        Some(m) => {
+            conds.retain(|c| c.type_ != "Ready" && c.type_ != "Stalled");
+            for type_ in ["Ready", "Stalled"] {
+                conds.push(Cond {
+                    type_,
+                    status: if type_ == "Ready" { CondStatus::False } else { CondStatus::True },
+                    reason: IDENTITY_WOULD_FORK.into(),
+                    message: m.clone(),
+                });
+            }
+        }
+        None => {
+            let was_refused = status.conditions.iter().any(|c| c.type_ == "Stalled" && c.reason == IDENTITY_WOULD_FORK);
+            if was_refused && conds.iter().all(|c| c.type_ != "Stalled") {
                 conds.push(Cond {
                     type_: "Stalled",
                     status: CondStatus::False,
