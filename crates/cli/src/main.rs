@@ -1,5 +1,479 @@
-//! `kubectl kopiur` plugin (not built yet: see README "Status").
-fn main() {
-    eprintln!("kubectl-kopiur: not implemented yet");
-    std::process::exit(2);
+//! `kubectl kopiur`: the operator's companion for the common human actions. It reads and
+//! writes the same objects `kubectl` would (it uses the current kubeconfig context), so
+//! everything it does is visible and reversible in plain YAML:
+//!
+//! - `status`: repositories with their breaker and held deletions, Snapshot counts per phase;
+//! - `snapshot <policy>`: a manual backup now (`--wait` follows it to the end);
+//! - `restore <snapshot> --to-pvc|--new-pvc`: a Restore of one Snapshot;
+//! - `ack <repository>`: the mass-deletion acknowledgement, after showing what it releases;
+//! - `reverify <repository>`: ask for a connect now instead of waiting for the holdoff;
+//! - `doctor`: CRDs, the operator's leader lease, repositories and failures, with next steps.
+mod report;
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use chrono::Utc;
+use clap::{Parser, Subcommand};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kopiur_api::names::annotation;
+use kopiur_api::{ClusterRepository, Repository, Restore, Snapshot};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use report::{Finding, RepoRow};
+use serde_json::json;
+
+#[derive(Parser)]
+#[command(name = "kubectl-kopiur", version, about = "Operate kopiur backups: status, manual runs, restores, acks")]
+struct Cli {
+    /// Namespace (default: the kubeconfig context's).
+    #[arg(short = 'n', long, global = true)]
+    namespace: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Repositories (phase, breaker, held deletions) and Snapshot counts per phase.
+    Status {
+        /// Every namespace.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+    },
+    /// Back up now: a Snapshot of the policy.
+    Snapshot {
+        policy: String,
+        /// The Snapshot's name (default `<policy>-manual-<unix seconds>`).
+        #[arg(long)]
+        name: Option<String>,
+        /// Exempt it from retention.
+        #[arg(long)]
+        pin: bool,
+        /// Wait until it ends; exits 1 if it failed.
+        #[arg(long)]
+        wait: bool,
+        /// How long `--wait` waits, in seconds.
+        #[arg(long, default_value_t = 3600)]
+        timeout: u64,
+    },
+    /// Restore one Snapshot into a PVC.
+    Restore {
+        snapshot: String,
+        /// An existing PVC to restore into.
+        #[arg(long, conflicts_with = "new_pvc", required_unless_present = "new_pvc")]
+        to_pvc: Option<String>,
+        /// A PVC to create and restore into (needs --capacity).
+        #[arg(long, requires = "capacity")]
+        new_pvc: Option<String>,
+        /// The new PVC's size, e.g. 5Gi.
+        #[arg(long)]
+        capacity: Option<String>,
+        /// The new PVC's storage class.
+        #[arg(long)]
+        storage_class: Option<String>,
+        /// The Restore's name (default `<snapshot>-restore-manual-<unix seconds>`).
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        wait: bool,
+        #[arg(long, default_value_t = 3600)]
+        timeout: u64,
+    },
+    /// Acknowledge held mass deletions on a repository (they are then executed).
+    Ack {
+        repository: String,
+        /// The repository is a ClusterRepository.
+        #[arg(long)]
+        cluster: bool,
+        /// Release deletions requested at or before this RFC 3339 time (default: now).
+        #[arg(long)]
+        at: Option<String>,
+        /// Write the ack; without it the command only shows what it would release.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Ask the operator to connect to a repository now (the `reverify-requested-at` nudge).
+    Reverify {
+        repository: String,
+        #[arg(long)]
+        cluster: bool,
+    },
+    /// Check the installation and report what needs attention.
+    Doctor {
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+    },
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("error: {}", explain(&e));
+            std::process::exit(1);
+        }
+    }
+}
+
+/// The error chain on one line, with the API server's own message instead of kube's debug
+/// rendering of its Status.
+fn explain(e: &anyhow::Error) -> String {
+    let mut parts = Vec::new();
+    for c in e.chain() {
+        if let Some(kube::Error::Api(s)) = c.downcast_ref::<kube::Error>() {
+            // Its sources repeat the same Status.
+            parts.push(format!("{} ({})", s.message, s.reason));
+            break;
+        }
+        parts.push(c.to_string());
+    }
+    parts.join(": ")
+}
+
+async fn run(cli: Cli) -> Result<i32> {
+    let client = Client::try_default().await.context("connecting with the current kubeconfig context")?;
+    let ns = cli.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
+    match cli.command {
+        Command::Status { all_namespaces } => status(&client, (!all_namespaces).then_some(ns.as_str())).await,
+        Command::Snapshot { policy, name, pin, wait, timeout } => {
+            let name = name.unwrap_or_else(|| report::manual_name(&policy, Utc::now()));
+            let snap: Snapshot = serde_json::from_value(json!({
+                "apiVersion": kopiur_api::names::API_VERSION, "kind": "Snapshot",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"policyRef": {"name": policy}, "pin": pin}
+            }))?;
+            let api: Api<Snapshot> = Api::namespaced(client.clone(), &ns);
+            api.create(&PostParams::default(), &snap)
+                .await
+                .with_context(|| format!("creating Snapshot {ns}/{name}"))?;
+            println!("snapshot.kopiur.home-operations.com/{name} created");
+            if !wait {
+                return Ok(0);
+            }
+            wait_terminal(&api, &name, Duration::from_secs(timeout), |s: &Snapshot| {
+                let st = s.status.clone().unwrap_or_default();
+                (st.phase.map_or("Pending".into(), |p| p.as_str().to_string()), ready_text(&st.conditions))
+            })
+            .await
+        }
+        Command::Restore { snapshot, to_pvc, new_pvc, capacity, storage_class, name, wait, timeout } => {
+            let target = match (to_pvc, new_pvc) {
+                (Some(p), None) => json!({"pvcRef": {"name": p}}),
+                (None, Some(p)) => {
+                    let mut pvc = json!({"name": p, "capacity": capacity});
+                    if let Some(sc) = storage_class {
+                        pvc["storageClassName"] = json!(sc);
+                    }
+                    json!({ "pvc": pvc })
+                }
+                (Some(_), Some(_)) | (None, None) => bail!("give exactly one of --to-pvc and --new-pvc"),
+            };
+            // Fail early, with the reason, on a Snapshot that cannot be restored.
+            let snaps: Api<Snapshot> = Api::namespaced(client.clone(), &ns);
+            let s = snaps.get(&snapshot).await.with_context(|| format!("reading Snapshot {ns}/{snapshot}"))?;
+            let phase = s.status.as_ref().and_then(|x| x.phase.as_ref()).map(|p| p.as_str().to_string());
+            if s.status.as_ref().and_then(|x| x.snapshot.as_ref()).and_then(|k| k.kopia_snapshot_id.as_ref()).is_none()
+            {
+                bail!(
+                    "Snapshot {ns}/{snapshot} has no kopia snapshot to restore (phase {}); pick a Succeeded one: \
+                     kubectl get snapshots -n {ns}",
+                    phase.as_deref().unwrap_or("none yet")
+                );
+            }
+            let name = name.unwrap_or_else(|| report::manual_name(&format!("{snapshot}-restore"), Utc::now()));
+            let restore: Restore = serde_json::from_value(json!({
+                "apiVersion": kopiur_api::names::API_VERSION, "kind": "Restore",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"source": {"snapshotRef": {"name": snapshot}}, "target": target}
+            }))?;
+            let api: Api<Restore> = Api::namespaced(client.clone(), &ns);
+            api.create(&PostParams::default(), &restore)
+                .await
+                .with_context(|| format!("creating Restore {ns}/{name}"))?;
+            println!("restore.kopiur.home-operations.com/{name} created");
+            if !wait {
+                return Ok(0);
+            }
+            wait_terminal(&api, &name, Duration::from_secs(timeout), |r: &Restore| {
+                let st = r.status.clone().unwrap_or_default();
+                (st.phase.map_or("Pending".into(), |p| p.as_str().to_string()), ready_text(&st.conditions))
+            })
+            .await
+        }
+        Command::Ack { repository, cluster, at, yes } => {
+            let now = Utc::now();
+            let at = match at {
+                Some(raw) => report::parse_ack_at(&raw, now).map_err(anyhow::Error::msg)?,
+                None => now,
+            };
+            let row = read_repository(&client, &ns, &repository, cluster).await?;
+            print!("{}", report::ack_plan(&row, at));
+            if !yes {
+                println!("Nothing written. Re-run with --yes to acknowledge.");
+                return Ok(2);
+            }
+            patch_repository(&client, &ns, &repository, cluster, &report::ack_patch(at)).await?;
+            println!("acknowledged: {}={}", annotation::ALLOW_MASS_DELETION, report::ack_value(at));
+            Ok(0)
+        }
+        Command::Reverify { repository, cluster } => {
+            let patch =
+                json!({"metadata": {"annotations": {annotation::REVERIFY_REQUESTED_AT: Utc::now().to_rfc3339()}}});
+            patch_repository(&client, &ns, &repository, cluster, &patch).await?;
+            println!(
+                "re-verify requested for {repository}; the operator connects once (rate limited) and updates its phase"
+            );
+            Ok(0)
+        }
+        Command::Doctor { all_namespaces } => {
+            let findings = doctor(&client, (!all_namespaces).then_some(ns.as_str())).await;
+            let (out, code) = report::doctor(&findings);
+            print!("{out}");
+            Ok(code)
+        }
+    }
+}
+
+async fn read_repository(client: &Client, ns: &str, name: &str, cluster: bool) -> Result<RepoRow> {
+    if cluster {
+        let r = Api::<ClusterRepository>::all(client.clone())
+            .get(name)
+            .await
+            .with_context(|| format!("reading ClusterRepository {name}"))?;
+        Ok(RepoRow {
+            kind: "ClusterRepository",
+            namespace: None,
+            name: r.name_any(),
+            status: r.status.map(|s| s.common).unwrap_or_default(),
+        })
+    } else {
+        let r = Api::<Repository>::namespaced(client.clone(), ns)
+            .get(name)
+            .await
+            .with_context(|| format!("reading Repository {ns}/{name} (a ClusterRepository needs --cluster)"))?;
+        Ok(RepoRow {
+            kind: "Repository",
+            namespace: r.namespace(),
+            name: r.name_any(),
+            status: r.status.unwrap_or_default(),
+        })
+    }
+}
+
+async fn patch_repository(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    cluster: bool,
+    patch: &serde_json::Value,
+) -> Result<()> {
+    let pp = PatchParams::default();
+    if cluster {
+        Api::<ClusterRepository>::all(client.clone())
+            .patch(name, &pp, &Patch::Merge(patch))
+            .await
+            .with_context(|| format!("annotating ClusterRepository {name}"))?;
+    } else {
+        Api::<Repository>::namespaced(client.clone(), ns)
+            .patch(name, &pp, &Patch::Merge(patch))
+            .await
+            .with_context(|| format!("annotating Repository {ns}/{name}"))?;
+    }
+    Ok(())
+}
+
+async fn repositories(client: &Client, ns: Option<&str>) -> Result<Vec<RepoRow>> {
+    let repos: Api<Repository> = match ns {
+        Some(n) => Api::namespaced(client.clone(), n),
+        None => Api::all(client.clone()),
+    };
+    let mut rows: Vec<RepoRow> = repos
+        .list(&ListParams::default())
+        .await
+        .context("listing Repositories (are the kopiur CRDs installed? try: kubectl kopiur doctor)")?
+        .items
+        .into_iter()
+        .map(|r| RepoRow {
+            kind: "Repository",
+            namespace: r.namespace(),
+            name: r.name_any(),
+            status: r.status.unwrap_or_default(),
+        })
+        .collect();
+    // ClusterRepositories serve every namespace; a user who cannot list them still sees theirs.
+    if let Ok(l) = Api::<ClusterRepository>::all(client.clone()).list(&ListParams::default()).await {
+        rows.extend(l.items.into_iter().map(|r| RepoRow {
+            kind: "ClusterRepository",
+            namespace: None,
+            name: r.name_any(),
+            status: r.status.map(|s| s.common).unwrap_or_default(),
+        }));
+    }
+    Ok(rows)
+}
+
+async fn status(client: &Client, ns: Option<&str>) -> Result<i32> {
+    let now = Utc::now();
+    let rows = repositories(client, ns).await?;
+    print!("{}", report::repositories(&rows, now));
+    let snaps: Api<Snapshot> = match ns {
+        Some(n) => Api::namespaced(client.clone(), n),
+        None => Api::all(client.clone()),
+    };
+    let mut by_ns: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for s in snaps.list(&ListParams::default()).await.context("listing Snapshots")?.items {
+        let phase = if s.metadata.deletion_timestamp.is_some() {
+            "Deleting".to_string()
+        } else {
+            s.status.as_ref().and_then(|x| x.phase.as_ref()).map_or("Pending".into(), |p| p.as_str().to_string())
+        };
+        by_ns.entry(s.namespace().unwrap_or_default()).or_default().push(phase);
+    }
+    println!();
+    if by_ns.is_empty() {
+        println!("No Snapshots.");
+    }
+    for (n, phases) in by_ns {
+        println!("Snapshots in {n}: {}", report::phase_counts(&phases));
+    }
+    Ok(0)
+}
+
+async fn doctor(client: &Client, ns: Option<&str>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    match client.apiserver_version().await {
+        Ok(v) => out.push(Finding::ok(format!("API server reachable (v{}.{})", v.major, v.minor))),
+        Err(e) => {
+            out.push(Finding::fail(format!("cannot reach the API server with the current kubeconfig: {e}")));
+            return out;
+        }
+    }
+    // The CRDs: every kind the operator ships.
+    match Api::<CustomResourceDefinition>::all(client.clone()).list(&ListParams::default()).await {
+        Ok(l) => {
+            let have: Vec<String> = l.items.iter().map(|c| c.name_any()).collect();
+            let missing: Vec<String> =
+                kopiur_api::crds().iter().map(|c| c.name_any()).filter(|n| !have.contains(n)).collect();
+            if missing.is_empty() {
+                out.push(Finding::ok(format!("all {} kopiur CRDs installed", kopiur_api::crds().len())));
+            } else {
+                out.push(Finding::fail(format!(
+                    "missing CRDs: {} (install them: kubectl apply -f deploy/crds/)",
+                    missing.join(", ")
+                )));
+                return out;
+            }
+        }
+        Err(e) => out.push(Finding::warn(format!("cannot list CRDs (needs cluster-wide read): {e}"))),
+    }
+    // The operator: its leader Lease, wherever it runs.
+    let lp = ListParams::default().fields("metadata.name=kopiur-leader");
+    match Api::<Lease>::all(client.clone()).list(&lp).await {
+        Ok(l) => {
+            let lease = l.items.into_iter().next();
+            let spec = lease.as_ref().and_then(|l| l.spec.as_ref());
+            out.push(report::lease_finding(
+                spec.and_then(|s| s.holder_identity.as_deref()),
+                spec.and_then(|s| s.renew_time.as_ref())
+                    .and_then(|t| chrono::DateTime::from_timestamp(t.0.as_second(), 0)),
+                spec.and_then(|s| s.lease_duration_seconds).map_or(15, i64::from),
+                Utc::now(),
+            ));
+        }
+        Err(e) => out.push(Finding::warn(format!("cannot read Leases to find the operator: {e}"))),
+    }
+    match repositories(client, ns).await {
+        Ok(rows) if rows.is_empty() => out.push(Finding::warn("no repositories: create one (docs/backups.md §1)")),
+        Ok(rows) => {
+            for r in &rows {
+                let who = format!(
+                    "{} {}",
+                    r.kind,
+                    r.namespace.as_ref().map_or(r.name.clone(), |n| format!("{n}/{}", r.name))
+                );
+                let phase = r.status.phase.as_ref().map(|p| p.as_str().to_string()).unwrap_or_else(|| "Pending".into());
+                let advice = report::advice(r);
+                let what = if advice.is_empty() { format!("{who}: {phase}") } else { advice.trim().to_string() };
+                out.push(match phase.as_str() {
+                    "Ready" if advice.is_empty() => Finding::ok(what),
+                    "Failed" => Finding::fail(what),
+                    _ => Finding::warn(what),
+                });
+            }
+        }
+        Err(e) => out.push(Finding::fail(format!("{e:#}"))),
+    }
+    let snaps: Api<Snapshot> = match ns {
+        Some(n) => Api::namespaced(client.clone(), n),
+        None => Api::all(client.clone()),
+    };
+    if let Ok(l) = snaps.list(&ListParams::default()).await {
+        let failed: Vec<String> = l
+            .items
+            .iter()
+            .filter(|s| s.status.as_ref().and_then(|x| x.phase.as_ref()).map(|p| p.as_str()) == Some("Failed"))
+            .map(|s| {
+                let reason = s
+                    .status
+                    .as_ref()
+                    .and_then(|x| x.conditions.iter().find(|c| c.type_ == "Ready"))
+                    .map(|c| c.reason.clone())
+                    .unwrap_or_default();
+                format!("{}/{} ({reason})", s.namespace().unwrap_or_default(), s.name_any())
+            })
+            .collect();
+        if failed.is_empty() {
+            out.push(Finding::ok(format!("{} Snapshot(s), none Failed", l.items.len())));
+        } else {
+            let shown: Vec<&String> = failed.iter().take(5).collect();
+            out.push(Finding::warn(format!(
+                "{} Failed Snapshot(s), e.g. {}; see kubectl describe snapshot",
+                failed.len(),
+                shown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
+    out
+}
+
+fn is_terminal(phase: &str) -> bool {
+    matches!(phase, "Succeeded" | "Unchanged" | "Failed" | "Completed")
+}
+
+/// Polls one object until its phase is terminal, printing each change of phase or Ready
+/// reason; exits 1 when it Failed.
+async fn wait_terminal<K>(
+    api: &Api<K>,
+    name: &str,
+    timeout: Duration,
+    read: impl Fn(&K) -> (String, String),
+) -> Result<i32>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last = String::new();
+    loop {
+        let (phase, ready) = read(&api.get(name).await?);
+        let line = format!("{phase} {ready}");
+        if line != last {
+            println!("{name}: {}", line.trim_end());
+            last = line;
+        }
+        if is_terminal(&phase) {
+            return Ok(i32::from(phase == "Failed"));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("{name} is still {phase} after {}s", timeout.as_secs());
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+fn ready_text(conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]) -> String {
+    conds.iter().find(|c| c.type_ == "Ready").map(|c| format!("{}: {}", c.reason, c.message)).unwrap_or_default()
 }

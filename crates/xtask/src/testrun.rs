@@ -34,6 +34,7 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "pipeline_e2e",
     "e2e_repository",
     "mover_pod_wedged_e2e",
+    "cli_e2e",
     "helm_install",
     "job_in_cluster",
     "node_restart",
@@ -127,7 +128,7 @@ pub fn failure_excerpt(text: &str) -> Vec<String> {
             } else {
                 out.push(line.to_string());
             }
-        } else if t.contains("panicked at ") || t.starts_with("Error: ") {
+        } else if t.contains("panicked at ") || t.starts_with("Error: ") || t.starts_with("Caused by:") {
             out.push(line.to_string());
             in_panic = true;
         } else if t.contains("FAILED:") {
@@ -291,7 +292,7 @@ mod tests {
         let log = "running 1 test\n[ 12.0s] r Ready\nSCENARIO FAILED: idle: idle objects were written: [\"policy/idle-03\"]\n\
 thread 'acc' panicked at crates/controller/tests/x.rs:10:5:\nassertion failed: 1 scenario(s) failed\n  left: 1\n\
 stack backtrace:\n   0: std::panicking::begin_panic\n   1: x::main\n\
-Error: 1 scenario(s) failed: [\"idle\"]\n\ntest acc ... FAILED\n";
+Error: 1 scenario(s) failed: [\"idle\"]\n\nCaused by:\n    idle objects were written\n\ntest acc ... FAILED\n";
         let why = failure_excerpt(log);
         assert_eq!(
             why,
@@ -301,6 +302,8 @@ Error: 1 scenario(s) failed: [\"idle\"]\n\ntest acc ... FAILED\n";
                 "assertion failed: 1 scenario(s) failed",
                 "  left: 1",
                 "Error: 1 scenario(s) failed: [\"idle\"]",
+                "Caused by:",
+                "    idle objects were written",
             ]
         );
         assert!(failure_excerpt("running 1 test\ntest ok ... ok\n").is_empty());
