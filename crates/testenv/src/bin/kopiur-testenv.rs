@@ -60,7 +60,7 @@ async fn demo() -> Result<()> {
     let n = apply::apply_yaml(&client, "demo", &manifest).await?;
     eprintln!("[demo] applied deploy/demo/demo.yaml ({n} objects) in namespace demo");
     eprintln!(
-        "\nThe local stack is running.\n  export KUBECONFIG={}\n  kubectl get kopiur -A   # repositories, policies, schedules, snapshots\nState and logs: {}\nPress Ctrl-C to stop everything.\n",
+        "\nThe local stack is running.\n  export KUBECONFIG={}\n  kubectl get kopiur -A   # repositories, policies, schedules, snapshots\n  target/debug/kubectl-kopiur status -n demo   # breaker, held deletions, runs (docs/cli.md)\nState and logs: {}\nPress Ctrl-C to stop everything.\n",
         env.kubeconfig().display(),
         env.state_dir().display()
     );
