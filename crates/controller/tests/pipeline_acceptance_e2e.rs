@@ -12,6 +12,8 @@
 //!   after recovery;
 //! - a `pvcSelector` policy on a schedule with runOnCreate fans out into one Succeeded child per
 //!   matched PVC, each backed up under its own kopia source;
+//! - a `policySelector` schedule fans out one child per matched policy (named after it), each
+//!   Succeeded under its policy's identity; an unlabelled policy is not backed up;
 //! - 20 idle policies with schedules make zero writes over 2 minutes between ticks;
 //! - the identity fork guard: changing a policy's hostname after a Succeeded run is refused
 //!   (Stalled `IdentityWouldFork` with the exact annotate command; runs continue under the
@@ -334,7 +336,7 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
     let k_r = Kopia::connect(dir.path(), &g, "r/").await?;
 
     // Everything below runs side by side; each scenario waits on its own objects.
-    let (sel, ret, hist, pre, del, idle, fk) = tokio::join!(
+    let (sel, ret, hist, pre, del, idle, fk, psel) = tokio::join!(
         selector(&w, &k_r),
         retention(&w, &k_r, &host, &pruned),
         failed_history(&w, &pruned),
@@ -342,6 +344,7 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
         deletions(&w, &op, &k_r, dir.path(), &g, &down_proxy),
         idle_policies(&w),
         identity_fork(&w, &k_r),
+        policy_selector(&w, &k_r),
     );
     observer.abort();
     let mut failures = Vec::new();
@@ -353,6 +356,7 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
         ("deletions", del),
         ("idle", idle),
         ("identity fork", fk),
+        ("policySelector", psel),
     ] {
         if let Err(e) = r {
             println!("SCENARIO FAILED: {what}: {e:#}");
@@ -718,6 +722,71 @@ async fn deletions(w: &World, op: &Operator, k_r: &Kopia, dir: &Path, g: &Garage
     ));
     ensure!(!left.contains(&ids["del-down"]), "the parked Delete removed its kopia snapshot after recovery");
     ensure!(left.contains(&ids["skip-1"]), "skip-snapshot-cleanup never touches the data");
+    Ok(())
+}
+
+/// A policySelector schedule with runOnCreate: one child per matched policy, each under its
+/// own policy's identity; the unlabelled policy runs nothing.
+async fn policy_selector(w: &World, k: &Kopia) -> Result<()> {
+    for (name, pvc, labelled) in [("gs-a", "c", true), ("gs-b", "d", true), ("gs-x", "e", false)] {
+        let labels = if labelled { json!({"backup-group": "nightly"}) } else { json!({}) };
+        w.apply(json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+                       "metadata": {"name": name, "namespace": w.ns, "labels": labels},
+                       "spec": {"repository": {"name": "r"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": pvc}}]}}))
+            .await?;
+    }
+    w.apply(json!({
+        "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
+        "metadata": {"name": "gs", "namespace": w.ns},
+        "spec": {"policySelector": {"matchLabels": {"backup-group": "nightly"}},
+                 "schedule": {"cron": "0 0 1 1 *", "runOnCreate": true}}
+    }))
+    .await?;
+    let snaps = w.snaps();
+    let lp = ListParams::default().labels(&format!("{}=gs", label::SCHEDULE));
+    let kids = wait_for("2 policySelector children Succeeded", Duration::from_secs(300), &w.log, || async {
+        let l = snaps.list(&lp).await?.items;
+        for s in &l {
+            ensure!(
+                phase(s) != "Failed",
+                "{} failed: {:?}",
+                s.name_any(),
+                s.status.as_ref().and_then(|x| x.failure.clone())
+            );
+        }
+        Ok((l.len() == 2 && l.iter().all(|s| phase(s) == "Succeeded")).then_some(l))
+    })
+    .await?;
+    let by_policy: BTreeMap<String, String> = kids
+        .iter()
+        .map(|s| (s.spec.policy_ref.as_ref().map(|p| p.name.clone()).unwrap_or_default(), s.name_any()))
+        .collect();
+    let policies: Vec<&str> = by_policy.keys().map(String::as_str).collect();
+    ensure!(policies == ["gs-a", "gs-b"], "one child per matched policy: {by_policy:?}");
+    for s in &kids {
+        let p = s.spec.policy_ref.as_ref().map(|p| p.name.clone()).unwrap_or_default();
+        ensure!(s.labels().get(label::CONFIG) == Some(&p), "the config label names the child's policy");
+    }
+    let mut counts = Vec::new();
+    for (policy, pvc) in [("gs-a", "c"), ("gs-b", "d"), ("gs-x", "e")] {
+        counts.push((policy, k.ids(&format!("{policy}@{}:/pvc/{pvc}", w.ns)).await?.len()));
+    }
+    let sched: SnapshotSchedule = Api::namespaced(w.client.clone(), &w.ns).get("gs").await?;
+    let conds: Vec<(String, String, String)> = sched
+        .status
+        .as_ref()
+        .map(|s| s.conditions.iter().map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone())).collect())
+        .unwrap_or_default();
+    w.say(format!(
+        "[policySelector] children {by_policy:?}; kopia snapshots per policy source {counts:?}; schedule conditions {conds:?}"
+    ));
+    ensure!(counts == [("gs-a", 1), ("gs-b", 1), ("gs-x", 0)], "each matched policy backed up once, gs-x not at all");
+    ensure!(
+        conds.iter().any(|(t, st, r)| t == "FanoutCapped" && st == "False" && r == "WithinCap"),
+        "FanoutCapped=False"
+    );
+    ensure!(conds.iter().any(|(t, st, _)| t == "Ready" && st == "True"), "the schedule is Ready");
+    Api::<SnapshotSchedule>::namespaced(w.client.clone(), &w.ns).delete("gs", &DeleteParams::default()).await?;
     Ok(())
 }
 

@@ -25,9 +25,19 @@ pub enum ChildSources {
     PolicyUnknown,
     /// The policy's current expansion: one child per source, all from the same slot.
     Expanded(Vec<ChildSource>),
+    /// `policySelector`: each matched policy's expansion, by policy name. Children carry the
+    /// policy in their name (`-<6 hex of the policy name hash>`) and in `spec.policyRef`.
+    Selected(Vec<PolicyChildren>),
     /// Nothing to back up (a `pvcSelector` matched no PVC, or a source is refused): the slot
     /// is consumed without a child.
     None { message: String },
+}
+
+/// One policy matched by a `policySelector`, with its expanded sources (at least one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyChildren {
+    pub policy: String,
+    pub sources: Vec<ChildSource>,
 }
 
 /// The pinned next slot (`status.nextSchedule`).
@@ -111,6 +121,8 @@ pub struct Child {
     pub name: String,
     /// `spec.source`; absent only while the policy is unknown.
     pub source: Option<SnapshotSource>,
+    /// The child's policy under a `policySelector`; None means the schedule's `policyRef`.
+    pub policy: Option<String>,
 }
 
 /// The children to create for a fired slot (at least one).
@@ -143,18 +155,49 @@ pub fn source_child_name(schedule: &str, slot: DateTime<Utc>, key: &str) -> Stri
     kopiur_mover::job::job_name(&name)
 }
 
+/// A child under a `policySelector`: `<schedule>-<slot>-<6 hex of the policy name hash>`, plus
+/// `-<6 hex of the source key hash>` when that policy expands to several sources.
+pub fn policy_child_name(schedule: &str, slot: DateTime<Utc>, policy: &str, key: Option<&str>) -> String {
+    let mut name = format!("{schedule}-{}-{}", slot.timestamp(), key_hash6(policy));
+    if let Some(k) = key {
+        name.push('-');
+        name.push_str(&key_hash6(k));
+    }
+    kopiur_mover::job::job_name(&name)
+}
+
 /// The children of one slot, or why there are none. One source keeps the plain per-slot name.
 pub fn children_for(schedule: &str, slot: DateTime<Utc>, sources: &ChildSources) -> Result<Vec<Child>, String> {
     match sources {
-        ChildSources::PolicyUnknown => Ok(vec![Child { name: child_name(schedule, slot), source: None }]),
+        ChildSources::PolicyUnknown => Ok(vec![Child { name: child_name(schedule, slot), source: None, policy: None }]),
         ChildSources::Expanded(list) => match list.as_slice() {
             [] => Err("the policy expands to no source".to_string()),
-            [one] => Ok(vec![Child { name: child_name(schedule, slot), source: Some(one.source.clone()) }]),
+            [one] => {
+                Ok(vec![Child { name: child_name(schedule, slot), source: Some(one.source.clone()), policy: None }])
+            }
             many => Ok(many
                 .iter()
-                .map(|c| Child { name: source_child_name(schedule, slot, &c.key), source: Some(c.source.clone()) })
+                .map(|c| Child {
+                    name: source_child_name(schedule, slot, &c.key),
+                    source: Some(c.source.clone()),
+                    policy: None,
+                })
                 .collect()),
         },
+        ChildSources::Selected(policies) => {
+            let mut out = Vec::new();
+            for p in policies {
+                let several = p.sources.len() > 1;
+                for c in &p.sources {
+                    out.push(Child {
+                        name: policy_child_name(schedule, slot, &p.policy, several.then_some(c.key.as_str())),
+                        source: Some(c.source.clone()),
+                        policy: Some(p.policy.clone()),
+                    });
+                }
+            }
+            if out.is_empty() { Err("the policySelector matched no policy with a source".to_string()) } else { Ok(out) }
+        }
         ChildSources::None { message } => Err(message.clone()),
     }
 }
@@ -419,6 +462,33 @@ mod tests {
     }
 
     #[test]
+    fn a_policy_selector_names_each_child_after_its_policy() {
+        let mut f = facts("*/2 * * * *");
+        f.pinned = pin(t(10, 2, 0));
+        f.sources = ChildSources::Selected(vec![
+            PolicyChildren { policy: "app".into(), sources: vec![src("db")] },
+            PolicyChildren { policy: "media".into(), sources: vec![src("media"), src("photos")] },
+        ]);
+        let d = plan(&f, t(10, 2, 0));
+        assert_eq!(d.disposition, Disposition::Fire);
+        let slot = t(10, 2, 0).timestamp();
+        let h = crate::snapshot_policy::sources::key_hash6;
+        let got: Vec<(String, Option<String>)> =
+            d.fire.unwrap().children.into_iter().map(|c| (c.name, c.policy)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (format!("nightly-{slot}-{}", h("app")), Some("app".into())),
+                (format!("nightly-{slot}-{}-{}", h("media"), h("apps/media")), Some("media".into())),
+                (format!("nightly-{slot}-{}-{}", h("media"), h("apps/photos")), Some("media".into())),
+            ]
+        );
+        // Matched policies without a source consume the slot.
+        f.sources = ChildSources::Selected(vec![]);
+        assert!(matches!(plan(&f, t(10, 2, 0)).disposition, Disposition::SkipNoSource { .. }));
+    }
+
+    #[test]
     fn a_selector_fans_out_one_child_per_matched_pvc_from_the_same_slot() {
         let mut f = facts("*/2 * * * *");
         f.pinned = pin(t(10, 2, 0));
@@ -514,7 +584,10 @@ mod tests {
         f.sources = ChildSources::PolicyUnknown;
         let d = plan(&f, t(10, 2, 0));
         let fire = d.fire.unwrap();
-        assert_eq!(fire.children, vec![Child { name: format!("nightly-{}", t(10, 2, 0).timestamp()), source: None }]);
+        assert_eq!(
+            fire.children,
+            vec![Child { name: format!("nightly-{}", t(10, 2, 0).timestamp()), source: None, policy: None }]
+        );
     }
 
     #[test]

@@ -101,6 +101,118 @@ pub fn history_prunes(children: &[Arc<Snapshot>], limit: i32) -> Vec<String> {
     out
 }
 
+/// The most (policy × repository) pairs one `policySelector` slot fans out to; above it the
+/// schedule is `FanoutCapped=True/FanoutTooLarge` and fires nothing (spec/api.md §8).
+pub const MAX_SCHEDULE_FANOUT: usize = 50;
+
+/// What a `policySelector` resolves to this reconcile.
+struct Selection {
+    sources: ChildSources,
+    /// Matched policies, by name.
+    policies: Vec<Arc<kopiur_api::SnapshotPolicy>>,
+    /// The Ready reason and message when the selection cannot fire normally.
+    problem: Option<(String, String)>,
+    /// `FanoutCapped` (True with the message, or False).
+    capped: Option<String>,
+    /// The repositories' default time zone when they agree; `Err` lists the disagreement.
+    repo_tz: Result<Option<String>, String>,
+}
+
+/// None while a store it reads has not synced (an unsynced store would match nothing and
+/// consume the slot).
+fn select_policies(
+    ctx: &PipelineCtx,
+    ns: &str,
+    sel: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+) -> Option<Selection> {
+    if !matches!(futures::FutureExt::now_or_never(ctx.stores.policies.wait_until_ready()), Some(Ok(()))) {
+        return None;
+    }
+    let mut policies: Vec<Arc<kopiur_api::SnapshotPolicy>> = ctx
+        .stores
+        .policies
+        .state()
+        .into_iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns))
+        .filter(|p| p.meta().deletion_timestamp.is_none())
+        .filter(|p| crate::gating::selector_matches(sel, p.labels()))
+        .collect();
+    policies.sort_by_key(|p| p.name_any());
+    if policies.iter().any(|p| uses_selector(&p.spec.sources)) && !pvc_store_ready(&ctx.stores.pvcs) {
+        return None;
+    }
+    let tzs: std::collections::BTreeSet<Option<String>> = policies
+        .iter()
+        .map(|p| {
+            p.spec
+                .target
+                .repositories()
+                .first()
+                .and_then(|r| ctx.repository(ns, r))
+                .and_then(|rv| rv.common().schedule_defaults.as_ref().and_then(|d| d.timezone.clone()))
+        })
+        .collect();
+    let repo_tz = match tzs.len() {
+        0 => Ok(None),
+        1 => Ok(tzs.into_iter().next().flatten()),
+        _ => Err(format!(
+            "the matched policies' repositories default to different time zones ({}); using UTC, set \
+             spec.schedule.timezone",
+            tzs.iter().map(|t| t.as_deref().unwrap_or("none")).collect::<Vec<_>>().join(", ")
+        )),
+    };
+    let pairs: usize = policies.iter().map(|p| p.spec.target.repositories().len().max(1)).sum();
+    if pairs > MAX_SCHEDULE_FANOUT {
+        let message = format!(
+            "policySelector matches {} policies with {pairs} (policy x repository) pairs, above the cap of \
+             {MAX_SCHEDULE_FANOUT}; nothing fires until the selector is narrowed",
+            policies.len()
+        );
+        return Some(Selection {
+            sources: ChildSources::None { message: message.clone() },
+            policies,
+            problem: Some(("FanoutTooLarge".into(), message.clone())),
+            capped: Some(message),
+            repo_tz,
+        });
+    }
+    if policies.is_empty() {
+        let message = format!("policySelector matches no SnapshotPolicy in namespace {ns}; slots create no child");
+        return Some(Selection {
+            sources: ChildSources::None { message: message.clone() },
+            policies,
+            problem: Some(("NoPolicyMatched".into(), message)),
+            capped: None,
+            repo_tz,
+        });
+    }
+    let pvcs = pvcs_in(&ctx.stores.pvcs, ns);
+    let mut selected = Vec::new();
+    let mut skipped = Vec::new();
+    for p in &policies {
+        match expand(ns, &p.spec.sources, &pvcs) {
+            Ok(e) if !e.sources.is_empty() => selected.push(super::plan::PolicyChildren {
+                policy: p.name_any(),
+                sources: e.sources.iter().map(|s| ChildSource { key: s.key(), source: s.snapshot_source() }).collect(),
+            }),
+            Ok(e) => skipped.push(format!("{}: {}", p.name_any(), e.empty_message(ns).unwrap_or_default())),
+            Err(m) => skipped.push(format!("{}: {m}", p.name_any())),
+        }
+    }
+    let problem = (!skipped.is_empty()).then(|| {
+        let names: Vec<String> = policies.iter().map(|p| p.name_any()).collect();
+        if selected.is_empty() {
+            (
+                "NoSourceMatched".to_string(),
+                format!("no matched policy has a source to back up ({})", skipped.join("; ")),
+            )
+        } else {
+            ("Scheduled".to_string(), format!("policies {}; skipped: {}", names.join(", "), skipped.join("; ")))
+        }
+    });
+    Some(Selection { sources: ChildSources::Selected(selected), policies, problem, capped: None, repo_tz })
+}
+
 pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> Result<Action, Error> {
     ctx.metrics.reconciliations.inc(&["SnapshotSchedule"]);
     if sched.meta().deletion_timestamp.is_some() {
@@ -117,8 +229,15 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         ScheduleTarget::PolicySelector(_) => None,
     };
     let policy = policy_name.as_ref().and_then(|p| ctx.stores.policies.get(&ObjectRef::new(p).within(&ns)));
+    let selection = match &sched.spec.target {
+        ScheduleTarget::PolicySelector(sel) => match select_policies(&ctx, &ns, sel) {
+            Some(s) => Some(s),
+            None => return Ok(Action::requeue(std::time::Duration::from_secs(2))),
+        },
+        ScheduleTarget::PolicyRef(_) => None,
+    };
     // Timezone: own, else the policy's repository default, else UTC.
-    let repo_tz = policy
+    let ref_tz = policy
         .as_ref()
         .and_then(|p| p.spec.target.repositories().first().map(|r| (*r).clone()))
         .and_then(|r| ctx.repository(&ns, &r))
@@ -128,15 +247,22 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
     if policy.as_ref().is_some_and(|p| uses_selector(&p.spec.sources)) && !pvc_store_ready(&ctx.stores.pvcs) {
         return Ok(Action::requeue(std::time::Duration::from_secs(2)));
     }
+    let repo_tz = match &selection {
+        Some(sel) => sel.repo_tz.clone().ok().flatten(),
+        None => ref_tz,
+    };
     let expansion = policy.as_ref().map(|p| expand(&ns, &p.spec.sources, &pvcs_in(&ctx.stores.pvcs, &ns)));
-    let sources = match &expansion {
-        None => ChildSources::PolicyUnknown,
-        Some(Err(message)) => ChildSources::None { message: message.clone() },
-        Some(Ok(e)) => match e.empty_message(&ns) {
-            Some(message) => ChildSources::None { message },
-            None => ChildSources::Expanded(
-                e.sources.iter().map(|s| ChildSource { key: s.key(), source: s.snapshot_source() }).collect(),
-            ),
+    let sources = match (&selection, &expansion) {
+        (Some(sel), _) => sel.sources.clone(),
+        (None, expansion) => match expansion {
+            None => ChildSources::PolicyUnknown,
+            Some(Err(message)) => ChildSources::None { message: message.clone() },
+            Some(Ok(e)) => match e.empty_message(&ns) {
+                Some(message) => ChildSources::None { message },
+                None => ChildSources::Expanded(
+                    e.sources.iter().map(|s| ChildSource { key: s.key(), source: s.snapshot_source() }).collect(),
+                ),
+            },
         },
     };
     let cron_spec = &sched.spec.schedule.cron;
@@ -212,10 +338,20 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
                     "PolicyNotFound".to_string(),
                     format!("SnapshotPolicy {p} does not exist; children park until it does"),
                 ),
-                (None, _, _) => (
-                    "PolicySelectorNotImplemented".to_string(),
-                    "policySelector is not implemented in this release".to_string(),
-                ),
+                (None, _, _) => match selection.as_ref().and_then(|x| x.problem.clone()) {
+                    Some(p) => p,
+                    None => (
+                        "Scheduled".to_string(),
+                        format!(
+                            "next slot pinned for {}; policies {}",
+                            cron_spec.cron,
+                            selection
+                                .as_ref()
+                                .map(|x| x.policies.iter().map(|p| p.name_any()).collect::<Vec<_>>().join(", "))
+                                .unwrap_or_default()
+                        ),
+                    ),
+                },
             };
             let ok = reason == "Scheduled";
             conds.push(Cond {
@@ -260,9 +396,16 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
             });
         }
     }
-    if let (Some(fire), Some(pname)) = (&d.fire, &policy_name) {
-        let default_deletion = policy.as_ref().map(|p| p.spec.default_deletion_policy).unwrap_or_default();
+    if let Some(fire) = &d.fire {
         for c in &fire.children {
+            // The child's policy: its own under a policySelector, else the policyRef.
+            let Some(pname) = c.policy.as_ref().or(policy_name.as_ref()) else { continue };
+            let default_deletion = ctx
+                .stores
+                .policies
+                .get(&ObjectRef::new(pname).within(&ns))
+                .map(|p| p.spec.default_deletion_policy)
+                .unwrap_or_default();
             let child = Snapshot {
                 metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                     name: Some(c.name.clone()),
@@ -290,7 +433,26 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
                     ctx.metrics.schedule_snapshots_created.inc(&[&ns, &name]);
                     tracing::info!(schedule = %name, child = %c.name, "scheduled Snapshot created")
                 }
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    // Idempotent for the same child; a different one under this name (two
+                    // sources or policies whose 6-hex hashes collide) would go unbacked-up
+                    // silently, so say so.
+                    let existing = snaps.get_opt(&c.name).await?;
+                    let same = existing.as_ref().is_none_or(|x| {
+                        x.spec.policy_ref.as_ref().map(|p| p.name.as_str()) == Some(pname.as_str())
+                            && x.spec.source == c.source
+                    });
+                    if !same {
+                        let note = format!(
+                            "slot child {} already exists for another policy or source; {pname} {:?} was not backed up \
+                             for this slot (a child-name hash collision: rename the policy or PVC)",
+                            c.name,
+                            c.source.as_ref().map(|x| &x.target.pvc.name)
+                        );
+                        tracing::warn!(schedule = %name, child = %c.name, "{note}");
+                        ctx.event(&reference, true, "ScheduleChildNameCollision", note).await;
+                    }
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -340,10 +502,46 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         tracing::info!(schedule = %name, namespace = %ns, snapshot = %victim, "failed run pruned (failedJobsHistoryLimit)");
     }
 
+    if let Some(sel) = &selection {
+        conds.push(match &sel.capped {
+            Some(m) => Cond {
+                type_: "FanoutCapped",
+                status: CondStatus::True,
+                reason: "FanoutTooLarge".into(),
+                message: m.clone(),
+            },
+            None => Cond {
+                type_: "FanoutCapped",
+                status: CondStatus::False,
+                reason: "WithinCap".into(),
+                message: format!("at most {MAX_SCHEDULE_FANOUT} (policy x repository) pairs"),
+            },
+        });
+        conds.push(match &sel.repo_tz {
+            Err(m) => Cond {
+                type_: "TimezoneDefaultAmbiguous",
+                status: CondStatus::True,
+                reason: "RepositoriesDisagree".into(),
+                message: m.clone(),
+            },
+            Ok(_) => Cond {
+                type_: "TimezoneDefaultAmbiguous",
+                status: CondStatus::False,
+                reason: "RepositoriesAgree".into(),
+                message: String::new(),
+            },
+        });
+    }
     next.conditions =
         crate::snapshot::ctx::merge(&status.conditions, &conds, sched.meta().generation.unwrap_or(0), now);
     write_status(&ctx, &sched, &status, &next).await?;
-    Ok(Action::requeue(d.requeue_after.to_std().unwrap_or_default().max(std::time::Duration::from_secs(1))))
+    let mut requeue = d.requeue_after.to_std().unwrap_or_default().max(std::time::Duration::from_secs(1));
+    // Policies are not watched here: a selector schedule re-reads them each minute so its
+    // conditions follow labels being added or removed (the fire itself reads them at the slot).
+    if selection.is_some() {
+        requeue = requeue.min(std::time::Duration::from_secs(60));
+    }
+    Ok(Action::requeue(requeue))
 }
 
 async fn write_status(
