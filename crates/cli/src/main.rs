@@ -146,15 +146,8 @@ async fn run(cli: Cli) -> Result<i32> {
                 "metadata": {"name": name, "namespace": ns},
                 "spec": {"policyRef": {"name": policy}, "pin": pin}
             }))?;
-            let api: Api<Snapshot> = Api::namespaced(client.clone(), &ns);
-            api.create(&PostParams::default(), &snap)
-                .await
-                .with_context(|| format!("creating Snapshot {ns}/{name}"))?;
-            println!("snapshot.kopiur.home-operations.com/{name} created");
-            if !wait {
-                return Ok(0);
-            }
-            wait_terminal(&api, &name, Duration::from_secs(timeout), |s: &Snapshot| {
+            let wait = wait.then_some(Duration::from_secs(timeout));
+            create_and_follow(&Api::namespaced(client.clone(), &ns), &snap, wait, |s: &Snapshot| {
                 let st = s.status.clone().unwrap_or_default();
                 (st.phase.map_or("Pending".into(), |p| p.as_str().to_string()), ready_text(&st.conditions))
             })
@@ -190,15 +183,8 @@ async fn run(cli: Cli) -> Result<i32> {
                 "metadata": {"name": name, "namespace": ns},
                 "spec": {"source": {"snapshotRef": {"name": snapshot}}, "target": target}
             }))?;
-            let api: Api<Restore> = Api::namespaced(client.clone(), &ns);
-            api.create(&PostParams::default(), &restore)
-                .await
-                .with_context(|| format!("creating Restore {ns}/{name}"))?;
-            println!("restore.kopiur.home-operations.com/{name} created");
-            if !wait {
-                return Ok(0);
-            }
-            wait_terminal(&api, &name, Duration::from_secs(timeout), |r: &Restore| {
+            let wait = wait.then_some(Duration::from_secs(timeout));
+            create_and_follow(&Api::namespaced(client.clone(), &ns), &restore, wait, |r: &Restore| {
                 let st = r.status.clone().unwrap_or_default();
                 (st.phase.map_or("Pending".into(), |p| p.as_str().to_string()), ready_text(&st.conditions))
             })
@@ -442,6 +428,28 @@ async fn doctor(client: &Client, ns: Option<&str>) -> Vec<Finding> {
 
 fn is_terminal(phase: &str) -> bool {
     matches!(phase, "Succeeded" | "Unchanged" | "Failed" | "Completed")
+}
+
+/// Creates the object, prints it like kubectl does, and with `wait` follows it to the end.
+async fn create_and_follow<K>(
+    api: &Api<K>,
+    obj: &K,
+    wait: Option<Duration>,
+    read: impl Fn(&K) -> (String, String),
+) -> Result<i32>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let name = obj.name_any();
+    let kind = K::kind(&());
+    api.create(&PostParams::default(), obj)
+        .await
+        .with_context(|| format!("creating {kind} {}/{name}", obj.namespace().unwrap_or_default()))?;
+    println!("{}.{}/{name} created", kind.to_lowercase(), K::group(&()));
+    match wait {
+        None => Ok(0),
+        Some(timeout) => wait_terminal(api, &name, timeout, read).await,
+    }
 }
 
 /// Polls one object until its phase is terminal, printing each change of phase or Ready

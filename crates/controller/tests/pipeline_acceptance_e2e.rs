@@ -91,6 +91,25 @@ impl World {
         .await
     }
 
+    /// Waits for exactly `n` children of a schedule, all Succeeded; a Failed one fails the test.
+    async fn children_succeeded(&self, schedule: &str, n: usize) -> Result<Vec<Snapshot>> {
+        let snaps = self.snaps();
+        let lp = ListParams::default().labels(&format!("{}={schedule}", label::SCHEDULE));
+        wait_for(&format!("{n} children of {schedule} Succeeded"), Duration::from_secs(300), &self.log, || async {
+            let l = snaps.list(&lp).await?.items;
+            for s in &l {
+                ensure!(
+                    phase(s) != "Failed",
+                    "{} failed: {:?}",
+                    s.name_any(),
+                    s.status.as_ref().and_then(|x| x.failure.clone())
+                );
+            }
+            Ok((l.len() == n && l.iter().all(|s| phase(s) == "Succeeded")).then_some(l))
+        })
+        .await
+    }
+
     async fn repo(&self, name: &str) -> Result<Repository> {
         Ok(Api::<Repository>::namespaced(self.client.clone(), &self.ns).get(name).await?)
     }
@@ -383,21 +402,7 @@ async fn selector(w: &World, k: &Kopia) -> Result<()> {
         "spec": {"policyRef": {"name": "sel"}, "schedule": {"cron": "0 0 1 1 *", "runOnCreate": true}}
     }))
     .await?;
-    let snaps = w.snaps();
-    let lp = ListParams::default().labels(&format!("{}=sel", label::SCHEDULE));
-    let kids = wait_for("2 selector children Succeeded", Duration::from_secs(300), &w.log, || async {
-        let l = snaps.list(&lp).await?.items;
-        for s in &l {
-            ensure!(
-                phase(s) != "Failed",
-                "{} failed: {:?}",
-                s.name_any(),
-                s.status.as_ref().and_then(|x| x.failure.clone())
-            );
-        }
-        Ok((l.len() == 2 && l.iter().all(|s| phase(s) == "Succeeded")).then_some(l))
-    })
-    .await?;
+    let kids = w.children_succeeded("sel", 2).await?;
     let targets: BTreeSet<String> =
         kids.iter().filter_map(|s| s.spec.source.as_ref().map(|x| x.target.pvc.name.clone())).collect();
     let want: BTreeSet<String> = ["c", "d"].map(String::from).into();
@@ -742,21 +747,7 @@ async fn policy_selector(w: &World, k: &Kopia) -> Result<()> {
                  "schedule": {"cron": "0 0 1 1 *", "runOnCreate": true}}
     }))
     .await?;
-    let snaps = w.snaps();
-    let lp = ListParams::default().labels(&format!("{}=gs", label::SCHEDULE));
-    let kids = wait_for("2 policySelector children Succeeded", Duration::from_secs(300), &w.log, || async {
-        let l = snaps.list(&lp).await?.items;
-        for s in &l {
-            ensure!(
-                phase(s) != "Failed",
-                "{} failed: {:?}",
-                s.name_any(),
-                s.status.as_ref().and_then(|x| x.failure.clone())
-            );
-        }
-        Ok((l.len() == 2 && l.iter().all(|s| phase(s) == "Succeeded")).then_some(l))
-    })
-    .await?;
+    let kids = w.children_succeeded("gs", 2).await?;
     let by_policy: BTreeMap<String, String> = kids
         .iter()
         .map(|s| (s.spec.policy_ref.as_ref().map(|p| p.name.clone()).unwrap_or_default(), s.name_any()))
