@@ -319,3 +319,46 @@ pub fn batch_delete_job(
     };
     build_job(&input).map_err(|e| BuildError::Invalid(e.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(status: serde_json::Value) -> SnapshotPolicy {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+            "metadata": {"name": "p", "namespace": "apps"},
+            "spec": {"repository": {"name": "r"}, "copyMethod": "Direct",
+                     "identity": {"hostname": "elsewhere"},
+                     "sources": [{"pvc": {"name": "data"}, "sourcePathOverride": "/new"}]},
+            "status": status
+        }))
+        .unwrap()
+    }
+
+    fn snap() -> Snapshot {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": "s", "namespace": "apps"},
+            "spec": {"policyRef": {"name": "p"}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_run_writes_under_the_pinned_identity_and_path_not_the_edited_spec() {
+        let pinned = policy(serde_json::json!({"resolved": {
+            "identity": {"username": "p", "hostname": "apps"},
+            "sources": [{"pvc": "apps/data", "sourcePath": "/pvc/data"}]}}));
+        let r = recipe(&snap(), &pinned).unwrap();
+        assert_eq!((r.identity.username.as_str(), r.identity.hostname.as_str()), ("p", "apps"));
+        assert_eq!(r.identity.source_path.as_deref(), Some("/pvc/data"));
+    }
+
+    #[test]
+    fn before_the_policy_pins_anything_the_spec_decides() {
+        let r = recipe(&snap(), &policy(serde_json::json!({}))).unwrap();
+        assert_eq!(r.identity.hostname, "elsewhere");
+        assert_eq!(r.identity.source_path.as_deref(), Some("/new"));
+    }
+}
