@@ -152,14 +152,15 @@ fn select_policies(
                 .and_then(|rv| rv.common().schedule_defaults.as_ref().and_then(|d| d.timezone.clone()))
         })
         .collect();
-    let repo_tz = match tzs.len() {
-        0 => Ok(None),
-        1 => Ok(tzs.into_iter().next().flatten()),
-        _ => Err(format!(
+    // No policy or one zone: that zone (or none); several: ambiguous.
+    let repo_tz = if tzs.len() <= 1 {
+        Ok(tzs.into_iter().next().flatten())
+    } else {
+        Err(format!(
             "the matched policies' repositories default to different time zones ({}); using UTC, set \
              spec.schedule.timezone",
             tzs.iter().map(|t| t.as_deref().unwrap_or("none")).collect::<Vec<_>>().join(", ")
-        )),
+        ))
     };
     let pairs: usize = policies.iter().map(|p| p.spec.target.repositories().len().max(1)).sum();
     if pairs > MAX_SCHEDULE_FANOUT {
