@@ -25,9 +25,6 @@ pub struct Launch {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub plan: ExecPlan,
-    /// Volume roots to give to the fsGroup, and whether each is writable.
-    pub fs_group_dirs: Vec<(PathBuf, bool)>,
-    pub fs_group: Option<u32>,
 }
 
 fn config_error(message: impl Into<String>) -> StartFail {
@@ -35,7 +32,8 @@ fn config_error(message: impl Into<String>) -> StartFail {
 }
 
 /// Identity from the pod and container security contexts (NA-11).
-/// (uid, gid, supplementary groups, fsGroup)
+/// (uid, gid, supplementary groups, fsGroup). The fsGroup is always a supplementary group,
+/// as with a kubelet; which volumes it is applied to is [`volumes::fs_group_targets`].
 pub type Identity = (Option<u32>, Option<u32>, Option<Vec<u32>>, Option<u32>);
 
 pub fn identity(pod: &Pod, c: &Container) -> Result<Identity, String> {
@@ -93,7 +91,7 @@ pub async fn prepare_launch(
         });
     };
 
-    let (uid, gid, groups, fs_group) = identity(pod, c).map_err(config_error)?;
+    let (uid, gid, groups, _fs_group) = identity(pod, c).map_err(config_error)?;
 
     let (secret_names, cm_names) = referenced_sources(c);
     let mut sources = EnvSources::default();
@@ -123,7 +121,6 @@ pub async fn prepare_launch(
     }
 
     let mut mounts = Vec::new();
-    let mut fs_group_dirs = Vec::new();
     for vm in c.volume_mounts.iter().flatten() {
         let Some(vol) = vols.get(&vm.name) else {
             return Err(config_error(format!(
@@ -145,13 +142,6 @@ pub async fn prepare_launch(
             source = source.join(rel);
             if !source.exists() {
                 std::fs::create_dir_all(&source).map_err(|e| StartFail::StartError(format!("subPath: {e}")))?;
-            }
-        }
-        if fs_group.is_some() && vol.kind == MountKind::Bind {
-            match volume_class(pod, &vm.name) {
-                VolumeClass::Writable => fs_group_dirs.push((vol.host_path.clone(), true)),
-                VolumeClass::Projected => fs_group_dirs.push((vol.host_path.clone(), false)),
-                VolumeClass::Host => {}
             }
         }
         mounts.push(MountSpec {
@@ -186,25 +176,7 @@ pub async fn prepare_launch(
         groups,
         cwd: c.working_dir.clone().filter(|w| !w.is_empty()).map(PathBuf::from),
     };
-    Ok(Launch { argv, env, plan, fs_group_dirs, fs_group })
-}
-
-enum VolumeClass {
-    /// emptyDir and PVCs: the fsGroup may write.
-    Writable,
-    /// secret, configMap, downwardAPI, projected: the fsGroup may read.
-    Projected,
-    /// hostPath: left alone.
-    Host,
-}
-
-fn volume_class(pod: &Pod, name: &str) -> VolumeClass {
-    let v = pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).and_then(|v| v.iter().find(|v| v.name == name));
-    match v {
-        Some(v) if v.empty_dir.is_some() || v.persistent_volume_claim.is_some() => VolumeClass::Writable,
-        Some(v) if v.host_path.is_some() => VolumeClass::Host,
-        _ => VolumeClass::Projected,
-    }
+    Ok(Launch { argv, env, plan })
 }
 
 #[cfg(test)]

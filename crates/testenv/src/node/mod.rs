@@ -3,7 +3,21 @@
 //!
 //! Layout: [`lease`] (NA-1..3), [`scheduler`] (NA-4), [`kubelet`] + [`pod`] (NA-5, 12..18),
 //! [`container`] + [`imagemap`] + [`env`] (NA-6, NA-7, NA-11), [`volumes`] (NA-9),
-//! [`mounts`] + [`runner`] (NA-10), [`status`] (NA-13..16), [`provisioner`] (NA-8).
+//! [`mounts`] + [`pidns`] + [`runner`] (NA-10), [`status`] (NA-13..16), [`provisioner`] (NA-8).
+//!
+//! Where it behaves like a kubelet and where not (details in `docs/testenv.md`):
+//! - Each container is PID 1 of its own PID namespace (with its own `/proc`), behind a shim:
+//!   when a pod ends (PID 1 exits, deletion, Job deletion, `activeDeadlineSeconds`, the agent
+//!   stopping or being killed) its whole process tree ends, whatever process groups or
+//!   sessions it made. PID 1 only gets the SIGTERMs it handles, as in a container; grace is
+//!   capped at [`DEFAULT_MAX_GRACE`] (a kubelet waits the full grace period).
+//! - fsGroup is always a supplementary group; it is applied to emptyDir and the agent-written
+//!   secret/configMap/downwardAPI/projected volumes, and to PVCs on `local` PVs that no
+//!   container mounts read-only, never to hostPath volumes or PVCs on hostPath PVs (which the
+//!   provisioner makes): see [`volumes::fs_group_targets`]. Unlike a kubelet with a CSI driver,
+//!   it never rewrites a PVC that is read-only only at the volumeMount.
+//! - No image root filesystem, user namespace, cgroup, capabilities, seccomp or probes;
+//!   host network; memory emptyDirs are per-container tmpfs mounts.
 pub mod config;
 pub mod container;
 pub mod env;
@@ -11,6 +25,7 @@ pub mod imagemap;
 pub mod kubelet;
 pub mod lease;
 pub mod mounts;
+pub mod pidns;
 pub mod pod;
 pub mod provisioner;
 pub mod runner;
@@ -18,7 +33,7 @@ pub mod scheduler;
 pub mod status;
 pub mod volumes;
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -64,8 +79,8 @@ pub struct Ctx {
     /// Agent PATH: resolves `command[0]` and stands in for an image's PATH.
     pub host_path: String,
     pub shutdown: watch::Receiver<bool>,
-    /// Process groups still running, for a last-resort kill at shutdown.
-    pub live: Mutex<HashSet<i32>>,
+    /// Containers still running (by shim pid), for a last-resort kill at shutdown.
+    pub live: Mutex<HashMap<i32, Arc<runner::ProcessTree>>>,
 }
 
 fn ca_from_kubeconfig(kc: &Kubeconfig, base: &Path) -> Option<String> {
@@ -113,7 +128,7 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> anyhow::R
         ca_pem,
         host_path: std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
         shutdown: shutdown_rx.clone(),
-        live: Mutex::new(HashSet::new()),
+        live: Mutex::new(HashMap::new()),
         created: mounts::CreatedPaths::with_journal(cfg.state_dir.join("created-mount-targets")),
         cfg,
     });
@@ -171,27 +186,34 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> anyhow::R
 /// Upper bound on the SIGTERM grace at agent shutdown (not pod deletion).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
-/// SIGTERM to every live process group, SIGKILL to those left after `grace`.
+/// SIGTERM to every live container's PID 1, SIGKILL to those left after `grace` (each
+/// takes its whole PID namespace with it), then SIGKILL to shims still there.
 async fn stop_groups(ctx: &Ctx, grace: Duration) {
-    let pgids: Vec<i32> = ctx.live.lock().unwrap().iter().copied().collect();
-    if pgids.is_empty() {
+    let trees: Vec<Arc<runner::ProcessTree>> = ctx.live.lock().unwrap().values().cloned().collect();
+    if trees.is_empty() {
         return;
     }
-    let alive = |p: i32| unsafe { libc::kill(-p, 0) } == 0;
-    for &p in &pgids {
-        runner::signal_group(p, libc::SIGTERM);
+    let wait = |d: Duration| {
+        let trees = &trees;
+        async move {
+            let deadline = tokio::time::Instant::now() + d;
+            while tokio::time::Instant::now() < deadline && trees.iter().any(|t| !t.exited()) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    for t in &trees {
+        t.signal(libc::SIGTERM);
     }
-    let deadline = tokio::time::Instant::now() + grace;
-    while tokio::time::Instant::now() < deadline && pgids.iter().any(|&p| alive(p)) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    wait(grace).await;
+    for t in trees.iter().filter(|t| !t.exited()) {
+        t.kill();
     }
-    for &p in &pgids {
-        runner::signal_group(p, libc::SIGKILL);
+    wait(Duration::from_secs(2)).await;
+    for t in trees.iter().filter(|t| !t.exited()) {
+        t.kill_shim();
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-    while tokio::time::Instant::now() < deadline && pgids.iter().any(|&p| alive(p)) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait(Duration::from_secs(1)).await;
 }
 
 /// Completes once the shutdown flag is set (or its sender is gone).

@@ -1,4 +1,5 @@
-//! NA-10/NA-11: per-container mount and UTS namespaces, set up in `pre_exec`.
+//! NA-10/NA-11: per-container mount, UTS and PID namespaces, set up in `pre_exec`.
+//! The PID namespace and the shim process in front of the container are in [`super::pidns`].
 //!
 //! Everything the child needs is turned into C strings before the fork; after it, the
 //! child only makes raw syscalls (async-signal-safe) and touches no allocator or lock.
@@ -24,7 +25,8 @@ pub struct MountSpec {
     pub kind: MountKind,
 }
 
-/// What the child does between fork and exec, besides the process group.
+/// What the child does between fork and exec, besides the process group and the PID
+/// namespace.
 #[derive(Debug, Clone, Default)]
 pub struct ExecPlan {
     pub mounts: Vec<MountSpec>,
@@ -212,6 +214,9 @@ impl Prepared {
             if !self.hostname.is_empty() {
                 check(libc::sethostname(self.hostname.as_ptr().cast(), self.hostname.len()))?;
             }
+            // This process becomes the shim; what follows runs in PID 1 of a new PID
+            // namespace, which mounts its own /proc first.
+            super::pidns::enter()?;
             // Drop privileges last: mounts need root.
             if let Some(groups) = &self.groups {
                 check(libc::setgroups(groups.len(), groups.as_ptr()))?;

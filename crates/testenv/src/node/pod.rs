@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::container::{StartFail, prepare_launch};
-use super::runner::{self, exit_code};
+use super::runner::{self, ProcessTree, exit_code};
 use super::status::{self, CState, CStatus, Terminated, condition, status_patch};
 use super::volumes::{self, ResolvedVolume, VolumeCtx};
 use super::{Ctx, pod_log_path};
@@ -33,7 +33,9 @@ const SA_WAIT: Duration = Duration::from_secs(10);
 struct Ctr {
     spec: Container,
     status: CStatus,
-    pgid: Option<i32>,
+    /// Host pid of the running container's shim (its container ID).
+    pid: Option<i32>,
+    tree: Option<Arc<ProcessTree>>,
     started_at: Option<String>,
     due: Instant,
     backoff: Duration,
@@ -48,7 +50,8 @@ impl Ctr {
         Ctr {
             spec,
             status,
-            pgid: None,
+            pid: None,
+            tree: None,
             started_at: None,
             due: Instant::now(),
             backoff: Duration::from_secs(1),
@@ -76,7 +79,7 @@ enum Stage {
 struct Exit {
     init: bool,
     idx: usize,
-    pgid: i32,
+    pid: i32,
     status: std::io::Result<std::process::ExitStatus>,
 }
 
@@ -275,13 +278,13 @@ impl Worker {
             Stage::Volumes => consider(self.volume_due),
             Stage::Init(i) => {
                 let c = &self.inits[i];
-                if c.pgid.is_none() && !c.done {
+                if c.pid.is_none() && !c.done {
                     consider(c.due);
                 }
             }
             Stage::Main => {
                 for c in &self.mains {
-                    if c.pgid.is_none() && !c.done {
+                    if c.pid.is_none() && !c.done {
                         consider(c.due);
                     }
                 }
@@ -310,6 +313,7 @@ impl Worker {
                 };
                 match volumes::prepare(&vctx, &self.pod).await {
                     Ok(v) => {
+                        self.apply_fs_group(&v);
                         self.volumes = v;
                         self.stage = if self.inits.is_empty() { Stage::Main } else { Stage::Init(0) };
                         self.dirty = true;
@@ -336,19 +340,34 @@ impl Worker {
             }
             Stage::Init(i) => {
                 let c = &self.inits[i];
-                if c.pgid.is_none() && !c.done && c.due <= now {
+                if c.pid.is_none() && !c.done && c.due <= now {
                     self.start(true, i).await;
                 }
             }
             Stage::Main => {
                 for i in 0..self.mains.len() {
                     let c = &self.mains[i];
-                    if c.pgid.is_none() && !c.done && c.due <= now {
+                    if c.pid.is_none() && !c.done && c.due <= now {
                         self.start(false, i).await;
                     }
                 }
             }
             _ => {}
+        }
+    }
+
+    /// NA-11: the fsGroup goes to the volumes a kubelet would give it, once, when they are
+    /// set up ([`volumes::fs_group_targets`]).
+    fn apply_fs_group(&self, vols: &HashMap<String, ResolvedVolume>) {
+        let psc = self.pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+        let Some(gid) = psc.and_then(|s| s.fs_group).map(|g| g as u32) else { return };
+        let on_root_mismatch = psc.and_then(|s| s.fs_group_change_policy.as_deref()) == Some("OnRootMismatch");
+        for t in volumes::fs_group_targets(&self.pod, vols) {
+            if on_root_mismatch && volumes::root_matches(&t.path, gid, t.writable) {
+                continue;
+            }
+            tracing::debug!(ns = %self.ns, pod = %self.name, volume = %t.volume, gid, "applying fsGroup");
+            volumes::apply_fs_group(&t.path, gid, t.writable);
         }
     }
 
@@ -392,11 +411,6 @@ impl Worker {
             std::fs::write(&term_file, b"")?;
             std::fs::set_permissions(&term_file, std::fs::Permissions::from_mode(0o666))?;
             super::mounts::ensure_targets(&launch.plan.mounts, &ctx.created)?;
-            if let Some(g) = launch.fs_group {
-                for (d, writable) in &launch.fs_group_dirs {
-                    volumes::apply_fs_group(d, g, *writable);
-                }
-            }
             Ok(())
         })();
         let spawned = setup.and_then(|_| runner::spawn(&launch.argv, &launch.env, &launch.plan, &log));
@@ -407,12 +421,13 @@ impl Worker {
                 return;
             }
         };
-        let pgid = sp.pid;
-        ctx.live.lock().unwrap().insert(pgid);
+        let pid = sp.pid;
+        let tree = sp.tree.clone();
+        ctx.live.lock().unwrap().insert(pid, tree.clone());
         let tx = self.exit_tx.clone();
         tokio::spawn(async move {
             let status = sp.child.wait().await;
-            let _ = tx.send(Exit { init, idx, pgid, status });
+            let _ = tx.send(Exit { init, idx, pid, status });
         });
         let now = status::now();
         let c = if init { &mut self.inits[idx] } else { &mut self.mains[idx] };
@@ -423,11 +438,12 @@ impl Worker {
             c.status.restart_count += 1;
         }
         c.ever_started = true;
-        c.pgid = Some(pgid);
+        c.pid = Some(pid);
+        c.tree = Some(tree);
         c.started_at = Some(now.clone());
-        c.status.container_id = Some(format!("proc://{pgid}"));
+        c.status.container_id = Some(format!("proc://{pid}"));
         c.status.state = CState::Running { started_at: now.clone() };
-        tracing::info!(container = %spec.name, pid = pgid, restart, argv = ?launch.argv, "started");
+        tracing::info!(container = %spec.name, pid = pid, restart, argv = ?launch.argv, "started");
         if self.start_time.is_none() {
             self.start_time = Some(now);
             if let Some(secs) = self.pod.spec.as_ref().and_then(|s| s.active_deadline_seconds) {
@@ -461,17 +477,20 @@ impl Worker {
 
     fn on_exit(&mut self, exit: Exit) {
         let c = if exit.init { &mut self.inits[exit.idx] } else { &mut self.mains[exit.idx] };
-        if c.pgid != Some(exit.pgid) {
+        if c.pid != Some(exit.pid) {
             return;
         }
-        self.ctx.live.lock().unwrap().remove(&exit.pgid);
-        // The leader is gone; reap anything it left in its group.
-        runner::signal_group(exit.pgid, libc::SIGKILL);
+        self.ctx.live.lock().unwrap().remove(&exit.pid);
+        // The shim ends after the whole tree; this only matters if the shim itself was
+        // killed, and then only reaches a PID 1 that is still ours (pidfd).
+        if let Some(t) = c.tree.take() {
+            t.kill();
+        }
         let (code, signal) = match &exit.status {
             Ok(s) => exit_code(*s),
             Err(_) => (255, None),
         };
-        c.pgid = None;
+        c.pid = None;
         let term_file = volumes::pod_dir(&self.ctx.cfg.state_dir, &self.uid).join("termination").join(&c.spec.name);
         let log = pod_log_path(
             &self.ctx.cfg.state_dir,
@@ -485,7 +504,7 @@ impl Worker {
         let msg = status::termination_message(&file, c.spec.termination_message_policy.as_deref(), code, || {
             std::fs::read(&log).unwrap_or_default()
         });
-        tracing::info!(container = %c.spec.name, pid = exit.pgid, code, "exited");
+        tracing::info!(container = %c.spec.name, pid = exit.pid, code, "exited");
         c.status.state = CState::Terminated(Terminated::exited(
             code,
             signal,
@@ -609,28 +628,37 @@ impl Worker {
         }
     }
 
+    /// NA-18 step 1 for every running container: SIGTERM to its PID 1, SIGKILL to PID 1
+    /// after `grace` (which ends its whole PID namespace), and SIGKILL to the shim if even
+    /// that did not end it. Returns once every shim has been reaped, that is once no process
+    /// of the pod is left.
     async fn stop_processes(&mut self, grace: Duration) {
-        let running = |w: &Worker| w.inits.iter().chain(w.mains.iter()).filter_map(|c| c.pgid).collect::<Vec<_>>();
-        let pgids = running(self);
-        if pgids.is_empty() {
+        if self.running_trees().is_empty() {
             return;
         }
-        for &p in &pgids {
-            runner::signal_group(p, libc::SIGTERM);
+        for t in self.running_trees() {
+            t.signal(libc::SIGTERM);
         }
-        let term_deadline = Instant::now() + grace;
-        while !running(self).is_empty() {
-            match tokio::time::timeout_at(term_deadline, self.exit_rx.recv()).await {
-                Ok(Some(e)) => self.on_exit(e),
-                _ => break,
-            }
+        self.wait_exits(grace).await;
+        for t in self.running_trees() {
+            t.kill();
         }
-        for p in running(self) {
-            runner::signal_group(p, libc::SIGKILL);
+        self.wait_exits(Duration::from_secs(5)).await;
+        for t in self.running_trees() {
+            t.kill_shim();
         }
-        let kill_deadline = Instant::now() + Duration::from_secs(5);
-        while !running(self).is_empty() {
-            match tokio::time::timeout_at(kill_deadline, self.exit_rx.recv()).await {
+        self.wait_exits(Duration::from_secs(5)).await;
+    }
+
+    fn running_trees(&self) -> Vec<Arc<ProcessTree>> {
+        self.inits.iter().chain(self.mains.iter()).filter_map(|c| c.tree.clone()).collect()
+    }
+
+    /// Handles exits until no container runs or `wait` has passed.
+    async fn wait_exits(&mut self, wait: Duration) {
+        let deadline = Instant::now() + wait;
+        while !self.running_trees().is_empty() {
+            match tokio::time::timeout_at(deadline, self.exit_rx.recv()).await {
                 Ok(Some(e)) => self.on_exit(e),
                 _ => break,
             }
@@ -676,7 +704,7 @@ impl Worker {
         let sandbox = self.stage != Stage::Volumes;
         let inits_ok = self.inits.iter().all(|c| c.exit_code() == Some(0));
         let initialized = self.stage == Stage::Main || (self.stage == Stage::Terminal && inits_ok);
-        let ready = !terminal && self.stage == Stage::Main && self.mains.iter().all(|c| c.pgid.is_some());
+        let ready = !terminal && self.stage == Stage::Main && self.mains.iter().all(|c| c.pid.is_some());
         let not_ready = if terminal { Some("PodCompleted") } else { Some("ContainersNotReady") };
         vec![
             ("PodReadyToStartContainers", sandbox || terminal, None),

@@ -1,4 +1,5 @@
-//! Container processes: spawn into their own process group and namespaces, signal, reap.
+//! Container processes: spawn into their own namespaces (mount, UTS, PID; see
+//! [`super::pidns`]), signal, reap.
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
@@ -6,12 +7,17 @@ use std::path::Path;
 #[cfg(test)]
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 
 use super::mounts::ExecPlan;
+pub use super::pidns::ProcessTree;
 
 pub struct Spawned {
     pub child: tokio::process::Child,
+    /// Host pid of the shim (the container ID).
     pub pid: i32,
+    /// The shim and the container's PID 1, by pidfd.
+    pub tree: Arc<ProcessTree>,
 }
 
 /// Spawns `argv` with exactly `env`, stdout and stderr appended to `log`.
@@ -66,16 +72,14 @@ pub fn spawn(argv: &[String], env: &[(String, String)], plan: &ExecPlan, log: &P
             other => break other?,
         }
     };
+    let mut child = child;
     let pid = child.id().map(|p| p as i32).unwrap_or(0);
-    Ok(Spawned { child, pid })
-}
-
-/// Signals a container's whole process group.
-pub fn signal_group(pgid: i32, sig: libc::c_int) {
-    if pgid > 0 {
-        // SAFETY: plain syscall; a negative pid addresses the group.
-        unsafe {
-            libc::kill(-pgid, sig);
+    // Not waited for yet, so the shim's pid is still ours.
+    match ProcessTree::attach(pid) {
+        Ok(tree) => Ok(Spawned { child, pid, tree: Arc::new(tree) }),
+        Err(e) => {
+            let _ = child.start_kill();
+            Err(io::Error::new(e.kind(), format!("pidfd_open({pid}): {e}")))
         }
     }
 }
@@ -110,11 +114,112 @@ mod tests {
         let text = std::fs::read_to_string(&log).unwrap();
         assert!(text.contains("out") && text.contains("err"));
 
-        let argv: Vec<String> = ["/bin/sh", "-c", "sleep 30"].iter().map(|s| s.to_string()).collect();
-        let mut s = spawn(&argv, &[], &ExecPlan::default(), &log).unwrap();
-        signal_group(s.pid, libc::SIGTERM);
+        // SIGTERM reaches a PID 1 that handles it; its exit code is the container's.
+        let script = "trap 'echo got-term; exit 9' TERM; echo ready; while :; do sleep 0.05; done";
+        let argv: Vec<String> = ["/bin/sh", "-c", script].iter().map(|s| s.to_string()).collect();
+        let log2 = tmp.path().join("c/1.log");
+        let env = [("PATH".to_string(), "/usr/bin:/bin".to_string())];
+        let mut s = spawn(&argv, &env, &ExecPlan::default(), &log2).unwrap();
+        wait_for_log(&log2, "ready").await;
+        s.tree.signal(libc::SIGTERM);
         let st = s.child.wait().await.unwrap();
-        assert_eq!(exit_code(st), (143, Some(15)));
+        assert_eq!(exit_code(st), (9, None));
+        assert!(std::fs::read_to_string(&log2).unwrap().contains("got-term"));
+
+        // SIGKILL to PID 1: the shim dies of the same signal.
+        let argv: Vec<String> = ["/bin/sh", "-c", "sleep 30"].iter().map(|s| s.to_string()).collect();
+        let mut s = spawn(&argv, &env, &ExecPlan::default(), &log).unwrap();
+        assert!(s.tree.has_init());
+        s.tree.kill();
+        let st = s.child.wait().await.unwrap();
+        assert_eq!(exit_code(st), (137, Some(9)));
+        assert!(s.tree.exited());
+    }
+
+    async fn wait_for_log(log: &Path, what: &str) {
+        for _ in 0..600 {
+            if std::fs::read_to_string(log).unwrap_or_default().contains(what) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("{what:?} never appeared in {}", log.display());
+    }
+
+    /// Host processes whose command line contains `marker`.
+    fn with_marker(marker: &str) -> Vec<i32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|p| {
+                let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+                String::from_utf8_lossy(&cmd).contains(marker)
+            })
+            .collect()
+    }
+
+    fn pgid_of(pid: i32) -> Option<i32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?.1.split_whitespace().nth(2)?.parse().ok()
+    }
+
+    /// A container that starts a grandchild in a session of its own, then is killed: nothing
+    /// of its tree survives the shim.
+    #[tokio::test]
+    async fn killing_a_container_ends_its_whole_tree() {
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let marker = tmp.path().join(format!("tree-marker-{}", std::process::id()));
+        let m = marker.display().to_string();
+        // The grandchild creates the marker file once it runs, in a session of its own.
+        let script = format!(
+            "setsid sh -c 'touch \"$0\"; sleep 1000; :' '{m}' & while [ ! -e '{m}' ]; do sleep 0.05; done; echo pid=$$; wait"
+        );
+        let argv = vec!["/bin/sh".to_string(), "-c".to_string(), script];
+        let env = [("PATH".to_string(), "/usr/bin:/bin".to_string())];
+        let log = tmp.path().join("log/0.log");
+        let mut s = spawn(&argv, &env, &ExecPlan::default(), &log).unwrap();
+        wait_for_log(&log, "pid=").await;
+        assert!(std::fs::read_to_string(&log).unwrap().contains("pid=1\n"), "the container is PID 1 of its namespace");
+        // PID 1 (its script names the marker) and the grandchild.
+        let tree = with_marker(&m);
+        assert!(
+            tree.iter().any(|p| pgid_of(*p).is_some_and(|g| g != s.pid)),
+            "the grandchild runs, outside the container's process group: {tree:?}"
+        );
+        s.tree.kill();
+        let st = s.child.wait().await.unwrap();
+        assert_eq!(exit_code(st), (137, Some(9)));
+        assert_eq!(with_marker(&m), Vec::<i32>::new(), "no process of the tree outlives the shim");
+    }
+
+    /// PID 1 exiting on its own ends the namespace too, with its exit code; the container
+    /// sees its own /proc.
+    #[tokio::test]
+    async fn pid1_exit_ends_the_namespace() {
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let marker = tmp.path().join(format!("exit-marker-{}", std::process::id()));
+        let m = marker.display().to_string();
+        let script = format!(
+            "setsid sh -c 'touch \"$0\"; sleep 1000; :' '{m}' & while [ ! -e '{m}' ]; do sleep 0.05; done; \
+             tr '\\0' ' ' < /proc/1/cmdline | grep -q '{m}' && echo own-proc; exit 4"
+        );
+        let argv = vec!["/bin/sh".to_string(), "-c".to_string(), script];
+        let env = [("PATH".to_string(), "/usr/bin:/bin".to_string())];
+        let log = tmp.path().join("log/0.log");
+        let mut s = spawn(&argv, &env, &ExecPlan::default(), &log).unwrap();
+        let st = s.child.wait().await.unwrap();
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        assert_eq!(exit_code(st), (4, None), "log: {text}");
+        assert!(text.contains("own-proc"), "/proc/1 is the container's PID 1: {text}");
+        assert!(marker.exists(), "the grandchild ran");
+        assert_eq!(with_marker(&m), Vec::<i32>::new(), "the grandchild ended with PID 1");
     }
 
     #[tokio::test]

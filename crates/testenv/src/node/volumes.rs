@@ -24,6 +24,78 @@ pub struct ResolvedVolume {
     pub kind: MountKind,
     /// Forced read-only (PVC `readOnly`, secret-like volumes are still writable by root).
     pub read_only: bool,
+    pub source: VolumeSource,
+}
+
+/// Where a volume's content comes from: this decides whether the fsGroup applies (NA-11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VolumeSource {
+    /// A disk-backed emptyDir the agent made for this pod.
+    EmptyDir,
+    /// `medium: Memory`: a tmpfs (mode 1777) mounted in each container's namespace.
+    MemoryEmptyDir,
+    /// secret, configMap, downwardAPI, projected and the synthesised token volume: files
+    /// the agent writes for this pod.
+    Generated,
+    /// A PVC whose PV is a `hostPath` PV (what the provisioner makes): the user's data.
+    HostPathPv,
+    /// A PVC whose PV is a `local` PV: the user's data.
+    LocalPv,
+    /// A `hostPath` volume: the node's data.
+    HostPath,
+}
+
+/// How the fsGroup is applied to one volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsGroupTarget {
+    pub volume: String,
+    pub path: PathBuf,
+    /// Group read-write (emptyDir, local PV) or group read (generated files).
+    pub writable: bool,
+}
+
+/// Whether any container of the pod (init, regular or ephemeral) mounts `volume` read-only.
+pub fn mounted_read_only(pod: &Pod, volume: &str) -> bool {
+    let Some(spec) = &pod.spec else { return false };
+    let mounts = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .flat_map(|c| c.volume_mounts.iter().flatten())
+        .chain(spec.ephemeral_containers.iter().flatten().flat_map(|c| c.volume_mounts.iter().flatten()));
+    mounts.into_iter().any(|m| m.name == volume && m.read_only == Some(true))
+}
+
+/// NA-11: the volumes the pod's fsGroup is applied to, in name order.
+///
+/// As the kubelet's volume plugins do: emptyDir (group rwX, setgid) and the agent-written
+/// secret/configMap/downwardAPI/projected volumes (group r) always; hostPath volumes and PVCs
+/// on hostPath PVs never. A PVC on a `local` PV (which the kubelet does manage) only when
+/// neither the pod volume nor any container's mount is read-only: stricter than the kubelet
+/// (which looks at the pod volume's `readOnly` only), so that the agent never rewrites data a
+/// container only reads. Memory emptyDirs are fresh tmpfs mounts per container and are left
+/// alone.
+pub fn fs_group_targets(pod: &Pod, vols: &HashMap<String, ResolvedVolume>) -> Vec<FsGroupTarget> {
+    let fs_group = pod.spec.as_ref().and_then(|s| s.security_context.as_ref()).and_then(|s| s.fs_group);
+    if fs_group.is_none() {
+        return vec![];
+    }
+    let mut names: Vec<&String> = vols.keys().collect();
+    names.sort();
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let v = &vols[name];
+            let writable = match v.source {
+                VolumeSource::EmptyDir => true,
+                VolumeSource::Generated => false,
+                VolumeSource::LocalPv if !v.read_only && !mounted_read_only(pod, name) => true,
+                VolumeSource::LocalPv | VolumeSource::HostPathPv | VolumeSource::HostPath => return None,
+                VolumeSource::MemoryEmptyDir => return None,
+            };
+            Some(FsGroupTarget { volume: name.clone(), path: v.host_path.clone(), writable })
+        })
+        .collect()
 }
 
 /// `<state>/pods/<uid>`: per-pod scratch (volumes, termination files); removed at deletion.
@@ -57,12 +129,16 @@ pub async fn prepare(ctx: &VolumeCtx<'_>, pod: &Pod) -> Result<HashMap<String, R
     for v in spec.volumes.iter().flatten() {
         let dir = volume_dir(ctx.state_dir, &uid, &v.name);
         let resolved = if let Some(pvc) = &v.persistent_volume_claim {
-            let host = pvc_host_path(ctx.client, &ns, &pvc.claim_name).await?;
-            ResolvedVolume { host_path: host, kind: MountKind::Bind, read_only: pvc.read_only.unwrap_or(false) }
+            let (host, source) = pvc_host_path(ctx.client, &ns, &pvc.claim_name).await?;
+            ResolvedVolume { host_path: host, kind: MountKind::Bind, read_only: pvc.read_only.unwrap_or(false), source }
         } else if let Some(ed) = &v.empty_dir {
             mkdir(&dir, 0o777)?;
-            let kind = if ed.medium.as_deref() == Some("Memory") { MountKind::Tmpfs } else { MountKind::Bind };
-            ResolvedVolume { host_path: dir, kind, read_only: false }
+            let (kind, source) = if ed.medium.as_deref() == Some("Memory") {
+                (MountKind::Tmpfs, VolumeSource::MemoryEmptyDir)
+            } else {
+                (MountKind::Bind, VolumeSource::EmptyDir)
+            };
+            ResolvedVolume { host_path: dir, kind, read_only: false, source }
         } else if let Some(s) = &v.secret {
             let name = s.secret_name.clone().unwrap_or_default();
             let data = fetch_secret(ctx.client, &ns, &name).await?;
@@ -72,7 +148,7 @@ pub async fn prepare(ctx: &VolumeCtx<'_>, pod: &Pod) -> Result<HashMap<String, R
                 None if s.optional.unwrap_or(false) => {}
                 None => return Err(format!("secret \"{name}\" not found")),
             }
-            ResolvedVolume { host_path: dir, kind: MountKind::Bind, read_only: false }
+            ResolvedVolume { host_path: dir, kind: MountKind::Bind, read_only: false, source: VolumeSource::Generated }
         } else if let Some(c) = &v.config_map {
             let data = fetch_config_map(ctx.client, &ns, &c.name).await?;
             fresh_dir(&dir)?;
@@ -83,11 +159,11 @@ pub async fn prepare(ctx: &VolumeCtx<'_>, pod: &Pod) -> Result<HashMap<String, R
                 None if c.optional.unwrap_or(false) => {}
                 None => return Err(format!("configmap \"{}\" not found", c.name)),
             }
-            ResolvedVolume { host_path: dir, kind: MountKind::Bind, read_only: false }
+            ResolvedVolume { host_path: dir, kind: MountKind::Bind, read_only: false, source: VolumeSource::Generated }
         } else if let Some(d) = &v.downward_api {
             fresh_dir(&dir)?;
             write_downward(&dir, pod, d.items.as_deref().unwrap_or_default(), d.default_mode)?;
-            ResolvedVolume { host_path: dir, kind: MountKind::Bind, read_only: false }
+            ResolvedVolume { host_path: dir, kind: MountKind::Bind, read_only: false, source: VolumeSource::Generated }
         } else if let Some(p) = &v.projected {
             fresh_dir(&dir)?;
             for src in p.sources.iter().flatten() {
@@ -137,7 +213,7 @@ pub async fn prepare(ctx: &VolumeCtx<'_>, pod: &Pod) -> Result<HashMap<String, R
                     write_file(&dir, &t.path, token.as_bytes(), p.default_mode.unwrap_or(0o644))?;
                 }
             }
-            ResolvedVolume { host_path: dir, kind: MountKind::Bind, read_only: false }
+            ResolvedVolume { host_path: dir, kind: MountKind::Bind, read_only: false, source: VolumeSource::Generated }
         } else if let Some(h) = &v.host_path {
             let path = PathBuf::from(&h.path);
             match h.type_.as_deref() {
@@ -153,7 +229,7 @@ pub async fn prepare(ctx: &VolumeCtx<'_>, pod: &Pod) -> Result<HashMap<String, R
                 }
                 _ => {}
             }
-            ResolvedVolume { host_path: path, kind: MountKind::Bind, read_only: false }
+            ResolvedVolume { host_path: path, kind: MountKind::Bind, read_only: false, source: VolumeSource::HostPath }
         } else {
             return Err(format!("volume {:?}: unsupported volume type", v.name));
         };
@@ -172,7 +248,15 @@ pub async fn prepare(ctx: &VolumeCtx<'_>, pod: &Pod) -> Result<HashMap<String, R
                 if let Some(ca) = ctx.ca_pem {
                     write_file(&dir, "ca.crt", ca.as_bytes(), 0o644)?;
                 }
-                out.insert(SA_VOLUME.into(), ResolvedVolume { host_path: dir, kind: MountKind::Bind, read_only: true });
+                out.insert(
+                    SA_VOLUME.into(),
+                    ResolvedVolume {
+                        host_path: dir,
+                        kind: MountKind::Bind,
+                        read_only: true,
+                        source: VolumeSource::Generated,
+                    },
+                );
             }
             // A new namespace gets its `default` ServiceAccount from the kcm a moment later:
             // wait for it for a while, as admission would have.
@@ -198,7 +282,7 @@ fn wants_default_token(pod: &Pod) -> bool {
     !mounts_it
 }
 
-async fn pvc_host_path(client: &Client, ns: &str, claim: &str) -> Result<PathBuf, String> {
+async fn pvc_host_path(client: &Client, ns: &str, claim: &str) -> Result<(PathBuf, VolumeSource), String> {
     let pvc = match Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns).get_opt(claim).await {
         Ok(Some(p)) => p,
         Ok(None) => return Err(format!("persistentvolumeclaim \"{claim}\" not found")),
@@ -213,12 +297,12 @@ async fn pvc_host_path(client: &Client, ns: &str, claim: &str) -> Result<PathBuf
         .await
         .map_err(|e| format!("getting persistentvolume {pv_name:?}: {e}"))?;
     let spec = pv.spec.unwrap_or_default();
-    let path = spec
-        .host_path
-        .map(|h| h.path)
-        .or(spec.local.map(|l| l.path))
-        .ok_or_else(|| format!("persistentvolume {pv_name:?} has no hostPath"))?;
-    Ok(PathBuf::from(path))
+    let (path, source) = match (spec.host_path, spec.local) {
+        (Some(h), _) => (h.path, VolumeSource::HostPathPv),
+        (None, Some(l)) => (l.path, VolumeSource::LocalPv),
+        (None, None) => return Err(format!("persistentvolume {pv_name:?} has no hostPath")),
+    };
+    Ok((PathBuf::from(path), source))
 }
 
 /// Secret data as strings; `None` when the Secret does not exist.
@@ -364,8 +448,18 @@ fn write_file(dir: &Path, rel: &str, data: &[u8], mode: i32) -> Result<(), Strin
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode as u32 & 0o7777)).map_err(|e| e.to_string())
 }
 
+/// `fsGroupChangePolicy: OnRootMismatch`: the walk is skipped when the volume's root already
+/// has the group, the setgid bit and the group permissions the walk would give it.
+pub fn root_matches(root: &Path, gid: u32, writable: bool) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(md) = std::fs::metadata(root) else { return false };
+    let need = if writable { 0o070 } else { 0o050 };
+    md.gid() == gid && md.mode() & 0o2000 != 0 && md.mode() & need == need
+}
+
 /// NA-11: gives a volume to the fsGroup: group-owned, setgid directories, and group
-/// read (plus write for `writable` volumes such as emptyDir and PVCs) wherever the owner has it.
+/// read (plus write for `writable` volumes such as emptyDir) wherever the owner has it.
+/// Only for the volumes [`fs_group_targets`] picks.
 pub fn apply_fs_group(root: &Path, gid: u32, writable: bool) {
     fn walk(p: &Path, gid: u32, writable: bool) {
         let Ok(md) = std::fs::symlink_metadata(p) else {
@@ -420,6 +514,104 @@ mod tests {
         assert!(err.contains("couldn't find key zz"));
         write_keys(&sub, &data, Some(&missing), None, "Secret", "ns", "s", Some(true)).unwrap();
         assert!(write_file(&sub, "../escape", b"x", 0o644).is_err());
+    }
+
+    fn vol(path: &str, source: VolumeSource, read_only: bool) -> ResolvedVolume {
+        let kind = if source == VolumeSource::MemoryEmptyDir { MountKind::Tmpfs } else { MountKind::Bind };
+        ResolvedVolume { host_path: PathBuf::from(path), kind, read_only, source }
+    }
+
+    fn pod_with(fs_group: Option<i64>, mounts: serde_json::Value, init_mounts: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {
+                "securityContext": {"fsGroup": fs_group},
+                "initContainers": [{"name": "i", "volumeMounts": init_mounts}],
+                "containers": [{"name": "c", "volumeMounts": mounts}],
+            },
+        }))
+        .unwrap()
+    }
+
+    fn targets(pod: &Pod, vols: &HashMap<String, ResolvedVolume>) -> Vec<(String, bool)> {
+        fs_group_targets(pod, vols).into_iter().map(|t| (t.volume, t.writable)).collect()
+    }
+
+    #[test]
+    fn fs_group_only_where_a_kubelet_manages_ownership() {
+        use VolumeSource::*;
+        let vols: HashMap<String, ResolvedVolume> = [
+            ("empty", vol("/s/empty", EmptyDir, false)),
+            ("mem", vol("", MemoryEmptyDir, false)),
+            ("creds", vol("/s/creds", Generated, false)),
+            ("hostpv", vol("/s/pv/a", HostPathPv, false)),
+            ("hostpv-ro", vol("/s/pv/b", HostPathPv, true)),
+            ("local", vol("/mnt/local", LocalPv, false)),
+            ("local-ro-pod", vol("/mnt/local2", LocalPv, true)),
+            ("local-ro-mount", vol("/mnt/local3", LocalPv, false)),
+            ("local-ro-init", vol("/mnt/local4", LocalPv, false)),
+            ("host", vol("/var/lib/x", HostPath, false)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let mounts = serde_json::json!([
+            {"name": "empty", "mountPath": "/e"},
+            {"name": "creds", "mountPath": "/c", "readOnly": true},
+            {"name": "hostpv", "mountPath": "/d"},
+            {"name": "local", "mountPath": "/l"},
+            {"name": "local-ro-mount", "mountPath": "/l3", "readOnly": true},
+            {"name": "local-ro-init", "mountPath": "/l4"},
+            {"name": "host", "mountPath": "/h"},
+        ]);
+        let init = serde_json::json!([{"name": "local-ro-init", "mountPath": "/l4", "readOnly": true}]);
+        let pod = pod_with(Some(2000), mounts.clone(), init.clone());
+        assert_eq!(
+            targets(&pod, &vols),
+            vec![("creds".to_string(), false), ("empty".to_string(), true), ("local".to_string(), true)],
+            "never hostPath, hostPath PVs, memory emptyDirs or anything mounted read-only"
+        );
+        let t = fs_group_targets(&pod, &vols);
+        assert_eq!(t[1].path, PathBuf::from("/s/empty"));
+        // No fsGroup, nothing at all.
+        assert!(fs_group_targets(&pod_with(None, mounts, init), &vols).is_empty());
+    }
+
+    #[test]
+    fn read_only_mounts_by_any_container() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {
+                "containers": [
+                    {"name": "a", "volumeMounts": [{"name": "v", "mountPath": "/v"}, {"name": "w", "mountPath": "/w", "readOnly": false}]},
+                    {"name": "b", "volumeMounts": [{"name": "v", "mountPath": "/v", "readOnly": true}]},
+                ],
+                "ephemeralContainers": [{"name": "dbg", "volumeMounts": [{"name": "x", "mountPath": "/x", "readOnly": true}]}],
+            },
+        }))
+        .unwrap();
+        assert!(mounted_read_only(&pod, "v"), "read-only in one container is enough");
+        assert!(!mounted_read_only(&pod, "w"));
+        assert!(mounted_read_only(&pod, "x"));
+        assert!(!mounted_read_only(&pod, "missing"));
+    }
+
+    #[test]
+    fn on_root_mismatch_check() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("v");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let gid = std::fs::metadata(&d).unwrap().gid();
+        assert!(!root_matches(&d, gid, false), "no setgid bit yet");
+        apply_fs_group(&d, gid, true);
+        assert!(root_matches(&d, gid, true));
+        assert!(!root_matches(&d, gid + 1, true), "another group");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o2755)).unwrap();
+        assert!(root_matches(&d, gid, false));
+        assert!(!root_matches(&d, gid, true), "group cannot write");
+        assert!(!root_matches(&tmp.path().join("missing"), gid, false));
     }
 
     #[test]
