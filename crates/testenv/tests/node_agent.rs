@@ -494,3 +494,182 @@ fn process_alive(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// Host processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| {
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmd).contains(marker)
+        })
+        .collect()
+}
+
+fn pgid_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// (uid, gid, mode) of a path, not following symlinks.
+fn owner_mode(p: &std::path::Path) -> (u32, u32, u32) {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::symlink_metadata(p).unwrap();
+    (md.uid(), md.gid(), md.mode() & 0o7777)
+}
+
+/// NA-11: the fsGroup never rewrites the user's data. A database-like PVC on a hostPath PV
+/// (`drwx------ 999:999` holding `-rw------- 999:999`) and a hostPath volume keep their
+/// ownership and modes, whether mounted read-only (as a backup mover does) or read-write;
+/// an emptyDir still gets the fsGroup, which is also a supplementary group of the process.
+#[tokio::test]
+async fn na11_fs_group_leaves_user_data_alone() -> Result<()> {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to chown the fixture");
+        return Ok(());
+    }
+    let env = TestEnv::shared();
+    let _g = env.log_guard();
+    let client = env.client().await?;
+    let ns = env.namespace("na11").await?;
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "pgdata"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Mi"}}},
+    }))?;
+    pvcs.create(&PostParams::default(), &pvc).await?;
+    let bound = eventually("PVC Bound", Duration::from_secs(30), || async {
+        let p = pvcs.get("pgdata").await.ok()?;
+        (p.status.as_ref()?.phase.as_deref() == Some("Bound")).then_some(p)
+    })
+    .await;
+    let pv_name = bound.spec.as_ref().unwrap().volume_name.clone().unwrap();
+    let pv = Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone()).get(&pv_name).await?;
+    let pv_path =
+        pv.spec.as_ref().unwrap().host_path.as_ref().expect("the provisioner makes hostPath PVs").path.clone();
+    let pv_root = std::path::PathBuf::from(pv_path);
+
+    // The fixture: what a database leaves on its volume.
+    let fixture = |root: &std::path::Path| -> Result<Vec<std::path::PathBuf>> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = root.join("pgdata");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("PG_VERSION"), b"17\n")?;
+        std::os::unix::fs::chown(&dir, Some(999), Some(999))?;
+        std::os::unix::fs::chown(dir.join("PG_VERSION"), Some(999), Some(999))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+        std::fs::set_permissions(dir.join("PG_VERSION"), std::fs::Permissions::from_mode(0o600))?;
+        Ok(vec![root.to_path_buf(), dir.clone(), dir.join("PG_VERSION")])
+    };
+    let host_dir = env.node_state_dir().join(format!("hostpath-{ns}"));
+    let mut watched = fixture(&pv_root)?;
+    watched.extend(fixture(&host_dir)?);
+    let before: Vec<_> = watched.iter().map(|p| owner_mode(p)).collect();
+    assert_eq!(before[1], (999, 999, 0o700));
+    assert_eq!(before[2], (999, 999, 0o600));
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let script = r#"set -e
+cat /data/pgdata/PG_VERSION > /dev/null
+cat /host/pgdata/PG_VERSION > /dev/null
+printf 'scratch=%s:%s groups=%s' "$(stat -c %g /scratch)" "$(stat -c %a /scratch)" "$(id -G)" > /dev/termination-log"#;
+    for (name, read_only) in [("mover", true), ("writer", false)] {
+        let spec = json!({
+            "restartPolicy": "Never",
+            "securityContext": {"fsGroup": 65532},
+            "volumes": [
+                {"name": "src", "persistentVolumeClaim": {"claimName": "pgdata"}},
+                {"name": "host", "hostPath": {"path": host_dir.to_string_lossy(), "type": "Directory"}},
+                {"name": "scratch", "emptyDir": {}},
+            ],
+            "containers": [{"name": "c", "image": "busybox", "command": sh(script),
+                "volumeMounts": [
+                    {"name": "src", "mountPath": "/data", "readOnly": read_only},
+                    {"name": "host", "mountPath": "/host", "readOnly": read_only},
+                    {"name": "scratch", "mountPath": "/scratch"},
+                ]}],
+        });
+        pods.create(&PostParams::default(), &pod(name, spec)).await?;
+        let p = wait_terminal(&pods, name, Duration::from_secs(60)).await;
+        let uid = p.metadata.uid.clone().unwrap();
+        let log = read_pod_log(&env.node_state_dir(), &ns, name, &uid, "c", 0).unwrap_or_default();
+        let t = terminated(&p, "c").expect("terminated");
+        assert_eq!(phase(&p).as_deref(), Some("Succeeded"), "{name}: {t:?} log: {log}");
+        let msg = t.message.unwrap_or_default();
+        assert!(msg.starts_with("scratch=65532:2777 "), "{name}: the emptyDir gets the fsGroup: {msg}");
+        let groups = msg.split("groups=").nth(1).unwrap_or_default();
+        assert!(groups.split_whitespace().any(|g| g == "65532"), "{name}: fsGroup is a supplementary group: {msg}");
+        let after: Vec<_> = watched.iter().map(|p| owner_mode(p)).collect();
+        assert_eq!(after, before, "{name} (read-only={read_only}) changed ownership or modes of {watched:?}");
+    }
+    for name in ["mover", "writer"] {
+        pods.delete(name, &DeleteParams::default()).await?;
+    }
+    let _ = std::fs::remove_dir_all(&host_dir);
+    Ok(())
+}
+
+/// NA-18: deleting a pod ends its whole process tree, including a grandchild that moved to
+/// a session (and process group) of its own, as kopia under the mover does. Also when PID 1
+/// ends on its own.
+#[tokio::test]
+async fn na18_pod_end_leaves_no_process() -> Result<()> {
+    let env = TestEnv::shared();
+    let _g = env.log_guard();
+    let client = env.client().await?;
+    let ns = env.namespace("na18t").await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let marker = format!("kopiur-tree-marker-{ns}-{}", std::process::id());
+    // The grandchild names the marker in its argv ($0) and creates /scratch/ready once it runs.
+    let grandchild = format!("setsid sh -c 'touch /scratch/ready; sleep 1000; :' {marker}-a &");
+    let spec = |script: String| {
+        json!({
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "scratch", "emptyDir": {}}],
+            "containers": [{"name": "c", "image": "busybox", "command": sh(&script),
+                            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
+        })
+    };
+    let wait_ready = "while [ ! -e /scratch/ready ]; do sleep 0.05; done";
+
+    // 1. Deleted while running.
+    pods.create(&PostParams::default(), &pod("deleted", spec(format!("{grandchild} {wait_ready}; echo up; wait"))))
+        .await?;
+    let running = eventually("pod Running", Duration::from_secs(30), || async {
+        let p = pods.get("deleted").await.ok()?;
+        (phase(&p).as_deref() == Some("Running")).then_some(p)
+    })
+    .await;
+    let uid = running.metadata.uid.clone().unwrap();
+    eventually("the grandchild runs", Duration::from_secs(20), || async {
+        read_pod_log(&env.node_state_dir(), &ns, "deleted", &uid, "c", 0).ok().filter(|l| l.contains("up")).map(|_| ())
+    })
+    .await;
+    let cid = running.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].container_id.clone().unwrap();
+    let shim: i32 = cid.strip_prefix("proc://").expect("proc:// container id").parse()?;
+    let tree = processes_with(&format!("{marker}-a"));
+    assert!(
+        tree.iter().any(|p| pgid_of(*p).is_some_and(|g| g != shim)),
+        "a process of the pod runs outside the container's process group: {tree:?}"
+    );
+    pods.delete("deleted", &DeleteParams::default()).await?;
+    eventually("pod object gone", Duration::from_secs(30), || async {
+        pods.get_opt("deleted").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(processes_with(&format!("{marker}-a")), Vec::<i32>::new(), "the pod's processes outlived it");
+    assert!(!process_alive(shim));
+
+    // 2. PID 1 exits while the grandchild still runs: the pod succeeds, the grandchild ends.
+    let grandchild_b = grandchild.replace(&format!("{marker}-a"), &format!("{marker}-b"));
+    pods.create(&PostParams::default(), &pod("exits", spec(format!("{grandchild_b} {wait_ready}; exit 0")))).await?;
+    let p = wait_terminal(&pods, "exits", Duration::from_secs(60)).await;
+    assert_eq!(phase(&p).as_deref(), Some("Succeeded"), "{:?}", terminated(&p, "c"));
+    assert_eq!(terminated(&p, "c").unwrap().exit_code, 0);
+    assert_eq!(processes_with(&format!("{marker}-b")), Vec::<i32>::new(), "the grandchild outlived PID 1");
+    pods.delete("exits", &DeleteParams::default()).await?;
+    Ok(())
+}

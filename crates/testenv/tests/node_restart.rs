@@ -1,6 +1,7 @@
 //! HV-12 (node agent part), on a private control plane: after the agent is killed and
 //! restarted, pods it had started are failed as ContainerStatusUnknown (NA-17), and new
-//! pods run again.
+//! pods run again. Neither a killed nor a stopped agent leaves any process of its pods
+//! behind, not even one in a session of its own.
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -48,11 +49,31 @@ async fn hv12_node_agent_restart_fails_orphans() -> Result<()> {
     res
 }
 
+/// Host processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| {
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmd).contains(marker)
+        })
+        .collect()
+}
+
+/// A container whose child runs in a session of its own, with `marker` in its argv.
+fn with_grandchild(marker: &str) -> String {
+    format!("setsid sh -c 'sleep 600; :' {marker} & sleep 600")
+}
+
 async fn body(env: &mut TestEnv) -> Result<()> {
     let ns = env.namespace("hv12").await?;
     let client = env.client().await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    pods.create(&PostParams::default(), &sleeper("orphan", "sleep 600")).await?;
+    let marker = format!("kopiur-hv12-{}", std::process::id());
+    let orphan_marker = format!("{marker}-orphan");
+    pods.create(&PostParams::default(), &sleeper("orphan", &with_grandchild(&orphan_marker))).await?;
     let running = eventually("pod Running", Duration::from_secs(30), || async {
         let p = pods.get("orphan").await.ok()?;
         (phase(&p).as_deref() == Some("Running")).then_some(p)
@@ -61,10 +82,20 @@ async fn body(env: &mut TestEnv) -> Result<()> {
     let cid = running.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].container_id.clone().unwrap();
     let pid: u32 = cid.strip_prefix("proc://").unwrap().parse()?;
 
+    eventually("the grandchild runs", Duration::from_secs(10), || async {
+        (!processes_with(&orphan_marker).is_empty()).then_some(())
+    })
+    .await?;
+
     env.cp.kill_node_agent();
-    // The parent-death signal takes the container process with the agent.
+    // The parent-death signals take the container's shim, then its PID 1, then the rest of its
+    // PID namespace with the agent.
     eventually("container process gone with the agent", Duration::from_secs(5), || async {
         (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+    })
+    .await?;
+    eventually("the grandchild gone with the agent", Duration::from_secs(5), || async {
+        processes_with(&orphan_marker).is_empty().then_some(())
     })
     .await?;
     env.cp.start_node_agent().await?;
@@ -90,5 +121,16 @@ async fn body(env: &mut TestEnv) -> Result<()> {
         (phase(&p).as_deref() == Some("Succeeded")).then_some(())
     })
     .await?;
+
+    // A stopped agent (SIGTERM) ends its pods' whole process trees before it exits.
+    let stop_marker = format!("{marker}-stop");
+    pods.create(&PostParams::default(), &sleeper("at-stop", &with_grandchild(&stop_marker))).await?;
+    eventually("the grandchild runs", Duration::from_secs(30), || async {
+        (!processes_with(&stop_marker).is_empty()).then_some(())
+    })
+    .await?;
+    env.cp.stop_node_agent();
+    let left = processes_with(&stop_marker);
+    anyhow::ensure!(left.is_empty(), "processes outlived the stopped agent: {left:?}");
     Ok(())
 }
