@@ -244,11 +244,15 @@ impl ProcessTree {
     }
 
     /// Kills the whole tree: SIGKILL to PID 1 ends every process of the namespace, then the
-    /// shim exits with 137. Without a known PID 1, the shim is killed and PID 1 follows
-    /// through its parent-death signal.
+    /// shim exits with 137 (a PID 1 already gone leaves the shim to exit as PID 1 did).
+    /// Without a known PID 1, the shim is killed and PID 1 follows through its parent-death
+    /// signal.
     pub fn kill(&self) {
-        if !self.init.as_ref().is_some_and(|fd| pidfd_signal(fd, libc::SIGKILL)) {
-            self.kill_shim();
+        match &self.init {
+            Some(fd) => {
+                pidfd_signal(fd, libc::SIGKILL);
+            }
+            None => self.kill_shim(),
         }
     }
 
