@@ -72,7 +72,7 @@ impl Config {
                 .or_else(|_| std::env::var("HOSTNAME"))
                 .unwrap_or_else(|_| format!("kopiur-controller-{}", std::process::id())),
             mover_image: std::env::var("KOPIUR_MOVER_IMAGE")
-                .unwrap_or_else(|_| format!("ghcr.io/home-operations/kopiur:{}", env!("CARGO_PKG_VERSION"))),
+                .unwrap_or_else(|_| format!("kopiur-mover:{}", env!("CARGO_PKG_VERSION"))),
             mover_rust_log: std::env::var("KOPIUR_MOVER_RUST_LOG").ok(),
             mover_kopia_binary: std::env::var("KOPIUR_MOVER_KOPIA_BINARY").ok(),
             metrics_addr: std::env::var("KOPIUR_METRICS_ADDR").unwrap_or_else(|_| "0.0.0.0:8081".into()),

@@ -107,9 +107,9 @@ fn controller_env_carries_namespace_lease_and_mover_settings() {
     assert_eq!(env(&c, "KOPIUR_LEASE_NAME")["value"], "kopiur-leader");
     assert_eq!(env(&c, "KOPIUR_MAX_CONCURRENT_DELETE_JOBS")["value"], "0");
     assert_eq!(env(&c, "KOPIUR_RECONCILE_CONCURRENCY")["value"], "8");
-    assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE")["value"], format!("ghcr.io/home-operations/kopiur-mover:{app_version}"));
+    assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE")["value"], format!("kopiur-mover:{app_version}"));
     assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE_PULL_POLICY")["value"], "IfNotPresent");
-    assert_eq!(c["image"], format!("ghcr.io/home-operations/kopiur-controller:{app_version}"));
+    assert_eq!(c["image"], format!("kopiur-controller:{app_version}"));
 
     let c = controller(&render(&[
         "maxConcurrentDeleteJobs=4",
@@ -125,7 +125,30 @@ fn controller_env_carries_namespace_lease_and_mover_settings() {
     assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE")["value"], "registry.example/mover:v9");
     assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE_PULL_POLICY")["value"], "Always");
     assert_eq!(env(&c, "KOPIUR_LEASE_NAME")["value"], "other-lease");
-    assert_eq!(c["image"], "ghcr.io/home-operations/kopiur-controller:v8");
+    assert_eq!(c["image"], "kopiur-controller:v8");
+}
+
+/// The defaults name this project's own images (`cargo xtask images`, deploy/images), and a
+/// digest pins either image as `repository:tag@digest` (the release workflow sets both).
+#[test]
+fn images_default_to_kopiur_names_and_pin_by_digest() {
+    let values = yaml_file("deploy/helm/kopiur/values.yaml");
+    assert_eq!(values["image"]["repository"], "kopiur-controller");
+    assert_eq!(values["mover"]["image"]["repository"], "kopiur-mover");
+    assert_eq!(values["image"]["digest"], "");
+    assert_eq!(values["mover"]["image"]["digest"], "");
+    let d1 = format!("sha256:{}", "a".repeat(64));
+    let d2 = format!("sha256:{}", "b".repeat(64));
+    let c = controller(&render(&[
+        "image.repository=registry.example/team/kopiur-controller",
+        &format!("image.digest={d1}"),
+        "mover.image.repository=registry.example/team/kopiur-mover",
+        "mover.image.tag=0.9.0",
+        &format!("mover.image.digest={d2}"),
+    ]));
+    let app_version = yaml_file("deploy/helm/kopiur/Chart.yaml")["appVersion"].as_str().unwrap().to_string();
+    assert_eq!(c["image"], format!("registry.example/team/kopiur-controller:{app_version}@{d1}"));
+    assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE")["value"], format!("registry.example/team/kopiur-mover:0.9.0@{d2}"));
 }
 
 #[test]
@@ -233,6 +256,8 @@ fn values_schema_rejects_bad_values() {
     rejected(&["reconcileConcurrency=2000"], "reconcileConcurrency");
     rejected(&["unknownTopLevelKey=1"], "unknownTopLevelKey");
     rejected(&["mover.image.pullPolicy=Sometimes"], "pullPolicy");
+    rejected(&["image.digest=latest"], "digest");
+    rejected(&["mover.image.digest=sha256:abc"], "digest");
     rejected(&["monitoring.prometheusRule.enabeld=true"], "enabeld");
     rejected(&["monitoring.serviceMonitor.interval=soon"], "interval");
     // And the defaults themselves satisfy it (render succeeds).

@@ -37,14 +37,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{- define "kopiur.image" -}}
 {{- printf "%s:%s" .repository (default .appVersion .tag) -}}
+{{- with .digest -}}@{{ . }}{{- end -}}
 {{- end -}}
 
 {{- define "kopiur.controllerImage" -}}
-{{- include "kopiur.image" (dict "repository" .Values.image.repository "tag" .Values.image.tag "appVersion" .Chart.AppVersion) -}}
+{{- include "kopiur.image" (dict "repository" .Values.image.repository "tag" .Values.image.tag "digest" .Values.image.digest "appVersion" .Chart.AppVersion) -}}
 {{- end -}}
 
 {{- define "kopiur.moverImage" -}}
-{{- include "kopiur.image" (dict "repository" .Values.mover.image.repository "tag" .Values.mover.image.tag "appVersion" .Chart.AppVersion) -}}
+{{- include "kopiur.image" (dict "repository" .Values.mover.image.repository "tag" .Values.mover.image.tag "digest" .Values.mover.image.digest "appVersion" .Chart.AppVersion) -}}
 {{- end -}}
 
 {{/* The ClusterRole the controller binds into each Job namespace; the name is fixed in the controller. */}}
