@@ -1,5 +1,6 @@
-//! `cargo xtask demo|test|gen|bench` — the project's two promised commands plus codegen
-//! and benchmarks. Each step says what it is doing, because cold builds take a while.
+//! `cargo xtask demo|test|gen|bench|tools|images` — the project's two promised commands plus
+//! codegen, benchmarks, the test tools and the container images. Each step says what it is
+//! doing, because cold builds take a while.
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
@@ -7,6 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 
 mod r#gen;
+mod images;
 mod rbac;
 mod testrun;
 
@@ -197,9 +199,10 @@ fn main() -> ExitCode {
         Some("bench") => bench(),
         Some("gen") => generate(args.iter().any(|a| a == "--check")),
         Some("tools") => build_tools(&args[1..].iter().map(String::as_str).collect::<Vec<_>>()),
+        Some("images") => images::images(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  demo          start the local control plane, Garage and the operator with a demo backup schedule\n  test          every test tier, building what it needs\n  gen [--check] regenerate deploy/crds (and RBAC); --check fails on drift\n  bench         print benchmark figures\n  tools [NAME]  build or reuse the cached test tools (etcd k8s kopia garage helm)"
+                "usage: cargo xtask <command>\n\n  demo          start the local control plane, Garage and the operator with a demo backup schedule\n  test          every test tier, building what it needs\n  gen [--check] regenerate deploy/crds (and RBAC); --check fails on drift\n  bench         print benchmark figures\n  tools [NAME]  build or reuse the cached test tools (etcd k8s kopia garage helm)\n  images [--arch amd64|arm64] [--registry PREFIX] [--tag TAG]\n                kopiur-controller and kopiur-mover as OCI archives under target/images (no Docker)"
             );
             return ExitCode::from(2);
         }

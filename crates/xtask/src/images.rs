@@ -1,0 +1,508 @@
+//! `cargo xtask images`: the controller and mover images, built without a container engine.
+//!
+//! Static musl binaries (release profile, stripped), kopia from the test-tool cache (built
+//! with `CGO_ENABLED=0`), the host's CA bundle and the files under `deploy/images/rootfs`
+//! become two layers per image: a base layer (identical for both images) and the binaries.
+//! The result is an OCI image layout in one tar per image and platform under
+//! `<target dir>/images/`. `deploy/images/*.Containerfile` build the same contents with an
+//! engine (the release workflow uses them).
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+
+use crate::{cargo, repo_root, run, step};
+
+pub mod oci;
+pub mod tar;
+
+use tar::Entry;
+
+/// Where the binaries go in the image; also the start of `PATH`.
+pub const BIN_DIR: &str = "/usr/local/bin";
+pub const USER: &str = "65532:65532";
+pub const HOME: &str = "/home/nonroot";
+pub const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+pub const PATH_ENV: &str = "/usr/local/bin:/usr/bin:/bin";
+/// The Cargo profile the images are built with (`Cargo.toml`: release, stripped).
+pub const PROFILE: &str = "image";
+
+const PASSWD: &str = include_str!("../../../deploy/images/rootfs/etc/passwd");
+const GROUP: &str = include_str!("../../../deploy/images/rootfs/etc/group");
+const NSSWITCH: &str = include_str!("../../../deploy/images/rootfs/etc/nsswitch.conf");
+
+/// The two images this project ships.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Controller,
+    Mover,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 2] = [Kind::Controller, Kind::Mover];
+
+    /// Image name and the binary it runs (its ENTRYPOINT).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Controller => "kopiur-controller",
+            Kind::Mover => "kopiur-mover",
+        }
+    }
+
+    pub fn description(self) -> &'static str {
+        match self {
+            Kind::Controller => "kopiur: Kopia-native Kubernetes backup operator (controller)",
+            Kind::Mover => "kopiur: mover Job image (kopiur-mover and kopia)",
+        }
+    }
+
+    /// Whether the image carries kopia. The controller never runs kopia itself: it only
+    /// builds command lines for the mover Jobs.
+    pub fn has_kopia(self) -> bool {
+        self == Kind::Mover
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    Amd64,
+    Arm64,
+}
+
+impl Arch {
+    pub fn parse(s: &str) -> Result<Arch> {
+        match s {
+            "amd64" | "x86_64" => Ok(Arch::Amd64),
+            "arm64" | "aarch64" => Ok(Arch::Arm64),
+            _ => bail!("unknown architecture {s:?} (expected amd64 or arm64)"),
+        }
+    }
+
+    /// GOARCH and OCI `architecture`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Amd64 => "amd64",
+            Arch::Arm64 => "arm64",
+        }
+    }
+
+    pub fn platform(self) -> oci::Platform {
+        oci::Platform {
+            architecture: self.name().into(),
+            os: "linux".into(),
+            variant: (self == Arch::Arm64).then(|| "v8".into()),
+        }
+    }
+
+    pub fn rust_target(self) -> &'static str {
+        match self {
+            Arch::Amd64 => "x86_64-unknown-linux-musl",
+            Arch::Arm64 => "aarch64-unknown-linux-musl",
+        }
+    }
+
+    /// C compiler for the target (ring's C and assembly) and the Debian package that has it.
+    fn c_compiler(self) -> (&'static str, &'static str) {
+        match self {
+            Arch::Amd64 => ("musl-gcc", "musl-tools"),
+            Arch::Arm64 => ("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"),
+        }
+    }
+
+    /// ELF `e_machine`.
+    fn elf_machine(self) -> u16 {
+        match self {
+            Arch::Amd64 => 0x3e,
+            Arch::Arm64 => 0xb7,
+        }
+    }
+}
+
+/// What goes into one image besides its fixed files.
+pub struct Inputs<'a> {
+    pub kind: Kind,
+    pub arch: Arch,
+    /// `--registry` (e.g. `registry.example/team`), without a trailing `/`.
+    pub registry: Option<&'a str>,
+    pub tag: &'a str,
+    pub version: &'a str,
+    pub epoch: u64,
+    pub ca_bundle: Vec<u8>,
+    /// (file name under [`BIN_DIR`], contents).
+    pub binaries: Vec<(String, Vec<u8>)>,
+}
+
+pub fn reference(kind: Kind, registry: Option<&str>, tag: &str) -> String {
+    match registry {
+        Some(r) => format!("{r}/{}:{tag}", kind.name()),
+        None => format!("{}:{tag}", kind.name()),
+    }
+}
+
+/// The runtime configuration both build paths share (the Containerfiles repeat it; a test
+/// checks they agree).
+pub fn run_config(kind: Kind, version: &str) -> oci::RunConfig {
+    let labels = BTreeMap::from(
+        [
+            ("org.opencontainers.image.title", kind.name()),
+            ("org.opencontainers.image.description", kind.description()),
+            ("org.opencontainers.image.version", version),
+            ("org.opencontainers.image.licenses", "Apache-2.0"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    oci::RunConfig {
+        user: USER.into(),
+        env: vec![
+            format!("PATH={PATH_ENV}"),
+            format!("HOME={HOME}"),
+            "USER=nonroot".into(),
+            format!("SSL_CERT_FILE={CA_BUNDLE}"),
+        ],
+        entrypoint: vec![format!("{BIN_DIR}/{}", kind.name())],
+        working_dir: "/".into(),
+        labels,
+    }
+}
+
+/// The base layer: users, CA bundle, `/tmp`, the non-root home. The same for both images.
+pub fn base_layer(ca_bundle: Vec<u8>) -> oci::Layer {
+    oci::Layer {
+        comment: "kopiur base: /etc/passwd, /etc/group, /etc/nsswitch.conf, CA bundle, /tmp, /home/nonroot".into(),
+        entries: vec![
+            Entry::file("etc/passwd", 0o644, PASSWD),
+            Entry::file("etc/group", 0o644, GROUP),
+            Entry::file("etc/nsswitch.conf", 0o644, NSSWITCH),
+            Entry::file(CA_BUNDLE, 0o644, ca_bundle),
+            Entry::dir("tmp", 0o1777),
+            Entry::dir("root", 0o700),
+            Entry::dir("home/nonroot", 0o755).owned_by(65532, 65532),
+        ],
+    }
+}
+
+pub fn image(i: Inputs<'_>) -> oci::Image {
+    let names: Vec<&str> = i.binaries.iter().map(|(n, _)| n.as_str()).collect();
+    let bins = oci::Layer {
+        comment: format!("kopiur {}: {}", i.version, names.join(", ")),
+        entries: i.binaries.into_iter().map(|(n, data)| Entry::file(&format!("{BIN_DIR}/{n}"), 0o755, data)).collect(),
+    };
+    oci::Image {
+        reference: reference(i.kind, i.registry, i.tag),
+        platform: i.arch.platform(),
+        run: run_config(i.kind, i.version),
+        layers: vec![base_layer(i.ca_bundle), bins],
+        epoch: i.epoch,
+    }
+}
+
+/// A statically linked ELF executable for `arch` (no `PT_INTERP` program header).
+pub fn check_static_elf(data: &[u8], arch: Arch) -> Result<()> {
+    let u16_at = |o: usize| data.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+    ensure!(data.len() > 64 && &data[..4] == b"\x7fELF" && data[4] == 2 && data[5] == 1, "not a 64-bit LE ELF file");
+    let machine = u16_at(18).context("short ELF header")?;
+    ensure!(
+        machine == arch.elf_machine(),
+        "ELF machine {machine:#x}, expected {:#x} ({})",
+        arch.elf_machine(),
+        arch.name()
+    );
+    let phoff = usize::try_from(u64::from_le_bytes(data[32..40].try_into()?))?;
+    let phentsize = usize::from(u16_at(54).context("short ELF header")?);
+    let phnum = usize::from(u16_at(56).context("short ELF header")?);
+    for i in 0..phnum {
+        let off = phoff + i * phentsize;
+        let p_type = data.get(off..off + 4).context("program header past the end")?;
+        ensure!(u32::from_le_bytes(p_type.try_into()?) != 3, "dynamically linked (has an ELF interpreter)");
+    }
+    Ok(())
+}
+
+struct Options {
+    arches: Vec<Arch>,
+    registry: Option<String>,
+    tag: Option<String>,
+}
+
+fn parse_args(args: &[String]) -> Result<Options> {
+    let mut o = Options {
+        arches: Vec::new(),
+        registry: std::env::var("KOPIUR_IMAGE_REGISTRY").ok().filter(|s| !s.is_empty()),
+        tag: None,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = |flag: &str| it.next().cloned().with_context(|| format!("{flag} needs a value"));
+        match a.as_str() {
+            "--arch" => {
+                for s in val("--arch")?.split(',') {
+                    o.arches.push(Arch::parse(s.trim())?);
+                }
+            }
+            "--registry" => o.registry = Some(val("--registry")?),
+            "--tag" => o.tag = Some(val("--tag")?),
+            _ => bail!("unknown argument {a:?} (expected --arch amd64|arm64[,..], --registry PREFIX, --tag TAG)"),
+        }
+    }
+    if o.arches.is_empty() {
+        o.arches.push(Arch::Amd64);
+    }
+    o.arches.dedup();
+    if let Some(r) = &mut o.registry {
+        ensure!(!r.contains("://"), "--registry takes a name prefix such as registry.example/team, not a URL");
+        *r = r.trim_end_matches('/').to_string();
+    }
+    Ok(o)
+}
+
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target"))
+}
+
+fn source_date_epoch() -> Result<u64> {
+    match std::env::var("SOURCE_DATE_EPOCH") {
+        Ok(s) if !s.is_empty() => s.trim().parse().with_context(|| format!("SOURCE_DATE_EPOCH={s} is not a number")),
+        _ => Ok(0),
+    }
+}
+
+fn have(cmd: &str, arg: &str) -> bool {
+    Command::new(cmd).arg(arg).output().is_ok_and(|o| o.status.success())
+}
+
+fn apt_install(pkg: &str, why: &str) -> Result<()> {
+    step(&format!("Installing {pkg} (Debian package): {why}"));
+    ensure!(have("apt-get", "--version"), "apt-get not found: install {pkg} (or its equivalent) yourself");
+    run(Command::new("apt-get").args(["update", "-qq"]))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-qq", "--no-install-recommends", pkg])
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+fn ensure_toolchain(arch: Arch) -> Result<()> {
+    let target = arch.rust_target();
+    // rust-toolchain.toml lists the targets, so rustup normally has them already.
+    if let Ok(o) = Command::new("rustup").args(["target", "list", "--installed"]).current_dir(repo_root()).output()
+        && o.status.success()
+        && !String::from_utf8_lossy(&o.stdout).lines().any(|l| l.trim() == target)
+    {
+        step(&format!("Adding the Rust target {target} (static musl binaries)"));
+        run(Command::new("rustup").args(["target", "add", target]).current_dir(repo_root()))?;
+    }
+    let (cc, pkg) = arch.c_compiler();
+    if !have(cc, "--version") {
+        apt_install(pkg, &format!("{cc} compiles ring's C code for {target}"))?;
+    }
+    Ok(())
+}
+
+/// Runs `cmd`, printing a line every minute so a long, quiet step (LTO link) shows it is alive.
+fn run_with_heartbeat(cmd: &mut Command, what: &str) -> Result<Duration> {
+    let t0 = Instant::now();
+    let done = Arc::new(AtomicBool::new(false));
+    let beat = {
+        let done = done.clone();
+        let what = what.to_string();
+        std::thread::spawn(move || {
+            let mut last = Instant::now();
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(500));
+                if last.elapsed() >= Duration::from_secs(60) {
+                    last = Instant::now();
+                    eprintln!("    ... {what}: still running ({:.0?})", t0.elapsed());
+                }
+            }
+        })
+    };
+    let res = run(cmd);
+    done.store(true, Ordering::Relaxed);
+    let _ = beat.join();
+    res.map(|()| t0.elapsed())
+}
+
+fn build_binaries(arch: Arch) -> Result<PathBuf> {
+    let target = arch.rust_target();
+    step(&format!(
+        "Building kopiur-controller and kopiur-mover for {target} (profile `{PROFILE}`: release, LTO, stripped; \
+         a cold build takes 15-30 min on 2 cores)"
+    ));
+    let mut c = cargo();
+    c.args(["build", "--locked", "--profile", PROFILE, "--target", target]);
+    for k in Kind::ALL {
+        c.args(["-p", k.name(), "--bin", k.name()]);
+    }
+    let (cc, _) = arch.c_compiler();
+    let env_target = target.replace('-', "_");
+    c.env(format!("CC_{env_target}"), cc);
+    if arch == Arch::Arm64 {
+        c.env(format!("AR_{env_target}"), "aarch64-linux-gnu-ar");
+        c.env(format!("CARGO_TARGET_{}_LINKER", env_target.to_uppercase()), cc);
+    }
+    let took = run_with_heartbeat(&mut c, "cargo build")?;
+    eprintln!("    binaries built in {took:.1?}");
+    Ok(target_dir().join(target).join(PROFILE))
+}
+
+fn versions_env(key: &str) -> Result<String> {
+    let text = std::fs::read_to_string(repo_root().join("testenv/versions.env"))?;
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .find(|(k, _)| k.trim() == key)
+        .map(|(_, v)| v.trim().to_string())
+        .with_context(|| format!("{key} missing from testenv/versions.env"))
+}
+
+fn testenv_cache() -> PathBuf {
+    if let Some(d) = std::env::var_os("KOPIUR_TESTENV_CACHE") {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    Path::new(&home).join(".cache/kopiur-testenv")
+}
+
+/// The wrapper-module hash `testenv/build-tools.sh` names its kopia directory with.
+fn kopia_wrapper_hash() -> Result<String> {
+    use sha2::Digest as _;
+    let w = repo_root().join("testenv/go/kopia");
+    let mut h = sha2::Sha256::new();
+    h.update(std::fs::read(w.join("go.mod"))?);
+    h.update(std::fs::read(w.join("go.sum"))?);
+    Ok(hex::encode(h.finalize())[..12].to_string())
+}
+
+/// kopia at the version pinned in `testenv/versions.env`, `CGO_ENABLED=0`. amd64 is the
+/// test tool cache's own build (`testenv/build-tools.sh kopia`); other architectures are
+/// cross-compiled from the same wrapper module into a directory the test harness never picks.
+fn kopia(arch: Arch) -> Result<PathBuf> {
+    let ver = versions_env("KOPIA_VERSION")?;
+    let hash = kopia_wrapper_hash()?;
+    let cache = testenv_cache();
+    if arch == Arch::Amd64 {
+        step(&format!("kopia {ver} (CGO_ENABLED=0) from the test-tool cache; built there when missing (3-6 min)"));
+        run(Command::new("bash").arg(repo_root().join("testenv/build-tools.sh")).arg("kopia"))?;
+        let p = cache.join(format!("kopia-{ver}-{hash}/bin/kopia"));
+        ensure!(p.is_file(), "{} missing after testenv/build-tools.sh kopia", p.display());
+        return Ok(p);
+    }
+    let dir = cache.join(format!("kopia-linux-{}-{ver}-{hash}", arch.name()));
+    let bin = dir.join("bin/kopia");
+    if bin.is_file() {
+        step(&format!("kopia {ver} for linux/{}: cached ({})", arch.name(), bin.display()));
+        return Ok(bin);
+    }
+    step(&format!("Cross-compiling kopia {ver} for linux/{} (CGO_ENABLED=0; 3-6 min cold)", arch.name()));
+    let tmp = cache.join(format!("kopia-linux-{}-{ver}-{hash}.tmp.{}", arch.name(), std::process::id()));
+    std::fs::create_dir_all(tmp.join("bin"))?;
+    let mut c = Command::new("go");
+    c.current_dir(repo_root().join("testenv/go/kopia"))
+        .args(["build", "-p", "2", "-trimpath", "-tags", "nohtmlui", "-ldflags", "-s -w", "-o"])
+        .arg(tmp.join("bin/kopia"))
+        .arg("github.com/kopia/kopia")
+        .env("GOOS", "linux")
+        .env("GOARCH", arch.name())
+        .env("CGO_ENABLED", "0")
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-buildvcs=false")
+        .env("GOMODCACHE", cache.join("go/mod"))
+        .env("GOCACHE", cache.join("go/build"));
+    run_with_heartbeat(&mut c, "go build kopia")?;
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::rename(&tmp, &dir)?;
+    Ok(bin)
+}
+
+fn read_binary(path: &Path, arch: Arch) -> Result<Vec<u8>> {
+    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    check_static_elf(&data, arch)
+        .with_context(|| format!("{} is not a static {} executable", path.display(), arch.name()))?;
+    Ok(data)
+}
+
+fn mib(n: usize) -> String {
+    format!("{:.1} MiB", n as f64 / (1024.0 * 1024.0))
+}
+
+pub fn images(args: &[String]) -> Result<()> {
+    let t0 = Instant::now();
+    let o = parse_args(args)?;
+    let version = env!("CARGO_PKG_VERSION");
+    let tag = o.tag.clone().unwrap_or_else(|| version.to_string());
+    let epoch = source_date_epoch()?;
+    let ca_bundle = std::fs::read(CA_BUNDLE).with_context(|| {
+        format!("reading the build host's CA bundle {CA_BUNDLE} (Debian: apt-get install ca-certificates)")
+    })?;
+    let out_dir = target_dir().join("images");
+    std::fs::create_dir_all(&out_dir)?;
+    let mut written = Vec::new();
+    for &arch in &o.arches {
+        ensure_toolchain(arch)?;
+        let kopia = read_binary(&kopia(arch)?, arch)?;
+        let bin_dir = build_binaries(arch)?;
+        step(&format!("Assembling the linux/{} images (OCI layout, gzip layers, sha256)", arch.name()));
+        for kind in Kind::ALL {
+            let mut binaries = vec![(kind.name().to_string(), read_binary(&bin_dir.join(kind.name()), arch)?)];
+            if kind.has_kopia() {
+                binaries.push(("kopia".into(), kopia.clone()));
+            }
+            let img = image(Inputs {
+                kind,
+                arch,
+                registry: o.registry.as_deref(),
+                tag: &tag,
+                version,
+                epoch,
+                ca_bundle: ca_bundle.clone(),
+                binaries,
+            });
+            let layout = oci::build(&img)?;
+            let archive = layout.archive(epoch)?;
+            let checked = oci::verify(&archive).context("self-check of the written layout")?;
+            ensure!(
+                checked.manifest_digest == layout.manifest.digest
+                    && checked.reference == layout.reference
+                    && checked.platform == arch.platform()
+                    && checked.config.config == run_config(kind, version)
+                    && checked.layers.len() == 2,
+                "self-check read back another image than it wrote"
+            );
+            let path = out_dir.join(format!("{}-{tag}-linux-{}.oci.tar", kind.name(), arch.name()));
+            std::fs::write(&path, &archive).with_context(|| format!("writing {}", path.display()))?;
+            let layers: usize = layout.layers.iter().map(|l| l.size as usize).sum();
+            eprintln!(
+                "    {}  linux/{}\n      manifest {}\n      config   {}\n      archive  {}  ({}, layers {} compressed)\n      file     {}",
+                layout.reference,
+                arch.name(),
+                layout.manifest.digest,
+                layout.config.digest,
+                oci::sha256(&archive),
+                mib(archive.len()),
+                mib(layers),
+                path.display()
+            );
+            written.push((layout.reference, path));
+        }
+    }
+    eprintln!("\ncargo xtask images finished in {:.0?}. Load or push them with:", t0.elapsed());
+    for (r, p) in &written {
+        let p = p.strip_prefix(repo_root()).unwrap_or(p).display();
+        eprintln!(
+            "  {r}:\n    docker load -i {p}    |  podman load -i {p}\n    kind load image-archive {p}    |  k3s ctr images import {p}\n    skopeo copy oci-archive:{p} docker://<your-registry>/{}",
+            r.rsplit('/').next().unwrap_or(r)
+        );
+    }
+    if o.registry.is_none() {
+        eprintln!(
+            "\nThe images are named without a registry. containerd (kind, k3s) matches image names literally, so for\n\
+             those build with `--registry <prefix>` and pass the same prefix to helm (docs/install.md)."
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
