@@ -20,4 +20,5 @@ pub mod restore;
 pub mod snapshot;
 pub mod snapshot_policy;
 pub mod snapshot_schedule;
+pub mod synced;
 pub mod wedged;

@@ -148,6 +148,7 @@ async fn mass_deletion_protection_end_to_end() -> Result<()> {
     if let Err(e) = &res {
         eprintln!("---- FAILED: {e:#}\n---- test environment logs ----\n{}", h.env.logs_summary(40));
         eprintln!("---- operator log tail ----\n{}", kopiur_testenv::process::log_tail(&h.log(), 80));
+        h.env.keep_logs("deletion_e2e");
     }
     h.stop_operator();
     res
@@ -314,6 +315,30 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
     let v = latest_deletion(&held).context("deletionTimestamps")?;
     let cmd = ack_command(&wns, "wave", &v);
     println!("[wave] expected command: {cmd}");
+    // What an operator looks at first must follow the members at once: the repository's
+    // condition, status.deletionProtection, the held gauge and one Warning, all from the
+    // dispatcher's next pass.
+    let all_held = Instant::now();
+    let shown = wait_for("the repository shows the held wave", Duration::from_secs(20), &h.log(), || async {
+        let r: Repository = Api::namespaced(client.clone(), &wns).get("wave").await?;
+        let st = r.status.clone().unwrap_or_default();
+        let cond = st.conditions.iter().any(|c| c.type_ == "MassDeletionHeld" && c.status == "True");
+        let dp_held = st.deletion_protection.as_ref().map(|d| d.held);
+        let m = h.metrics().await?;
+        let gauge = metric(&m, "kopiur_snapshot_deletions_held", &wns, "wave");
+        let (warnings, _) = events(&client, &wns, "MassDeletionHeld").await?;
+        Ok((cond && dp_held == Some(WAVE as i32) && gauge == Some(WAVE as f64) && warnings == 1).then_some(()))
+    })
+    .await;
+    match shown {
+        Ok(()) => println!(
+            "[wave] repository status shown {:.1}s after the last member was held (MassDeletionHeld=True, deletionProtection.held {WAVE}, held gauge {WAVE}, 1 MassDeletionHeld Warning)",
+            all_held.elapsed().as_secs_f64()
+        ),
+        Err(e) => {
+            check!(fails, false, "the held wave did not reach the repository within 20 s of the last member: {e:#}")
+        }
+    }
     // The message is rewritten when V (the latest held deletionTimestamp) moves: members held
     // early in the wave converge on the final value.
     let check = |held: &[Snapshot]| {

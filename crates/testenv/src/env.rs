@@ -125,6 +125,34 @@ impl TestEnv {
     pub fn logs_summary(&self, lines: usize) -> String {
         self.cp.logs_summary(lines)
     }
+
+    /// Copies every component log (operator, apiserver, node agent, ...) out of the state
+    /// directory, which teardown removes, to `target/test-env-logs/<label>-<pid>/` (or under
+    /// `$KOPIUR_TEST_LOGS_DIR`), and prints where: `cargo xtask test` repeats that line in its
+    /// summary of a failed binary.
+    pub fn keep_logs(&self, label: &str) -> PathBuf {
+        let base = std::env::var("KOPIUR_TEST_LOGS_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| crate::controlplane::repo_root().join("target/test-env-logs"));
+        let dest = base.join(format!("{label}-{}", std::process::id()));
+        let copied = std::fs::create_dir_all(&dest).and_then(|()| {
+            let mut n = 0;
+            for e in std::fs::read_dir(self.cp.logs_dir())?.flatten() {
+                if e.path().is_file() {
+                    std::fs::copy(e.path(), dest.join(e.file_name()))?;
+                    n += 1;
+                }
+            }
+            Ok(n)
+        });
+        match copied {
+            Ok(n) => {
+                println!("ENVIRONMENT LOGS KEPT: {} ({n} files: operator, control plane, node agent)", dest.display())
+            }
+            Err(e) => println!("ENVIRONMENT LOGS NOT KEPT: copying to {} failed: {e}", dest.display()),
+        }
+        dest
+    }
 }
 
 impl Drop for TestEnv {
@@ -146,6 +174,8 @@ impl Drop for LogGuard<'_> {
                 self.0.state_dir().display(),
                 self.0.logs_summary(50)
             );
+            let label = std::thread::current().name().unwrap_or("test").replace("::", "-");
+            self.0.keep_logs(&label);
         }
     }
 }

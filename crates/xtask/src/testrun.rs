@@ -114,7 +114,8 @@ pub struct Outcome {
 
 /// The lines of a failed binary's output that say why it failed: each panic message (the
 /// `panicked at` line and the message lines after it, up to the backtrace), each `Error:`
-/// returned by a test, and every line a test marked with `FAILED:`. Repeated in the summary,
+/// returned by a test, every line a test marked with `FAILED:`, and where the environment's
+/// logs were kept (`ENVIRONMENT LOGS KEPT:`). Repeated in the summary,
 /// so the reason sits at the end of the run's output instead of thousands of lines above it.
 pub fn failure_excerpt(text: &str) -> Vec<String> {
     const MAX_LINES: usize = 60;
@@ -139,6 +140,8 @@ pub fn failure_excerpt(text: &str) -> Vec<String> {
             break;
         }
     }
+    // Where the environment's logs were kept, however long the excerpt above.
+    out.extend(text.lines().filter(|l| l.trim_start().starts_with("ENVIRONMENT LOGS KEPT:")).map(str::to_string));
     out
 }
 
@@ -309,6 +312,13 @@ Error: 1 scenario(s) failed: [\"idle\"]\n\nCaused by:\n    idle objects were wri
         assert!(failure_excerpt("running 1 test\ntest ok ... ok\n").is_empty());
         let flood: String = (0..500).map(|i| format!("FAILED: {i}\n")).collect();
         assert_eq!(failure_excerpt(&flood).len(), 61, "bounded");
+        let kept = format!("{flood}ENVIRONMENT LOGS KEPT: /w/target/test-env-logs/deletion_e2e-42 (5 files)\n");
+        let why = failure_excerpt(&kept);
+        assert_eq!(why.len(), 62);
+        assert_eq!(
+            why.last().map(String::as_str),
+            Some("ENVIRONMENT LOGS KEPT: /w/target/test-env-logs/deletion_e2e-42 (5 files)")
+        );
     }
 
     #[test]

@@ -35,6 +35,18 @@ pub struct Stores {
     pub namespaces: Store<PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>,
     /// Maintenances: the `maintenance.*` preflight variables.
     pub maintenances: Store<Maintenance>,
+    /// Whether the stores whose completeness a decision depends on have synced.
+    pub synced: StoresSynced,
+}
+
+/// Read these instead of `Store::wait_until_ready` (see `crate::synced` for why).
+pub struct StoresSynced {
+    pub jobs: crate::synced::Synced,
+    pub policies: crate::synced::Synced,
+    pub snapshots: crate::synced::Synced,
+    pub schedules: crate::synced::Synced,
+    pub pvcs: crate::synced::Synced,
+    pub maintenances: crate::synced::Synced,
 }
 
 pub struct PipelineCtx {

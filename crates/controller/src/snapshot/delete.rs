@@ -95,7 +95,7 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
     }
     // Every decision below counts over the Snapshot store: a store that has not finished its
     // first sync would under-count the breaker. Wait for it (never decide on a guess).
-    if !matches!(futures::FutureExt::now_or_never(ctx.stores.snapshots.wait_until_ready()), Some(Ok(()))) {
+    if !ctx.stores.synced.snapshots.is_synced() {
         return Ok(Action::requeue(std::time::Duration::from_secs(2)));
     }
     let ns = snap.namespace().unwrap_or_default();

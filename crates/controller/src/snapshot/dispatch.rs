@@ -7,8 +7,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use futures::FutureExt;
-
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use kopiur_api::Snapshot;
@@ -446,22 +444,33 @@ async fn write_repo_status(
 pub async fn run(ctx: Arc<PipelineCtx>, snap_tx: tokio::sync::mpsc::Sender<ObjectRef<Snapshot>>) {
     let tuning = BatchTuning { global_cap: ctx.config.max_concurrent_delete_jobs, ..BatchTuning::default() };
     let mut memory = DispatchMemory::default();
-    let ready = |what: &'static str, r: Result<Result<(), kube::runtime::reflector::store::WriterDropped>, _>| {
-        let ok = matches!(r, Ok(Ok(())));
+    // The stores the passes read. Their flags wake every waiter (crate::synced); the guard only
+    // bounds a store that never syncs (e.g. missing RBAC), which the dispatcher then treats
+    // as cold.
+    let t0 = std::time::Instant::now();
+    let wait = std::time::Duration::from_secs(60);
+    let synced = &ctx.stores.synced;
+    let guard = |s: &crate::synced::Synced| {
+        let s = s.clone();
+        async move { tokio::time::timeout(wait, s.wait()).await.unwrap_or(false) }
+    };
+    let (snaps_ok, jobs_ok, mut schedules_warm) =
+        tokio::join!(guard(&synced.snapshots), guard(&synced.jobs), guard(&synced.schedules));
+    for (what, ok) in [("snapshots", snaps_ok), ("jobs", jobs_ok), ("schedules", schedules_warm)] {
         if !ok {
             tracing::warn!(store = what, "store not synced after 60 s; the dispatcher treats it as cold");
         }
-        ok
-    };
-    let wait = std::time::Duration::from_secs(60);
-    let snaps_ok = ready("snapshots", tokio::time::timeout(wait, ctx.stores.snapshots.wait_until_ready()).await);
-    let jobs_ok = ready("jobs", tokio::time::timeout(wait, ctx.stores.jobs.wait_until_ready()).await);
-    let mut schedules_warm =
-        ready("schedules", tokio::time::timeout(wait, ctx.stores.schedules.wait_until_ready()).await);
-    tracing::info!(snaps_ok, jobs_ok, schedules_warm, "batch delete dispatcher started");
+    }
+    tracing::info!(
+        snaps_ok,
+        jobs_ok,
+        schedules_warm,
+        waited_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "batch delete dispatcher started"
+    );
     let mut seen: HashSet<ObjectRef<Snapshot>> = HashSet::new();
     loop {
-        if !schedules_warm && ctx.stores.schedules.wait_until_ready().now_or_never().is_some() {
+        if !schedules_warm && synced.schedules.is_synced() {
             schedules_warm = true;
         }
         let enqueue = pass(&ctx, &tuning, schedules_warm, &mut memory, Utc::now()).await;

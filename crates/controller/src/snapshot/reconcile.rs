@@ -80,7 +80,7 @@ fn preflight_facts(
         Err(message) => return (PreflightState::Invalid { policy: p.name_any(), message }, timeout),
     };
     let maintenance = if compiled.uses_maintenance() {
-        if !matches!(futures::FutureExt::now_or_never(ctx.stores.maintenances.wait_until_ready()), Some(Ok(()))) {
+        if !ctx.stores.synced.maintenances.is_synced() {
             return (PreflightState::WaitingForData, timeout);
         }
         let mine: Vec<_> = match repo {

@@ -22,6 +22,7 @@ use super::ctx::{PipelineCtx, Stores};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::repository::Error;
+use crate::synced::{self, SyncMark, Synced};
 
 fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, err: &Error, ctx: Arc<PipelineCtx>) -> Action {
     crate::error_events::report(&ctx.recorder, obj.as_ref(), err);
@@ -97,14 +98,18 @@ fn decoupled<K>(
     client: &Client,
     wc: &watcher::Config,
     fanout: impl Fn(&K) + Send + 'static,
-) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+) -> (Store<K>, Synced, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store::<K>();
-    let events = reflector::reflector(
-        writer,
-        watcher(Api::<K>::all(client.clone()), wc.clone()).modify(|o| crate::heap::slim(o.meta_mut())),
+    let (mark, synced) = synced::flag();
+    let events = marked(
+        reflector::reflector(
+            writer,
+            watcher(Api::<K>::all(client.clone()), wc.clone()).modify(|o| crate::heap::slim(o.meta_mut())),
+        ),
+        mark,
     )
     .default_backoff()
     .touched_objects();
@@ -120,19 +125,36 @@ where
             }
         }
     });
-    (store, UnboundedStream(rx))
+    (store, synced, UnboundedStream(rx))
+}
+
+/// Raises `mark` when the reflector has applied the stream's first `InitDone` to its store.
+fn marked<K, S>(events: S, mark: SyncMark) -> impl futures::Stream<Item = S::Item> + Send + 'static
+where
+    K: Send + 'static,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    events.inspect(move |ev| {
+        if let Ok(e) = ev {
+            mark.observe(e);
+        }
+    })
 }
 
 pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     let wc = watcher::Config::default();
     // Referent stores driven here.
     let (jobs, job_w) = reflector::store::<Job>();
-    let job_events = reflector::reflector(
-        job_w,
-        watcher(
-            Api::<Job>::all(client.clone()),
-            watcher::Config::default().labels("app.kubernetes.io/managed-by=kopiur"),
+    let (job_mark, jobs_synced) = synced::flag();
+    let job_events = marked(
+        reflector::reflector(
+            job_w,
+            watcher(
+                Api::<Job>::all(client.clone()),
+                watcher::Config::default().labels("app.kubernetes.io/managed-by=kopiur"),
+            ),
         ),
+        job_mark,
     )
     .default_backoff()
     .touched_objects();
@@ -146,9 +168,13 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
             .default_backoff()
             .touched_objects();
     let (pvcs, pvc_w) = reflector::store();
-    let pvc_events = reflector::reflector(
-        pvc_w,
-        watcher(Api::<kube::core::PartialObjectMeta<PersistentVolumeClaim>>::all(client.clone()), wc.clone()),
+    let (pvc_mark, pvcs_synced) = synced::flag();
+    let pvc_events = marked(
+        reflector::reflector(
+            pvc_w,
+            watcher(Api::<kube::core::PartialObjectMeta<PersistentVolumeClaim>>::all(client.clone()), wc.clone()),
+        ),
+        pvc_mark,
     )
     .default_backoff()
     .touched_objects();
@@ -173,9 +199,13 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     .touched_objects();
 
     let (maintenances, maint_w) = reflector::store::<Maintenance>();
-    let maint_events = reflector::reflector(
-        maint_w,
-        watcher(Api::<Maintenance>::all(client.clone()), wc.clone()).modify(|m| crate::heap::slim(m.meta_mut())),
+    let (maint_mark, maintenances_synced) = synced::flag();
+    let maint_events = marked(
+        reflector::reflector(
+            maint_w,
+            watcher(Api::<Maintenance>::all(client.clone()), wc.clone()).modify(|m| crate::heap::slim(m.meta_mut())),
+        ),
+        maint_mark,
     )
     .default_backoff()
     .touched_objects();
@@ -188,7 +218,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     let (sched_tx, sched_rx) = mpsc::unbounded_channel::<ObjectRef<SnapshotSchedule>>();
     let (policy_tx, policy_rx) = mpsc::unbounded_channel::<ObjectRef<SnapshotPolicy>>();
     let pvc_policy_tx = policy_tx.clone();
-    let (snapshots, snap_trigger) = decoupled::<Snapshot>(&client, &wc, move |s: &Snapshot| {
+    let (snapshots, snapshots_synced, snap_trigger) = decoupled::<Snapshot>(&client, &wc, move |s: &Snapshot| {
         let ns = s.namespace().unwrap_or_default();
         for o in s.owner_references().iter().filter(|o| o.controller == Some(true) && o.kind == "SnapshotSchedule") {
             let _ = sched_tx.send(ObjectRef::new(&o.name).within(&ns));
@@ -197,11 +227,12 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
             let _ = policy_tx.send(ObjectRef::new(&p.name).within(p.namespace.as_deref().unwrap_or(&ns)));
         }
     });
-    let (schedules, sched_trigger) = decoupled::<SnapshotSchedule>(&client, &wc, |_| {});
+    let (schedules, schedules_synced, sched_trigger) = decoupled::<SnapshotSchedule>(&client, &wc, |_| {});
+    // Policies too: their store's readiness is read by the schedule reconciler.
+    let (policies, policies_synced, policy_trigger) = decoupled::<SnapshotPolicy>(&client, &wc, |_| {});
     let snap_ctl = Controller::for_stream(snap_trigger, snapshots.clone());
     let sched_ctl = Controller::for_stream(sched_trigger, schedules.clone());
-    let policy_ctl = Controller::new(Api::<SnapshotPolicy>::all(client.clone()), wc.clone());
-    let policies = policy_ctl.store();
+    let policy_ctl = Controller::for_stream(policy_trigger, policies.clone());
 
     let ctx = Arc::new(PipelineCtx {
         client: client.clone(),
@@ -222,6 +253,14 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
             secrets,
             namespaces,
             maintenances,
+            synced: super::ctx::StoresSynced {
+                jobs: jobs_synced,
+                policies: policies_synced,
+                snapshots: snapshots_synced,
+                schedules: schedules_synced,
+                pvcs: pvcs_synced,
+                maintenances: maintenances_synced,
+            },
         },
         mover_rbac_ready: Mutex::new(Default::default()),
         dispatch: tokio::sync::Notify::new(),

@@ -23,7 +23,7 @@ use crate::repository::Error;
 use crate::snapshot::ctx::PipelineCtx;
 use crate::snapshot::reconcile::origin;
 use crate::snapshot_policy::fork;
-use crate::snapshot_policy::sources::{expand, pvc_store_ready, pvcs_in, uses_selector};
+use crate::snapshot_policy::sources::{expand, pvcs_in, uses_selector};
 use crate::snapshot_schedule::reconcile::stamp_and_delete;
 
 /// The Ready/Stalled reason of a refused identity fork (spec/api.md §2.5).
@@ -72,7 +72,7 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
     // The current expansion (§6.4). A selector over an unsynced PVC store would publish an
     // empty list, so the previous one stays until the store has synced.
     let selector = uses_selector(&policy.spec.sources);
-    let expansion = if selector && !pvc_store_ready(&ctx.stores.pvcs) {
+    let expansion = if selector && !ctx.stores.synced.pvcs.is_synced() {
         None
     } else {
         Some(expand(&ns, &policy.spec.sources, &pvcs_in(&ctx.stores.pvcs, &ns)))

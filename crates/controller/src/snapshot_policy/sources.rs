@@ -93,15 +93,6 @@ pub fn pvcs_in(
         .collect()
 }
 
-/// Whether the PVC store has synced: an unsynced store would expand a selector to nothing.
-pub fn pvc_store_ready(
-    store: &kube::runtime::reflector::Store<
-        kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
-    >,
-) -> bool {
-    matches!(futures::FutureExt::now_or_never(store.wait_until_ready()), Some(Ok(())))
-}
-
 /// Whether the policy has a `pvcSelector` item (its expansion depends on the PVCs).
 pub fn uses_selector(sources: &[Source]) -> bool {
     sources.iter().any(|s| matches!(s.kind, SourceKind::PvcSelector(_)))

@@ -21,7 +21,7 @@ use crate::health::kstatus::{Cond, CondStatus};
 use crate::repository::Error;
 use crate::snapshot::ctx::PipelineCtx;
 use crate::snapshot::job::owner_of;
-use crate::snapshot_policy::sources::{expand, pvc_store_ready, pvcs_in, uses_selector};
+use crate::snapshot_policy::sources::{expand, pvcs_in, uses_selector};
 
 /// The schedule's children: owned by this schedule's uid.
 pub fn children(ctx: &PipelineCtx, sched: &SnapshotSchedule) -> Vec<Arc<Snapshot>> {
@@ -125,7 +125,7 @@ fn select_policies(
     ns: &str,
     sel: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
 ) -> Option<Selection> {
-    if !matches!(futures::FutureExt::now_or_never(ctx.stores.policies.wait_until_ready()), Some(Ok(()))) {
+    if !ctx.stores.synced.policies.is_synced() {
         return None;
     }
     let mut policies: Vec<Arc<kopiur_api::SnapshotPolicy>> = ctx
@@ -138,7 +138,7 @@ fn select_policies(
         .filter(|p| crate::gating::selector_matches(sel, p.labels()))
         .collect();
     policies.sort_by_key(|p| p.name_any());
-    if policies.iter().any(|p| uses_selector(&p.spec.sources)) && !pvc_store_ready(&ctx.stores.pvcs) {
+    if policies.iter().any(|p| uses_selector(&p.spec.sources)) && !ctx.stores.synced.pvcs.is_synced() {
         return None;
     }
     let tzs: std::collections::BTreeSet<Option<String>> = policies
@@ -245,7 +245,7 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         .and_then(|rv| rv.common().schedule_defaults.as_ref().and_then(|d| d.timezone.clone()));
     // The policy's expansion: one child per source. A selector read from an unsynced PVC
     // store would match nothing and consume the slot, so wait for the store first.
-    if policy.as_ref().is_some_and(|p| uses_selector(&p.spec.sources)) && !pvc_store_ready(&ctx.stores.pvcs) {
+    if policy.as_ref().is_some_and(|p| uses_selector(&p.spec.sources)) && !ctx.stores.synced.pvcs.is_synced() {
         return Ok(Action::requeue(std::time::Duration::from_secs(2)));
     }
     let repo_tz = match &selection {
