@@ -12,8 +12,8 @@ case "${TARGETARCH:?TARGETARCH is set by the image builder}" in
          export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc ;;
   *) echo "unsupported TARGETARCH=$TARGETARCH (amd64, arm64)" >&2; exit 2 ;;
 esac
-# rust-toolchain.toml pins the toolchain and lists both musl targets; rustup installs them here.
-rustup show active-toolchain >/dev/null
+# rust-toolchain.toml pins the toolchain (and lists both musl targets); add this one explicitly.
+rustup target add "$target"
 cargo build --locked --profile image --target "$target" -p "$bin" --bin "$bin"
 
 install -d -m 0755 "$out/usr/local/bin" "$out/etc/ssl/certs" "$out/home"

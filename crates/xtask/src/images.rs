@@ -105,11 +105,11 @@ impl Arch {
         }
     }
 
-    /// C compiler for the target (ring's C and assembly) and the Debian package that has it.
-    fn c_compiler(self) -> (&'static str, &'static str) {
+    /// C compiler for the target (ring's C and assembly) and the Debian packages that have it.
+    fn c_compiler(self) -> (&'static str, &'static [&'static str]) {
         match self {
-            Arch::Amd64 => ("musl-gcc", "musl-tools"),
-            Arch::Arm64 => ("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"),
+            Arch::Amd64 => ("musl-gcc", &["musl-tools"]),
+            Arch::Arm64 => ("aarch64-linux-gnu-gcc", &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross"]),
         }
     }
 
@@ -274,12 +274,14 @@ fn have(cmd: &str, arg: &str) -> bool {
     Command::new(cmd).arg(arg).output().is_ok_and(|o| o.status.success())
 }
 
-fn apt_install(pkg: &str, why: &str) -> Result<()> {
-    step(&format!("Installing {pkg} (Debian package): {why}"));
-    ensure!(have("apt-get", "--version"), "apt-get not found: install {pkg} (or its equivalent) yourself");
+fn apt_install(pkgs: &[&str], why: &str) -> Result<()> {
+    let list = pkgs.join(" ");
+    step(&format!("Installing {list} (Debian packages): {why}"));
+    ensure!(have("apt-get", "--version"), "apt-get not found: install {list} (or the equivalent) yourself");
     run(Command::new("apt-get").args(["update", "-qq"]))?;
     run(Command::new("apt-get")
-        .args(["install", "-y", "-qq", "--no-install-recommends", pkg])
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(pkgs)
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
@@ -293,9 +295,9 @@ fn ensure_toolchain(arch: Arch) -> Result<()> {
         step(&format!("Adding the Rust target {target} (static musl binaries)"));
         run(Command::new("rustup").args(["target", "add", target]).current_dir(repo_root()))?;
     }
-    let (cc, pkg) = arch.c_compiler();
+    let (cc, pkgs) = arch.c_compiler();
     if !have(cc, "--version") {
-        apt_install(pkg, &format!("{cc} compiles ring's C code for {target}"))?;
+        apt_install(pkgs, &format!("{cc} compiles ring's C code for {target}"))?;
     }
     Ok(())
 }
@@ -328,7 +330,7 @@ fn build_binaries(arch: Arch) -> Result<PathBuf> {
     let target = arch.rust_target();
     step(&format!(
         "Building kopiur-controller and kopiur-mover for {target} (profile `{PROFILE}`: release, LTO, stripped; \
-         a cold build takes 15-30 min on 2 cores)"
+         a cold build takes about 15 min on 2 cores)"
     ));
     let mut c = cargo();
     c.args(["build", "--locked", "--profile", PROFILE, "--target", target]);
