@@ -120,6 +120,24 @@ pub fn kill_all_recorded() {
 }
 
 /// Picks a free loopback port by binding port 0 and releasing it.
+/// Host processes whose command line contains `marker` (for tests that a process tree ended).
+pub fn processes_with(marker: &str) -> Vec<i32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else { return Vec::new() };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| {
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmd).contains(marker)
+        })
+        .collect()
+}
+
+/// The process group of `pid`, from `/proc/<pid>/stat`.
+pub fn pgid_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(2)?.parse().ok()
+}
+
 pub fn free_port() -> Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?.port())

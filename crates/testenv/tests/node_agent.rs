@@ -495,24 +495,6 @@ fn process_alive(pid: i32) -> bool {
     }
 }
 
-/// Host processes whose command line contains `marker`.
-fn processes_with(marker: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|p| {
-            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
-            String::from_utf8_lossy(&cmd).contains(marker)
-        })
-        .collect()
-}
-
-fn pgid_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.split_whitespace().nth(2)?.parse().ok()
-}
-
 /// (uid, gid, mode) of a path, not following symlinks.
 fn owner_mode(p: &std::path::Path) -> (u32, u32, u32) {
     use std::os::unix::fs::MetadataExt;
@@ -650,9 +632,9 @@ async fn na18_pod_end_leaves_no_process() -> Result<()> {
     .await;
     let cid = running.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0].container_id.clone().unwrap();
     let shim: i32 = cid.strip_prefix("proc://").expect("proc:// container id").parse()?;
-    let tree = processes_with(&format!("{marker}-a"));
+    let tree = kopiur_testenv::process::processes_with(&format!("{marker}-a"));
     assert!(
-        tree.iter().any(|p| pgid_of(*p).is_some_and(|g| g != shim)),
+        tree.iter().any(|p| kopiur_testenv::process::pgid_of(*p).is_some_and(|g| g != shim)),
         "a process of the pod runs outside the container's process group: {tree:?}"
     );
     pods.delete("deleted", &DeleteParams::default()).await?;
@@ -660,7 +642,11 @@ async fn na18_pod_end_leaves_no_process() -> Result<()> {
         pods.get_opt("deleted").await.ok()?.is_none().then_some(())
     })
     .await;
-    assert_eq!(processes_with(&format!("{marker}-a")), Vec::<i32>::new(), "the pod's processes outlived it");
+    assert_eq!(
+        kopiur_testenv::process::processes_with(&format!("{marker}-a")),
+        Vec::<i32>::new(),
+        "the pod's processes outlived it"
+    );
     assert!(!process_alive(shim));
 
     // 2. PID 1 exits while the grandchild still runs: the pod succeeds, the grandchild ends.
@@ -669,7 +655,11 @@ async fn na18_pod_end_leaves_no_process() -> Result<()> {
     let p = wait_terminal(&pods, "exits", Duration::from_secs(60)).await;
     assert_eq!(phase(&p).as_deref(), Some("Succeeded"), "{:?}", terminated(&p, "c"));
     assert_eq!(terminated(&p, "c").unwrap().exit_code, 0);
-    assert_eq!(processes_with(&format!("{marker}-b")), Vec::<i32>::new(), "the grandchild outlived PID 1");
+    assert_eq!(
+        kopiur_testenv::process::processes_with(&format!("{marker}-b")),
+        Vec::<i32>::new(),
+        "the grandchild outlived PID 1"
+    );
     pods.delete("exits", &DeleteParams::default()).await?;
     Ok(())
 }

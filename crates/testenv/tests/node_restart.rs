@@ -49,19 +49,6 @@ async fn hv12_node_agent_restart_fails_orphans() -> Result<()> {
     res
 }
 
-/// Host processes whose command line contains `marker`.
-fn processes_with(marker: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|p| {
-            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
-            String::from_utf8_lossy(&cmd).contains(marker)
-        })
-        .collect()
-}
-
 /// A container whose child runs in a session of its own, with `marker` in its argv.
 fn with_grandchild(marker: &str) -> String {
     format!("setsid sh -c 'sleep 600; :' {marker} & sleep 600")
@@ -83,7 +70,7 @@ async fn body(env: &mut TestEnv) -> Result<()> {
     let pid: u32 = cid.strip_prefix("proc://").unwrap().parse()?;
 
     eventually("the grandchild runs", Duration::from_secs(10), || async {
-        (!processes_with(&orphan_marker).is_empty()).then_some(())
+        (!kopiur_testenv::process::processes_with(&orphan_marker).is_empty()).then_some(())
     })
     .await?;
 
@@ -95,7 +82,7 @@ async fn body(env: &mut TestEnv) -> Result<()> {
     })
     .await?;
     eventually("the grandchild gone with the agent", Duration::from_secs(5), || async {
-        processes_with(&orphan_marker).is_empty().then_some(())
+        kopiur_testenv::process::processes_with(&orphan_marker).is_empty().then_some(())
     })
     .await?;
     env.cp.start_node_agent().await?;
@@ -126,11 +113,11 @@ async fn body(env: &mut TestEnv) -> Result<()> {
     let stop_marker = format!("{marker}-stop");
     pods.create(&PostParams::default(), &sleeper("at-stop", &with_grandchild(&stop_marker))).await?;
     eventually("the grandchild runs", Duration::from_secs(30), || async {
-        (!processes_with(&stop_marker).is_empty()).then_some(())
+        (!kopiur_testenv::process::processes_with(&stop_marker).is_empty()).then_some(())
     })
     .await?;
     env.cp.stop_node_agent();
-    let left = processes_with(&stop_marker);
+    let left = kopiur_testenv::process::processes_with(&stop_marker);
     anyhow::ensure!(left.is_empty(), "processes outlived the stopped agent: {left:?}");
     Ok(())
 }

@@ -146,24 +146,6 @@ mod tests {
         panic!("{what:?} never appeared in {}", log.display());
     }
 
-    /// Host processes whose command line contains `marker`.
-    fn with_marker(marker: &str) -> Vec<i32> {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|p| {
-                let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
-                String::from_utf8_lossy(&cmd).contains(marker)
-            })
-            .collect()
-    }
-
-    fn pgid_of(pid: i32) -> Option<i32> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        stat.rsplit_once(')')?.1.split_whitespace().nth(2)?.parse().ok()
-    }
-
     /// A container that starts a grandchild in a session of its own, then is killed: nothing
     /// of its tree survives the shim.
     #[tokio::test]
@@ -185,15 +167,15 @@ mod tests {
         wait_for_log(&log, "pid=").await;
         assert!(std::fs::read_to_string(&log).unwrap().contains("pid=1\n"), "the container is PID 1 of its namespace");
         // PID 1 (its script names the marker) and the grandchild.
-        let tree = with_marker(&m);
+        let tree = crate::process::processes_with(&m);
         assert!(
-            tree.iter().any(|p| pgid_of(*p).is_some_and(|g| g != s.pid)),
+            tree.iter().any(|p| crate::process::pgid_of(*p).is_some_and(|g| g != s.pid)),
             "the grandchild runs, outside the container's process group: {tree:?}"
         );
         s.tree.kill();
         let st = s.child.wait().await.unwrap();
         assert_eq!(exit_code(st), (137, Some(9)));
-        assert_eq!(with_marker(&m), Vec::<i32>::new(), "no process of the tree outlives the shim");
+        assert_eq!(crate::process::processes_with(&m), Vec::<i32>::new(), "no process of the tree outlives the shim");
     }
 
     /// PID 1 exiting on its own ends the namespace too, with its exit code; the container
@@ -219,7 +201,7 @@ mod tests {
         assert_eq!(exit_code(st), (4, None), "log: {text}");
         assert!(text.contains("own-proc"), "/proc/1 is the container's PID 1: {text}");
         assert!(marker.exists(), "the grandchild ran");
-        assert_eq!(with_marker(&m), Vec::<i32>::new(), "the grandchild ended with PID 1");
+        assert_eq!(crate::process::processes_with(&m), Vec::<i32>::new(), "the grandchild ended with PID 1");
     }
 
     #[tokio::test]
