@@ -366,7 +366,7 @@ mod tests {
             waiting: vec![Waiting {
                 container: "mover".into(),
                 reason: Some(reason.into()),
-                message: Some(format!("{reason} for ghcr.io/x/mover:1")),
+                message: Some(format!("{reason} for x/mover:1")),
             }],
         }
     }

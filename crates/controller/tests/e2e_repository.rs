@@ -90,7 +90,7 @@ async fn start_operator(env: &TestEnv, op_ns: &str, dir: &std::path::Path) -> Re
         .env("KUBECONFIG", kc)
         .env("KOPIUR_NAMESPACE", op_ns)
         .env("KOPIUR_METRICS_ADDR", format!("127.0.0.1:{port}"))
-        .env("KOPIUR_MOVER_IMAGE", "ghcr.io/home-operations/kopiur-mover:e2e")
+        .env("KOPIUR_MOVER_IMAGE", "kopiur-mover:e2e")
         // Operator timing knobs: shorter strict retries keep this test to minutes.
         .env("KOPIUR_STRICT_RETRY_BASE_SECONDS", "10")
         .env("KOPIUR_STRICT_RETRY_CAP_SECONDS", "40")

@@ -138,7 +138,7 @@ async fn bootstrap_runs_as_a_job() {
     let input = JobInput {
         name: "r-discovery".into(),
         namespace: ns.clone(),
-        image: "ghcr.io/home-operations/kopiur-mover:dev".into(),
+        image: "kopiur-mover:dev".into(),
         image_pull_policy: None,
         service_account_name: Some("kopiur-mover".into()),
         work_spec: spec,

@@ -364,9 +364,8 @@ impl ControlPlane {
         for (pattern, command) in &self.opts.images {
             images.push(serde_json::json!({"pattern": pattern, "command": command, "args": []}));
         }
-        // The controller image (Helm chart) first: the mover's `ghcr.io/home-operations/kopiur*`
-        // pattern below would match it too. The chart runs it as a non-root UID, so it gets a
-        // copy in the state directory as well.
+        // The controller image (Helm chart) first, whatever registry prefix names it. The chart
+        // runs it as a non-root UID, so it gets a copy in the state directory as well.
         if let Ok(built) = tools::workspace_bin("kopiur-controller") {
             let ctrl = self.copy_to_state_bin(&built, "kopiur-controller")?;
             images.push(serde_json::json!({"pattern": "*kopiur-controller*", "command": [ctrl], "args": []}));
@@ -381,9 +380,6 @@ impl ControlPlane {
             std::fs::copy(&built, &mover)?;
             std::fs::set_permissions(&mover, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
             images.push(serde_json::json!({"pattern": "*kopiur-mover*", "command": [mover], "args": []}));
-            images.push(
-                serde_json::json!({"pattern": "ghcr.io/home-operations/kopiur*", "command": [mover], "args": []}),
-            );
         }
         images.push(serde_json::json!({"pattern": "*busybox*", "command": ["/bin/sh"], "args": []}));
         images.push(serde_json::json!({"pattern": "*alpine*", "command": ["/bin/sh"], "args": []}));

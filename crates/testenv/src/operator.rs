@@ -62,7 +62,7 @@ impl Operator {
         cmd.env("KUBECONFIG", &kc)
             .env("KOPIUR_NAMESPACE", ns)
             .env("KOPIUR_METRICS_ADDR", format!("127.0.0.1:{port}"))
-            .env("KOPIUR_MOVER_IMAGE", "ghcr.io/home-operations/kopiur-mover:local")
+            .env("KOPIUR_MOVER_IMAGE", "kopiur-mover:local")
             .env("RUST_LOG", std::env::var("KOPIUR_OPERATOR_LOG").unwrap_or_else(|_| "info,kube=warn".into()));
         let identity = replica.map(|r| format!("kopiur-controller-{r}"));
         if let Some(id) = &identity {

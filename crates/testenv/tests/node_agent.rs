@@ -253,14 +253,14 @@ async fn hv7_env_sources_and_config_errors() -> Result<()> {
     assert!(w.0.message.unwrap_or_default().contains("nope"));
     assert_eq!(phase(&w.1).as_deref(), Some("Pending"));
 
-    let spec = json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "quay.io/nobody/unmapped:1.0", "command": sh("exit 0")}]});
+    let spec = json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "nobody/unmapped:1.0", "command": sh("exit 0")}]});
     pods.create(&PostParams::default(), &pod("unmapped", spec)).await?;
     let w = eventually("ErrImagePull", Duration::from_secs(30), || async {
         let p = pods.get("unmapped").await.ok()?;
         waiting(&p, "c").filter(|w| w.reason.as_deref() == Some("ErrImagePull"))
     })
     .await;
-    assert!(w.message.unwrap_or_default().contains("quay.io/nobody/unmapped:1.0"));
+    assert!(w.message.unwrap_or_default().contains("nobody/unmapped:1.0"));
     Ok(())
 }
 

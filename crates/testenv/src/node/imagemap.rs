@@ -81,7 +81,7 @@ mod tests {
     fn map() -> ImageMap {
         ImageMap::parse(
             r#"{"images":[
-                {"pattern":"ghcr.io/home-operations/kopiur*","command":["/abs/kopiur-mover"],"args":["serve"]},
+                {"pattern":"mirror/kopiur*","command":["/abs/kopiur-mover"],"args":["serve"]},
                 {"pattern":"*busybox*","command":["/bin/sh"],"args":[]},
                 {"pattern":"*","command":["/bin/false"]}
             ]}"#,
@@ -92,8 +92,8 @@ mod tests {
     #[test]
     fn first_match_wins() {
         let m = map();
-        assert_eq!(m.lookup("ghcr.io/home-operations/kopiur-mover:v1.2").unwrap().command, vec!["/abs/kopiur-mover"]);
-        assert_eq!(m.lookup("docker.io/library/busybox:1.36").unwrap().command, vec!["/bin/sh"]);
+        assert_eq!(m.lookup("mirror/kopiur-mover:v1.2").unwrap().command, vec!["/abs/kopiur-mover"]);
+        assert_eq!(m.lookup("mirror/library/busybox:1.36").unwrap().command, vec!["/bin/sh"]);
         assert_eq!(m.lookup("busybox").unwrap().command, vec!["/bin/sh"]);
         assert_eq!(m.lookup("nginx").unwrap().command, vec!["/bin/false"]);
     }
@@ -101,7 +101,7 @@ mod tests {
     #[test]
     fn unmapped_is_none() {
         let m = ImageMap::parse(r#"{"images":[{"pattern":"*busybox*","command":["/bin/sh"]}]}"#).unwrap();
-        assert!(m.lookup("quay.io/foo/bar:1").is_none());
+        assert!(m.lookup("mirror/foo/bar:1").is_none());
     }
 
     #[test]
