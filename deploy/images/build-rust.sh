@@ -12,7 +12,7 @@ case "${TARGETARCH:?TARGETARCH is set by the image builder}" in
          export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc ;;
   *) echo "unsupported TARGETARCH=$TARGETARCH (amd64, arm64)" >&2; exit 2 ;;
 esac
-# rust-toolchain.toml pins the toolchain (and lists both musl targets); add this one explicitly.
+# rust-toolchain.toml pins the toolchain; the musl target is added here.
 rustup target add "$target"
 cargo build --locked --profile image --target "$target" -p "$bin" --bin "$bin"
 

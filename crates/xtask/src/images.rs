@@ -287,7 +287,8 @@ fn apt_install(pkgs: &[&str], why: &str) -> Result<()> {
 
 fn ensure_toolchain(arch: Arch) -> Result<()> {
     let target = arch.rust_target();
-    // rust-toolchain.toml lists the targets, so rustup normally has them already.
+    // Added on first use, not listed in rust-toolchain.toml: every other command (and CI) would
+    // download both targets' std for nothing.
     if let Ok(o) = Command::new("rustup").args(["target", "list", "--installed"]).current_dir(repo_root()).output()
         && o.status.success()
         && !String::from_utf8_lossy(&o.stdout).lines().any(|l| l.trim() == target)
