@@ -46,9 +46,11 @@ pub const ABSENT_POLICY: &str = "seeded-no-such-policy";
 pub struct Call {
     /// Order in the log.
     pub seq: usize,
+    /// The wrapper's pid inside its container: each container is PID 1 of its own PID
+    /// namespace, so pids repeat across pods and identify a call only with `host`.
     pub pid: u32,
-    /// The mover process that ran kopia (one mover run = one parent).
     pub ppid: u32,
+    /// The pod (HOSTNAME): one mover run, since mover pods never restart.
     pub host: String,
     pub args: Vec<String>,
     /// None while running, or when the wrapper was killed.
@@ -92,10 +94,10 @@ impl Audit {
         std::fs::write(&log, b"")?;
         std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666))?;
         let wrapper = dir.join("kopia-audit");
-        // One line before and one after each call: `S pid ppid host args…` / `E pid rc`.
+        // One line before and one after each call: `S pid ppid host args…` / `E pid host rc`.
         // Not `exec`, so the exit code is recorded.
         let script = format!(
-            "#!/bin/sh\nL='{log}'\necho \"S $$ $PPID ${{HOSTNAME:-?}} $*\" >> \"$L\"\n'{kopia}' \"$@\"\nrc=$?\necho \"E $$ $rc\" >> \"$L\"\nexit $rc\n",
+            "#!/bin/sh\nL='{log}'\necho \"S $$ $PPID ${{HOSTNAME:-?}} $*\" >> \"$L\"\n'{kopia}' \"$@\"\nrc=$?\necho \"E $$ ${{HOSTNAME:-?}} $rc\" >> \"$L\"\nexit $rc\n",
             log = log.display(),
             kopia = kopia.display()
         );
@@ -107,7 +109,7 @@ impl Audit {
     pub fn calls(&self) -> Vec<Call> {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let mut calls: Vec<Call> = Vec::new();
-        let mut open: BTreeMap<u32, usize> = BTreeMap::new();
+        let mut open: BTreeMap<(String, u32), usize> = BTreeMap::new();
         for line in text.lines() {
             let mut it = line.split(' ');
             match it.next() {
@@ -116,13 +118,14 @@ impl Audit {
                     let ppid: u32 = it.next().and_then(|v| v.parse().ok()).unwrap_or(0);
                     let host = it.next().unwrap_or("").to_string();
                     let args: Vec<String> = it.filter(|a| !a.is_empty()).map(str::to_string).collect();
-                    open.insert(pid, calls.len());
+                    open.insert((host.clone(), pid), calls.len());
                     calls.push(Call { seq: calls.len(), pid, ppid, host, args, rc: None });
                 }
                 Some("E") => {
                     let pid: u32 = it.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+                    let host = it.next().unwrap_or("").to_string();
                     let rc: Option<i32> = it.next().and_then(|v| v.parse().ok());
-                    if let Some(i) = open.remove(&pid) {
+                    if let Some(i) = open.remove(&(host, pid)) {
                         calls[i].rc = rc;
                     }
                 }
@@ -138,12 +141,12 @@ impl Audit {
     }
 }
 
-/// Connects made by mover runs that also deleted snapshots (batch delete Jobs), and all
+/// Connects made by mover runs (pods) that also deleted snapshots (batch delete Jobs), and all
 /// connects, among `calls`.
 pub fn connect_counts(calls: &[Call]) -> (usize, usize) {
-    let deleters: BTreeSet<u32> = calls.iter().filter(|c| c.is_delete()).map(|c| c.ppid).collect();
+    let deleters: BTreeSet<&str> = calls.iter().filter(|c| c.is_delete()).map(|c| c.host.as_str()).collect();
     let all = calls.iter().filter(|c| c.is_connect()).count();
-    let batch = calls.iter().filter(|c| c.is_connect() && deleters.contains(&c.ppid)).count();
+    let batch = calls.iter().filter(|c| c.is_connect() && deleters.contains(c.host.as_str())).count();
     (batch, all)
 }
 
