@@ -43,16 +43,24 @@ build_etcd() {
   finish "$tmp" "$dir"
 }
 
+# One multi-call binary; each command is a symlink to it.
+k8s_links() {
+  local c
+  for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
+    [ -e "$1/$c" ] || ln -s k8sbin "$1/$c"
+  done
+}
+
 build_k8s() {
   local dir="$CACHE/k8s-$K8S_VERSION-$(wrapper_hash "$HERE/go/k8s")"
-  if [ -x "$dir/bin/k8sbin" ]; then log "k8s $K8S_VERSION: cached ($dir)"; return; fi
+  if [ -x "$dir/bin/k8sbin" ]; then k8s_links "$dir/bin"; log "k8s $K8S_VERSION: cached ($dir)"; return; fi
   local tmp="$dir.tmp.$$"; mkdir -p "$tmp/bin"
   local minor; minor=$(echo "$K8S_VERSION" | cut -d. -f2)
   local V=k8s.io/component-base/version
-  log "k8s $K8S_VERSION (kube-apiserver + kube-controller-manager): building (10-20 min cold)"
+  log "k8s $K8S_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl): building (12-25 min cold)"
   with_heartbeat k8s bash -c "cd '$HERE/go/k8s' && go build -p 2 -trimpath -o '$tmp/bin/k8sbin' \
     -ldflags '-s -w -X $V.gitVersion=$K8S_VERSION -X $V.gitMajor=1 -X $V.gitMinor=$minor -X $V.gitTreeState=clean -X $V.buildDate=2026-01-01T00:00:00Z' ."
-  ln -s k8sbin "$tmp/bin/kube-apiserver"; ln -s k8sbin "$tmp/bin/kube-controller-manager"
+  k8s_links "$tmp/bin"
   "$tmp/bin/kube-apiserver" --version >/dev/null
   finish "$tmp" "$dir"
 }
