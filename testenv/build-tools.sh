@@ -26,7 +26,8 @@ with_heartbeat() {
   return "$rc"
 }
 
-wrapper_hash() { cat "$1/go.mod" "$1/go.sum" "$1/main.go" | sha256sum | cut -c1-12; }
+# go.mod, go.sum, then every .go file in name order (main.go alone gives the same hash as before).
+wrapper_hash() { cat "$1/go.mod" "$1/go.sum" "$1"/*.go | sha256sum | cut -c1-12; }
 
 # install_dir NAME -> prints the final directory; builds go into NAME.tmp.$$ then mv.
 finish() { # tmp final

@@ -66,6 +66,7 @@ replace k8s.io/sample-controller => k8s.io/sample-controller v0.34.4
 
 require (
 	k8s.io/component-base v0.34.4
+	k8s.io/cri-client v0.0.0
 	k8s.io/kubectl v0.0.0
 	k8s.io/kubernetes v1.34.4
 )
@@ -220,7 +221,6 @@ require (
 	k8s.io/component-helpers v0.34.4 // indirect
 	k8s.io/controller-manager v0.34.4 // indirect
 	k8s.io/cri-api v0.34.4 // indirect
-	k8s.io/cri-client v0.0.0 // indirect
 	k8s.io/csi-translation-lib v0.0.0 // indirect
 	k8s.io/dynamic-resource-allocation v0.0.0 // indirect
 	k8s.io/endpointslice v0.0.0 // indirect

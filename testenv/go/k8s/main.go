@@ -39,6 +39,12 @@ func known(name string) bool {
 func main() {
 	name := filepath.Base(os.Args[0])
 	rest := os.Args[1:]
+	if name == "cri-reset" || (len(rest) > 0 && rest[0] == "cri-reset") {
+		if name != "cri-reset" {
+			rest = rest[1:]
+		}
+		os.Exit(criReset(rest))
+	}
 	if !known(name) {
 		if len(rest) == 0 {
 			fmt.Fprintln(os.Stderr, "usage: k8sbin kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kube-proxy|kubectl [flags]")
