@@ -27,6 +27,21 @@ pub struct Options {
     pub node_agent: bool,
     /// Extra image-pattern -> command entries for the node agent's image map.
     pub images: Vec<(String, Vec<String>)>,
+    /// Serve the API on an address the test environment created (the real node's bridge)
+    /// instead of loopback, for a cluster whose pods reach it through the `kubernetes`
+    /// Service: see [`crate::realnode`].
+    pub cluster: Option<ClusterNet>,
+}
+
+/// Where a control plane for a real node serves, and the Service range kube-proxy programs.
+#[derive(Clone, Debug)]
+pub struct ClusterNet {
+    /// The apiserver binds and advertises this address (the node's bridge address).
+    pub advertise: std::net::Ipv4Addr,
+    /// `--service-cluster-ip-range`; its first address is the `kubernetes` Service.
+    pub service_cidr: String,
+    /// The `kubernetes` Service's ClusterIP (a SAN of the serving certificate).
+    pub service_ip: std::net::Ipv4Addr,
 }
 
 impl Options {
@@ -44,6 +59,7 @@ impl Default for Options {
             job_backoff: Some(("200ms".into(), "2s".into())),
             node_agent: true,
             images: Vec::new(),
+            cluster: None,
         }
     }
 }
@@ -73,7 +89,9 @@ impl ControlPlane {
         std::fs::create_dir_all(state)?;
         // Ancestors must be traversable for non-root pod users (fsGroup tests).
         std::fs::set_permissions(state, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-        let pki = Pki::generate(state)?;
+        let extra_ips: Vec<std::net::IpAddr> =
+            opts.cluster.iter().flat_map(|c| [c.advertise.into(), c.service_ip.into()]).collect();
+        let pki = Pki::generate_with(state, &extra_ips)?;
         let mut cp = ControlPlane {
             state: state.to_path_buf(),
             admin_kubeconfig: state.join("admin.kubeconfig"),
@@ -110,7 +128,16 @@ impl ControlPlane {
     }
 
     pub fn server(&self) -> String {
-        format!("https://127.0.0.1:{}", self.apiserver_port)
+        format!("https://{}:{}", self.host(), self.apiserver_port)
+    }
+
+    /// The address the apiserver serves on: loopback, or the real node's bridge address.
+    pub fn host(&self) -> std::net::Ipv4Addr {
+        self.opts.cluster.as_ref().map(|c| c.advertise).unwrap_or(std::net::Ipv4Addr::LOCALHOST)
+    }
+
+    pub fn admin_client_cert(&self) -> (&Path, &Path) {
+        (&self.pki.admin_crt, &self.pki.admin_key)
     }
 
     pub fn logs_dir(&self) -> PathBuf {
@@ -192,11 +219,12 @@ impl ControlPlane {
         for attempt in 0..3 {
             let a = free_port()?;
             let p = &self.pki;
+            let host = self.host();
             let mut cmd = Command::new(&bin);
             cmd.args([
                 format!("--etcd-servers=http://127.0.0.1:{e}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
+                format!("--bind-address={host}"),
+                format!("--advertise-address={host}"),
                 format!("--secure-port={a}"),
                 format!("--cert-dir={}", self.state.join("apiserver").display()),
                 format!("--tls-cert-file={}", p.apiserver_crt.display()),
@@ -205,21 +233,34 @@ impl ControlPlane {
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
                 format!("--service-account-key-file={}", p.sa_pub.display()),
                 format!("--service-account-signing-key-file={}", p.sa_key.display()),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
                 "--authorization-mode=RBAC".into(),
                 "--allow-privileged=true".into(),
-                "--disable-admission-plugins=ServiceAccount".into(),
-                "--endpoint-reconciler-type=none".into(),
                 "--profiling=false".into(),
                 "--enable-priority-and-fairness=false".into(),
                 "--v=1".into(),
             ]);
+            match &self.opts.cluster {
+                // The process node agent mounts tokens itself and has no Service proxy.
+                None => cmd.args([
+                    "--service-cluster-ip-range=10.0.0.0/24",
+                    "--disable-admission-plugins=ServiceAccount",
+                    "--endpoint-reconciler-type=none",
+                ]),
+                // A real kubelet needs the admission-injected token volume, and pods reach the
+                // API through the `kubernetes` Service, whose endpoint the lease reconciler keeps.
+                Some(c) => cmd.args([
+                    format!("--service-cluster-ip-range={}", c.service_cidr),
+                    "--endpoint-reconciler-type=lease".into(),
+                    format!("--kubelet-client-certificate={}", p.admin_crt.display()),
+                    format!("--kubelet-client-key={}", p.admin_key.display()),
+                ]),
+            };
             let mut proc_ = process::spawn("kube-apiserver", cmd, &self.logs_dir().join("kube-apiserver.log"))?;
             let http = reqwest::Client::builder()
                 .add_root_certificate(reqwest::Certificate::from_pem(&ca)?)
                 .timeout(Duration::from_secs(5))
                 .build()?;
-            let url = format!("https://127.0.0.1:{a}/readyz");
+            let url = format!("https://{host}:{a}/readyz");
             let ready = wait_until(STEP_TIMEOUT, &mut proc_, || {
                 let (http, url) = (http.clone(), url.clone());
                 async move { matches!(http.get(&url).send().await, Ok(r) if r.status().is_success()) }
@@ -298,7 +339,7 @@ impl ControlPlane {
             format!("--authentication-kubeconfig={kc}"),
             format!("--authorization-kubeconfig={kc}"),
             "--leader-elect=false".into(),
-            "--controllers=garbage-collector-controller,job-controller,deployment-controller,replicaset-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller,ttl-after-finished-controller,root-ca-certificate-publisher-controller".into(),
+            format!("--controllers={}", self.kcm_controllers()),
             format!("--service-account-private-key-file={}", self.pki.sa_key.display()),
             format!("--root-ca-file={}", self.pki.ca_crt.display()),
             "--use-service-account-credentials=false".into(),
@@ -336,6 +377,28 @@ impl ControlPlane {
         self.kcm_port = k;
         self.kcm = Some(proc_);
         Ok(())
+    }
+
+    /// The kcm controllers: what the process node agent needs, plus EndpointSlices for the
+    /// real node's kube-proxy.
+    fn kcm_controllers(&self) -> String {
+        let mut c = vec![
+            "garbage-collector-controller",
+            "job-controller",
+            "deployment-controller",
+            "replicaset-controller",
+            "namespace-controller",
+            "serviceaccount-controller",
+            "serviceaccount-token-controller",
+            "persistentvolumeclaim-protection-controller",
+            "persistentvolume-protection-controller",
+            "ttl-after-finished-controller",
+            "root-ca-certificate-publisher-controller",
+        ];
+        if self.opts.cluster.is_some() {
+            c.extend(["endpointslice-controller", "endpointslice-mirroring-controller", "pod-garbage-collector-controller"]);
+        }
+        c.join(",")
     }
 
     pub async fn restart_kcm(&mut self) -> Result<()> {

@@ -10,6 +10,7 @@ pub mod operator;
 pub mod pki;
 pub mod process;
 pub mod proxy;
+pub mod realnode;
 pub mod tools;
 pub mod wait;
 pub mod yaml;

@@ -35,6 +35,12 @@ fn write(path: &Path, contents: &str) -> Result<()> {
 
 impl Pki {
     pub fn generate(state: &Path) -> Result<Pki> {
+        Pki::generate_with(state, &[])
+    }
+
+    /// Like [`Pki::generate`], with extra IP SANs on the apiserver certificate (the real
+    /// node's bridge address and the `kubernetes` Service IP).
+    pub fn generate_with(state: &Path, extra_ips: &[IpAddr]) -> Result<Pki> {
         let dir = state.join("pki");
         std::fs::create_dir_all(&dir)?;
         let pki = Pki {
@@ -69,6 +75,7 @@ impl Pki {
             "kubernetes.default.svc.cluster.local".to_string(),
         ])?;
         srv.subject_alt_names.push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        srv.subject_alt_names.extend(extra_ips.iter().map(|ip| SanType::IpAddress(*ip)));
         srv.distinguished_name = dn("kube-apiserver", None);
         srv.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         srv.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];

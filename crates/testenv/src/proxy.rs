@@ -75,7 +75,13 @@ fn bind_reuse(addr: SocketAddr) -> std::io::Result<TcpListener> {
 impl FaultProxy {
     /// Listens on a free `127.0.0.1` port and forwards to `upstream`, starting in `Pass`.
     pub async fn start(upstream: SocketAddr) -> Result<FaultProxy> {
-        let listener = bind_reuse(SocketAddr::from(([127, 0, 0, 1], 0))).context("bind proxy listener")?;
+        FaultProxy::start_on(std::net::Ipv4Addr::LOCALHOST, upstream).await
+    }
+
+    /// Listens on a free port of `ip` (an address the environment created, such as the real
+    /// node's bridge address, so pods reach it) and forwards to `upstream`.
+    pub async fn start_on(ip: std::net::Ipv4Addr, upstream: SocketAddr) -> Result<FaultProxy> {
+        let listener = bind_reuse(SocketAddr::from((ip, 0))).context("bind proxy listener")?;
         let addr = listener.local_addr()?;
         let (tx, rx) = watch::channel(Mode::Pass);
         let counters = Arc::new(Counters::default());

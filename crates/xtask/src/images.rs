@@ -6,6 +6,13 @@
 //! The result is an OCI image layout in one tar per image and platform under
 //! `<target dir>/images/`. `deploy/images/*.Containerfile` build the same contents with an
 //! engine (the release workflow uses them).
+//!
+//! The cargo build of the image binaries has its own target directory outside the repository
+//! ([`image_build_dir`]), so a fresh clone reuses the compiled dependencies.
+//!
+//! `--node-images` adds two test-only images for the test environment's kubelet + containerd
+//! node, made of Debian's static busybox ([`NodeKind`]). [`build_for_node`] builds all four
+//! twice for `cargo xtask test` and `cargo xtask demo` and checks the digests repeat.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -137,9 +144,13 @@ pub struct Inputs<'a> {
 }
 
 pub fn reference(kind: Kind, registry: Option<&str>, tag: &str) -> String {
+    named_reference(kind.name(), registry, tag)
+}
+
+fn named_reference(name: &str, registry: Option<&str>, tag: &str) -> String {
     match registry {
-        Some(r) => format!("{r}/{}:{tag}", kind.name()),
-        None => format!("{}:{tag}", kind.name()),
+        Some(r) => format!("{r}/{name}:{tag}"),
+        None => format!("{name}:{tag}"),
     }
 }
 
@@ -200,6 +211,131 @@ pub fn image(i: Inputs<'_>) -> oci::Image {
     }
 }
 
+/// Where Debian's `busybox-static` installs its binary, and where the node images carry it.
+pub const BUSYBOX: &str = "/bin/busybox";
+/// The pod sandbox's user, as in the upstream pause image (no `/etc/passwd` needed: numeric).
+pub const PAUSE_USER: &str = "65535:65535";
+/// The busybox image's `PATH`: everything is in `/bin`.
+pub const NODE_PATH_ENV: &str = "/bin";
+/// The applets the busybox image links to `/bin/busybox` besides `/bin/sh`. A shell needs none
+/// of them (busybox's `sh` runs its applets without a `PATH` lookup, through `/proc/self/exe`);
+/// they are for a container whose command names an applet itself (`command: ["sleep", "60"]`).
+pub const BUSYBOX_APPLETS: &[&str] = &[
+    "cat",
+    "chmod",
+    "chown",
+    "cp",
+    "dd",
+    "echo",
+    "env",
+    "false",
+    "find",
+    "grep",
+    "head",
+    "id",
+    "ln",
+    "ls",
+    "mkdir",
+    "mv",
+    "rm",
+    "rmdir",
+    "sha256sum",
+    "sleep",
+    "stat",
+    "sync",
+    "tail",
+    "test",
+    "touch",
+    "true",
+    "wc",
+];
+/// The registry and tag [`build_for_node`] builds with. containerd and the CRI keep a name with
+/// a `localhost/` host part as written; a bare name would be normalised to a default registry.
+pub const NODE_REGISTRY: &str = "localhost";
+pub const NODE_TAG: &str = "testenv";
+/// What [`build_for_node`] writes next to the archives for the test harness.
+pub const NODE_IMAGES_JSON: &str = "node-images.json";
+
+/// The test environment's own images (`--node-images`), for its kubelet + containerd node:
+/// never shipped, amd64 only, made of Debian's `busybox-static`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeKind {
+    /// The pod sandbox image containerd starts for every pod (`sandbox_image`).
+    Pause,
+    /// A shell and the usual tools for test workloads.
+    Busybox,
+}
+
+impl NodeKind {
+    pub const ALL: [NodeKind; 2] = [NodeKind::Pause, NodeKind::Busybox];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeKind::Pause => "kopiur-testenv-pause",
+            NodeKind::Busybox => "kopiur-testenv-busybox",
+        }
+    }
+
+    pub fn description(self) -> &'static str {
+        match self {
+            NodeKind::Pause => "kopiur test environment only: pod sandbox (busybox sleep infinity)",
+            NodeKind::Busybox => "kopiur test environment only: busybox shell for test workloads",
+        }
+    }
+}
+
+pub fn node_run_config(kind: NodeKind, version: &str) -> oci::RunConfig {
+    let labels = BTreeMap::from(
+        [
+            ("org.opencontainers.image.title", kind.name()),
+            ("org.opencontainers.image.description", kind.description()),
+            ("org.opencontainers.image.version", version),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    let (user, entrypoint) = match kind {
+        NodeKind::Pause => (PAUSE_USER, vec![BUSYBOX.to_string(), "sleep".into(), "infinity".into()]),
+        NodeKind::Busybox => ("0:0", vec!["/bin/sh".to_string()]),
+    };
+    oci::RunConfig {
+        user: user.into(),
+        env: vec![format!("PATH={NODE_PATH_ENV}")],
+        entrypoint,
+        working_dir: "/".into(),
+        labels,
+    }
+}
+
+/// A node image: a layer with `/bin/busybox` (the same in both images), and for the busybox
+/// image a second one with `/bin/sh` and the applet links and `/tmp`.
+pub fn node_image(
+    kind: NodeKind,
+    registry: Option<&str>,
+    tag: &str,
+    version: &str,
+    epoch: u64,
+    busybox: Vec<u8>,
+) -> oci::Image {
+    let base = oci::Layer {
+        comment: "busybox-static: /bin/busybox".into(),
+        entries: vec![Entry::file(BUSYBOX, 0o755, busybox)],
+    };
+    let mut layers = vec![base];
+    if kind == NodeKind::Busybox {
+        let mut entries = vec![Entry::symlink("bin/sh", "busybox"), Entry::dir("tmp", 0o1777)];
+        entries.extend(BUSYBOX_APPLETS.iter().map(|a| Entry::symlink(&format!("bin/{a}"), "busybox")));
+        layers
+            .push(oci::Layer { comment: format!("/bin/sh and {} applet links, /tmp", BUSYBOX_APPLETS.len()), entries });
+    }
+    oci::Image {
+        reference: named_reference(kind.name(), registry, tag),
+        platform: Arch::Amd64.platform(),
+        run: node_run_config(kind, version),
+        layers,
+        epoch,
+    }
+}
+
 /// A statically linked ELF executable for `arch` (no `PT_INTERP` program header).
 pub fn check_static_elf(data: &[u8], arch: Arch) -> Result<()> {
     let u16_at = |o: usize| data.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
@@ -226,6 +362,7 @@ struct Options {
     arches: Vec<Arch>,
     registry: Option<String>,
     tag: Option<String>,
+    node_images: bool,
 }
 
 fn parse_args(args: &[String]) -> Result<Options> {
@@ -233,6 +370,7 @@ fn parse_args(args: &[String]) -> Result<Options> {
         arches: Vec::new(),
         registry: std::env::var("KOPIUR_IMAGE_REGISTRY").ok().filter(|s| !s.is_empty()),
         tag: None,
+        node_images: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -245,13 +383,20 @@ fn parse_args(args: &[String]) -> Result<Options> {
             }
             "--registry" => o.registry = Some(val("--registry")?),
             "--tag" => o.tag = Some(val("--tag")?),
-            _ => bail!("unknown argument {a:?} (expected --arch amd64|arm64[,..], --registry PREFIX, --tag TAG)"),
+            "--node-images" => o.node_images = true,
+            _ => bail!(
+                "unknown argument {a:?} (expected --arch amd64|arm64[,..], --registry PREFIX, --tag TAG, --node-images)"
+            ),
         }
     }
     if o.arches.is_empty() {
         o.arches.push(Arch::Amd64);
     }
     o.arches.dedup();
+    ensure!(
+        !o.node_images || o.arches.contains(&Arch::Amd64),
+        "--node-images builds linux/amd64 images only: add amd64 to --arch"
+    );
     if let Some(r) = &mut o.registry {
         ensure!(!r.contains("://"), "--registry takes a name prefix such as registry.example/team, not a URL");
         *r = r.trim_end_matches('/').to_string();
@@ -327,14 +472,51 @@ fn run_with_heartbeat(cmd: &mut Command, what: &str) -> Result<Duration> {
     res.map(|()| t0.elapsed())
 }
 
+/// The `channel` of `rust-toolchain.toml`'s `[toolchain]` table.
+fn toolchain_channel(toml: &str) -> Result<String> {
+    let mut in_toolchain = false;
+    for line in toml.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_toolchain = line == "[toolchain]";
+        } else if in_toolchain
+            && let Some((k, v)) = line.split_once('=')
+            && k.trim() == "channel"
+        {
+            let v = v.split('#').next().unwrap_or_default().trim().trim_matches('"').trim();
+            ensure!(
+                !v.is_empty() && v.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)),
+                "rust-toolchain.toml: channel {v:?} is not a plain name"
+            );
+            return Ok(v.to_string());
+        }
+    }
+    bail!("rust-toolchain.toml has no [toolchain] channel")
+}
+
+/// The cargo target directory of the image binaries: `$KOPIUR_IMAGE_BUILD_DIR`, else
+/// `<test-tool cache>/image-build-<toolchain channel>`. Outside the repository so a fresh clone
+/// (or `cargo clean`) does not redo the 15-minute release build of the dependencies; per
+/// toolchain because another compiler rebuilds everything anyway.
+pub fn image_build_dir() -> Result<PathBuf> {
+    if let Some(d) = std::env::var_os("KOPIUR_IMAGE_BUILD_DIR").filter(|d| !d.is_empty()) {
+        return Ok(repo_root().join(d));
+    }
+    let text =
+        std::fs::read_to_string(repo_root().join("rust-toolchain.toml")).context("reading rust-toolchain.toml")?;
+    Ok(testenv_cache().join(format!("image-build-{}", toolchain_channel(&text)?)))
+}
+
 fn build_binaries(arch: Arch) -> Result<PathBuf> {
     let target = arch.rust_target();
+    let dir = image_build_dir()?;
     step(&format!(
-        "Building kopiur-controller and kopiur-mover for {target} (profile `{PROFILE}`: release, LTO, stripped; \
-         a cold build takes about 15 min on 2 cores)"
+        "Building kopiur-controller and kopiur-mover for {target} (profile `{PROFILE}`: release, LTO, stripped) in {} \
+         (KOPIUR_IMAGE_BUILD_DIR; kept outside the repository, so a fresh clone reuses it; a cold build takes about \
+         15 min on 2 cores, a no-change rebuild a second)",
+        dir.display()
     ));
     let mut c = cargo();
-    c.args(["build", "--locked", "--profile", PROFILE, "--target", target]);
+    c.args(["build", "--locked", "--profile", PROFILE, "--target", target]).arg("--target-dir").arg(&dir);
     for k in Kind::ALL {
         c.args(["-p", k.name(), "--bin", k.name()]);
     }
@@ -347,7 +529,7 @@ fn build_binaries(arch: Arch) -> Result<PathBuf> {
     }
     let took = run_with_heartbeat(&mut c, "cargo build")?;
     eprintln!("    binaries built in {took:.1?}");
-    Ok(target_dir().join(target).join(PROFILE))
+    Ok(dir.join(target).join(PROFILE))
 }
 
 fn versions_env(key: &str) -> Result<String> {
@@ -430,9 +612,94 @@ fn mib(n: usize) -> String {
     format!("{:.1} MiB", n as f64 / (1024.0 * 1024.0))
 }
 
-pub fn images(args: &[String]) -> Result<()> {
-    let t0 = Instant::now();
-    let o = parse_args(args)?;
+/// Debian's static busybox for the node images; `busybox-static` is installed when
+/// `/bin/busybox` is missing or is the dynamic build of the `busybox` package.
+fn busybox() -> Result<Vec<u8>> {
+    let why = match std::fs::read(BUSYBOX) {
+        Ok(d) => match check_static_elf(&d, Arch::Amd64) {
+            Ok(()) => None,
+            Err(e) => Some(format!("{BUSYBOX} is not a static amd64 executable ({e:#})")),
+        },
+        Err(e) => Some(format!("{BUSYBOX}: {e}")),
+    };
+    if let Some(why) = why {
+        apt_install(&["busybox-static"], &format!("the test node's images are made of it; {why}"))?;
+    }
+    let data = read_binary(Path::new(BUSYBOX), Arch::Amd64)?;
+    let banner = Command::new(BUSYBOX)
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(str::to_string))
+        .unwrap_or_default();
+    eprintln!("    {BUSYBOX}: {banner} ({}, {})", mib(data.len()), oci::sha256(&data));
+    Ok(data)
+}
+
+/// One written archive.
+#[derive(Clone, Debug)]
+pub struct Built {
+    /// Image name without registry and tag (`kopiur-mover`, `kopiur-testenv-pause`).
+    pub name: &'static str,
+    pub reference: String,
+    pub arch: Arch,
+    pub manifest_digest: String,
+    pub archive: PathBuf,
+    /// A test-only node image (`--node-images`).
+    pub node: bool,
+}
+
+/// Builds `img`, reads the archive back (the whole digest chain and the run configuration)
+/// and writes it to `<out_dir>/<name>-<tag>-linux-<arch>.oci.tar`.
+fn write_archive(
+    img: &oci::Image,
+    name: &'static str,
+    arch: Arch,
+    tag: &str,
+    out_dir: &Path,
+    show: bool,
+) -> Result<Built> {
+    let layout = oci::build(img)?;
+    let archive = layout.archive(img.epoch)?;
+    let checked = oci::verify(&archive).context("self-check of the written layout")?;
+    ensure!(
+        checked.manifest_digest == layout.manifest.digest
+            && checked.reference == layout.reference
+            && checked.platform == arch.platform()
+            && checked.config.config == img.run
+            && checked.layers.len() == img.layers.len(),
+        "self-check read back another image than it wrote"
+    );
+    let path = out_dir.join(format!("{name}-{tag}-linux-{}.oci.tar", arch.name()));
+    std::fs::write(&path, &archive).with_context(|| format!("writing {}", path.display()))?;
+    let layers: usize = layout.layers.iter().map(|l| l.size as usize).sum();
+    if show {
+        eprintln!(
+            "    {}  linux/{}\n      manifest {}\n      config   {}\n      archive  {}  ({}, layers {} compressed)\n      file     {}",
+            layout.reference,
+            arch.name(),
+            layout.manifest.digest,
+            layout.config.digest,
+            oci::sha256(&archive),
+            mib(archive.len()),
+            mib(layers),
+            path.display()
+        );
+    } else {
+        eprintln!("    {}  {}", layout.reference, layout.manifest.digest);
+    }
+    Ok(Built {
+        name,
+        reference: layout.reference,
+        arch,
+        manifest_digest: layout.manifest.digest.clone(),
+        archive: path,
+        node: false,
+    })
+}
+
+/// Every image `o` asks for, written under `<target dir>/images/`. `show`: each image's
+/// digests, sizes and file (else one line per image).
+fn build_all(o: &Options, show: bool) -> Result<Vec<Built>> {
     let version = env!("CARGO_PKG_VERSION");
     let tag = o.tag.clone().unwrap_or_else(|| version.to_string());
     let epoch = source_date_epoch()?;
@@ -462,41 +729,37 @@ pub fn images(args: &[String]) -> Result<()> {
                 ca_bundle: ca_bundle.clone(),
                 binaries,
             });
-            let layout = oci::build(&img)?;
-            let archive = layout.archive(epoch)?;
-            let checked = oci::verify(&archive).context("self-check of the written layout")?;
-            ensure!(
-                checked.manifest_digest == layout.manifest.digest
-                    && checked.reference == layout.reference
-                    && checked.platform == arch.platform()
-                    && checked.config.config == run_config(kind, version)
-                    && checked.layers.len() == 2,
-                "self-check read back another image than it wrote"
-            );
-            let path = out_dir.join(format!("{}-{tag}-linux-{}.oci.tar", kind.name(), arch.name()));
-            std::fs::write(&path, &archive).with_context(|| format!("writing {}", path.display()))?;
-            let layers: usize = layout.layers.iter().map(|l| l.size as usize).sum();
-            eprintln!(
-                "    {}  linux/{}\n      manifest {}\n      config   {}\n      archive  {}  ({}, layers {} compressed)\n      file     {}",
-                layout.reference,
-                arch.name(),
-                layout.manifest.digest,
-                layout.config.digest,
-                oci::sha256(&archive),
-                mib(archive.len()),
-                mib(layers),
-                path.display()
-            );
-            written.push((layout.reference, path));
+            written.push(write_archive(&img, kind.name(), arch, &tag, &out_dir, show)?);
+        }
+        if o.node_images && arch == Arch::Amd64 {
+            step("Test-only node images (pod sandbox and busybox) from Debian's busybox-static");
+            let bb = busybox()?;
+            for kind in NodeKind::ALL {
+                let img = node_image(kind, o.registry.as_deref(), &tag, version, epoch, bb.clone());
+                let b = write_archive(&img, kind.name(), arch, &tag, &out_dir, show)?;
+                written.push(Built { node: true, ..b });
+            }
         }
     }
+    Ok(written)
+}
+
+pub fn images(args: &[String]) -> Result<()> {
+    let t0 = Instant::now();
+    let o = parse_args(args)?;
+    let written = build_all(&o, true)?;
     eprintln!("\ncargo xtask images finished in {:.0?}. Load or push them with:", t0.elapsed());
-    for (r, p) in &written {
+    for b in written.iter().filter(|b| !b.node) {
+        let (r, p) = (&b.reference, &b.archive);
         let p = p.strip_prefix(repo_root()).unwrap_or(p).display();
         eprintln!(
             "  {r}:\n    docker load -i {p}    |  podman load -i {p}\n    kind load image-archive {p}    |  k3s ctr images import {p}\n    skopeo copy oci-archive:{p} docker://<your-registry>/{}",
             r.rsplit('/').next().unwrap_or(r)
         );
+    }
+    let node: Vec<&str> = written.iter().filter(|b| b.node).map(|b| b.reference.as_str()).collect();
+    if !node.is_empty() {
+        eprintln!("  test-only (the test environment's node; never ship them): {}", node.join(", "));
     }
     if o.registry.is_none() {
         eprintln!(
@@ -505,6 +768,86 @@ pub fn images(args: &[String]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Fails unless both builds wrote the same images with the same manifest digests.
+fn check_reproducible(first: &[Built], second: &[Built]) -> Result<()> {
+    let key = |b: &Built| (b.reference.clone(), b.arch.name());
+    let a: BTreeMap<_, &str> = first.iter().map(|b| (key(b), b.manifest_digest.as_str())).collect();
+    let b: BTreeMap<_, &str> = second.iter().map(|b| (key(b), b.manifest_digest.as_str())).collect();
+    ensure!(
+        a.len() == first.len() && a.keys().eq(b.keys()),
+        "the two builds wrote different image sets: {:?} and {:?}",
+        a.keys().collect::<Vec<_>>(),
+        b.keys().collect::<Vec<_>>()
+    );
+    let differ: Vec<String> = a
+        .iter()
+        .filter(|(k, d)| b[*k] != **d)
+        .map(|((r, arch), d)| format!("{r} linux/{arch}: {d} then {}", b[&(r.clone(), *arch)]))
+        .collect();
+    ensure!(
+        differ.is_empty(),
+        "images not reproducible, two builds gave different digests:\n  {}",
+        differ.join("\n  ")
+    );
+    Ok(())
+}
+
+/// `node-images.json`: what the test harness loads into the node's containerd.
+fn node_images_json(built: &[Built]) -> Result<String> {
+    let images: Vec<serde_json::Value> = built
+        .iter()
+        .map(|b| {
+            serde_json::json!({
+                "name": b.name,
+                "reference": b.reference,
+                "platform": format!("linux/{}", b.arch.name()),
+                "archive": b.archive.display().to_string(),
+                "manifest_digest": b.manifest_digest,
+                "test_only": b.node,
+            })
+        })
+        .collect();
+    Ok(serde_json::to_string_pretty(&serde_json::json!({ "images": images }))? + "\n")
+}
+
+/// The images the test environment's kubelet + containerd node runs: kopiur-controller,
+/// kopiur-mover and the node images, named `localhost/<name>:testenv`, linux/amd64. Built twice
+/// (the second cargo build has nothing to do); fails unless every manifest digest repeats.
+/// Writes `<target dir>/images/node-images.json` and returns the archives.
+pub fn build_for_node() -> Result<Vec<PathBuf>> {
+    let t0 = Instant::now();
+    let o = Options {
+        arches: vec![Arch::Amd64],
+        registry: Some(NODE_REGISTRY.into()),
+        tag: Some(NODE_TAG.into()),
+        node_images: true,
+    };
+    step(&format!(
+        "Container images for the test node ({NODE_REGISTRY}/<name>:{NODE_TAG}, linux/amd64), built twice to check they \
+         are reproducible"
+    ));
+    let first = build_all(&o, true)?;
+    let t1 = t0.elapsed();
+    step("Images, second build (cargo has nothing to do): every manifest digest must repeat");
+    let second = build_all(&o, false)?;
+    check_reproducible(&first, &second)?;
+    let json = target_dir().join("images").join(NODE_IMAGES_JSON);
+    let tmp = json.with_extension(format!("json.tmp.{}", std::process::id()));
+    std::fs::write(&tmp, node_images_json(&second)?).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &json).with_context(|| format!("writing {}", json.display()))?;
+    for b in &second {
+        eprintln!("    {:<44} {}", b.reference, b.manifest_digest);
+    }
+    eprintln!(
+        "images reproducible: {} images, identical digests in two builds ({:.0?} + {:.0?}); list in {}",
+        second.len(),
+        t1,
+        t0.elapsed() - t1,
+        json.display()
+    );
+    Ok(second.into_iter().map(|b| b.archive).collect())
 }
 
 #[cfg(test)]

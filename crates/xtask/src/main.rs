@@ -75,6 +75,7 @@ fn test() -> Result<()> {
     step("Generated files are up to date (cargo xtask gen --check)");
     generate(true)?;
     build_workspace_bins()?;
+    images::build_for_node()?;
     step("Building every test target");
     let out = cargo()
         .args(["test", "--workspace", "--no-run", "--message-format=json-render-diagnostics"])
@@ -106,6 +107,7 @@ fn test() -> Result<()> {
 fn demo() -> Result<()> {
     build_tools(&[])?;
     build_workspace_bins()?;
+    images::build_for_node()?;
     step("Starting the local control plane, node agent, Garage S3 and the demo (Ctrl-C stops everything)");
     let bin = repo_root().join("target/debug/kopiur-testenv");
     run(Command::new(bin).arg("demo"))
@@ -202,7 +204,7 @@ fn main() -> ExitCode {
         Some("images") => images::images(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  demo          start the local control plane, Garage and the operator with a demo backup schedule\n  test          every test tier, building what it needs\n  gen [--check] regenerate deploy/crds (and RBAC); --check fails on drift\n  bench         print benchmark figures\n  tools [NAME]  build or reuse the cached test tools (etcd k8s kopia garage helm)\n  images [--arch amd64|arm64] [--registry PREFIX] [--tag TAG]\n                kopiur-controller and kopiur-mover as OCI archives under target/images (no Docker)"
+                "usage: cargo xtask <command>\n\n  demo          start the local control plane, Garage and the operator with a demo backup schedule\n  test          every test tier, building what it needs\n  gen [--check] regenerate deploy/crds (and RBAC); --check fails on drift\n  bench         print benchmark figures\n  tools [NAME]  build or reuse the cached test tools (etcd k8s kopia garage helm)\n  images [--arch amd64|arm64] [--registry PREFIX] [--tag TAG] [--node-images]\n                kopiur-controller and kopiur-mover as OCI archives under target/images (no Docker);\n                --node-images adds the test node's pause and busybox images (test only)"
             );
             return ExitCode::from(2);
         }

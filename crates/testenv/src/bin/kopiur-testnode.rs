@@ -18,16 +18,19 @@ struct Args {
     #[arg(long)]
     state_dir: PathBuf,
     /// JSON image map: {"images":[{"pattern","command","args"}]}.
-    #[arg(long)]
-    image_map: PathBuf,
+    #[arg(long, required_unless_present = "provisioner_only")]
+    image_map: Option<PathBuf>,
     /// Apiserver port on 127.0.0.1 (KUBERNETES_SERVICE_PORT for pods).
-    #[arg(long)]
-    apiserver_port: u16,
+    #[arg(long, required_unless_present = "provisioner_only")]
+    apiserver_port: Option<u16>,
     #[arg(long, default_value = DEFAULT_KUBELET_VERSION)]
     kubelet_version: String,
     /// Upper bound on termination grace; the KOPIUR_TESTNODE_MAX_GRACE env var is the fallback.
     #[arg(long)]
     max_grace_seconds: Option<f64>,
+    /// Run only the default StorageClass's hostPath provisioner (beside a real kubelet).
+    #[arg(long)]
+    provisioner_only: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,6 +43,10 @@ fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
+    if args.provisioner_only {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+        return rt.block_on(node::run_provisioner_only(&args.kubeconfig, args.state_dir));
+    }
     let max_grace = match args.max_grace_seconds {
         Some(s) if s.is_finite() && s >= 0.0 => Duration::from_secs_f64(s),
         Some(s) => anyhow::bail!("invalid --max-grace-seconds {s}"),
@@ -51,8 +58,8 @@ fn main() -> anyhow::Result<()> {
     let cfg = Config {
         kubeconfig: args.kubeconfig,
         state_dir: args.state_dir,
-        image_map: args.image_map,
-        apiserver_port: args.apiserver_port,
+        image_map: args.image_map.ok_or_else(|| anyhow::anyhow!("--image-map is required"))?,
+        apiserver_port: args.apiserver_port.ok_or_else(|| anyhow::anyhow!("--apiserver-port is required"))?,
         kubelet_version: args.kubelet_version,
         max_grace,
     };

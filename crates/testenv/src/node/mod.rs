@@ -109,6 +109,33 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     .await
 }
 
+/// Only the default StorageClass and its hostPath provisioner, until SIGTERM/SIGINT: the
+/// real node's stand-in for a local-path provisioner (its kubelet, scheduler and Service
+/// proxy are the real ones; CSI drivers come with the CSI tier).
+pub async fn run_provisioner_only(kubeconfig: &Path, state_dir: PathBuf) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let kc = Kubeconfig::read_from(kubeconfig).with_context(|| format!("reading {}", kubeconfig.display()))?;
+    let client = Client::try_from(kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?)?;
+    std::fs::create_dir_all(state_dir.join("pv"))?;
+    let mut delay = Duration::from_millis(200);
+    while let Err(e) = provisioner::ensure_storage_class(&client).await {
+        tracing::warn!("creating the default StorageClass: {e:#}");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+    let (tx, rx) = watch::channel(false);
+    let task = tokio::spawn(provisioner::run(client, state_dir, rx));
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    let _ = tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    Ok(())
+}
+
 /// Runs the agent until `stop` completes, then stops every pod process (SIGTERM, then
 /// SIGKILL) and removes the mount targets it created.
 pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> anyhow::Result<()> {

@@ -13,6 +13,8 @@ const BLOCK: usize = 512;
 pub enum Kind {
     Dir,
     File(Vec<u8>),
+    /// A symbolic link to the given target (relative or absolute, at most 100 bytes).
+    Symlink(String),
 }
 
 /// One archive member. `path` is relative (no leading `/`); directories carry no trailing `/`.
@@ -32,6 +34,11 @@ impl Entry {
 
     pub fn file(path: &str, mode: u32, data: impl Into<Vec<u8>>) -> Entry {
         Entry { path: path.into(), mode, uid: 0, gid: 0, kind: Kind::File(data.into()) }
+    }
+
+    /// A symbolic link (mode 0777, as `ln -s` makes them; the mode of a link is never used).
+    pub fn symlink(path: &str, target: &str) -> Entry {
+        Entry { path: path.into(), mode: 0o777, uid: 0, gid: 0, kind: Kind::Symlink(target.into()) }
     }
 
     pub fn owned_by(mut self, uid: u32, gid: u32) -> Entry {
@@ -117,10 +124,15 @@ fn split_name(name: &str) -> Result<(&str, &str)> {
 
 fn header(e: &Entry, mtime: u64) -> Result<[u8; BLOCK]> {
     let mut h = [0u8; BLOCK];
-    let (name, size, flag) = match &e.kind {
-        Kind::Dir => (format!("{}/", e.path), 0, b'5'),
-        Kind::File(d) => (e.path.clone(), d.len() as u64, b'0'),
+    let (name, size, flag, link) = match &e.kind {
+        Kind::Dir => (format!("{}/", e.path), 0, b'5', ""),
+        Kind::File(d) => (e.path.clone(), d.len() as u64, b'0', ""),
+        Kind::Symlink(target) => (e.path.clone(), 0, b'2', target.as_str()),
     };
+    ensure!(!link.contains('\0'), "link target of {} has a NUL byte", e.path);
+    if flag == b'2' {
+        ensure!(!link.is_empty(), "symbolic link {} has an empty target", e.path);
+    }
     let (prefix, name) = split_name(&name)?;
     text(&mut h[0..100], name)?;
     octal(&mut h[100..108], u64::from(e.mode & 0o7777))?;
@@ -130,6 +142,7 @@ fn header(e: &Entry, mtime: u64) -> Result<[u8; BLOCK]> {
     octal(&mut h[136..148], mtime)?;
     h[148..156].fill(b' ');
     h[156] = flag;
+    text(&mut h[157..257], link)?;
     h[257..263].copy_from_slice(b"ustar\0");
     h[263..265].copy_from_slice(b"00");
     text(&mut h[265..297], owner_name(e.uid))?;
@@ -175,6 +188,8 @@ pub struct Member {
     pub uname: String,
     pub mtime: u64,
     pub typeflag: u8,
+    /// A symbolic link's target (empty for other members).
+    pub linkname: String,
     pub data: Vec<u8>,
 }
 
@@ -219,6 +234,7 @@ pub fn read(bytes: &[u8]) -> Result<Vec<Member>> {
             uname: parse_text(&h[265..297]),
             mtime: parse_octal(&h[136..148])?,
             typeflag: h[156],
+            linkname: parse_text(&h[157..257]),
             data: bytes[start..start + size].to_vec(),
         });
         off = start + size.div_ceil(BLOCK) * BLOCK;
@@ -288,6 +304,32 @@ mod tests {
         assert_eq!((home.uid, home.gid, home.uname.as_str()), (65532, 65532, "nonroot"));
         assert_eq!(ms.iter().find(|m| m.path == "etc/group").unwrap().data, b"root:x:0:\n");
         assert!(ms.iter().all(|m| m.mtime == 1_700_000_000));
+    }
+
+    #[test]
+    fn symbolic_links_round_trip() {
+        let bytes =
+            write(vec![Entry::file("bin/busybox", 0o755, "elf"), Entry::symlink("bin/sh", "busybox")], 0).unwrap();
+        let ms = read(&bytes).unwrap();
+        let paths: Vec<&str> = ms.iter().map(|m| m.path.as_str()).collect();
+        assert_eq!(paths, ["bin/", "bin/busybox", "bin/sh"]);
+        let sh = &ms[2];
+        assert_eq!((sh.typeflag, sh.linkname.as_str(), sh.mode, sh.data.len()), (b'2', "busybox", 0o777, 0));
+        assert_eq!(ms[1].linkname, "", "a regular file has no link target");
+        // Headers: bin/, bin/busybox, its data block, bin/sh. Name, mode, size and link name as GNU
+        // tar writes them for `ln -s busybox bin/sh`.
+        let h = &bytes[3 * BLOCK..4 * BLOCK];
+        assert_eq!(&h[..7], b"bin/sh\0");
+        assert_eq!(&h[100..108], b"0000777\0");
+        assert_eq!(&h[124..136], b"00000000000\0", "size 0");
+        assert_eq!(&h[157..165], b"busybox\0");
+    }
+
+    #[test]
+    fn bad_symbolic_links_are_refused() {
+        assert!(write(vec![Entry::symlink("a", "")], 0).is_err(), "empty target");
+        assert!(write(vec![Entry::symlink("a", &"t".repeat(101))], 0).is_err(), "target too long for ustar");
+        assert!(write(vec![Entry::symlink("a", "b"), Entry::file("a/c", 0o644, "")], 0).is_err(), "a link as a parent");
     }
 
     #[test]

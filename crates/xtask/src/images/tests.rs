@@ -187,6 +187,164 @@ fn arguments() {
     assert!(a(&["--arch", "riscv64"]).is_err());
     assert!(a(&["--arch"]).is_err());
     assert!(a(&["--push"]).is_err());
+    assert!(!a(&[]).unwrap().node_images);
+    assert!(a(&["--node-images", "--registry", "localhost", "--tag", "testenv"]).unwrap().node_images);
+    let err = a(&["--node-images", "--arch", "arm64"]).err().unwrap().to_string();
+    assert!(err.contains("amd64"), "{err}");
+}
+
+fn fake_node(kind: NodeKind, epoch: u64, busybox: &[u8]) -> oci::Image {
+    node_image(kind, Some(NODE_REGISTRY), NODE_TAG, "0.1.0", epoch, [b"\x7fELF fake busybox ", busybox].concat())
+}
+
+/// Two builds of the node images from the same busybox give the same manifest digest and the
+/// same archive bytes; another busybox or another epoch gives another image.
+#[test]
+fn node_images_are_reproducible() {
+    for kind in NodeKind::ALL {
+        let (a, bytes_a) = archive(&fake_node(kind, 0, b"1.35.0"));
+        let (b, bytes_b) = archive(&fake_node(kind, 0, b"1.35.0"));
+        assert_eq!(a.manifest.digest, b.manifest.digest, "{kind:?} manifest");
+        assert_eq!((&a.config, &a.layers), (&b.config, &b.layers));
+        assert_eq!(oci::sha256(&bytes_a), oci::sha256(&bytes_b), "{kind:?} archive bytes");
+        let (c, _) = archive(&fake_node(kind, 0, b"1.36.1"));
+        assert_ne!(a.manifest.digest, c.manifest.digest, "{kind:?}: another busybox is another image");
+        let (d, _) = archive(&fake_node(kind, 1_700_000_000, b"1.35.0"));
+        assert_ne!(a.manifest.digest, d.manifest.digest, "{kind:?}: SOURCE_DATE_EPOCH");
+    }
+}
+
+/// The same with the build host's own busybox, when it is the static one the images use.
+#[test]
+fn node_images_from_the_host_busybox_are_reproducible() {
+    let Ok(bb) = std::fs::read(BUSYBOX) else {
+        eprintln!("skipped: no {BUSYBOX}");
+        return;
+    };
+    if check_static_elf(&bb, Arch::Amd64).is_err() {
+        eprintln!("skipped: {BUSYBOX} is not a static amd64 executable");
+        return;
+    }
+    for kind in NodeKind::ALL {
+        let build = || node_image(kind, Some(NODE_REGISTRY), NODE_TAG, "0.1.0", 0, bb.clone());
+        let (a, bytes_a) = archive(&build());
+        let (b, bytes_b) = archive(&build());
+        assert_eq!(a.manifest.digest, b.manifest.digest, "{kind:?}");
+        assert_eq!(bytes_a, bytes_b, "{kind:?}");
+        let v = oci::verify(&bytes_a).unwrap();
+        assert_eq!(v.layers[0].iter().find(|m| m.path == "bin/busybox").unwrap().data, bb);
+    }
+}
+
+#[test]
+fn node_image_contents_and_run_config() {
+    let pause = oci::verify(&archive(&fake_node(NodeKind::Pause, 0, b"x")).1).unwrap();
+    assert_eq!(pause.reference, "localhost/kopiur-testenv-pause:testenv");
+    assert_eq!(pause.platform, Arch::Amd64.platform());
+    let rc = &pause.config.config;
+    assert_eq!(rc.entrypoint, ["/bin/busybox", "sleep", "infinity"]);
+    assert_eq!(rc.user, "65535:65535");
+    assert_eq!(rc.env, ["PATH=/bin"]);
+    assert_eq!(rc.labels["org.opencontainers.image.title"], "kopiur-testenv-pause");
+    assert!(rc.labels["org.opencontainers.image.description"].contains("test environment only"));
+    let paths = |v: &oci::Verified| -> Vec<String> { v.layers.iter().flatten().map(|m| m.path.clone()).collect() };
+    assert_eq!(paths(&pause), ["bin/", "bin/busybox"]);
+    let bb = &pause.layers[0][1];
+    assert_eq!((bb.mode, bb.uid, bb.gid, bb.typeflag), (0o755, 0, 0, b'0'));
+    assert!(bb.data.starts_with(b"\x7fELF fake busybox"));
+
+    let bytes = archive(&fake_node(NodeKind::Busybox, 0, b"x")).1;
+    let shell = oci::verify(&bytes).unwrap();
+    assert_eq!(shell.reference, "localhost/kopiur-testenv-busybox:testenv");
+    let rc = &shell.config.config;
+    assert_eq!(
+        (rc.entrypoint.as_slice(), rc.user.as_str(), rc.working_dir.as_str()),
+        (&["/bin/sh".to_string()][..], "0:0", "/")
+    );
+    assert_eq!(rc.env, ["PATH=/bin"]);
+    assert_eq!(shell.layers.len(), 2);
+    assert_eq!(shell.layers[0].len(), 2, "the first layer is the pause image's: /bin/busybox only");
+    let all: Vec<&tar::Member> = shell.layers.iter().flatten().collect();
+    let get = |p: &str| *all.iter().find(|m| m.path == p).unwrap_or_else(|| panic!("{p} missing"));
+    for a in std::iter::once(&"sh").chain(BUSYBOX_APPLETS) {
+        let m = get(&format!("bin/{a}"));
+        assert_eq!((m.typeflag, m.linkname.as_str(), m.data.len()), (b'2', "busybox", 0), "bin/{a}");
+    }
+    assert_eq!((get("tmp/").mode, get("tmp/").typeflag), (0o1777, b'5'));
+    for a in "mkdir chown chmod ls cat sha256sum stat ln sleep echo id find dd rm cp".split(' ') {
+        assert!(BUSYBOX_APPLETS.contains(&a), "{a}: the end-to-end tests' workloads run it");
+    }
+    assert!(all.iter().all(|m| m.mtime == 0 && m.uid == 0));
+}
+
+#[test]
+fn node_images_share_the_busybox_layer() {
+    let (p, _) = archive(&fake_node(NodeKind::Pause, 0, b"x"));
+    let (b, _) = archive(&fake_node(NodeKind::Busybox, 0, b"x"));
+    assert_eq!(p.layers.len(), 1);
+    assert_eq!(p.layers[0], b.layers[0], "containerd stores busybox once");
+}
+
+fn built(reference: &str, digest: &str) -> Built {
+    Built {
+        name: "kopiur-mover",
+        reference: reference.into(),
+        arch: Arch::Amd64,
+        manifest_digest: digest.into(),
+        archive: PathBuf::from(format!("/t/images/{}.oci.tar", reference.replace(['/', ':'], "-"))),
+        node: false,
+    }
+}
+
+#[test]
+fn reproducibility_check_compares_every_digest() {
+    let one = [built("localhost/a:testenv", "sha256:1"), built("localhost/b:testenv", "sha256:2")];
+    assert!(check_reproducible(&one, &one).is_ok());
+    let swapped = [one[1].clone(), one[0].clone()];
+    assert!(check_reproducible(&one, &swapped).is_ok(), "order does not matter");
+    let changed = [one[0].clone(), built("localhost/b:testenv", "sha256:3")];
+    let err = check_reproducible(&one, &changed).unwrap_err().to_string();
+    assert!(err.contains("localhost/b:testenv") && err.contains("sha256:2 then sha256:3"), "{err}");
+    assert!(!err.contains("localhost/a:testenv"), "{err}");
+    assert!(check_reproducible(&one, &one[..1]).is_err(), "an image missing from the second build");
+    let dup = [one[0].clone(), one[0].clone()];
+    assert!(check_reproducible(&dup, &one[..1]).is_err(), "an image written twice");
+}
+
+#[test]
+fn node_images_json_lists_reference_archive_and_digest() {
+    let mut pause = built("localhost/kopiur-testenv-pause:testenv", "sha256:9");
+    pause.name = NodeKind::Pause.name();
+    pause.node = true;
+    let text = node_images_json(&[built("localhost/kopiur-mover:testenv", "sha256:1"), pause]).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let images = v["images"].as_array().unwrap();
+    assert_eq!(images.len(), 2);
+    assert_eq!(images[0]["reference"], "localhost/kopiur-mover:testenv");
+    assert_eq!(images[0]["archive"], "/t/images/localhost-kopiur-mover-testenv.oci.tar");
+    assert_eq!(images[0]["manifest_digest"], "sha256:1");
+    assert_eq!(images[0]["platform"], "linux/amd64");
+    assert_eq!(images[0]["test_only"], false);
+    assert_eq!(images[1]["name"], "kopiur-testenv-pause");
+    assert_eq!(images[1]["test_only"], true);
+}
+
+#[test]
+fn toolchain_channel_names_the_image_build_dir() {
+    assert_eq!(toolchain_channel("[toolchain]\nchannel = \"1.95.0\"\ncomponents = [\"clippy\"]\n").unwrap(), "1.95.0");
+    assert_eq!(
+        toolchain_channel("[toolchain]\nprofile = \"minimal\"\nchannel=\"stable\" # pinned\n").unwrap(),
+        "stable"
+    );
+    assert!(toolchain_channel("[other]\nchannel = \"1.0\"\n").is_err());
+    assert!(toolchain_channel("[toolchain]\nchannel = \"../x\"\n").is_err());
+    let ours = toolchain_channel(&read_repo("rust-toolchain.toml")).unwrap();
+    assert!(ours.chars().next().unwrap().is_ascii_digit(), "a pinned version: {ours}");
+    let dir = image_build_dir().unwrap();
+    if std::env::var_os("KOPIUR_IMAGE_BUILD_DIR").is_none() {
+        assert_eq!(dir, testenv_cache().join(format!("image-build-{ours}")));
+    }
+    assert!(!dir.starts_with(repo_root()) || std::env::var_os("KOPIUR_IMAGE_BUILD_DIR").is_some(), "{}", dir.display());
 }
 
 #[test]
