@@ -26,6 +26,7 @@ pub struct TestBin {
 /// Listed longest first: the pool starts them in this order, so the long ones overlap.
 pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "pipeline_outage_e2e",
+    "real_node_e2e",
     "deletion_e2e",
     "pipeline_acceptance_e2e",
     "maintenance_e2e",
@@ -43,6 +44,7 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "private_env",
     "controlplane",
     "node_agent",
+    "real_node",
     "api_crds",
 ];
 
