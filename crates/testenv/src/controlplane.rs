@@ -251,6 +251,9 @@ impl ControlPlane {
                 Some(c) => cmd.args([
                     format!("--service-cluster-ip-range={}", c.service_cidr),
                     "--endpoint-reconciler-type=lease".into(),
+                    // The kubelet is reached at the node's InternalIP, never by a name that
+                    // would be looked up in the host's (outside) resolver.
+                    "--kubelet-preferred-address-types=InternalIP".into(),
                     format!("--kubelet-client-certificate={}", p.admin_crt.display()),
                     format!("--kubelet-client-key={}", p.admin_key.display()),
                 ]),
@@ -396,7 +399,13 @@ impl ControlPlane {
             "root-ca-certificate-publisher-controller",
         ];
         if self.opts.cluster.is_some() {
-            c.extend(["endpointslice-controller", "endpointslice-mirroring-controller", "pod-garbage-collector-controller"]);
+            // The node lifecycle controller lifts the not-ready taint a kubelet registers with.
+            c.extend([
+                "endpointslice-controller",
+                "endpointslice-mirroring-controller",
+                "pod-garbage-collector-controller",
+                "node-lifecycle-controller",
+            ]);
         }
         c.join(",")
     }

@@ -506,15 +506,61 @@ pub fn image_build_dir() -> Result<PathBuf> {
     Ok(testenv_cache().join(format!("image-build-{}", toolchain_channel(&text)?)))
 }
 
-fn build_binaries(arch: Arch) -> Result<PathBuf> {
+/// The workspace's own packages (`cargo metadata --no-deps`).
+fn workspace_packages() -> Result<Vec<String>> {
+    let out = cargo().args(["metadata", "--no-deps", "--format-version", "1"]).output()?;
+    ensure!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).context("parsing cargo metadata")?;
+    let names: Vec<String> = meta["packages"]
+        .as_array()
+        .context("cargo metadata lists no packages")?
+        .iter()
+        .filter_map(|p| p["name"].as_str().map(str::to_string))
+        .collect();
+    ensure!(!names.is_empty(), "cargo metadata lists no packages");
+    Ok(names)
+}
+
+/// The image binaries, built in [`image_build_dir`], with the bytes read before another
+/// checkout can build there.
+///
+/// Every checkout gives the workspace's crates the same artifact names there (cargo hashes a
+/// path package by its path inside the workspace), and cargo's freshness check compares the
+/// checkout's source mtimes with the artifacts: a checkout with older sources would take
+/// another checkout's binaries as up to date. So the directory is locked for the build, it
+/// records which checkout built last, and a different checkout first removes the workspace
+/// crates' artifacts (`cargo clean -p`); the dependencies stay.
+fn build_binaries(arch: Arch) -> Result<Vec<(Kind, Vec<u8>)>> {
     let target = arch.rust_target();
     let dir = image_build_dir()?;
     step(&format!(
         "Building kopiur-controller and kopiur-mover for {target} (profile `{PROFILE}`: release, LTO, stripped) in {} \
-         (KOPIUR_IMAGE_BUILD_DIR; kept outside the repository, so a fresh clone reuses it; a cold build takes about \
-         15 min on 2 cores, a no-change rebuild a second)",
+         (KOPIUR_IMAGE_BUILD_DIR; kept outside the repository, so a fresh clone reuses the dependencies; a cold build \
+         takes about 15 min on 2 cores, a no-change rebuild a second)",
         dir.display()
     ));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let lock_path = dir.join("kopiur-xtask.lock");
+    let lock = std::fs::File::create(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
+    if lock.try_lock().is_err() {
+        eprintln!("    waiting for another `cargo xtask images` building in {}", dir.display());
+        lock.lock().with_context(|| format!("locking {}", lock_path.display()))?;
+    }
+    let marker = dir.join(format!("kopiur-checkout-{target}"));
+    let me = repo_root().display().to_string();
+    match std::fs::read_to_string(&marker) {
+        Ok(last) if last.trim() == me => {}
+        last => {
+            let who = last.map(|l| format!("by {}", l.trim())).unwrap_or_else(|_| "by an unknown checkout".into());
+            eprintln!("    the workspace crates there were built {who}: removing them (the dependencies stay)");
+            let mut clean = cargo();
+            clean.args(["clean", "--profile", PROFILE, "--target", target]).arg("--target-dir").arg(&dir);
+            for p in workspace_packages()? {
+                clean.args(["-p", &p]);
+            }
+            run(&mut clean)?;
+        }
+    }
     let mut c = cargo();
     c.args(["build", "--locked", "--profile", PROFILE, "--target", target]).arg("--target-dir").arg(&dir);
     for k in Kind::ALL {
@@ -527,9 +573,15 @@ fn build_binaries(arch: Arch) -> Result<PathBuf> {
         c.env(format!("AR_{env_target}"), "aarch64-linux-gnu-ar");
         c.env(format!("CARGO_TARGET_{}_LINKER", env_target.to_uppercase()), cc);
     }
+    // Written before the build: a failed build may have replaced some of another checkout's
+    // artifacts, and this checkout's next build must not clean again what is already its own.
+    std::fs::write(&marker, format!("{me}\n")).with_context(|| format!("writing {}", marker.display()))?;
     let took = run_with_heartbeat(&mut c, "cargo build")?;
     eprintln!("    binaries built in {took:.1?}");
-    Ok(dir.join(target).join(PROFILE))
+    let bin_dir = dir.join(target).join(PROFILE);
+    let bins = Kind::ALL.iter().map(|&k| Ok((k, read_binary(&bin_dir.join(k.name()), arch)?))).collect();
+    drop(lock);
+    bins
 }
 
 fn versions_env(key: &str) -> Result<String> {
@@ -684,8 +736,6 @@ fn write_archive(
             mib(layers),
             path.display()
         );
-    } else {
-        eprintln!("    {}  {}", layout.reference, layout.manifest.digest);
     }
     Ok(Built {
         name,
@@ -697,8 +747,8 @@ fn write_archive(
     })
 }
 
-/// Every image `o` asks for, written under `<target dir>/images/`. `show`: each image's
-/// digests, sizes and file (else one line per image).
+/// Every image `o` asks for, written under `<target dir>/images/`. `show`: print each image's
+/// digests, sizes and file.
 fn build_all(o: &Options, show: bool) -> Result<Vec<Built>> {
     let version = env!("CARGO_PKG_VERSION");
     let tag = o.tag.clone().unwrap_or_else(|| version.to_string());
@@ -712,10 +762,10 @@ fn build_all(o: &Options, show: bool) -> Result<Vec<Built>> {
     for &arch in &o.arches {
         ensure_toolchain(arch)?;
         let kopia = read_binary(&kopia(arch)?, arch)?;
-        let bin_dir = build_binaries(arch)?;
+        let built = build_binaries(arch)?;
         step(&format!("Assembling the linux/{} images (OCI layout, gzip layers, sha256)", arch.name()));
-        for kind in Kind::ALL {
-            let mut binaries = vec![(kind.name().to_string(), read_binary(&bin_dir.join(kind.name()), arch)?)];
+        for (kind, bin) in built {
+            let mut binaries = vec![(kind.name().to_string(), bin)];
             if kind.has_kopia() {
                 binaries.push(("kopia".into(), kopia.clone()));
             }
@@ -840,13 +890,8 @@ pub fn build_for_node() -> Result<Vec<PathBuf>> {
     for b in &second {
         eprintln!("    {:<44} {}", b.reference, b.manifest_digest);
     }
-    eprintln!(
-        "images reproducible: {} images, identical digests in two builds ({:.0?} + {:.0?}); list in {}",
-        second.len(),
-        t1,
-        t0.elapsed() - t1,
-        json.display()
-    );
+    eprintln!("images reproducible: {} images, identical digests in two builds", second.len());
+    eprintln!("    first build {t1:.0?}, second {:.0?}; listed in {}", t0.elapsed() - t1, json.display());
     Ok(second.into_iter().map(|b| b.archive).collect())
 }
 

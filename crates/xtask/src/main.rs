@@ -38,10 +38,34 @@ fn format_cmd(cmd: &Command) -> String {
     s
 }
 
+/// A nested cargo, with the environment a plain `cargo build` in the repository has.
+///
+/// `cargo run` (how `cargo xtask` starts) hands this process the xtask crate's own variables
+/// (`CARGO_MANIFEST_DIR`, `CARGO_PKG_NAME`, `CARGO_PKG_VERSION_MAJOR`, ...). Build scripts that
+/// track them with `rerun-if-env-changed` (ring's does) would see other values than in a plain
+/// `cargo build`, and, through `CARGO_MANIFEST_DIR`, other values in every clone: ring and all
+/// that depends on it (rustls, kube) would rebuild, and a shared target directory
+/// (`cargo xtask images`) would never be reused across clones.
 fn cargo() -> Command {
     let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     c.current_dir(repo_root());
+    for (k, _) in std::env::vars_os() {
+        if k.to_str().is_some_and(is_cargo_run_package_var) {
+            c.env_remove(k);
+        }
+    }
     c
+}
+
+/// The variables `cargo run` sets for the package it runs (not the ones cargo itself reads).
+fn is_cargo_run_package_var(k: &str) -> bool {
+    k.starts_with("CARGO_PKG_")
+        || k.starts_with("CARGO_MANIFEST_")
+        || k.starts_with("CARGO_BIN_EXE_")
+        || matches!(
+            k,
+            "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE" | "CARGO_TARGET_TMPDIR" | "OUT_DIR"
+        )
 }
 
 /// Builds (or reuses from the cache) etcd, kube-apiserver/kube-controller-manager, kopia
@@ -202,9 +226,10 @@ fn main() -> ExitCode {
         Some("gen") => generate(args.iter().any(|a| a == "--check")),
         Some("tools") => build_tools(&args[1..].iter().map(String::as_str).collect::<Vec<_>>()),
         Some("images") => images::images(&args[1..]),
+        Some("node-images") => images::build_for_node().map(drop),
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  demo          start the local control plane, Garage and the operator with a demo backup schedule\n  test          every test tier, building what it needs\n  gen [--check] regenerate deploy/crds (and RBAC); --check fails on drift\n  bench         print benchmark figures\n  tools [NAME]  build or reuse the cached test tools (etcd k8s kopia garage helm)\n  images [--arch amd64|arm64] [--registry PREFIX] [--tag TAG] [--node-images]\n                kopiur-controller and kopiur-mover as OCI archives under target/images (no Docker);\n                --node-images adds the test node's pause and busybox images (test only)"
+                "usage: cargo xtask <command>\n\n  demo          start the local control plane, Garage and the operator with a demo backup schedule\n  test          every test tier, building what it needs\n  gen [--check] regenerate deploy/crds (and RBAC); --check fails on drift\n  bench         print benchmark figures\n  tools [NAME]  build or reuse the cached test tools (etcd k8s kopia garage helm)\n  images [--arch amd64|arm64] [--registry PREFIX] [--tag TAG] [--node-images]\n                kopiur-controller and kopiur-mover as OCI archives under target/images (no Docker);\n                --node-images adds the test node's pause and busybox images (test only)\n  node-images   what `test` and `demo` build for the test node: all four images as localhost/<name>:testenv,\n                twice (the digests must repeat), listed in target/images/node-images.json"
             );
             return ExitCode::from(2);
         }
@@ -214,6 +239,35 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nested_cargo_drops_the_variables_of_cargo_run() {
+        for k in [
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_PATH",
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION_MAJOR",
+            "CARGO_CRATE_NAME",
+            "OUT_DIR",
+        ] {
+            assert!(is_cargo_run_package_var(k), "{k}");
+        }
+        for k in ["CARGO", "CARGO_HOME", "CARGO_TARGET_DIR", "CARGO_BUILD_JOBS", "CARGO_INCREMENTAL", "RUSTFLAGS", "CC"]
+        {
+            assert!(!is_cargo_run_package_var(k), "{k} is cargo's own setting");
+        }
+        // The test binary itself runs with CARGO_MANIFEST_DIR set, as xtask does under `cargo run`.
+        let c = cargo();
+        let removed: Vec<_> = c.get_envs().filter(|(_, v)| v.is_none()).map(|(k, _)| k.to_owned()).collect();
+        if std::env::var_os("CARGO_MANIFEST_DIR").is_some() {
+            assert!(removed.iter().any(|k| k == "CARGO_MANIFEST_DIR"), "{removed:?}");
         }
     }
 }

@@ -63,6 +63,10 @@ impl Layout {
     pub fn proxy_config(&self) -> PathBuf {
         self.dir.join("kube-proxy-config.yaml")
     }
+    /// Container logs (kubelet's `podLogsDir`; `/var/log/containers` gets only symlinks).
+    pub fn pod_logs_dir(&self) -> PathBuf {
+        self.dir.join("pod-logs")
+    }
     pub fn resolv_conf(&self) -> PathBuf {
         self.dir.join("resolv.conf")
     }
@@ -198,6 +202,7 @@ evictionHard:
   nodefs.inodesFree: "0%"
   imagefs.available: "0%"
 resolvConf: "{resolv}"
+podLogsDir: "{logs}"
 serializeImagePulls: false
 syncFrequency: 10s
 fileCheckFrequency: 10s
@@ -218,6 +223,7 @@ shutdownGracePeriod: 0s
         cgroup = l.cgroup_root,
         cri = l.cri_endpoint(),
         resolv = p(&l.resolv_conf()),
+        logs = p(&l.pod_logs_dir()),
     )
 }
 
@@ -310,6 +316,7 @@ mod tests {
         assert_eq!(k["failCgroupV1"].as_bool(), Some(false));
         assert_eq!(k["cgroupDriver"].as_str(), Some("cgroupfs"));
         assert_eq!(k["imageGCHighThresholdPercent"].as_u64(), Some(100));
+        assert_eq!(k["podLogsDir"].as_str(), Some("/state/node/pod-logs"));
         let p: serde_yaml::Value = serde_yaml::from_str(&kube_proxy_yaml(&layout(), Path::new("/kc"))).unwrap();
         assert_eq!(p["nodePortAddresses"][0].as_str(), Some("198.18.0.1/32"));
         assert_eq!(p["conntrack"]["maxPerCore"].as_u64(), Some(0));

@@ -60,6 +60,8 @@ struct HostBefore {
     sysctls: BTreeMap<String, String>,
     chains: BTreeSet<(String, String, String)>,
     nft: BTreeSet<String>,
+    /// Whether `/var/log/containers` existed (kubelet creates it).
+    var_log_containers: bool,
 }
 
 /// A control plane with one real node. Dropping it tears everything down.
@@ -83,8 +85,12 @@ impl RealCluster {
     pub async fn start(images: &[PathBuf]) -> Result<RealCluster> {
         ensure_packages()?;
         let lock = host::lock(Duration::from_secs(900))?;
-        let before =
-            HostBefore { sysctls: host::read_sysctls(), chains: host::iptables_chains(), nft: host::nft_tables() };
+        let before = HostBefore {
+            sysctls: host::read_sysctls(),
+            chains: host::iptables_chains(),
+            nft: host::nft_tables(),
+            var_log_containers: Path::new("/var/log/containers").exists(),
+        };
         let t0 = Instant::now();
         host::create_network()?;
         let mut rc = RealCluster {
@@ -305,6 +311,17 @@ impl RealCluster {
             if n > 0 {
                 report.push(format!("unmounted {n} mounts under {}", self.layout.dir.display()));
             }
+        }
+        // kubelet links every container log into /var/log/containers (a fixed path).
+        for e in std::fs::read_dir("/var/log/containers").into_iter().flatten().flatten() {
+            if std::fs::read_link(e.path()).is_ok_and(|t| t.starts_with(self.layout.pod_logs_dir())) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        if let Some(b) = &self.before
+            && !b.var_log_containers
+        {
+            let _ = std::fs::remove_dir("/var/log/containers");
         }
         // The CNI result cache is the one file the plugins write outside our directory.
         for e in std::fs::read_dir("/var/lib/cni/results").into_iter().flatten().flatten() {
