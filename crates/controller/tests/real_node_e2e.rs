@@ -193,11 +193,40 @@ async fn kopiur_from_its_images_on_a_real_node() -> Result<()> {
     let res = scenario(&cluster, t0).await;
     if let Err(e) = &res {
         println!("SCENARIO FAILED: {e:#}");
-        cluster.env().keep_logs("real_node_e2e");
+        if let Ok(client) = cluster.env().client().await {
+            dump_kopiur_objects(&client).await;
+        }
+        cluster.keep_logs("real_node_e2e");
     }
     let report = cluster.shutdown();
     println!("teardown: {}", report.join("; "));
     res
+}
+
+/// Every kopiur object's status, for a failed run's output.
+async fn dump_kopiur_objects(client: &Client) {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    for kind in ["Repository", "SnapshotPolicy", "Snapshot", "SnapshotSchedule", "Restore"] {
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("kopiur.home-operations.com", "v1alpha1", kind));
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        if let Ok(l) = api.list(&ListParams::default()).await {
+            for o in l.items {
+                println!("{kind} {}/{}: {}", o.namespace().unwrap_or_default(), o.name_any(), o.data["status"]);
+            }
+        }
+    }
+    if let Ok(l) = Api::<Pod>::all(client.clone()).list(&ListParams::default()).await {
+        for p in l.items {
+            let st = p.status.clone().unwrap_or_default();
+            println!(
+                "Pod {}/{}: {:?} {:?}",
+                p.namespace().unwrap_or_default(),
+                p.name_any(),
+                st.phase,
+                st.container_statuses.iter().flatten().map(|c| (&c.state, &c.last_state)).collect::<Vec<_>>()
+            );
+        }
+    }
 }
 
 async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {

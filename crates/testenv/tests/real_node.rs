@@ -20,6 +20,7 @@ fn archive(name: &str) -> Option<PathBuf> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_node_joins_runs_a_pod_and_leaves_no_trace() -> Result<()> {
     let chains_before = host::iptables_chains();
+    let dirs_before: Vec<bool> = host::FIXED_DIRS.iter().map(|d| std::path::Path::new(d).exists()).collect();
     let sysctls_before = host::read_sysctls();
     let t0 = Instant::now();
     let images: Vec<PathBuf> =
@@ -91,6 +92,8 @@ async fn a_real_node_joins_runs_a_pod_and_leaves_no_trace() -> Result<()> {
     ensure!(host::mounts_under(&cluster.layout.dir).is_empty(), "mounts left behind");
     let cg = PathBuf::from("/sys/fs/cgroup/memory").join(cluster.layout.cgroup_root.trim_start_matches('/'));
     ensure!(!cg.exists(), "cgroup {} left behind", cg.display());
+    let dirs_after: Vec<bool> = host::FIXED_DIRS.iter().map(|d| std::path::Path::new(d).exists()).collect();
+    ensure!(dirs_after == dirs_before, "fixed host directories {:?}: before {dirs_before:?}, after {dirs_after:?}", host::FIXED_DIRS);
     println!("host as before: no bridge, route, chain, mount or cgroup of the node; sysctls restored");
     Ok(())
 }

@@ -104,7 +104,12 @@ async fn provision(client: &Client, state_dir: &Path, pvc: &PersistentVolumeClai
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     let current = pvc.spec.as_ref().and_then(|s| s.volume_name.clone()).unwrap_or_default();
     if current.is_empty() {
-        let patch = json!({"spec": {"volumeName": pv_name}});
+        // The annotations the PV controller writes when it binds: a real kube-scheduler
+        // (beside the real node) treats a claim without `bind-completed` as unbound.
+        let patch = json!({
+            "metadata": {"annotations": {"pv.kubernetes.io/bind-completed": "yes", "pv.kubernetes.io/bound-by-controller": "yes"}},
+            "spec": {"volumeName": pv_name}
+        });
         pvcs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
     } else if current != pv_name {
         anyhow::bail!("claim already names volume {current}");

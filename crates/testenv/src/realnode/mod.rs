@@ -60,8 +60,8 @@ struct HostBefore {
     sysctls: BTreeMap<String, String>,
     chains: BTreeSet<(String, String, String)>,
     nft: BTreeSet<String>,
-    /// Whether `/var/log/containers` existed (kubelet creates it).
-    var_log_containers: bool,
+    /// Which of [`host::FIXED_DIRS`] existed.
+    fixed_dirs: BTreeSet<String>,
 }
 
 /// A control plane with one real node. Dropping it tears everything down.
@@ -89,7 +89,7 @@ impl RealCluster {
             sysctls: host::read_sysctls(),
             chains: host::iptables_chains(),
             nft: host::nft_tables(),
-            var_log_containers: Path::new("/var/log/containers").exists(),
+            fixed_dirs: host::FIXED_DIRS.iter().filter(|d| Path::new(d).exists()).map(|d| d.to_string()).collect(),
         };
         let t0 = Instant::now();
         host::create_network()?;
@@ -244,6 +244,31 @@ impl RealCluster {
         self.env.as_mut().expect("the cluster is running")
     }
 
+    /// Keeps the component logs (as [`TestEnv::keep_logs`]) and every container's log from
+    /// the node's pod-logs directory (under `pods/`), which teardown removes.
+    pub fn keep_logs(&self, label: &str) -> PathBuf {
+        let dest = self.env().keep_logs(label);
+        fn copy_tree(from: &Path, to: &Path) -> std::io::Result<usize> {
+            let mut n = 0;
+            std::fs::create_dir_all(to)?;
+            for e in std::fs::read_dir(from)?.flatten() {
+                let t = to.join(e.file_name());
+                if e.file_type()?.is_dir() {
+                    n += copy_tree(&e.path(), &t)?;
+                } else if e.file_type()?.is_file() {
+                    std::fs::copy(e.path(), &t)?;
+                    n += 1;
+                }
+            }
+            Ok(n)
+        }
+        match copy_tree(&self.layout.pod_logs_dir(), &dest.join("pods")) {
+            Ok(n) => println!("ENVIRONMENT LOGS KEPT: {} ({n} container logs)", dest.join("pods").display()),
+            Err(e) => println!("container logs not kept: {e}"),
+        }
+        dest
+    }
+
     /// `ctr` against the node's containerd, in the CRI's `k8s.io` namespace.
     pub fn ctr(&self, args: &[&str]) -> Result<String> {
         let sock = self.layout.containerd_socket().display().to_string();
@@ -318,11 +343,6 @@ impl RealCluster {
                 let _ = std::fs::remove_file(e.path());
             }
         }
-        if let Some(b) = &self.before
-            && !b.var_log_containers
-        {
-            let _ = std::fs::remove_dir("/var/log/containers");
-        }
         // The CNI result cache is the one file the plugins write outside our directory.
         for e in std::fs::read_dir("/var/lib/cni/results").into_iter().flatten().flatten() {
             if e.file_name().to_string_lossy().starts_with(&format!("{}-", config::CNI_NETWORK)) {
@@ -349,6 +369,11 @@ impl RealCluster {
             let tables = host::remove_new_empty_tables(&b.nft);
             if !tables.is_empty() {
                 report.push(format!("removed nft tables {}", tables.join(", ")));
+            }
+            for d in host::FIXED_DIRS.iter().filter(|d| !b.fixed_dirs.contains(**d)) {
+                if host::remove_empty_tree(Path::new(d)) {
+                    report.push(format!("removed {d}"));
+                }
             }
             let s = host::restore_sysctls(&b.sysctls);
             if !s.is_empty() {
