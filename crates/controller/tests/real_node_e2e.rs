@@ -325,7 +325,7 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
             "spec": {
                 "backend": {"s3": {"bucket": g.bucket(), "endpoint": endpoint, "region": g.region(), "prefix": "real/"}},
                 "encryption": {"passwordSecretRef": {"name": "kopia"}},
-                "health": {"probe": {"interval": "30s"}}
+                "health": {"probe": {"interval": "30s", "failureThreshold": 2}}
             }
         }),
     )
@@ -458,7 +458,7 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         json!({
             "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
             "metadata": {"name": "minutely", "namespace": ns},
-            "spec": {"policyRef": {"name": "plain"}, "schedule": {"cron": "* * * * *"}, "concurrencyPolicy": "Forbid"}
+            "spec": {"policyRef": {"name": "plain"}, "schedule": {"cron": "* * * * *", "concurrencyPolicy": "Forbid"}}
         }),
     )
     .await?;

@@ -128,12 +128,26 @@ fn test() -> Result<()> {
     res
 }
 
-fn demo() -> Result<()> {
-    build_tools(&[])?;
+/// `cargo xtask demo [--process-node]`: the real node runs kopiur from its images (root only:
+/// it adds a bridge, iptables rules and cgroups, all removed on Ctrl-C); `--process-node` runs
+/// the operator as a local process and Job pods through the process node agent.
+fn demo(args: &[String]) -> Result<()> {
+    let process_node = match args {
+        [] => false,
+        [a] if a == "--process-node" => true,
+        _ => bail!("usage: cargo xtask demo [--process-node]"),
+    };
+    build_tools(&["etcd", "k8s", "kopia", "garage", "helm"])?;
     build_workspace_bins()?;
-    images::build_for_node()?;
-    step("Starting the local control plane, node agent, Garage S3 and the demo (Ctrl-C stops everything)");
     let bin = repo_root().join("target/debug/kopiur-testenv");
+    if process_node {
+        step("Starting the local control plane, node agent, Garage S3 and the demo (Ctrl-C stops everything)");
+        return run(Command::new(bin).args(["demo", "--process-node"]));
+    }
+    images::build_for_node()?;
+    step(
+        "Starting the local control plane, the real node (containerd, kubelet, kube-proxy), Garage S3, kopiur by helm from its images, and the demo (Ctrl-C stops and cleans up everything)",
+    );
     run(Command::new(bin).arg("demo"))
 }
 
@@ -221,7 +235,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let res = match args.first().map(String::as_str) {
         Some("test") => test(),
-        Some("demo") => demo(),
+        Some("demo") => demo(&args[1..]),
         Some("bench") => bench(),
         Some("gen") => generate(args.iter().any(|a| a == "--check")),
         Some("tools") => build_tools(&args[1..].iter().map(String::as_str).collect::<Vec<_>>()),
@@ -229,7 +243,7 @@ fn main() -> ExitCode {
         Some("node-images") => images::build_for_node().map(drop),
         _ => {
             eprintln!(
-                "usage: cargo xtask <command>\n\n  demo          start the local control plane, Garage and the operator with a demo backup schedule\n  test          every test tier, building what it needs\n  gen [--check] regenerate deploy/crds (and RBAC); --check fails on drift\n  bench         print benchmark figures\n  tools [NAME]  build or reuse the cached test tools (etcd k8s kopia garage helm)\n  images [--arch amd64|arm64] [--registry PREFIX] [--tag TAG] [--node-images]\n                kopiur-controller and kopiur-mover as OCI archives under target/images (no Docker);\n                --node-images adds the test node's pause and busybox images (test only)\n  node-images   what `test` and `demo` build for the test node: all four images as localhost/<name>:testenv,\n                twice (the digests must repeat), listed in target/images/node-images.json"
+                "usage: cargo xtask <command>\n\n  demo [--process-node]  the local control plane, a real node, Garage and kopiur from its images with a demo backup schedule\n  test          every test tier, building what it needs\n  gen [--check] regenerate deploy/crds (and RBAC); --check fails on drift\n  bench         print benchmark figures\n  tools [NAME]  build or reuse the cached test tools (etcd k8s kopia garage helm)\n  images [--arch amd64|arm64] [--registry PREFIX] [--tag TAG] [--node-images]\n                kopiur-controller and kopiur-mover as OCI archives under target/images (no Docker);\n                --node-images adds the test node's pause and busybox images (test only)\n  node-images   what `test` and `demo` build for the test node: all four images as localhost/<name>:testenv,\n                twice (the digests must repeat), listed in target/images/node-images.json"
             );
             return ExitCode::from(2);
         }
