@@ -7,7 +7,8 @@
 //! - `restore <snapshot> --to-pvc|--new-pvc`: a Restore of one Snapshot;
 //! - `ack <repository>`: the mass-deletion acknowledgement, after showing what it releases;
 //! - `reverify <repository>`: ask for a connect now instead of waiting for the holdoff;
-//! - `doctor`: CRDs, the operator's leader lease, repositories and failures, with next steps.
+//! - `doctor`: CRDs, the operator's leader lease, repositories and failures, with next steps;
+//!   in all namespaces unless `-n` (it checks the installation, not one namespace).
 mod report;
 
 use std::time::Duration;
@@ -21,13 +22,13 @@ use kopiur_api::names::annotation;
 use kopiur_api::{ClusterRepository, Repository, Restore, Snapshot};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use report::{Finding, RepoRow};
+use report::{Finding, RepoRow, Scope, SnapRow};
 use serde_json::json;
 
 #[derive(Parser)]
 #[command(name = "kubectl-kopiur", version, about = "Operate kopiur backups: status, manual runs, restores, acks")]
 struct Cli {
-    /// Namespace (default: the kubeconfig context's).
+    /// Namespace (default: the kubeconfig context's; `doctor` looks in all namespaces).
     #[arg(short = 'n', long, global = true)]
     namespace: Option<String>,
     #[command(subcommand)]
@@ -100,8 +101,9 @@ enum Command {
         #[arg(long)]
         cluster: bool,
     },
-    /// Check the installation and report what needs attention.
+    /// Check the installation and report what needs attention (all namespaces unless -n).
     Doctor {
+        /// Every namespace (the default without -n).
         #[arg(short = 'A', long)]
         all_namespaces: bool,
     },
@@ -138,7 +140,10 @@ async fn run(cli: Cli) -> Result<i32> {
     let client = Client::try_default().await.context("connecting with the current kubeconfig context")?;
     let ns = cli.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
     match cli.command {
-        Command::Status { all_namespaces } => status(&client, (!all_namespaces).then_some(ns.as_str())).await,
+        Command::Status { all_namespaces } => {
+            let scope = if all_namespaces { Scope::All } else { Scope::Namespace(ns.clone()) };
+            status(&client, &scope).await
+        }
         Command::Snapshot { policy, name, pin, wait, timeout } => {
             let name = name.unwrap_or_else(|| report::manual_name(&policy, Utc::now()));
             let snap: Snapshot = serde_json::from_value(json!({
@@ -216,7 +221,13 @@ async fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Command::Doctor { all_namespaces } => {
-            let findings = doctor(&client, (!all_namespaces).then_some(ns.as_str())).await;
+            // The installation is checked everywhere unless a namespace is asked for: the
+            // context's namespace is where to write, not where the backups are.
+            let asked = match (&cli.namespace, all_namespaces) {
+                (Some(n), false) => Scope::Namespace(n.clone()),
+                (Some(_), true) | (None, _) => Scope::All,
+            };
+            let findings = doctor(&client, &asked, client.default_namespace()).await;
             let (out, code) = report::doctor(&findings);
             print!("{out}");
             Ok(code)
@@ -234,6 +245,7 @@ async fn read_repository(client: &Client, ns: &str, name: &str, cluster: bool) -
             kind: "ClusterRepository",
             namespace: None,
             name: r.name_any(),
+            uid: r.uid(),
             status: r.status.map(|s| s.common).unwrap_or_default(),
         })
     } else {
@@ -245,6 +257,7 @@ async fn read_repository(client: &Client, ns: &str, name: &str, cluster: bool) -
             kind: "Repository",
             namespace: r.namespace(),
             name: r.name_any(),
+            uid: r.uid(),
             status: r.status.unwrap_or_default(),
         })
     }
@@ -272,56 +285,118 @@ async fn patch_repository(
     Ok(())
 }
 
-async fn repositories(client: &Client, ns: Option<&str>) -> Result<Vec<RepoRow>> {
-    let repos: Api<Repository> = match ns {
+/// The namespaced objects of one kind in the scope.
+async fn list<K>(client: &Client, scope: &Scope) -> kube::Result<Vec<K>>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = match scope.namespace() {
         Some(n) => Api::namespaced(client.clone(), n),
         None => Api::all(client.clone()),
     };
+    Ok(api.list(&ListParams::default()).await?.items)
+}
+
+/// The API server's message when the error is a 403 (the user may not list there).
+fn forbidden(e: &anyhow::Error) -> Option<String> {
+    e.chain().find_map(|c| match c.downcast_ref::<kube::Error>() {
+        Some(kube::Error::Api(s)) if s.is_forbidden() => Some(s.message.clone()),
+        _ => None,
+    })
+}
+
+/// Lists in `scope`; for all namespaces, a user who may not list across them gets the
+/// `fallback` namespace instead, with the reason. Returns where it looked.
+async fn list_or_fallback<K>(client: &Client, scope: &Scope, fallback: &str) -> Result<(Scope, Vec<K>, Option<String>)>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    match list::<K>(client, scope).await.map_err(anyhow::Error::from) {
+        Ok(items) => Ok((scope.clone(), items, None)),
+        Err(e) if *scope == Scope::All && forbidden(&e).is_some() => {
+            let here = Scope::Namespace(fallback.to_string());
+            Ok((here.clone(), list::<K>(client, &here).await?, forbidden(&e)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn snap_row(s: &Snapshot) -> SnapRow {
+    let phase = if s.metadata.deletion_timestamp.is_some() {
+        "Deleting".to_string()
+    } else {
+        s.status.as_ref().and_then(|x| x.phase.as_ref()).map_or("Pending".into(), |p| p.as_str().to_string())
+    };
+    SnapRow {
+        namespace: s.namespace().unwrap_or_default(),
+        name: s.name_any(),
+        phase,
+        repository: s.status.as_ref().and_then(|x| x.resolved.as_ref()).and_then(|r| r.repository.clone()),
+    }
+}
+
+/// Repositories in the scope and every ClusterRepository; the second is why the
+/// ClusterRepositories could not be listed, if they could not.
+async fn repositories(client: &Client, repos: Vec<Repository>) -> (Vec<RepoRow>, Option<String>) {
     let mut rows: Vec<RepoRow> = repos
-        .list(&ListParams::default())
-        .await
-        .context("listing Repositories (are the kopiur CRDs installed? try: kubectl kopiur doctor)")?
-        .items
         .into_iter()
         .map(|r| RepoRow {
             kind: "Repository",
             namespace: r.namespace(),
             name: r.name_any(),
+            uid: r.uid(),
             status: r.status.unwrap_or_default(),
         })
         .collect();
     // ClusterRepositories serve every namespace; a user who cannot list them still sees theirs.
-    if let Ok(l) = Api::<ClusterRepository>::all(client.clone()).list(&ListParams::default()).await {
-        rows.extend(l.items.into_iter().map(|r| RepoRow {
-            kind: "ClusterRepository",
-            namespace: None,
-            name: r.name_any(),
-            status: r.status.map(|s| s.common).unwrap_or_default(),
-        }));
+    match Api::<ClusterRepository>::all(client.clone()).list(&ListParams::default()).await {
+        Ok(l) => {
+            rows.extend(l.items.into_iter().map(|r| RepoRow {
+                kind: "ClusterRepository",
+                namespace: None,
+                name: r.name_any(),
+                uid: r.uid(),
+                status: r.status.map(|s| s.common).unwrap_or_default(),
+            }));
+            (rows, None)
+        }
+        Err(e) => (rows, Some(explain(&e.into()))),
     }
-    Ok(rows)
 }
 
-async fn status(client: &Client, ns: Option<&str>) -> Result<i32> {
+const REPOSITORIES_HINT: &str = "listing Repositories (are the kopiur CRDs installed? try: kubectl kopiur doctor)";
+
+async fn status(client: &Client, scope: &Scope) -> Result<i32> {
     let now = Utc::now();
-    let rows = repositories(client, ns).await?;
-    print!("{}", report::repositories(&rows, now));
-    let snaps: Api<Snapshot> = match ns {
-        Some(n) => Api::namespaced(client.clone(), n),
-        None => Api::all(client.clone()),
-    };
-    let mut by_ns: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-    for s in snaps.list(&ListParams::default()).await.context("listing Snapshots")?.items {
-        let phase = if s.metadata.deletion_timestamp.is_some() {
-            "Deleting".to_string()
-        } else {
-            s.status.as_ref().and_then(|x| x.phase.as_ref()).map_or("Pending".into(), |p| p.as_str().to_string())
-        };
-        by_ns.entry(s.namespace().unwrap_or_default()).or_default().push(phase);
+    let repos = list::<Repository>(client, scope).await.context(REPOSITORIES_HINT)?;
+    let (rows, _) = repositories(client, repos).await;
+    // A repository's Snapshots may live in other namespaces (every namespace, for a
+    // ClusterRepository): they are counted everywhere the user may list.
+    let (counted, snaps, why) = match scope.namespace() {
+        Some(n) => list_or_fallback::<Snapshot>(client, &Scope::All, n).await,
+        None => list::<Snapshot>(client, scope).await.map(|v| (Scope::All, v, None)).map_err(anyhow::Error::from),
+    }
+    .context("listing Snapshots")?;
+    let snaps: Vec<SnapRow> = snaps.iter().map(snap_row).collect();
+    print!("{}", report::repositories(&rows, &snaps, scope, now));
+    if let Some(why) = why
+        && !rows.is_empty()
+    {
+        println!("  (SNAPSHOTS counts the Snapshots in {counted} only: cannot list them in all namespaces: {why})");
+    }
+    let mut by_ns: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for s in snaps.iter().filter(|s| scope.contains(&s.namespace)) {
+        by_ns.entry(&s.namespace).or_default().push(s.phase.clone());
     }
     println!();
     if by_ns.is_empty() {
-        println!("No Snapshots.");
+        println!("No Snapshots in {scope}.");
     }
     for (n, phases) in by_ns {
         println!("Snapshots in {n}: {}", report::phase_counts(&phases));
@@ -329,7 +404,7 @@ async fn status(client: &Client, ns: Option<&str>) -> Result<i32> {
     Ok(0)
 }
 
-async fn doctor(client: &Client, ns: Option<&str>) -> Vec<Finding> {
+async fn doctor(client: &Client, asked: &Scope, context_ns: &str) -> Vec<Finding> {
     let mut out = Vec::new();
     match client.apiserver_version().await {
         Ok(v) => out.push(Finding::ok(format!("API server reachable (v{}.{})", v.major, v.minor))),
@@ -354,7 +429,9 @@ async fn doctor(client: &Client, ns: Option<&str>) -> Vec<Finding> {
                 return out;
             }
         }
-        Err(e) => out.push(Finding::warn(format!("cannot list CRDs (needs cluster-wide read): {e}"))),
+        Err(e) => {
+            out.push(Finding::warn(format!("cannot list CRDs (needs cluster-wide read): {}", explain(&e.into()))))
+        }
     }
     // The operator: its leader Lease, wherever it runs.
     let lp = ListParams::default().fields("metadata.name=kopiur-leader");
@@ -370,58 +447,41 @@ async fn doctor(client: &Client, ns: Option<&str>) -> Vec<Finding> {
                 Utc::now(),
             ));
         }
-        Err(e) => out.push(Finding::warn(format!("cannot read Leases to find the operator: {e}"))),
+        Err(e) => out.push(Finding::warn(format!("cannot read Leases to find the operator: {}", explain(&e.into())))),
     }
-    match repositories(client, ns).await {
-        Ok(rows) if rows.is_empty() => out.push(Finding::warn("no repositories: create one (docs/backups.md §1)")),
-        Ok(rows) => {
-            for r in &rows {
-                let who = format!(
-                    "{} {}",
-                    r.kind,
-                    r.namespace.as_ref().map_or(r.name.clone(), |n| format!("{n}/{}", r.name))
-                );
-                let phase = r.status.phase.as_ref().map(|p| p.as_str().to_string()).unwrap_or_else(|| "Pending".into());
-                let advice = report::advice(r);
-                let what = if advice.is_empty() { format!("{who}: {phase}") } else { advice.trim().to_string() };
-                out.push(match phase.as_str() {
-                    "Ready" if advice.is_empty() => Finding::ok(what),
-                    "Failed" => Finding::fail(what),
-                    _ => Finding::warn(what),
-                });
+    // Without -n, everywhere; a user who may not list across namespaces gets the context's
+    // namespace, and is told.
+    match list_or_fallback::<Repository>(client, asked, context_ns).await {
+        Ok((scope, repos, why)) => {
+            if let Some(why) = why {
+                out.push(Finding::warn(report::fallback_note("Repositories", &scope, &why)));
             }
+            let (rows, cluster_unlisted) = repositories(client, repos).await;
+            out.extend(report::repository_findings(&scope, &rows, cluster_unlisted.as_deref()));
         }
-        Err(e) => out.push(Finding::fail(format!("{e:#}"))),
+        Err(e) => out.push(Finding::fail(format!("{:#}", e.context(REPOSITORIES_HINT)))),
     }
-    let snaps: Api<Snapshot> = match ns {
-        Some(n) => Api::namespaced(client.clone(), n),
-        None => Api::all(client.clone()),
-    };
-    if let Ok(l) = snaps.list(&ListParams::default()).await {
-        let failed: Vec<String> = l
-            .items
-            .iter()
-            .filter(|s| s.status.as_ref().and_then(|x| x.phase.as_ref()).map(|p| p.as_str()) == Some("Failed"))
-            .map(|s| {
-                let reason = s
-                    .status
-                    .as_ref()
-                    .and_then(|x| x.conditions.iter().find(|c| c.type_ == "Ready"))
-                    .map(|c| c.reason.clone())
-                    .unwrap_or_default();
-                format!("{}/{} ({reason})", s.namespace().unwrap_or_default(), s.name_any())
-            })
-            .collect();
-        if failed.is_empty() {
-            out.push(Finding::ok(format!("{} Snapshot(s), none Failed", l.items.len())));
-        } else {
-            let shown: Vec<&String> = failed.iter().take(5).collect();
-            out.push(Finding::warn(format!(
-                "{} Failed Snapshot(s), e.g. {}; see kubectl describe snapshot",
-                failed.len(),
-                shown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-            )));
+    match list_or_fallback::<Snapshot>(client, asked, context_ns).await {
+        Ok((scope, snaps, why)) => {
+            if let Some(why) = why {
+                out.push(Finding::warn(report::fallback_note("Snapshots", &scope, &why)));
+            }
+            let failed: Vec<String> = snaps
+                .iter()
+                .filter(|s| s.status.as_ref().and_then(|x| x.phase.as_ref()).map(|p| p.as_str()) == Some("Failed"))
+                .map(|s| {
+                    let reason = s
+                        .status
+                        .as_ref()
+                        .and_then(|x| x.conditions.iter().find(|c| c.type_ == "Ready"))
+                        .map(|c| c.reason.clone())
+                        .unwrap_or_default();
+                    format!("{}/{} ({reason})", s.namespace().unwrap_or_default(), s.name_any())
+                })
+                .collect();
+            out.push(report::snapshot_finding(&scope, snaps.len(), &failed));
         }
+        Err(e) => out.push(Finding::warn(format!("cannot list Snapshots in {asked}: {}", explain(&e)))),
     }
     out
 }

@@ -3,6 +3,38 @@
 use chrono::{DateTime, Utc};
 use kopiur_api::names::annotation;
 use kopiur_api::repository::RepositoryStatus;
+use kopiur_api::shared::RepositoryKind;
+use kopiur_api::shared::status::ResolvedRepository;
+
+/// Where a command looked: every namespace, or one. Printed as `all namespaces` or
+/// `namespace demo`, so the output always says what it covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    All,
+    Namespace(String),
+}
+
+impl Scope {
+    pub fn namespace(&self) -> Option<&str> {
+        match self {
+            Scope::All => None,
+            Scope::Namespace(n) => Some(n),
+        }
+    }
+
+    pub fn contains(&self, namespace: &str) -> bool {
+        self.namespace().is_none_or(|n| n == namespace)
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scope::All => f.write_str("all namespaces"),
+            Scope::Namespace(n) => write!(f, "namespace {n}"),
+        }
+    }
+}
 
 /// One Repository or ClusterRepository, as read.
 #[derive(Clone, Debug, PartialEq)]
@@ -12,7 +44,54 @@ pub struct RepoRow {
     /// None for a ClusterRepository.
     pub namespace: Option<String>,
     pub name: String,
+    pub uid: Option<String>,
     pub status: RepositoryStatus,
+}
+
+/// One Snapshot, as read: what the status table counts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SnapRow {
+    pub namespace: String,
+    pub name: String,
+    /// `Deleting` once it has a deletion timestamp, `Pending` before its first status.
+    pub phase: String,
+    /// `status.resolved.repository`: the repository the operator pinned it to.
+    pub repository: Option<ResolvedRepository>,
+}
+
+impl SnapRow {
+    /// Whether the Snapshot is pinned to this repository: same kind and name, same namespace
+    /// for a Repository (an absent one is the Snapshot's own), and the same uid when both are
+    /// known, so a deleted-and-recreated namesake's Snapshots are not counted as its.
+    pub fn is_of(&self, r: &RepoRow) -> bool {
+        let Some(p) = &self.repository else { return false };
+        let same_kind = match p.kind {
+            RepositoryKind::Repository => r.kind == "Repository",
+            RepositoryKind::ClusterRepository => r.kind == "ClusterRepository",
+        };
+        let same_namespace = match p.kind {
+            RepositoryKind::Repository => {
+                r.namespace.as_deref() == Some(p.namespace.as_deref().unwrap_or(&self.namespace))
+            }
+            RepositoryKind::ClusterRepository => true,
+        };
+        let same_uid = match (&p.uid, &r.uid) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        same_kind && same_namespace && p.name == r.name && same_uid
+    }
+}
+
+/// The SNAPSHOTS cell: the Snapshot objects pinned to the repository and how many of them
+/// Succeeded, e.g. `3 (2 Succeeded)`; `0` when none.
+pub fn snapshots_cell(r: &RepoRow, snaps: &[SnapRow]) -> String {
+    let mine: Vec<&SnapRow> = snaps.iter().filter(|s| s.is_of(r)).collect();
+    if mine.is_empty() {
+        return "0".into();
+    }
+    let succeeded = mine.iter().filter(|s| s.phase == "Succeeded").count();
+    format!("{} ({succeeded} Succeeded)", mine.len())
 }
 
 impl RepoRow {
@@ -98,21 +177,25 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// The repositories table plus one line of advice per repository that needs attention.
-pub fn repositories(rows: &[RepoRow], now: DateTime<Utc>) -> String {
+/// What to try when nothing was found in a namespace.
+fn elsewhere(scope: &Scope) -> &'static str {
+    match scope {
+        Scope::All => "",
+        Scope::Namespace(_) => " (-A looks in all namespaces)",
+    }
+}
+
+/// The repositories table (found in `scope`, plus every ClusterRepository) plus one line of
+/// advice per repository that needs attention. SNAPSHOTS counts the `snaps` pinned to each.
+pub fn repositories(rows: &[RepoRow], snaps: &[SnapRow], scope: &Scope, now: DateTime<Utc>) -> String {
     if rows.is_empty() {
-        return "No repositories found.\n".into();
+        return format!("No Repository in {scope} and no ClusterRepository{}.\n", elsewhere(scope));
     }
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
             let reachable = r.condition("BackendReachable").map_or("-".to_string(), |c| c.status.clone());
-            let snapshots = r
-                .status
-                .storage_stats
-                .as_ref()
-                .and_then(|s| s.snapshot_count)
-                .map_or("-".to_string(), |n| n.to_string());
+            let snapshots = snapshots_cell(r, snaps);
             vec![
                 r.namespace.clone().unwrap_or_else(|| "(cluster)".into()),
                 r.name.clone(),
@@ -267,6 +350,59 @@ pub fn doctor(findings: &[Finding]) -> (String, i32) {
     (out, i32::from(fails > 0))
 }
 
+/// The doctor's findings for the repositories found in `scope` (plus every
+/// ClusterRepository, unless `cluster_unlisted` says why they could not be listed): how
+/// many, where it looked, then each one's phase and next step.
+pub fn repository_findings(scope: &Scope, rows: &[RepoRow], cluster_unlisted: Option<&str>) -> Vec<Finding> {
+    let cluster = rows.iter().filter(|r| r.namespace.is_none()).count();
+    let namespaced = rows.len() - cluster;
+    let clusters = match cluster_unlisted {
+        None => format!("ClusterRepositories: {cluster}"),
+        Some(why) => format!("ClusterRepositories: cannot list them ({why})"),
+    };
+    if rows.is_empty() {
+        let none = if cluster_unlisted.is_some() { clusters } else { "no ClusterRepository".into() };
+        return vec![Finding::warn(format!(
+            "no Repository in {scope}; {none}: create one (docs/backups.md §1){}",
+            elsewhere(scope)
+        ))];
+    }
+    let mut out = vec![Finding::ok(format!("Repositories in {scope}: {namespaced}; {clusters}"))];
+    for r in rows {
+        let who = format!("{} {}", r.kind, r.namespace.as_ref().map_or(r.name.clone(), |n| format!("{n}/{}", r.name)));
+        let advice = advice(r);
+        let what = if advice.is_empty() { format!("{who}: {}", r.phase()) } else { advice.trim().to_string() };
+        out.push(match r.phase() {
+            "Ready" if advice.is_empty() => Finding::ok(what),
+            "Failed" => Finding::fail(what),
+            _ => Finding::warn(what),
+        });
+    }
+    out
+}
+
+/// The doctor's finding for the Snapshots in `scope`: how many, and the Failed ones
+/// (`namespace/name (reason)`), five of them named.
+pub fn snapshot_finding(scope: &Scope, total: usize, failed: &[String]) -> Finding {
+    if failed.is_empty() {
+        return Finding::ok(format!("Snapshots in {scope}: {total}, none Failed"));
+    }
+    let shown: Vec<&str> = failed.iter().take(5).map(String::as_str).collect();
+    Finding::warn(format!(
+        "Snapshots in {scope}: {total}, {} Failed, e.g. {}; see kubectl describe snapshot",
+        failed.len(),
+        shown.join(", ")
+    ))
+}
+
+/// Said when listing in all namespaces was forbidden and the command looked in the
+/// kubeconfig context's namespace instead.
+pub fn fallback_note(what: &str, looked: &Scope, why: &str) -> String {
+    format!(
+        "cannot list {what} in all namespaces ({why}); looked in {looked} only (the kubeconfig context's; -n picks another)"
+    )
+}
+
 /// The doctor's finding for the leader Lease: fresh means renewed within three lease
 /// durations.
 pub fn lease_finding(
@@ -320,6 +456,7 @@ mod tests {
             kind: "Repository",
             namespace: Some("apps".into()),
             name: "r".into(),
+            uid: Some("uid-r".into()),
             status: RepositoryStatus { phase: Some(phase), ..Default::default() },
         }
     }
@@ -380,12 +517,106 @@ mod tests {
         c.namespace = None;
         c.name = "shared".into();
         c.status.conditions.push(cond("BackendReachable", "True", "Reachable", ""));
-        let out = repositories(&[row(RepositoryPhase::Initializing), c], t("2026-11-30T01:00:00Z"));
+        let scope = Scope::Namespace("apps".into());
+        let snaps = [snap("apps", "s1", "Succeeded", pin(RepositoryKind::Repository, Some("apps"), "r", None))];
+        let out = repositories(&[row(RepositoryPhase::Initializing), c], &snaps, &scope, t("2026-11-30T01:00:00Z"));
         let lines: Vec<&str> = out.lines().collect();
         assert!(lines[0].starts_with("NAMESPACE") && lines[0].contains("HELD-DELETIONS"), "{out}");
         assert!(lines[1].starts_with("apps") && lines[1].contains("Initializing"), "{out}");
+        assert!(lines[1].ends_with("1 (1 Succeeded)"), "{out}");
         assert!(lines[2].starts_with("(cluster)") && lines[2].contains("shared") && lines[2].contains("True"), "{out}");
-        assert_eq!(repositories(&[], Utc::now()), "No repositories found.\n");
+        assert!(lines[2].ends_with("   0"), "{out}");
+        assert_eq!(
+            repositories(&[], &[], &scope, Utc::now()),
+            "No Repository in namespace apps and no ClusterRepository (-A looks in all namespaces).\n"
+        );
+        assert_eq!(
+            repositories(&[], &[], &Scope::All, Utc::now()),
+            "No Repository in all namespaces and no ClusterRepository.\n"
+        );
+    }
+
+    fn pin(kind: RepositoryKind, namespace: Option<&str>, name: &str, uid: Option<&str>) -> Option<ResolvedRepository> {
+        Some(ResolvedRepository {
+            kind,
+            namespace: namespace.map(str::to_string),
+            name: name.into(),
+            uid: uid.map(str::to_string),
+        })
+    }
+
+    fn snap(namespace: &str, name: &str, phase: &str, repository: Option<ResolvedRepository>) -> SnapRow {
+        SnapRow { namespace: namespace.into(), name: name.into(), phase: phase.into(), repository }
+    }
+
+    #[test]
+    fn the_snapshots_cell_counts_the_snapshots_pinned_to_the_repository() {
+        use RepositoryKind::{ClusterRepository, Repository};
+        let r = row(RepositoryPhase::Ready); // Repository apps/r, uid-r
+        let mut shared = row(RepositoryPhase::Ready);
+        (shared.kind, shared.namespace, shared.name, shared.uid) =
+            ("ClusterRepository", None, "r".into(), Some("uid-c".into()));
+        let snaps = [
+            snap("apps", "a", "Succeeded", pin(Repository, Some("apps"), "r", Some("uid-r"))),
+            snap("apps", "b", "Running", pin(Repository, Some("apps"), "r", Some("uid-r"))),
+            // An absent namespace is the Snapshot's own; an absent uid matches.
+            snap("apps", "c", "Succeeded", pin(Repository, None, "r", None)),
+            snap("apps", "d", "Deleting", pin(Repository, Some("apps"), "r", Some("uid-r"))),
+            // Not r's: a recreated namesake's, another namespace's r, the ClusterRepository r,
+            // another name, not pinned yet.
+            snap("apps", "e", "Succeeded", pin(Repository, Some("apps"), "r", Some("uid-old"))),
+            snap("web", "f", "Succeeded", pin(Repository, None, "r", None)),
+            snap("apps", "g", "Succeeded", pin(ClusterRepository, None, "r", Some("uid-c"))),
+            snap("web", "h", "Failed", pin(ClusterRepository, None, "r", Some("uid-c"))),
+            snap("apps", "i", "Succeeded", pin(Repository, Some("apps"), "other", None)),
+            snap("apps", "j", "Pending", None),
+        ];
+        assert_eq!(snapshots_cell(&r, &snaps), "4 (2 Succeeded)");
+        // A ClusterRepository's Snapshots, from every namespace.
+        assert_eq!(snapshots_cell(&shared, &snaps), "2 (1 Succeeded)");
+        let mut lone = row(RepositoryPhase::Ready);
+        lone.name = "lone".into();
+        assert_eq!(snapshots_cell(&lone, &snaps), "0");
+    }
+
+    #[test]
+    fn the_scope_is_always_said() {
+        assert_eq!(Scope::All.to_string(), "all namespaces");
+        assert_eq!(Scope::Namespace("demo".into()).to_string(), "namespace demo");
+        assert!(Scope::All.contains("x") && Scope::Namespace("x".into()).contains("x"));
+        assert!(!Scope::Namespace("x".into()).contains("y"));
+    }
+
+    #[test]
+    fn the_doctor_says_where_it_looked_for_repositories_and_snapshots() {
+        let all = Scope::All;
+        let demo = Scope::Namespace("demo".into());
+        let none = repository_findings(&demo, &[], None);
+        assert_eq!(none.len(), 1);
+        assert_eq!(none[0].level, Level::Warn);
+        assert_eq!(
+            none[0].what,
+            "no Repository in namespace demo; no ClusterRepository: create one (docs/backups.md §1) (-A looks in \
+             all namespaces)"
+        );
+        assert!(repository_findings(&all, &[], None)[0].what.starts_with("no Repository in all namespaces; no"));
+        let mut c = row(RepositoryPhase::Ready);
+        (c.kind, c.namespace, c.name) = ("ClusterRepository", None, "shared".into());
+        let f = repository_findings(&all, &[row(RepositoryPhase::Ready), row(RepositoryPhase::Failed), c], None);
+        assert_eq!(f[0], Finding::ok("Repositories in all namespaces: 2; ClusterRepositories: 1"));
+        assert_eq!(f[1], Finding::ok("Repository apps/r: Ready"));
+        assert_eq!(f[2].level, Level::Fail);
+        assert_eq!(f[3], Finding::ok("ClusterRepository shared: Ready"));
+        let f = repository_findings(&demo, &[row(RepositoryPhase::Ready)], Some("forbidden"));
+        assert_eq!(f[0].what, "Repositories in namespace demo: 1; ClusterRepositories: cannot list them (forbidden)");
+        assert_eq!(snapshot_finding(&all, 3, &[]), Finding::ok("Snapshots in all namespaces: 3, none Failed"));
+        let failed: Vec<String> = (0..7).map(|i| format!("demo/s{i} (Boom)")).collect();
+        let w = snapshot_finding(&demo, 9, &failed);
+        assert_eq!(w.level, Level::Warn);
+        assert!(w.what.starts_with("Snapshots in namespace demo: 9, 7 Failed, e.g. demo/s0 (Boom),"), "{}", w.what);
+        assert!(w.what.contains("demo/s4") && !w.what.contains("demo/s5"), "{}", w.what);
+        let note = fallback_note("Repositories", &demo, "forbidden");
+        assert!(note.starts_with("cannot list Repositories in all namespaces (forbidden); looked in namespace demo"));
     }
 
     #[test]

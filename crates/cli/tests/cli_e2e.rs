@@ -157,3 +157,148 @@ async fn cli_against_a_real_api_server() -> Result<()> {
     ensure!(code == 0 && out.contains("leader kopiur-0") && out.contains("0 failed"), "doctor passes: {out}");
     Ok(())
 }
+
+/// The demo as a newcomer has it: a Ready Repository `r` and its Snapshots in a namespace that
+/// is not the kubeconfig context's (the context names none, so it is `default`). `s1`
+/// Succeeded and `s2` is still Running, both pinned to `r` (with its uid) like the operator
+/// pins them; `old` is pinned to a deleted namesake of `r` (another uid) and is not `r`'s.
+async fn seed_demo(client: &Client, ns: &str) -> Result<()> {
+    let repos: Api<Repository> = Api::namespaced(client.clone(), ns);
+    let repo: Repository = serde_json::from_value(json!({
+        "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+        "metadata": {"name": "r", "namespace": ns},
+        "spec": {"backend": {"s3": {"bucket": "bkt", "endpoint": "http://127.0.0.1:9", "region": "garage"}},
+                 "encryption": {"passwordSecretRef": {"name": "kopia"}}}
+    }))?;
+    let uid = repos.create(&PostParams::default(), &repo).await?.metadata.uid.context("the repository's uid")?;
+    set_status(
+        client,
+        ns,
+        "r",
+        json!({"phase": "Ready",
+               "conditions": [{"type": "BackendReachable", "status": "True", "reason": "Reachable", "message": "",
+                               "lastTransitionTime": Utc::now().to_rfc3339()}]}),
+    )
+    .await?;
+    let snaps: Api<Snapshot> = Api::namespaced(client.clone(), ns);
+    for (name, phase, pin_uid) in
+        [("s1", "Succeeded", uid.as_str()), ("s2", "Running", &uid), ("old", "Succeeded", "gone")]
+    {
+        let s: Snapshot = serde_json::from_value(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"policyRef": {"name": "p"}}
+        }))?;
+        snaps.create(&PostParams::default(), &s).await?;
+        let mut status = json!({"phase": phase,
+            "resolved": {"repository": {"kind": "Repository", "namespace": ns, "name": "r", "uid": pin_uid}}});
+        if phase == "Succeeded" {
+            status["snapshot"] = json!({"kopiaSnapshotID": format!("k-{name}")});
+        }
+        snaps.patch_status(name, &PatchParams::default(), &Patch::Merge(&json!({ "status": status }))).await?;
+    }
+    Ok(())
+}
+
+/// The row of repository `r` in `status` output, and its last column (SNAPSHOTS).
+fn snapshots_cell(out: &str, ns: &str) -> Result<String> {
+    let header = out.lines().find(|l| l.starts_with("NAMESPACE")).context("the table header")?;
+    let col = header.find("SNAPSHOTS").context("a SNAPSHOTS column")?;
+    let row = out.lines().find(|l| l.starts_with(&format!("{ns} "))).context("a row for r")?;
+    Ok(row.get(col..).unwrap_or("").trim().to_string())
+}
+
+/// Issue 16, second bug: the SNAPSHOTS column showed `-` for a repository with a Succeeded
+/// Snapshot. It counts the Snapshot objects pinned to the repository (by kind, namespace,
+/// name and uid) and the Succeeded ones among them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_counts_the_snapshots_pinned_to_each_repository() -> Result<()> {
+    let env = TestEnv::start(kopiur_testenv::Options { node_agent: false, ..Default::default() }).await?;
+    let client = env.client().await?;
+    let cli = Cli { kubeconfig: env.kubeconfig().to_path_buf() };
+    let ns = env.namespace("demo").await?;
+    seed_demo(&client, &ns).await?;
+
+    let (code, out, _) = cli.run(&["status", "-n", &ns]).await?;
+    ensure!(code == 0, "status exits 0");
+    let cell = snapshots_cell(&out, &ns)?;
+    ensure!(cell == "2 (1 Succeeded)", "s1 and s2 are r's, `old` is its namesake's: SNAPSHOTS {cell:?}\n{out}");
+    ensure!(out.contains(&format!("Snapshots in {ns}: Running 1, Succeeded 2")), "per-namespace phases: {out}");
+    // The same from -A.
+    let (code, out, _) = cli.run(&["status", "-A"]).await?;
+    ensure!(code == 0 && snapshots_cell(&out, &ns)? == "2 (1 Succeeded)", "status -A: {out}");
+    // Without -n: the context's namespace, and the output says which.
+    let (code, out, _) = cli.run(&["status"]).await?;
+    ensure!(code == 0 && out.contains("namespace default") && out.contains("-A"), "status, default scope: {out}");
+    Ok(())
+}
+
+/// Issue 16, first bug: `doctor` without `-n` looked only in the context's namespace and
+/// reported "no repositories" and "0 Snapshot(s)" next to the demo. Without `-n` it looks in
+/// all namespaces, says so, and falls back to the context's namespace (saying that too) for a
+/// user who may not list across namespaces; `-n X` still scopes to X.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_without_a_namespace_looks_in_all_namespaces() -> Result<()> {
+    let env = TestEnv::start(kopiur_testenv::Options { node_agent: false, ..Default::default() }).await?;
+    let client = env.client().await?;
+    let cli = Cli { kubeconfig: env.kubeconfig().to_path_buf() };
+    let ns = env.namespace("demo").await?;
+    seed_demo(&client, &ns).await?;
+
+    let (_, out, _) = cli.run(&["doctor"]).await?;
+    ensure!(!out.contains("no repositories") && !out.contains("no Repository"), "the demo's repository is seen: {out}");
+    ensure!(out.contains(&format!("Repository {ns}/r: Ready")), "r reported: {out}");
+    ensure!(out.contains("Repositories in all namespaces: 1"), "the scope said: {out}");
+    ensure!(out.contains("Snapshots in all namespaces: 3, none Failed"), "the Snapshots counted: {out}");
+    // -A is the same.
+    let (_, all, _) = cli.run(&["doctor", "-A"]).await?;
+    ensure!(all.contains("Repositories in all namespaces: 1"), "doctor -A: {all}");
+    // -n X scopes to X, and says so.
+    let (_, out, _) = cli.run(&["doctor", "-n", "default"]).await?;
+    ensure!(out.contains("no Repository in namespace default; no ClusterRepository"), "-n default: {out}");
+    ensure!(out.contains("Snapshots in namespace default: 0"), "-n default: {out}");
+    let (_, out, _) = cli.run(&["doctor", "-n", &ns]).await?;
+    ensure!(out.contains(&format!("Repositories in namespace {ns}: 1")), "-n {ns}: {out}");
+
+    // A user who may only read kopiur objects in the demo namespace, with a context naming it.
+    let rbac = kube::Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), &ns);
+    rbac.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": "reader", "namespace": ns},
+            "rules": [{"apiGroups": ["kopiur.home-operations.com"], "resources": ["repositories", "snapshots"],
+                       "verbs": ["get", "list"]}]
+        }))?,
+    )
+    .await?;
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "reader", "namespace": ns},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "tenant"}]
+            }))?,
+        )
+        .await?;
+    let admin = std::fs::read_to_string(env.kubeconfig())?;
+    ensure!(admin.matches("  user:\n").count() == 1 && admin.contains("    cluster: local\n"), "kubeconfig layout");
+    let tenant = admin
+        .replace("  user:\n", "  user:\n    as: tenant\n")
+        .replace("    cluster: local\n", &format!("    cluster: local\n    namespace: {ns}\n"));
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("tenant.kubeconfig");
+    std::fs::write(&path, tenant)?;
+    let tenant = Cli { kubeconfig: path };
+    let (_, out, _) = tenant.run(&["doctor"]).await?;
+    ensure!(out.contains(&format!("Repository {ns}/r: Ready")), "the tenant's repository: {out}");
+    ensure!(
+        out.contains("cannot list Repositories in all namespaces") && out.contains(&format!("namespace {ns}")),
+        "the fallback is said: {out}"
+    );
+    ensure!(out.contains(&format!("Snapshots in namespace {ns}: 3, none Failed")), "tenant's Snapshots: {out}");
+    ensure!(out.contains("ClusterRepositories: cannot list them"), "unlisted ClusterRepositories are not 0: {out}");
+    let (code, out, _) = tenant.run(&["status"]).await?;
+    ensure!(code == 0 && snapshots_cell(&out, &ns)? == "2 (1 Succeeded)", "tenant status: {out}");
+    Ok(())
+}
