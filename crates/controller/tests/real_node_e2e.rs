@@ -18,8 +18,10 @@
 //! 5. The backend cut at the proxy: the Repository goes Degraded, a scheduled child created
 //!    meanwhile parks Pending without a Job, and on recovery runs exactly one Job.
 //! 6. An external deletion of 12 Snapshots is held; the ack drains it in one batch Job.
-//! 7. Every mover pod ran on the real node in a container with a read-only root filesystem,
-//!    all capabilities dropped and a non-root user.
+//! 7. Every mover pod ran on the real node in a containerd container with the hardened base of
+//!    spec/api.md §2.6: all capabilities dropped, no privilege escalation, seccomp
+//!    RuntimeDefault, a non-root user (the base keeps the root filesystem writable; the
+//!    controller's pod runs with a read-only root).
 #[path = "support/deletion_seed.rs"]
 mod support;
 
@@ -286,6 +288,8 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let c0 = cs.first().context("controller container status")?;
     ensure!(c0.container_id.as_deref().is_some_and(|id| id.starts_with("containerd://")), "not a containerd container: {c0:?}");
     ensure!(c0.image.contains("kopiur-controller"), "image {}", c0.image);
+    let csc = pod.spec.as_ref().and_then(|s| s.containers.first()).and_then(|c| c.security_context.clone()).unwrap_or_default();
+    ensure!(csc.read_only_root_filesystem == Some(true), "the chart runs the controller with a read-only root");
     let pod_ip = st.pod_ip.clone().context("pod IP")?;
     ensure!(pod_ip.starts_with("198.18.0."), "pod IP {pod_ip} from the environment's range");
     println!(
@@ -572,7 +576,10 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         for c in &spec.containers {
             let sc = c.security_context.clone().unwrap_or_default();
             ensure!(c.image.as_deref() == Some("localhost/kopiur-mover:testenv"), "{} image {:?}", p.name_any(), c.image);
-            ensure!(sc.read_only_root_filesystem == Some(true), "{}: root filesystem not read-only", p.name_any());
+            // The hardened base of spec/api.md §2.6 ("Merge order"): readOnlyRootFilesystem is
+            // false there (a user overlay may set it once mover settings are wired, issue 17).
+            let seccomp = sc.seccomp_profile.or(pod_sc.seccomp_profile.clone()).map(|s| s.type_);
+            ensure!(seccomp.as_deref() == Some("RuntimeDefault"), "{}: seccomp {seccomp:?}", p.name_any());
             let drop = sc.capabilities.as_ref().and_then(|c| c.drop.clone()).unwrap_or_default();
             ensure!(drop.iter().any(|d| d == "ALL"), "{}: capabilities not all dropped: {drop:?}", p.name_any());
             ensure!(sc.capabilities.as_ref().and_then(|c| c.add.clone()).unwrap_or_default().is_empty(), "{}: capabilities added", p.name_any());
@@ -596,7 +603,7 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         );
     }
     println!(
-        "{} mover pods, every one on {} in a containerd container: read-only root, capabilities ALL dropped, non-root",
+        "{} mover pods, every one on {} in a containerd container: capabilities ALL dropped, no privilege escalation, seccomp RuntimeDefault, non-root",
         mover_pods.len(),
         config::NODE_NAME
     );
