@@ -57,11 +57,12 @@ async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
 
 /// The archives `cargo xtask test` built for the node (`*-testenv-linux-amd64.oci.tar`).
 fn node_images() -> Result<Vec<PathBuf>> {
-    let dir = std::env::var_os("KOPIUR_IMAGES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target/images"));
+    let dir =
+        std::env::var_os("KOPIUR_IMAGES_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target/images"));
     let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .with_context(|| format!("{}: run `cargo xtask images --node-images --registry localhost --tag testenv`", dir.display()))?
+        .with_context(|| {
+            format!("{}: run `cargo xtask images --node-images --registry localhost --tag testenv`", dir.display())
+        })?
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with("-testenv-linux-amd64.oci.tar")))
@@ -69,7 +70,10 @@ fn node_images() -> Result<Vec<PathBuf>> {
     v.sort();
     for want in ["kopiur-controller", "kopiur-mover", "kopiur-testenv-pause"] {
         ensure!(
-            v.iter().any(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("{want}-testenv")))),
+            v.iter().any(|p| p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{want}-testenv")))),
             "{want} archive missing in {}: run `cargo xtask images --node-images --registry localhost --tag testenv`",
             dir.display()
         );
@@ -277,18 +281,27 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let pod = wait_for("the controller pod Ready", Duration::from_secs(180), &log, || async {
         let list = pods.list(&ListParams::default().labels(&selector)).await?;
         Ok(list.items.into_iter().find(|p| {
-            p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
-                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-            })
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
         }))
     })
     .await?;
     let st = pod.status.clone().unwrap_or_default();
     let cs = st.container_statuses.clone().unwrap_or_default();
     let c0 = cs.first().context("controller container status")?;
-    ensure!(c0.container_id.as_deref().is_some_and(|id| id.starts_with("containerd://")), "not a containerd container: {c0:?}");
+    ensure!(
+        c0.container_id.as_deref().is_some_and(|id| id.starts_with("containerd://")),
+        "not a containerd container: {c0:?}"
+    );
     ensure!(c0.image.contains("kopiur-controller"), "image {}", c0.image);
-    let csc = pod.spec.as_ref().and_then(|s| s.containers.first()).and_then(|c| c.security_context.clone()).unwrap_or_default();
+    let csc = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.security_context.clone())
+        .unwrap_or_default();
     ensure!(csc.read_only_root_filesystem == Some(true), "the chart runs the controller with a read-only root");
     let pod_ip = st.pod_ip.clone().context("pod IP")?;
     ensure!(pod_ip.starts_with("198.18.0."), "pod IP {pod_ip} from the environment's range");
@@ -430,7 +443,8 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         .await?;
         wait_for(&format!("Restore {target} Completed"), Duration::from_secs(300), &log, || async {
             let r = restores.get(target).await?;
-            let p = r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default();
+            let p =
+                r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default();
             if p == "Failed" {
                 bail!("restore {target} failed: {:?}", r.status.as_ref().and_then(|s| s.failure.clone()));
             }
@@ -469,9 +483,9 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let by_schedule = ListParams::default().labels("kopiur.home-operations.com/schedule=minutely");
     let child = wait_for("a scheduled child parked Pending", Duration::from_secs(150), &log, || async {
         let l = snaps.list(&by_schedule).await?;
-        Ok(l.items.into_iter().find(|s| {
-            phase(s) == "Pending" && condition(s, "Ready").is_some_and(|c| c.reason == "RepositoryNotReady")
-        }))
+        Ok(l.items
+            .into_iter()
+            .find(|s| phase(s) == "Pending" && condition(s, "Ready").is_some_and(|c| c.reason == "RepositoryNotReady")))
     })
     .await?;
     let child_name = child.name_any();
@@ -535,7 +549,9 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let batch_jobs = |seen: &Seen| {
         seen.jobs()
             .into_iter()
-            .filter(|j| j.labels().get("kopiur.home-operations.com/op").map(String::as_str) == Some("snapshot-delete-batch"))
+            .filter(|j| {
+                j.labels().get("kopiur.home-operations.com/op").map(String::as_str) == Some("snapshot-delete-batch")
+            })
             .collect::<Vec<_>>()
     };
     ensure!(batch_jobs(&seen).is_empty(), "nothing deleted while held");
@@ -554,20 +570,34 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let batches = batch_jobs(&seen);
     let members: BTreeSet<String> = batches
         .iter()
-        .flat_map(|j| j.annotations().get(support::DELETE_MEMBERS).cloned().unwrap_or_default().split(',').map(str::to_string).collect::<Vec<_>>())
+        .flat_map(|j| {
+            j.annotations()
+                .get(support::DELETE_MEMBERS)
+                .cloned()
+                .unwrap_or_default()
+                .split(',')
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
         .filter(|m| !m.is_empty())
         .collect();
-    println!("held wave of 12 drained after the ack by {} batch Job(s) listing {} members", batches.len(), members.len());
-    ensure!(batches.len() == 1 && members.len() == 12, "one batch Job for the 12: {} Jobs, {} members", batches.len(), members.len());
+    println!(
+        "held wave of 12 drained after the ack by {} batch Job(s) listing {} members",
+        batches.len(),
+        members.len()
+    );
+    ensure!(
+        batches.len() == 1 && members.len() == 12,
+        "one batch Job for the 12: {} Jobs, {} members",
+        batches.len(),
+        members.len()
+    );
     let left = seed_repo.list().await?;
     ensure!(ids.values().all(|id| !left.contains(id)), "the 12 manifests are gone from kopia");
 
     // 7. Every mover ran on the real node, hardened.
-    let mover_pods: Vec<Pod> = seen
-        .pods()
-        .into_iter()
-        .filter(|p| p.owner_references().iter().any(|o| o.kind == "Job"))
-        .collect();
+    let mover_pods: Vec<Pod> =
+        seen.pods().into_iter().filter(|p| p.owner_references().iter().any(|o| o.kind == "Job")).collect();
     ensure!(mover_pods.len() >= 5, "mover pods seen: {}", mover_pods.len());
     for p in &mover_pods {
         let spec = p.spec.as_ref().context("pod spec")?;
@@ -575,14 +605,23 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         let pod_sc = spec.security_context.clone().unwrap_or_default();
         for c in &spec.containers {
             let sc = c.security_context.clone().unwrap_or_default();
-            ensure!(c.image.as_deref() == Some("localhost/kopiur-mover:testenv"), "{} image {:?}", p.name_any(), c.image);
+            ensure!(
+                c.image.as_deref() == Some("localhost/kopiur-mover:testenv"),
+                "{} image {:?}",
+                p.name_any(),
+                c.image
+            );
             // The hardened base of spec/api.md §2.6 ("Merge order"): readOnlyRootFilesystem is
             // false there (a user overlay may set it once mover settings are wired, issue 17).
             let seccomp = sc.seccomp_profile.or(pod_sc.seccomp_profile.clone()).map(|s| s.type_);
             ensure!(seccomp.as_deref() == Some("RuntimeDefault"), "{}: seccomp {seccomp:?}", p.name_any());
             let drop = sc.capabilities.as_ref().and_then(|c| c.drop.clone()).unwrap_or_default();
             ensure!(drop.iter().any(|d| d == "ALL"), "{}: capabilities not all dropped: {drop:?}", p.name_any());
-            ensure!(sc.capabilities.as_ref().and_then(|c| c.add.clone()).unwrap_or_default().is_empty(), "{}: capabilities added", p.name_any());
+            ensure!(
+                sc.capabilities.as_ref().and_then(|c| c.add.clone()).unwrap_or_default().is_empty(),
+                "{}: capabilities added",
+                p.name_any()
+            );
             let non_root = sc.run_as_non_root.or(pod_sc.run_as_non_root) == Some(true)
                 && sc.run_as_user.or(pod_sc.run_as_user).is_some_and(|u| u != 0);
             ensure!(non_root, "{}: not a non-root user", p.name_any());

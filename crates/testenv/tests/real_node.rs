@@ -93,7 +93,11 @@ async fn a_real_node_joins_runs_a_pod_and_leaves_no_trace() -> Result<()> {
     let cg = PathBuf::from("/sys/fs/cgroup/memory").join(cluster.layout.cgroup_root.trim_start_matches('/'));
     ensure!(!cg.exists(), "cgroup {} left behind", cg.display());
     let dirs_after: Vec<bool> = host::FIXED_DIRS.iter().map(|d| std::path::Path::new(d).exists()).collect();
-    ensure!(dirs_after == dirs_before, "fixed host directories {:?}: before {dirs_before:?}, after {dirs_after:?}", host::FIXED_DIRS);
+    ensure!(
+        dirs_after == dirs_before,
+        "fixed host directories {:?}: before {dirs_before:?}, after {dirs_after:?}",
+        host::FIXED_DIRS
+    );
     println!("host as before: no bridge, route, chain, mount or cgroup of the node; sysctls restored");
     Ok(())
 }

@@ -54,7 +54,12 @@ async fn main() -> Result<()> {
 fn node_images() -> Result<Vec<std::path::PathBuf>> {
     let dir = kopiur_testenv::controlplane::repo_root().join("target/images");
     let mut v: Vec<_> = std::fs::read_dir(&dir)
-        .map_err(|e| anyhow::anyhow!("{}: {e}: run `cargo xtask images --node-images --registry localhost --tag testenv`", dir.display()))?
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{}: {e}: run `cargo xtask images --node-images --registry localhost --tag testenv`",
+                dir.display()
+            )
+        })?
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.to_string_lossy().ends_with("-testenv-linux-amd64.oci.tar"))

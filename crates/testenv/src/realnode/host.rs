@@ -179,7 +179,11 @@ pub fn remove_new_empty_tables(before: &BTreeSet<String>) -> Vec<String> {
         list.extend(&args);
         let empty = sh("nft", &list).is_ok_and(|body| {
             !body.lines().map(str::trim).any(|l| {
-                !l.is_empty() && !l.starts_with("table ") && !l.starts_with("chain ") && !l.starts_with("type ") && l != "}"
+                !l.is_empty()
+                    && !l.starts_with("table ")
+                    && !l.starts_with("chain ")
+                    && !l.starts_with("type ")
+                    && l != "}"
             })
         });
         if empty {
@@ -194,14 +198,14 @@ pub fn remove_new_empty_tables(before: &BTreeSet<String>) -> Vec<String> {
 }
 
 /// Directories containerd, the CNI plugins and kubelet create at fixed host paths.
-pub const FIXED_DIRS: &[&str] = &["/var/lib/cni", "/run/netns", "/run/containerd", "/var/log/containers", "/var/log/pods"];
+pub const FIXED_DIRS: &[&str] =
+    &["/var/lib/cni", "/run/netns", "/run/containerd", "/var/log/containers", "/var/log/pods"];
 
 /// Removes `dir` if it holds nothing but empty directories; returns whether it did.
 pub fn remove_empty_tree(dir: &Path) -> bool {
     fn empty(d: &Path) -> bool {
-        std::fs::read_dir(d).is_ok_and(|rd| {
-            rd.flatten().all(|e| e.file_type().is_ok_and(|t| t.is_dir()) && empty(&e.path()))
-        })
+        std::fs::read_dir(d)
+            .is_ok_and(|rd| rd.flatten().all(|e| e.file_type().is_ok_and(|t| t.is_dir()) && empty(&e.path())))
     }
     dir.is_dir() && !mounts_under(dir).iter().any(|m| m == dir) && empty(dir) && std::fs::remove_dir_all(dir).is_ok()
 }

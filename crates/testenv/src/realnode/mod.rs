@@ -27,15 +27,19 @@ use crate::tools;
 use config::Layout;
 
 /// The Debian packages the real node runs on; installed when missing.
-pub const PACKAGES: &[&str] = &["containerd", "runc", "containernetworking-plugins", "iptables", "conntrack", "nftables"];
+pub const PACKAGES: &[&str] =
+    &["containerd", "runc", "containernetworking-plugins", "iptables", "conntrack", "nftables"];
 
 /// Installs [`PACKAGES`] when any of their commands is missing (as `cargo xtask test` does
 /// for promtool).
 pub fn ensure_packages() -> Result<()> {
-    let missing = ["containerd", "runc", "iptables", "conntrack", "nft", "ctr"]
-        .iter()
-        .any(|c| Command::new("sh").args(["-c", &format!("command -v {c}")]).output().map(|o| !o.status.success()).unwrap_or(true))
-        || !Path::new("/usr/lib/cni/bridge").exists();
+    let missing = ["containerd", "runc", "iptables", "conntrack", "nft", "ctr"].iter().any(|c| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {c}")])
+            .output()
+            .map(|o| !o.status.success())
+            .unwrap_or(true)
+    }) || !Path::new("/usr/lib/cni/bridge").exists();
     if !missing {
         return Ok(());
     }
