@@ -73,10 +73,12 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(arenas_capped: bool) -> anyhow::Result<()> {
+    // Colour only on a terminal: a container's log (`kubectl logs`) and a log file get plain text.
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into()),
         )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     let config = Config::from_env();
     config.check().map_err(anyhow::Error::msg)?;

@@ -323,6 +323,10 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         Ok(metrics().await.unwrap_or_default().lines().any(|l| l == "kopiur_leader 1").then_some(()))
     })
     .await?;
+    // `kubectl logs` through the kubelet: plain text, no terminal colour codes.
+    let text = pods.logs(&pod.name_any(), &Default::default()).await.context("controller logs through the kubelet")?;
+    ensure!(!text.is_empty() && !text.contains('\u{1b}'), "the controller's log is plain text:\n{text:.400}");
+    println!("kubectl logs of the controller: {} lines of plain text", text.lines().count());
 
     // 3. A Repository on Garage through the proxy, Ready; every Job and Pod recorded.
     let ns = env.namespace("real").await?;
