@@ -498,14 +498,7 @@ impl ControlPlane {
             if let Some(st) = proc_.try_wait() {
                 bail!("node agent exited with {st}:\n{}", proc_.log_tail(50));
             }
-            let ready = nodes.get_opt("local").await.ok().flatten().is_some_and(|n| {
-                n.status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-            });
-            if ready {
+            if node_ready(&nodes, "local").await {
                 break;
             }
             if Instant::now() > deadline {
@@ -580,6 +573,13 @@ impl Drop for ControlPlane {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Whether Node `name` exists with condition Ready=True (any error reads as not ready).
+pub async fn node_ready(nodes: &Api<k8s_openapi::api::core::v1::Node>, name: &str) -> bool {
+    nodes.get_opt(name).await.ok().flatten().is_some_and(|n| {
+        n.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Ready" && c.status == "True")
+    })
 }
 
 /// Server-side applies CRDs and waits for Established + NamesAccepted.

@@ -141,18 +141,7 @@ async fn demo_real_node() -> Result<()> {
         bin = kopiur_testenv::tools::kube_apiserver()?.parent().map(|p| p.display().to_string()).unwrap_or_default(),
         state = env.state_dir().display()
     );
-    let mut last = String::new();
-    loop {
-        let report = demo_report(&client).await.unwrap_or_else(|e| format!("(status unavailable: {e})"));
-        if report != last {
-            eprintln!("[demo {:>5.0}s] {report}", t0.elapsed().as_secs_f64());
-            last = report;
-        }
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
-            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-        }
-    }
+    report_until_ctrl_c(&client, t0).await;
     eprintln!("[demo] stopping and cleaning up ...");
     drop(s3);
     drop(garage);
@@ -189,9 +178,19 @@ async fn demo() -> Result<()> {
         env.kubeconfig().display(),
         env.state_dir().display()
     );
+    report_until_ctrl_c(&client, t0).await;
+    eprintln!("[demo] stopping ...");
+    operator.stop();
+    drop(garage);
+    drop(env);
+    Ok(())
+}
+
+/// Prints the demo's status line whenever it changes, until Ctrl-C.
+async fn report_until_ctrl_c(client: &kube::Client, t0: Instant) {
     let mut last = String::new();
     loop {
-        let report = demo_report(&client).await.unwrap_or_else(|e| format!("(status unavailable: {e})"));
+        let report = demo_report(client).await.unwrap_or_else(|e| format!("(status unavailable: {e})"));
         if report != last {
             eprintln!("[demo {:>5.0}s] {report}", t0.elapsed().as_secs_f64());
             last = report;
@@ -201,11 +200,6 @@ async fn demo() -> Result<()> {
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
         }
     }
-    eprintln!("[demo] stopping ...");
-    operator.stop();
-    drop(garage);
-    drop(env);
-    Ok(())
 }
 
 /// One line: the repository phase and each Snapshot's phase.

@@ -220,14 +220,7 @@ impl RealCluster {
                     bail!("{} exited with {st}:\n{}", p.name, p.log_tail(40));
                 }
             }
-            let ready = nodes.get_opt(config::NODE_NAME).await.ok().flatten().is_some_and(|n| {
-                n.status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-            });
-            if ready {
+            if crate::controlplane::node_ready(&nodes, config::NODE_NAME).await {
                 break;
             }
             if Instant::now() > deadline {
