@@ -80,8 +80,16 @@ pub fn restore_sysctls(before: &BTreeMap<String, String>) -> Vec<String> {
 
 /// The bridge the pods attach to, with the node's address, and the Service-range blackhole.
 pub fn create_network() -> Result<()> {
-    if Path::new("/sys/class/net").join(BRIDGE).exists() {
-        bail!("link {BRIDGE} already exists: a previous real node was not torn down (ip link del {BRIDGE})");
+    // Called under the lock, so no live node uses them: leftovers of a run that was killed
+    // before its teardown are stale, and removed.
+    let stale_route = sh("ip", &["route", "show", "table", "all"]).is_ok_and(|r| r.contains(SERVICE_CIDR));
+    if Path::new("/sys/class/net").join(BRIDGE).exists() || stale_route {
+        tracing::warn!(
+            "removing the bridge {BRIDGE} / the {SERVICE_CIDR} route left by a real node that was not torn down"
+        );
+        for e in remove_network() {
+            tracing::warn!("{e}");
+        }
     }
     sh("ip", &["link", "add", BRIDGE, "type", "bridge"])?;
     let cidr = format!("{NODE_IP}/{}", POD_SUBNET.rsplit('/').next().unwrap_or("24"));
