@@ -337,20 +337,20 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     }))?;
     Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await?;
     let endpoint = format!("http://{}", proxy.endpoint());
-    apply(
-        &client,
-        &ns,
+    let repository = |name: &str, prefix: &str, health: Value| {
+        let mut spec = json!({
+            "backend": {"s3": {"bucket": g.bucket(), "endpoint": endpoint, "region": g.region(), "prefix": prefix}},
+            "encryption": {"passwordSecretRef": {"name": "kopia"}}
+        });
+        if !health.is_null() {
+            spec["health"] = health;
+        }
         json!({
             "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
-            "metadata": {"name": "r", "namespace": ns},
-            "spec": {
-                "backend": {"s3": {"bucket": g.bucket(), "endpoint": endpoint, "region": g.region(), "prefix": "real/"}},
-                "encryption": {"passwordSecretRef": {"name": "kopia"}},
-                "health": {"probe": {"interval": "30s", "failureThreshold": 2}}
-            }
-        }),
-    )
-    .await?;
+            "metadata": {"name": name, "namespace": ns}, "spec": spec
+        })
+    };
+    apply(&client, &ns, repository("r", "real/", json!({"probe": {"interval": "30s", "failureThreshold": 2}}))).await?;
     let repos: Api<Repository> = Api::namespaced(client.clone(), &ns);
     wait_for("Repository r Ready", Duration::from_secs(300), &log, || async {
         Ok((repo_phase(&repos.get("r").await?) == "Ready").then_some(()))
@@ -522,19 +522,7 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let seed_repo = support::KopiaRepo::create(&g, &dir.path().join("seed"), "seeded/").await?;
     let names = support::names("ext", 12);
     let ids = seed_repo.seed(&names).await?;
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
-            "metadata": {"name": "seeded", "namespace": ns},
-            "spec": {
-                "backend": {"s3": {"bucket": g.bucket(), "endpoint": endpoint, "region": g.region(), "prefix": "seeded/"}},
-                "encryption": {"passwordSecretRef": {"name": "kopia"}}
-            }
-        }),
-    )
-    .await?;
+    apply(&client, &ns, repository("seeded", "seeded/", Value::Null)).await?;
     wait_for("Repository seeded Ready", Duration::from_secs(300), &log, || async {
         Ok((repo_phase(&repos.get("seeded").await?) == "Ready").then_some(()))
     })
