@@ -27,6 +27,8 @@ pub const LABEL_OP: &str = "kopiur.home-operations.com/op";
 pub const LABEL_CONNECT_KIND: &str = "kopiur.home-operations.com/connect-kind";
 pub const LABEL_DELETE_REPO: &str = "kopiur.home-operations.com/delete-repo";
 pub const CACHE_MOUNT: &str = "/var/cache/kopia";
+/// The only writable path besides the cache: the root filesystem is read-only.
+pub const TMP_MOUNT: &str = "/tmp";
 pub const SOURCE_MOUNT: &str = "/source";
 pub const RESTORE_MOUNT: &str = "/restore";
 pub const DEFAULT_TTL_SECONDS: i32 = 3600;
@@ -123,34 +125,84 @@ pub enum JobError {
     WorkSpec(#[from] WorkSpecError),
 }
 
-/// The hardened container security context, with `overlay` applied field by field.
+/// Applies `overlay` onto `base` field by field: a field the overlay sets wins.
+fn overlay_container(base: &mut SecurityContext, o: &SecurityContext) {
+    macro_rules! take {
+        ($($f:ident),*) => { $( if o.$f.is_some() { base.$f = o.$f.clone(); } )* };
+    }
+    take!(
+        run_as_non_root,
+        allow_privilege_escalation,
+        capabilities,
+        seccomp_profile,
+        read_only_root_filesystem,
+        run_as_user,
+        run_as_group,
+        privileged,
+        proc_mount,
+        se_linux_options,
+        windows_options,
+        app_armor_profile
+    );
+}
+
+fn overlay_pod(base: &mut PodSecurityContext, o: &PodSecurityContext) {
+    macro_rules! take {
+        ($($f:ident),*) => { $( if o.$f.is_some() { base.$f = o.$f.clone(); } )* };
+    }
+    take!(
+        fs_group,
+        fs_group_change_policy,
+        seccomp_profile,
+        run_as_user,
+        run_as_group,
+        run_as_non_root,
+        supplemental_groups,
+        supplemental_groups_policy,
+        sysctls,
+        se_linux_options,
+        windows_options,
+        app_armor_profile,
+        se_linux_change_policy
+    );
+}
+
+/// Merges overlays from lowest to highest (for example `moverDefaults`, then a recipe's
+/// `mover`) into one overlay, field by field.
+pub fn merge_container_overlays<'a>(
+    layers: impl IntoIterator<Item = Option<&'a SecurityContext>>,
+) -> Option<SecurityContext> {
+    let mut out: Option<SecurityContext> = None;
+    for o in layers.into_iter().flatten() {
+        overlay_container(out.get_or_insert_with(Default::default), o);
+    }
+    out
+}
+
+/// Pod-level counterpart of [`merge_container_overlays`].
+pub fn merge_pod_overlays<'a>(
+    layers: impl IntoIterator<Item = Option<&'a PodSecurityContext>>,
+) -> Option<PodSecurityContext> {
+    let mut out: Option<PodSecurityContext> = None;
+    for o in layers.into_iter().flatten() {
+        overlay_pod(out.get_or_insert_with(Default::default), o);
+    }
+    out
+}
+
+/// The hardened container security context, with `overlay` applied field by field. The root
+/// filesystem is read-only: the mover writes only to its cache volume and the `/tmp` emptyDir.
 pub fn container_security_context(overlay: Option<&SecurityContext>) -> SecurityContext {
     let mut base = SecurityContext {
         run_as_non_root: Some(true),
         allow_privilege_escalation: Some(false),
         capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), add: None }),
         seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), localhost_profile: None }),
-        read_only_root_filesystem: Some(false),
+        read_only_root_filesystem: Some(true),
         ..Default::default()
     };
     if let Some(o) = overlay {
-        macro_rules! take {
-            ($($f:ident),*) => { $( if o.$f.is_some() { base.$f = o.$f.clone(); } )* };
-        }
-        take!(
-            run_as_non_root,
-            allow_privilege_escalation,
-            capabilities,
-            seccomp_profile,
-            read_only_root_filesystem,
-            run_as_user,
-            run_as_group,
-            privileged,
-            proc_mount,
-            se_linux_options,
-            windows_options,
-            app_armor_profile
-        );
+        overlay_container(&mut base, o);
     }
     base
 }
@@ -163,24 +215,7 @@ pub fn pod_security_context(overlay: Option<&PodSecurityContext>) -> PodSecurity
         ..Default::default()
     };
     if let Some(o) = overlay {
-        macro_rules! take {
-            ($($f:ident),*) => { $( if o.$f.is_some() { base.$f = o.$f.clone(); } )* };
-        }
-        take!(
-            fs_group,
-            fs_group_change_policy,
-            seccomp_profile,
-            run_as_user,
-            run_as_group,
-            run_as_non_root,
-            supplemental_groups,
-            supplemental_groups_policy,
-            sysctls,
-            se_linux_options,
-            windows_options,
-            app_armor_profile,
-            se_linux_change_policy
-        );
+        overlay_pod(&mut base, o);
     }
     base
 }
@@ -334,9 +369,13 @@ pub fn build_job(input: &JobInput) -> Result<Job, JobError> {
             ..Default::default()
         },
     };
-    let mut volumes = vec![cache_volume];
-    let mut mounts =
-        vec![VolumeMount { name: "kopia-cache".into(), mount_path: CACHE_MOUNT.into(), ..Default::default() }];
+    let tmp_volume =
+        Volume { name: "tmp".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Default::default() };
+    let mut volumes = vec![cache_volume, tmp_volume];
+    let mut mounts = vec![
+        VolumeMount { name: "kopia-cache".into(), mount_path: CACHE_MOUNT.into(), ..Default::default() },
+        VolumeMount { name: "tmp".into(), mount_path: TMP_MOUNT.into(), ..Default::default() },
+    ];
     for (vname, m) in [("source", &input.source), ("restore", &input.restore), ("repository", &input.repository_volume)]
     {
         if let Some(m) = m {

@@ -9,6 +9,7 @@ use kopiur_kopia::model::{self, MaintenanceInfo, RepositoryStatus, SnapshotManif
 use kopiur_kopia::{KopiaEnv, KopiaError, Output, Runner};
 use serde_json::{Value, json};
 
+use crate::permission;
 use crate::result::{
     BootstrapFailure, BootstrapOutcome, BootstrapResult, CatalogEntry, DeleteBatchReport, Failure, MAX_LOG_TAIL_BYTES,
     MAX_RESULT_BYTES, MemberResult, Report, ResultSink, failure_patch, heartbeat_patch, tail_bytes,
@@ -282,10 +283,27 @@ impl<S: ResultSink> Ctx<S> {
                 // deleting the CR removes it.
                 let e = out.to_error();
                 let mut f = Failure::from_error(self.spec.operation.label(), &e);
+                let denied = ErrorClass::from_label(&f.kopia_error_class) == ErrorClass::PermissionDenied;
+                if denied {
+                    // Its own class (never retried, never the backend's fault) with a message
+                    // naming the unreadable entries and the setting that fixes it.
+                    let paths = permission::denied_paths(&f.stderr_tail, &op.mount_path);
+                    let owners: Vec<_> = paths
+                        .iter()
+                        .map(|p| permission::owner_of(&std::path::Path::new(&op.mount_path).join(p)))
+                        .collect();
+                    f.message = format!(
+                        "kopia snapshot create: {}",
+                        permission::message(&paths, &owners, permission::current_ids())
+                    );
+                }
                 let mut status = json!({"failure": f});
                 if let Some(m) = manifest {
-                    f.kopia_error_class = ErrorClass::SourceError.as_str().into();
-                    f.retry_recommended = ErrorClass::SourceError.retryable();
+                    // A partial snapshot was saved: record its id so deleting the CR removes it.
+                    if !denied {
+                        f.kopia_error_class = ErrorClass::SourceError.as_str().into();
+                        f.retry_recommended = ErrorClass::SourceError.retryable();
+                    }
                     status = json!({"failure": f, "snapshot": {"kopiaSnapshotID": m.id, "identity": identity}});
                 }
                 self.report(Report::Status(json!({"status": status}))).await;

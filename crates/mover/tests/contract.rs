@@ -170,6 +170,7 @@ fn job_shape() {
     assert_eq!(sc.allow_privilege_escalation, Some(false));
     assert_eq!(sc.capabilities.as_ref().unwrap().drop.as_ref().unwrap(), &vec!["ALL".to_string()]);
     assert_eq!(sc.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
+    assert_eq!(sc.read_only_root_filesystem, Some(true), "the root filesystem is read-only");
     assert_eq!(pod.security_context.as_ref().unwrap().fs_group, Some(65532));
 
     // One envFrom per distinct Secret, password through secretKeyRef.
@@ -192,6 +193,34 @@ fn job_shape() {
     assert!(mounts.iter().any(|m| m.name == "source" && m.mount_path == "/source" && m.read_only == Some(true)));
     let vols = pod.volumes.as_ref().unwrap();
     assert!(vols.iter().any(|v| v.name == "kopia-cache" && v.empty_dir.is_some()));
+    // A writable /tmp under the read-only root.
+    assert!(mounts.iter().any(|m| m.name == "tmp" && m.mount_path == "/tmp" && m.read_only != Some(true)));
+    assert!(vols.iter().any(|v| v.name == "tmp" && v.empty_dir.is_some()));
+}
+
+#[test]
+fn overlays_merge_field_by_field_from_lowest_to_highest() {
+    use k8s_openapi::api::core::v1::{PodSecurityContext, SecurityContext};
+    use kopiur_mover::job::{
+        container_security_context, merge_container_overlays, merge_pod_overlays, pod_security_context,
+    };
+    let defaults = SecurityContext { run_as_user: Some(999), run_as_group: Some(999), ..Default::default() };
+    let recipe =
+        SecurityContext { run_as_user: Some(1000), read_only_root_filesystem: Some(false), ..Default::default() };
+    let merged = merge_container_overlays([Some(&defaults), None, Some(&recipe)]).unwrap();
+    assert_eq!((merged.run_as_user, merged.run_as_group), (Some(1000), Some(999)));
+    let sc = container_security_context(Some(&merged));
+    assert_eq!(sc.read_only_root_filesystem, Some(false), "the recipe may relax the read-only root");
+    assert_eq!(sc.capabilities.unwrap().drop.unwrap(), vec!["ALL".to_string()], "unset fields keep the base");
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert!(merge_container_overlays([None, None]).is_none());
+
+    let pd = PodSecurityContext { fs_group: Some(999), ..Default::default() };
+    let pr = PodSecurityContext { supplemental_groups: Some(vec![5]), ..Default::default() };
+    let pod = pod_security_context(merge_pod_overlays([Some(&pd), Some(&pr)]).as_ref());
+    assert_eq!(pod.fs_group, Some(999));
+    assert_eq!(pod.supplemental_groups, Some(vec![5]));
+    assert_eq!(pod.fs_group_change_policy.as_deref(), Some("OnRootMismatch"));
 }
 
 #[test]
