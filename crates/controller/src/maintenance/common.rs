@@ -269,6 +269,8 @@ pub struct MoverJob<'a> {
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     pub failure_policy: Option<&'a FailurePolicy>,
+    /// The recipe's `mover` block, merged over the repository's `moverDefaults`.
+    pub mover: Option<&'a kopiur_api::shared::MoverSpec>,
     pub config: &'a crate::config::Config,
 }
 
@@ -328,6 +330,10 @@ pub fn build(m: MoverJob<'_>) -> Result<Job, Error> {
         log_format: None,
         extra_env: crate::snapshot::job::mover_env(m.config),
     };
+    let mut input = input;
+    crate::mover_settings::resolve(repo.common().mover_defaults.as_ref(), m.mover)
+        .map_err(|r| Error::WorkSpec(r.message))?
+        .apply(&mut input, true);
     let mut job = build_job(&input).map_err(|e| Error::WorkSpec(e.to_string()))?;
     let labels = job.metadata.labels.get_or_insert_with(Default::default);
     labels.extend(m.labels.clone());

@@ -204,6 +204,7 @@ fn maintenance_job(
         ]),
         annotations,
         failure_policy: m.spec.failure_policy.as_ref(),
+        mover: m.spec.mover.as_ref(),
         config: &ctx.config,
     })
 }

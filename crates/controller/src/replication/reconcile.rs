@@ -249,6 +249,7 @@ fn replication_job(r: &RepositoryReplication, ctx: &RunCtx, repo: &RepoView, l: 
         ]),
         annotations,
         failure_policy: None,
+        mover: r.spec.mover.as_ref(),
         config: &ctx.config,
     })
 }

@@ -333,12 +333,8 @@ async fn launch<K: RepoObject>(
         restore: None,
         repository_volume: None,
         resources: None,
-        // The image user cannot be verified against runAsNonRoot, so name the mover's UID/GID.
-        security_context: Some(k8s_openapi::api::core::v1::SecurityContext {
-            run_as_user: Some(kopiur_mover::job::MOVER_UID),
-            run_as_group: Some(kopiur_mover::job::MOVER_UID),
-            ..Default::default()
-        }),
+        // The mover's UID/GID and the repository's moverDefaults come from `mover_settings`.
+        security_context: None,
         pod_security_context: None,
         node_selector: None,
         tolerations: None,
@@ -359,6 +355,10 @@ async fn launch<K: RepoObject>(
             })
             .collect(),
     };
+    let mut input = input;
+    crate::mover_settings::resolve(common.mover_defaults.as_ref(), None)
+        .map_err(|r| Error::WorkSpec(r.message))?
+        .apply(&mut input, true);
     let job = build_job(&input).map_err(|e| Error::WorkSpec(e.to_string()))?;
 
     // The result ConfigMap exists, empty, before the Job does.

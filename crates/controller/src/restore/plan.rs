@@ -66,6 +66,8 @@ pub struct RestoreFacts {
     /// The Ready reason already recorded; a terminal Failed keeps it.
     pub ready_reason: Option<String>,
     pub reverify_requested_at: Option<DateTime<Utc>>,
+    /// The mover settings refused (`crate::mover_settings`): reason and message; no Job.
+    pub mover_refused: Option<(&'static str, String)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -251,6 +253,13 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
         }
         TargetState::Ready | TargetState::Create => {}
     }
+    if let Some((reason, message)) = &f.mover_refused {
+        let mut d = decision(RestorePhase::Pending, CondStatus::False, reason, message.clone());
+        d.conditions[1] = cond("Reconciling", CondStatus::False, reason, "");
+        d.conditions[2] = cond("Stalled", CondStatus::True, reason, message.clone());
+        d.requeue_after = Some(Duration::seconds(300));
+        return d;
+    }
     let mut steps = Vec::new();
     if !f.pinned {
         match &f.candidate {
@@ -339,6 +348,7 @@ mod tests {
             failure: None,
             ready_reason: None,
             reverify_requested_at: None,
+            mover_refused: None,
         }
     }
 
@@ -485,5 +495,17 @@ mod tests {
         let d = plan(&f, now());
         assert!(d.steps.is_empty());
         assert_eq!(reason(&d), "RestoreSucceeded");
+    }
+
+    #[test]
+    fn refused_mover_settings_park_stalled_without_a_job() {
+        let mut f = facts();
+        f.mover_refused = Some(("PrivilegedMoverNotPermitted", "the mover would be privileged (runAsUser: 0)".into()));
+        let d = plan(&f, now());
+        assert_eq!(d.phase, Some(RestorePhase::Pending));
+        assert!(d.steps.is_empty(), "no Job: {:?}", d.steps);
+        assert_eq!(d.conditions[0].reason, "PrivilegedMoverNotPermitted");
+        assert_eq!((d.conditions[2].type_, d.conditions[2].status), ("Stalled", CondStatus::True));
+        assert!(d.conditions[2].message.contains("runAsUser: 0"));
     }
 }

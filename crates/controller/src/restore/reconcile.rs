@@ -215,6 +215,11 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
         failure: status.failure.clone(),
         ready_reason: status.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()),
         reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
+        mover_refused: repo.as_ref().and_then(|rv| {
+            crate::mover_settings::resolve(rv.common().mover_defaults.as_ref(), restore.spec.mover.as_ref())
+                .err()
+                .map(|r| (r.reason, r.message))
+        }),
     };
     let d = plan(&facts, now);
 
@@ -466,5 +471,10 @@ fn restore_job(
         log_format: None,
         extra_env: crate::snapshot::job::mover_env(&ctx.config),
     };
+    let mut input = input;
+    // A refusal was planned already (`mover_refused`); this is the same resolution.
+    crate::mover_settings::resolve(repo.common().mover_defaults.as_ref(), restore.spec.mover.as_ref())
+        .map_err(|r| Error::WorkSpec(r.message))?
+        .apply(&mut input, true);
     build_job(&input).map_err(|e| Error::WorkSpec(e.to_string()))
 }

@@ -149,6 +149,9 @@ pub enum BuildError {
     TooLarge(usize),
     #[error("{0}")]
     Invalid(String),
+    /// The mover settings are refused (privileged, or a mode this version does not build).
+    #[error("{0}")]
+    Refused(crate::mover_settings::Refusal),
 }
 
 pub fn backup_job(
@@ -240,6 +243,10 @@ pub fn backup_job(
         log_format: None,
         extra_env: mover_env(config),
     };
+    let mut input = input;
+    crate::mover_settings::resolve(repo.common().mover_defaults.as_ref(), p.mover.as_ref())
+        .map_err(BuildError::Refused)?
+        .apply(&mut input, true);
     let job = build_job(&input).map_err(|e| BuildError::Invalid(e.to_string()))?;
     Ok(Built { job, bytes })
 }
@@ -317,6 +324,11 @@ pub fn batch_delete_job(
         log_format: None,
         extra_env: mover_env(config),
     };
+    let mut input = input;
+    // Only the repository configures a batch delete; it never gets a TTL (its dispatcher reaps it).
+    crate::mover_settings::resolve(repo.common().mover_defaults.as_ref(), None)
+        .map_err(BuildError::Refused)?
+        .apply(&mut input, false);
     build_job(&input).map_err(|e| BuildError::Invalid(e.to_string()))
 }
 

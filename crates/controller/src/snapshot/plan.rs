@@ -46,8 +46,17 @@ pub enum SourceState {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WorkSpecState {
     Fits,
-    TooLarge { bytes: usize },
-    Invalid { message: String },
+    TooLarge {
+        bytes: usize,
+    },
+    Invalid {
+        message: String,
+    },
+    /// The mover settings are refused (`crate::mover_settings`): no Job until they change.
+    MoverRefused {
+        reason: &'static str,
+        message: String,
+    },
 }
 
 /// The policy's preflight checks, evaluated in observe (`crate::preflight`).
@@ -330,7 +339,11 @@ fn running(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
                 message: Some(format!("the backup Job failed: {reason}")),
                 ..Failure::default()
             });
-            failed_terminal(f, "SnapshotFailed", failure, true, now)
+            // A file the mover may not read is the source's business, never the backend's: its
+            // own reason, and no reverify nudge (it must not move the repository breaker).
+            let denied = failure.kopia_error_class.as_deref() == Some("PermissionDenied");
+            let reason = if denied { reason::PERMISSION_DENIED } else { "SnapshotFailed" };
+            failed_terminal(f, reason, failure, !denied, now)
         }
         JobState::Complete { at } => {
             let waited = at.map(|t| now - t).unwrap_or_else(Duration::zero);
@@ -519,6 +532,14 @@ fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
             d.requeue_after = Some(Duration::seconds(300));
             return d;
         }
+        WorkSpecState::MoverRefused { reason, message } => {
+            // Waits, Stalled, with no Job, until a human changes the settings (re-checked at
+            // least every 5 minutes).
+            let mut d = RunDecision::new(Some(SnapshotPhase::Pending), stalled(reason, message.clone()), Step::Idle);
+            d.warning = Some((reason, message.clone()));
+            d.requeue_after = Some(Duration::seconds(300));
+            return d;
+        }
     }
     match &f.job {
         // A Job already exists under our name (a stale status): adopt it instead of relaunching.
@@ -690,6 +711,40 @@ mod tests {
         assert!(!d.nudge, "a stamp under 60 s old is not rewritten");
         f.reverify_requested_at = Some(now() - Duration::seconds(61));
         assert!(plan(&f, now()).nudge);
+    }
+
+    #[test]
+    fn refused_mover_settings_wait_stalled_without_a_job() {
+        let mut f = facts();
+        f.work_spec = WorkSpecState::MoverRefused {
+            reason: "PrivilegedMoverNotPermitted",
+            message: "the mover would be privileged (runAsUser: 0)".into(),
+        };
+        let d = plan(&f, now());
+        assert_eq!(d.phase, Some(SnapshotPhase::Pending));
+        assert_eq!(d.step, Step::Idle, "no Job");
+        assert_eq!(reason(&d), "PrivilegedMoverNotPermitted");
+        assert!(d.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == CondStatus::True));
+        assert_eq!(d.warning.as_ref().map(|w| w.0), Some("PrivilegedMoverNotPermitted"));
+        assert!(!d.nudge);
+    }
+
+    #[test]
+    fn permission_denied_is_its_own_reason_and_never_nudges() {
+        let mut f = facts();
+        f.phase = Some(SnapshotPhase::Running);
+        f.job = JobState::Failed { reason: "PodFailurePolicy".into() };
+        let msg = "kopia snapshot create: permission denied: the mover runs as uid 65532 ...";
+        f.failure = Some(Failure {
+            kopia_error_class: Some("PermissionDenied".into()),
+            message: Some(msg.into()),
+            ..Failure::default()
+        });
+        let d = plan(&f, now());
+        assert_eq!(d.phase, Some(SnapshotPhase::Failed));
+        assert_eq!(reason(&d), "PermissionDenied");
+        assert!(d.conditions.iter().any(|c| c.message == msg), "the mover's message is the condition's");
+        assert!(!d.nudge, "a local file permission is not a backend failure");
     }
 
     #[test]

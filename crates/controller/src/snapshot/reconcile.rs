@@ -199,6 +199,9 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         (Some(Ok(_)), None) => WorkSpecState::Fits,
         (Some(Err(BuildError::TooLarge(n))), None) => WorkSpecState::TooLarge { bytes: *n },
         (Some(Err(BuildError::Invalid(m))), None) => WorkSpecState::Invalid { message: m.clone() },
+        (Some(Err(BuildError::Refused(r))), None) => {
+            WorkSpecState::MoverRefused { reason: r.reason, message: r.message.clone() }
+        }
         (None, None) => WorkSpecState::Invalid { message: "the repository is not known yet".into() },
     };
     let (preflight, preflight_timeout) = preflight_facts(ctx, policy.as_deref(), repo.as_ref(), now);
