@@ -30,7 +30,11 @@ pub const CACHE_MOUNT: &str = "/var/cache/kopia";
 /// The only writable path besides the cache: the root filesystem is read-only.
 pub const TMP_MOUNT: &str = "/tmp";
 pub const SOURCE_MOUNT: &str = "/source";
-pub const RESTORE_MOUNT: &str = "/restore";
+/// The restore target's mount. kopia touches `<target>.kopia-entry` next to the target when it
+/// finishes the root directory, so the target sits inside a writable emptyDir
+/// ([`RESTORE_PARENT`]) rather than on the read-only root filesystem.
+pub const RESTORE_MOUNT: &str = "/restore/data";
+pub const RESTORE_PARENT: &str = "/restore";
 pub const DEFAULT_TTL_SECONDS: i32 = 3600;
 pub const DEFAULT_BACKOFF_LIMIT: i32 = 2;
 pub const DEFAULT_ACTIVE_DEADLINE_SECONDS: i64 = 172_800;
@@ -376,6 +380,20 @@ pub fn build_job(input: &JobInput) -> Result<Job, JobError> {
         VolumeMount { name: "kopia-cache".into(), mount_path: CACHE_MOUNT.into(), ..Default::default() },
         VolumeMount { name: "tmp".into(), mount_path: TMP_MOUNT.into(), ..Default::default() },
     ];
+    if let Some(parent) = input.restore.as_ref().and_then(|m| std::path::Path::new(&m.mount_path).parent())
+        && parent != std::path::Path::new("/")
+    {
+        volumes.push(Volume {
+            name: "restore-parent".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: "restore-parent".into(),
+            mount_path: parent.to_string_lossy().into_owned(),
+            ..Default::default()
+        });
+    }
     for (vname, m) in [("source", &input.source), ("restore", &input.restore), ("repository", &input.repository_volume)]
     {
         if let Some(m) = m {

@@ -345,3 +345,25 @@ fn restore_resolution_as_of_and_offset() {
     assert_eq!(id(&r(Some("2025-12-31T00:00:00Z"), 0)), None);
     assert_eq!(id(&r(None, 5)), None);
 }
+
+#[test]
+fn restore_target_sits_in_a_writable_parent() {
+    use kopiur_mover::job::{RESTORE_MOUNT, RESTORE_PARENT};
+    let mut i = input(spec(snapshot_op()));
+    i.source = None;
+    i.restore = Some(PvcMount { claim_name: "target".into(), mount_path: RESTORE_MOUNT.into(), read_only: false });
+    let job = job::build_job(&i).unwrap();
+    let pod = job.spec.unwrap().template.spec.unwrap();
+    let mounts = pod.containers[0].volume_mounts.clone().unwrap();
+    let at = |path: &str| mounts.iter().find(|m| m.mount_path == path).map(|m| m.name.clone());
+    // kopia removes `<target>.kopia-entry` beside the target: that must not be the read-only root.
+    assert_eq!(at(RESTORE_PARENT).as_deref(), Some("restore-parent"));
+    assert_eq!(at(RESTORE_MOUNT).as_deref(), Some("restore"));
+    assert_eq!(std::path::Path::new(RESTORE_MOUNT).parent(), Some(std::path::Path::new(RESTORE_PARENT)));
+    let vols = pod.volumes.unwrap();
+    assert!(vols.iter().any(|v| v.name == "restore-parent" && v.empty_dir.is_some()));
+    // A backup Job has no such volume.
+    let backup = job::build_job(&input(spec(snapshot_op()))).unwrap();
+    let bvols = backup.spec.unwrap().template.spec.unwrap().volumes.unwrap();
+    assert!(!bvols.iter().any(|v| v.name == "restore-parent"));
+}

@@ -128,6 +128,13 @@ pub async fn prepare_launch(
                 vm.name, c.name
             )));
         };
+        // The process node shares the host's root filesystem, and the binaries it runs (and
+        // test wrappers such as a kopia audit script) may live under the host's /tmp: a disk
+        // emptyDir over /tmp would hide them, so the container writes to the host's /tmp
+        // instead (docs/testenv.md, "What the process node does differently").
+        if vol.source == volumes::VolumeSource::EmptyDir && Path::new(&vm.mount_path) == Path::new("/tmp") {
+            continue;
+        }
         let sub = match (&vm.sub_path, &vm.sub_path_expr) {
             (Some(s), _) if !s.is_empty() => Some(s.clone()),
             (_, Some(e)) if !e.is_empty() => Some(expand(e, lookup)),
