@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-use kopiur_api::names::event;
+use kopiur_api::names::{event, reason};
 use kube::Resource;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -34,6 +34,8 @@ pub enum ErrorReason {
     KubeApiError,
     WorkSpecTooLarge,
     InvalidSpec,
+    PrivilegedMoverNotPermitted,
+    FeatureNotImplemented,
 }
 
 impl ErrorReason {
@@ -42,6 +44,10 @@ impl ErrorReason {
             Error::Kube(_) => ErrorReason::KubeApiError,
             Error::WorkSpec(_) => ErrorReason::WorkSpecTooLarge,
             Error::InvalidSpec(_) => ErrorReason::InvalidSpec,
+            Error::MoverRefused(r) if r.reason == reason::PRIVILEGED_MOVER_NOT_PERMITTED => {
+                ErrorReason::PrivilegedMoverNotPermitted
+            }
+            Error::MoverRefused(_) => ErrorReason::FeatureNotImplemented,
         }
     }
 
@@ -50,6 +56,8 @@ impl ErrorReason {
             ErrorReason::KubeApiError => event::KUBE_API_ERROR,
             ErrorReason::WorkSpecTooLarge => event::WORK_SPEC_TOO_LARGE,
             ErrorReason::InvalidSpec => event::INVALID_SPEC,
+            ErrorReason::PrivilegedMoverNotPermitted => reason::PRIVILEGED_MOVER_NOT_PERMITTED,
+            ErrorReason::FeatureNotImplemented => reason::FEATURE_NOT_IMPLEMENTED,
         }
     }
 }
@@ -182,6 +190,14 @@ mod tests {
     #[test]
     fn reasons_follow_the_error_variant() {
         assert_eq!(ErrorReason::of(&Error::WorkSpec("x".into())).as_str(), "WorkSpecTooLarge");
+        let refused = |reason| {
+            Error::MoverRefused(crate::mover_settings::Refusal {
+                reason,
+                message: "the mover would be privileged".into(),
+            })
+        };
+        assert_eq!(ErrorReason::of(&refused("PrivilegedMoverNotPermitted")).as_str(), "PrivilegedMoverNotPermitted");
+        assert_eq!(ErrorReason::of(&refused("FeatureNotImplemented")).as_str(), "FeatureNotImplemented");
         assert_eq!(ErrorReason::of(&Error::InvalidSpec("x".into())).as_str(), "InvalidSpec");
         let kube = Error::Kube(kube::Error::LinesCodecMaxLineLengthExceeded);
         assert_eq!(ErrorReason::of(&kube).as_str(), "KubeApiError");

@@ -8,7 +8,8 @@
 //! `tolerations`, `affinity` and `ttlSecondsAfterFinished`. What it refuses, with the Job not
 //! created: a mover that would be privileged (root, `privileged`, privilege escalation, an added
 //! capability, an unconfined seccomp profile, or `privilegedMode`), because the namespace
-//! opt-in that permits privileged movers is not built yet, and the `Persistent` cache mode.
+//! opt-in that permits privileged movers is not built yet; `inheritSecurityContextFrom`; and
+//! the `Persistent` cache mode.
 use k8s_openapi::api::core::v1::{Affinity, PodSecurityContext, ResourceRequirements, SecurityContext, Toleration};
 use kopiur_api::names::reason;
 use kopiur_api::shared::mover::{CacheMode, CacheSpec, MoverDefaults, MoverSpec};
@@ -93,6 +94,14 @@ pub fn resolve(defaults: Option<&MoverDefaults>, recipe: Option<&MoverSpec>) -> 
                  mover.securityContext {{runAsUser: <uid>, runAsGroup: <gid>}}",
                 why.join(", ")
             ),
+        });
+    }
+    if recipe.is_some_and(|r| r.inherit_security_context_from.is_some()) {
+        return Err(Refusal {
+            reason: reason::FEATURE_NOT_IMPLEMENTED,
+            message: "mover.inheritSecurityContextFrom is not implemented in this version, so no Job is created; set \
+                      mover.securityContext {runAsUser, runAsGroup} to the workload's uid and gid instead"
+                .into(),
         });
     }
     if s.cache.as_ref().is_some_and(|c| c.mode == Some(CacheMode::Persistent)) {
@@ -295,6 +304,19 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    #[test]
+    fn inherited_identity_is_refused_until_built() {
+        let r = MoverSpec {
+            inherit_security_context_from: Some(kopiur_api::shared::mover::InheritSecurityContextFrom::Snapshot(
+                Default::default(),
+            )),
+            ..Default::default()
+        };
+        let e = resolve(None, Some(&r)).unwrap_err();
+        assert_eq!(e.reason, "FeatureNotImplemented");
+        assert!(e.message.contains("inheritSecurityContextFrom") && e.message.contains("runAsUser"), "{}", e.message);
     }
 
     #[test]

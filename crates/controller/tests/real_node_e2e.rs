@@ -10,18 +10,19 @@
 //! 3. A Repository on Garage, reached by pods through the fault proxy on the bridge address,
 //!    becomes Ready.
 //! 4. A PVC with ordinary files, a 0600 file owned by uid 999 inside a 0700 directory, a
-//!    symlink and an empty directory is backed up: the outcome is printed as it is (the
-//!    hardened non-root mover cannot read the database-like directory: a clear PermissionDenied
-//!    failure, issue 17 makes it readable), and the source's owners and modes are unchanged.
-//!    A PVC without the private directory backs up, and its restore into a new PVC is
-//!    byte-identical, symlink and empty directory included.
+//!    symlink and an empty directory is backed up. The hardened mover (uid 65532, no
+//!    capabilities) cannot read the database-like directory: the Snapshot fails with
+//!    `PermissionDenied`, naming the directory, its owner and mode and the setting that fixes
+//!    it, in one pod (not retried), without nudging the repository breaker. With that setting
+//!    (`mover.securityContext` runAsUser/runAsGroup 999 on the policy) the same volume backs up.
+//!    Neither backup changes the source's owners or modes. Both backups restore into new PVCs
+//!    byte-identical, the 0600 file, symlink and empty directory included.
 //! 5. The backend cut at the proxy: the Repository goes Degraded, a scheduled child created
 //!    meanwhile parks Pending without a Job, and on recovery runs exactly one Job.
 //! 6. An external deletion of 12 Snapshots is held; the ack drains it in one batch Job.
-//! 7. Every mover pod ran on the real node in a containerd container with the hardened base of
-//!    spec/api.md §2.6: all capabilities dropped, no privilege escalation, seccomp
-//!    RuntimeDefault, a non-root user (the base keeps the root filesystem writable; the
-//!    controller's pod runs with a read-only root).
+//! 7. Every mover pod ran on the real node in a containerd container with the hardened base:
+//!    a read-only root filesystem, all capabilities dropped, no privilege escalation, seccomp
+//!    RuntimeDefault, a non-root user.
 #[path = "support/deletion_seed.rs"]
 mod support;
 
@@ -409,16 +410,71 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         ready.as_ref().map(|c| c.reason.clone()),
         ready.as_ref().map(|c| c.message.clone())
     );
-    if phase(&full) == "Failed" {
-        // The hardened non-root mover cannot read it: said plainly, never hidden.
-        let text = format!("{failure:?} {:?}", ready.as_ref().map(|c| c.message.clone())).to_lowercase();
-        ensure!(text.contains("permission"), "the failure names the permission problem: {text}");
+    // The hardened non-root mover cannot read it: said plainly, with the fix, never hidden.
+    ensure!(phase(&full) == "Failed", "a uid-65532 mover without capabilities cannot read a 0700 999:999 directory");
+    let failure = failure.context("status.failure of the denied backup")?;
+    let ready = ready.context("Ready condition of the denied backup")?;
+    ensure!(ready.reason == "PermissionDenied", "Ready reason {}", ready.reason);
+    ensure!(failure.kopia_error_class.as_deref() == Some("PermissionDenied"), "class {:?}", failure.kopia_error_class);
+    for want in
+        ["cannot read \"db\" (owner 999:999, mode 0700)", "runs as uid 65532", "runAsUser: 999, runAsGroup: 999"]
+    {
+        ensure!(ready.message.contains(want), "the condition names {want:?}: {}", ready.message);
     }
-    // The backup changed nobody's files: owners and modes as they were (no fsGroup on the source).
+    // Not retried (a terminal class), and not the backend's fault: no reverify nudge, r Ready.
+    let full_pods: Vec<Pod> =
+        seen.pods().into_iter().filter(|p| p.labels().get("job-name").is_some_and(|j| j == "full")).collect();
+    ensure!(full_pods.len() == 1, "the denied backup ran one pod, not retried: {}", full_pods.len());
+    let r_now = repos.get("r").await?;
+    ensure!(repo_phase(&r_now) == "Ready", "r stays Ready after a local permission failure: {}", repo_phase(&r_now));
+    ensure!(
+        !r_now.annotations().contains_key(kopiur_api::names::annotation::REVERIFY_REQUESTED_AT),
+        "a local permission failure does not nudge the breaker"
+    );
+    println!("the denied backup: Failed/PermissionDenied, 1 pod, r Ready, no reverify nudge");
+
+    // The fix the message names: run the mover as the files' owner. Then the backup includes every file.
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+            "metadata": {"name": "data", "namespace": ns},
+            "spec": {"repository": {"name": "r"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "data"}}],
+                     "mover": {"securityContext": {"runAsUser": 999, "runAsGroup": 999}}}
+        }),
+    )
+    .await?;
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": "as-owner", "namespace": ns},
+            "spec": {"policyRef": {"name": "data"}}
+        }),
+    )
+    .await?;
+    let as_owner = wait_snapshot_done(&snaps, "as-owner", &log).await?;
+    ensure!(
+        phase(&as_owner) == "Succeeded",
+        "the backup as uid 999: {} {:?}",
+        phase(&as_owner),
+        as_owner.status.as_ref().and_then(|s| s.failure.clone())
+    );
+    let owner_pod = seen
+        .pods()
+        .into_iter()
+        .find(|p| p.labels().get("job-name").is_some_and(|j| j == "as-owner"))
+        .context("the as-owner mover pod")?;
+    let osc = owner_pod.spec.as_ref().and_then(|s| s.containers[0].security_context.clone()).unwrap_or_default();
+    ensure!((osc.run_as_user, osc.run_as_group) == (Some(999), Some(999)), "mover ran as {:?}", osc.run_as_user);
+    println!("with mover.securityContext runAsUser/runAsGroup 999 the same volume backs up: as-owner Succeeded");
+    // Neither backup changed anybody's files: owners and modes as they were (no fsGroup on the source).
     let after_db = (owner_mode(&data_dir.join("db"))?, owner_mode(&data_dir.join("db/pgdata"))?);
     ensure!(before_db == after_db, "the source's owners and modes changed: {before_db:?} -> {after_db:?}");
     ensure!(after_db == ((999, 999, 0o700), (999, 999, 0o600)), "source as seeded: {after_db:?}");
-    println!("source owners and modes unchanged after the backup: db {:?}, db/pgdata {:?}", after_db.0, after_db.1);
+    println!("source owners and modes unchanged after both backups: db {:?}, db/pgdata {:?}", after_db.0, after_db.1);
 
     let plain = wait_snapshot_done(&snaps, "plain-1", &log).await?;
     ensure!(
@@ -427,11 +483,8 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         phase(&plain),
         plain.status.as_ref().and_then(|s| s.failure.clone())
     );
-    // Restore the backup that succeeded (both, when the private one did) into new PVCs.
-    let mut to_restore = vec![("plain-1", "restored-plain", false)];
-    if phase(&full) == "Succeeded" {
-        to_restore.push(("full", "restored-full", true));
-    }
+    // Restore both backups that succeeded into new PVCs.
+    let to_restore = vec![("plain-1", "restored-plain", false), ("as-owner", "restored-full", true)];
     let restores: Api<Restore> = Api::namespaced(client.clone(), &ns);
     for (snap, target, private) in to_restore {
         apply(
@@ -603,8 +656,8 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
                 p.name_any(),
                 c.image
             );
-            // The hardened base of spec/api.md §2.6 ("Merge order"): readOnlyRootFilesystem is
-            // false there (a user overlay may set it once mover settings are wired, issue 17).
+            // The hardened base: a read-only root (the mover writes to its cache and /tmp emptyDirs).
+            ensure!(sc.read_only_root_filesystem == Some(true), "{}: root filesystem writable", p.name_any());
             let seccomp = sc.seccomp_profile.or(pod_sc.seccomp_profile.clone()).map(|s| s.type_);
             ensure!(seccomp.as_deref() == Some("RuntimeDefault"), "{}: seccomp {seccomp:?}", p.name_any());
             let drop = sc.capabilities.as_ref().and_then(|c| c.drop.clone()).unwrap_or_default();
@@ -634,7 +687,7 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         );
     }
     println!(
-        "{} mover pods, every one on {} in a containerd container: capabilities ALL dropped, no privilege escalation, seccomp RuntimeDefault, non-root",
+        "{} mover pods, every one on {} in a containerd container: read-only root, capabilities ALL dropped, no privilege escalation, seccomp RuntimeDefault, non-root",
         mover_pods.len(),
         config::NODE_NAME
     );

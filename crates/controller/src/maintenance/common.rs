@@ -332,7 +332,7 @@ pub fn build(m: MoverJob<'_>) -> Result<Job, Error> {
     };
     let mut input = input;
     crate::mover_settings::resolve(repo.common().mover_defaults.as_ref(), m.mover)
-        .map_err(|r| Error::WorkSpec(r.message))?
+        .map_err(Error::MoverRefused)?
         .apply(&mut input, true);
     let mut job = build_job(&input).map_err(|e| Error::WorkSpec(e.to_string()))?;
     let labels = job.metadata.labels.get_or_insert_with(Default::default);

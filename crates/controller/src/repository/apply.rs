@@ -357,7 +357,7 @@ async fn launch<K: RepoObject>(
     };
     let mut input = input;
     crate::mover_settings::resolve(common.mover_defaults.as_ref(), None)
-        .map_err(|r| Error::WorkSpec(r.message))?
+        .map_err(Error::MoverRefused)?
         .apply(&mut input, true);
     let job = build_job(&input).map_err(|e| Error::WorkSpec(e.to_string()))?;
 

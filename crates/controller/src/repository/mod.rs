@@ -127,6 +127,9 @@ pub enum Error {
     WorkSpec(String),
     #[error("invalid spec: {0}")]
     InvalidSpec(String),
+    /// The merged mover settings are refused (`crate::mover_settings`); no Job is created.
+    #[error("{0}")]
+    MoverRefused(crate::mover_settings::Refusal),
 }
 
 /// Requeue classes: only the class decides timing.
@@ -160,6 +163,8 @@ impl Error {
             Error::Kube(_) => ErrorClass::Transient,
             Error::WorkSpec(_) => ErrorClass::Structural,
             Error::InvalidSpec(_) => ErrorClass::Terminal,
+            // A human changes the settings; re-checked every 5 minutes.
+            Error::MoverRefused(_) => ErrorClass::Structural,
         }
     }
 }

@@ -474,7 +474,7 @@ fn restore_job(
     let mut input = input;
     // A refusal was planned already (`mover_refused`); this is the same resolution.
     crate::mover_settings::resolve(repo.common().mover_defaults.as_ref(), restore.spec.mover.as_ref())
-        .map_err(|r| Error::WorkSpec(r.message))?
+        .map_err(Error::MoverRefused)?
         .apply(&mut input, true);
     build_job(&input).map_err(|e| Error::WorkSpec(e.to_string()))
 }

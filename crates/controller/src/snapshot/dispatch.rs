@@ -365,7 +365,10 @@ pub fn repo_object_ref(repo: &RepoView) -> k8s_openapi::api::core::v1::ObjectRef
 }
 
 async fn create_batch(ctx: &PipelineCtx, repo: &RepoView, spec: &batch::BatchSpec) -> Result<(), Error> {
-    let job = super::job::batch_delete_job(spec, repo, &ctx.config).map_err(|e| Error::WorkSpec(e.to_string()))?;
+    let job = super::job::batch_delete_job(spec, repo, &ctx.config).map_err(|e| match e {
+        super::job::BuildError::Refused(r) => Error::MoverRefused(r),
+        e => Error::WorkSpec(e.to_string()),
+    })?;
     let ns = repo.home_namespace(&ctx.config.namespace);
     ctx.ensure_mover_rbac(&ns).await?;
     match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &job).await {
