@@ -10,6 +10,9 @@ pub struct Config {
     /// This replica's identity in the Lease.
     pub identity: String,
     pub mover_image: String,
+    /// `imagePullPolicy` of every mover container (`KOPIUR_MOVER_IMAGE_PULL_POLICY`); `None`
+    /// leaves the kubelet's default.
+    pub mover_image_pull_policy: Option<String>,
     pub mover_rust_log: Option<String>,
     /// Passed to movers as `KOPIUR_KOPIA_BINARY` (test environments and auditing wrappers).
     pub mover_kopia_binary: Option<String>,
@@ -26,6 +29,19 @@ pub struct Config {
 }
 
 /// Reconciles in flight per kind unless `KOPIUR_RECONCILE_CONCURRENCY` says otherwise.
+pub const MOVER_PULL_POLICY_ENV: &str = "KOPIUR_MOVER_IMAGE_PULL_POLICY";
+
+/// `Always`, `IfNotPresent` or `Never`; unset or empty means the kubelet's default.
+pub fn parse_pull_policy(raw: Option<&str>) -> Result<Option<String>, String> {
+    match raw.map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(p @ ("Always" | "IfNotPresent" | "Never")) => Ok(Some(p.to_string())),
+        Some(other) => Err(format!(
+            "{MOVER_PULL_POLICY_ENV} must be Always, IfNotPresent or Never, got {other:?} (chart value mover.image.pullPolicy)"
+        )),
+    }
+}
+
 pub const DEFAULT_RECONCILE_CONCURRENCY: u16 = 8;
 pub const RECONCILE_CONCURRENCY_ENV: &str = "KOPIUR_RECONCILE_CONCURRENCY";
 
@@ -62,7 +78,13 @@ impl Config {
                 errors.push(e);
                 DEFAULT_RECONCILE_CONCURRENCY
             });
+        let mover_image_pull_policy = parse_pull_policy(std::env::var(MOVER_PULL_POLICY_ENV).ok().as_deref())
+            .unwrap_or_else(|e| {
+                errors.push(e);
+                None
+            });
         Config {
+            mover_image_pull_policy,
             max_concurrent_delete_jobs,
             reconcile_concurrency,
             errors,
@@ -113,5 +135,16 @@ mod tests {
             let e = parse_reconcile_concurrency(Some(bad)).unwrap_err();
             assert!(e.contains(RECONCILE_CONCURRENCY_ENV) && e.contains(bad), "{e}");
         }
+    }
+
+    #[test]
+    fn mover_pull_policy_is_validated() {
+        assert_eq!(parse_pull_policy(None), Ok(None));
+        assert_eq!(parse_pull_policy(Some("")), Ok(None));
+        for p in ["Always", "IfNotPresent", "Never"] {
+            assert_eq!(parse_pull_policy(Some(p)), Ok(Some(p.to_string())));
+        }
+        let e = parse_pull_policy(Some("always")).unwrap_err();
+        assert!(e.contains(MOVER_PULL_POLICY_ENV) && e.contains("mover.image.pullPolicy"), "{e}");
     }
 }

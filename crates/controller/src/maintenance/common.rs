@@ -300,7 +300,7 @@ pub fn build(m: MoverJob<'_>) -> Result<Job, Error> {
         name: m.name,
         namespace: m.namespace,
         image: m.config.mover_image.clone(),
-        image_pull_policy: None,
+        image_pull_policy: m.config.mover_image_pull_policy.clone(),
         service_account_name: Some(MOVER_SERVICE_ACCOUNT.into()),
         work_spec: spec,
         password: (names[0].clone(), key),

@@ -317,7 +317,7 @@ async fn launch<K: RepoObject>(
         name: name.clone(),
         namespace: ns.clone(),
         image: ctx.config.mover_image.clone(),
-        image_pull_policy: None,
+        image_pull_policy: ctx.config.mover_image_pull_policy.clone(),
         service_account_name: Some(MOVER_SERVICE_ACCOUNT.into()),
         work_spec: spec,
         password: (pw_secret, pw_key),

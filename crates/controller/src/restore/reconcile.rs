@@ -440,7 +440,7 @@ fn restore_job(
         name: job_name.to_string(),
         namespace: ns,
         image: ctx.config.mover_image.clone(),
-        image_pull_policy: None,
+        image_pull_policy: ctx.config.mover_image_pull_policy.clone(),
         service_account_name: Some(MOVER_SERVICE_ACCOUNT.into()),
         work_spec: spec,
         password: (pw, key),
