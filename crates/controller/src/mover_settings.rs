@@ -5,16 +5,68 @@
 //!
 //! What this build applies: `resources`, `securityContext`, `podSecurityContext`, `cache`
 //! (`Ephemeral` with or without `capacity`, the two cache sizes), `nodeSelector`,
-//! `tolerations`, `affinity` and `ttlSecondsAfterFinished`. What it refuses, with the Job not
-//! created: a mover that would be privileged (root, `privileged`, privilege escalation, an added
-//! capability, an unconfined seccomp profile, or `privilegedMode`), because the namespace
-//! opt-in that permits privileged movers is not built yet; `inheritSecurityContextFrom`; and
-//! the `Persistent` cache mode.
-use k8s_openapi::api::core::v1::{Affinity, PodSecurityContext, ResourceRequirements, SecurityContext, Toleration};
+//! `tolerations`, `affinity` and `ttlSecondsAfterFinished`.
+//!
+//! A mover is privileged when it would run as root, `privileged`, with privilege escalation,
+//! an added capability, a `capabilities.drop` without `ALL`, an unconfined seccomp profile, or
+//! `privilegedMode`. Backups and restores may be privileged only in a namespace annotated
+//! `kopiur.home-operations.com/privileged-movers: "true"`; otherwise, and for every other Job
+//! kind, the run waits (`PrivilegedMoverNotPermitted`). `privilegedMode` runs the mover as uid
+//! 0 with every capability dropped except what the operation needs: `DAC_READ_SEARCH` for a
+//! backup (read every file), `CHOWN`, `FOWNER` and `DAC_OVERRIDE` for a restore (write files
+//! with their recorded owners and modes). Refused as not built: `inheritSecurityContextFrom`
+//! and the `Persistent` cache mode (`FeatureNotImplemented`).
+use k8s_openapi::api::core::v1::{
+    Affinity, Capabilities, Namespace, PodSecurityContext, ResourceRequirements, SecurityContext, Toleration,
+};
 use kopiur_api::names::reason;
 use kopiur_api::shared::mover::{CacheMode, CacheSpec, MoverDefaults, MoverSpec};
 use kopiur_kopia::cmd::CacheSizes;
 use kopiur_mover::job::{CacheVolume, JobInput, MOVER_UID, merge_container_overlays, merge_pod_overlays};
+
+/// What the mover Job does, which decides the capabilities `privilegedMode` grants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoverOp {
+    /// A backup: may be privileged (reads every file with `DAC_READ_SEARCH`).
+    Backup,
+    /// A restore: may be privileged (`CHOWN`, `FOWNER`, `DAC_OVERRIDE` to keep owners and modes).
+    Restore,
+    /// Probe, bootstrap, batch delete, maintenance, replication: never privileged.
+    Other,
+}
+
+impl MoverOp {
+    /// The capabilities a `privilegedMode` mover of this kind gets, and nothing more.
+    pub fn privileged_capabilities(self) -> &'static [&'static str] {
+        match self {
+            MoverOp::Backup => &["DAC_READ_SEARCH"],
+            MoverOp::Restore => &["CHOWN", "FOWNER", "DAC_OVERRIDE"],
+            MoverOp::Other => &[],
+        }
+    }
+}
+
+/// Whether `namespace` opts in to privileged movers (`kopiur.home-operations.com/privileged-movers: "true"`).
+pub fn permits_privileged(ns: &Namespace) -> bool {
+    ns.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(kopiur_api::names::annotation::PRIVILEGED_MOVERS))
+        .map(String::as_str)
+        == Some("true")
+}
+
+/// Reads the namespace's opt-in; a namespace that cannot be read does not opt in (fail closed).
+pub async fn namespace_permits_privileged(client: &kube::Client, ns: &str) -> bool {
+    match kube::Api::<Namespace>::all(client.clone()).get_opt(ns).await {
+        Ok(Some(n)) => permits_privileged(&n),
+        Ok(None) => false,
+        Err(e) => {
+            tracing::warn!(namespace = ns, error = %e, "reading the namespace for the privileged-movers annotation failed");
+            false
+        }
+    }
+}
 
 /// Why a mover Job is not created.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -62,9 +114,16 @@ fn merge_cache(lower: Option<&CacheSpec>, upper: Option<&CacheSpec>) -> Option<C
 
 /// Resolves the settings of one Job. `recipe` is `None` for Jobs that only the repository
 /// configures (probe, bootstrap, batch delete).
-pub fn resolve(defaults: Option<&MoverDefaults>, recipe: Option<&MoverSpec>) -> Result<MoverSettings, Refusal> {
+/// `privileged_permitted` is the namespace's opt-in (`permits_privileged`); it matters only for
+/// [`MoverOp::Backup`] and [`MoverOp::Restore`].
+pub fn resolve(
+    defaults: Option<&MoverDefaults>,
+    recipe: Option<&MoverSpec>,
+    op: MoverOp,
+    privileged_permitted: bool,
+) -> Result<MoverSettings, Refusal> {
     let identity = mover_identity();
-    let s = MoverSettings {
+    let mut s = MoverSettings {
         resources: recipe.and_then(|r| r.resources.clone()).or_else(|| defaults.and_then(|d| d.resources.clone())),
         security_context: merge_container_overlays([
             defaults.and_then(|d| d.security_context.as_ref()),
@@ -86,14 +145,33 @@ pub fn resolve(defaults: Option<&MoverDefaults>, recipe: Option<&MoverSpec>) -> 
     let privileged_mode = recipe.and_then(|r| r.privileged_mode).unwrap_or(false);
     let why = privileged_reasons(&s, privileged_mode);
     if !why.is_empty() {
-        return Err(Refusal {
-            reason: reason::PRIVILEGED_MOVER_NOT_PERMITTED,
-            message: format!(
-                "the mover would be privileged ({}); privileged movers are not supported by this version, so no \
-                 Job is created. To read files another user owns, run the mover as that user: \
+        let message = match op {
+            MoverOp::Other => format!(
+                "the mover would be privileged ({}); only backup and restore movers may be privileged, so no Job \
+                 is created: remove the setting",
+                why.join(", ")
+            ),
+            MoverOp::Backup | MoverOp::Restore if !privileged_permitted => format!(
+                "the mover would be privileged ({}), and this namespace does not allow privileged movers, so no Job \
+                 is created: annotate the namespace (kubectl annotate namespace <namespace> \
+                 kopiur.home-operations.com/privileged-movers=true), or run the mover as the files' owner instead: \
                  mover.securityContext {{runAsUser: <uid>, runAsGroup: <gid>}}",
                 why.join(", ")
             ),
+            MoverOp::Backup | MoverOp::Restore => String::new(),
+        };
+        if !message.is_empty() {
+            return Err(Refusal { reason: reason::PRIVILEGED_MOVER_NOT_PERMITTED, message });
+        }
+    }
+    if privileged_mode {
+        // Root, with every capability dropped except what this operation needs.
+        let sc = s.security_context.get_or_insert_with(Default::default);
+        sc.run_as_user = Some(0);
+        sc.run_as_non_root = Some(false);
+        sc.capabilities = Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: Some(op.privileged_capabilities().iter().map(|c| c.to_string()).collect()),
         });
     }
     if recipe.is_some_and(|r| r.inherit_security_context_from.is_some()) {
@@ -229,7 +307,7 @@ mod tests {
             ttl_seconds_after_finished: Some(30),
             ..Default::default()
         };
-        let s = resolve(Some(&d), Some(&r)).unwrap();
+        let s = resolve(Some(&d), Some(&r), MoverOp::Backup, false).unwrap();
         let c = s.security_context.clone().unwrap();
         assert_eq!((c.run_as_user, c.run_as_group), (Some(1000), Some(999)));
         let cache = s.cache.clone().unwrap();
@@ -291,16 +369,23 @@ mod tests {
             ),
         ];
         for (spec, want) in cases {
-            let e = resolve(None, Some(&spec)).unwrap_err();
+            let e = resolve(None, Some(&spec), MoverOp::Backup, false).unwrap_err();
             assert_eq!(e.reason, "PrivilegedMoverNotPermitted");
             assert!(e.message.contains(want), "{want}: {}", e.message);
             assert!(e.message.contains("runAsUser: <uid>"), "{}", e.message);
+            assert!(e.message.contains("kopiur.home-operations.com/privileged-movers=true"), "{}", e.message);
+            // The namespace's opt-in lets a backup or restore run it; other Jobs never.
+            assert!(resolve(None, Some(&spec), MoverOp::Restore, true).is_ok(), "{want}");
+            let other = resolve(None, Some(&spec), MoverOp::Other, true).unwrap_err();
+            assert!(other.message.contains("only backup and restore movers"), "{}", other.message);
         }
         // A non-root uid of the workload is not privileged.
         assert!(
             resolve(
                 None,
-                Some(&MoverSpec { security_context: sc(|s| s.run_as_user = Some(999)), ..Default::default() })
+                Some(&MoverSpec { security_context: sc(|s| s.run_as_user = Some(999)), ..Default::default() }),
+                MoverOp::Other,
+                false
             )
             .is_ok()
         );
@@ -314,9 +399,36 @@ mod tests {
             )),
             ..Default::default()
         };
-        let e = resolve(None, Some(&r)).unwrap_err();
+        let e = resolve(None, Some(&r), MoverOp::Backup, true).unwrap_err();
         assert_eq!(e.reason, "FeatureNotImplemented");
         assert!(e.message.contains("inheritSecurityContextFrom") && e.message.contains("runAsUser"), "{}", e.message);
+    }
+
+    #[test]
+    fn privileged_mode_grants_root_with_only_the_operation_capabilities() {
+        let r = MoverSpec { privileged_mode: Some(true), ..Default::default() };
+        for (op, caps) in
+            [(MoverOp::Backup, vec!["DAC_READ_SEARCH"]), (MoverOp::Restore, vec!["CHOWN", "FOWNER", "DAC_OVERRIDE"])]
+        {
+            let s = resolve(None, Some(&r), op, true).unwrap();
+            let c = s.security_context.unwrap();
+            assert_eq!((c.run_as_user, c.run_as_non_root), (Some(0), Some(false)));
+            let cap = c.capabilities.unwrap();
+            assert_eq!(cap.drop.unwrap(), vec!["ALL".to_string()]);
+            assert_eq!(cap.add.unwrap(), caps);
+            assert_eq!(c.privileged, None, "never privileged: true");
+        }
+        let ns = |ann: Option<&str>| Namespace {
+            metadata: kube::api::ObjectMeta {
+                annotations: ann
+                    .map(|v| [("kopiur.home-operations.com/privileged-movers".to_string(), v.to_string())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert!(permits_privileged(&ns(Some("true"))));
+        assert!(!permits_privileged(&ns(Some("yes"))));
+        assert!(!permits_privileged(&ns(None)));
     }
 
     #[test]
@@ -325,7 +437,7 @@ mod tests {
             cache: Some(CacheSpec { mode: Some(CacheMode::Persistent), ..Default::default() }),
             ..Default::default()
         };
-        let e = resolve(Some(&d), None).unwrap_err();
+        let e = resolve(Some(&d), None, MoverOp::Other, false).unwrap_err();
         assert_eq!(e.reason, "FeatureNotImplemented");
         assert!(e.message.contains("cache.mode Persistent"), "{}", e.message);
     }

@@ -17,12 +17,16 @@
 //!    (`mover.securityContext` runAsUser/runAsGroup 999 on the policy) the same volume backs up.
 //!    Neither backup changes the source's owners or modes. Both backups restore into new PVCs
 //!    byte-identical, the 0600 file, symlink and empty directory included.
+//!    A `privilegedMode` mover is refused (Pending, Stalled `PrivilegedMoverNotPermitted`, no
+//!    Job) until the namespace is annotated `kopiur.home-operations.com/privileged-movers=true`;
+//!    then the backup runs as uid 0 with only `DAC_READ_SEARCH`, and a privileged restore (uid 0
+//!    with only `CHOWN`, `FOWNER`, `DAC_OVERRIDE`) writes the files with their owners and modes.
 //! 5. The backend cut at the proxy: the Repository goes Degraded, a scheduled child created
 //!    meanwhile parks Pending without a Job, and on recovery runs exactly one Job.
 //! 6. An external deletion of 12 Snapshots is held; the ack drains it in one batch Job.
 //! 7. Every mover pod ran on the real node in a containerd container with the hardened base:
 //!    a read-only root filesystem, all capabilities dropped, no privilege escalation, seccomp
-//!    RuntimeDefault, a non-root user.
+//!    RuntimeDefault, a non-root user (the two privileged movers of 4 excepted, as checked there).
 #[path = "support/deletion_seed.rs"]
 mod support;
 
@@ -36,7 +40,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Secret};
 use kopiur_api::{Repository, Restore, Snapshot};
 use kopiur_testenv::controlplane::repo_root;
 use kopiur_testenv::garage::Garage;
@@ -519,6 +523,113 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         println!("restore of {snap} into PVC {target}: bytes, symlink and empty directory identical");
     }
 
+    // 4b. Privileged movers: refused until the namespace opts in; then a backup reads everything
+    // with DAC_READ_SEARCH only, and a restore keeps owners and modes with CHOWN, FOWNER and
+    // DAC_OVERRIDE only.
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+            "metadata": {"name": "data-priv", "namespace": ns},
+            "spec": {"repository": {"name": "r"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "data"}}],
+                     "mover": {"privilegedMode": true}}
+        }),
+    )
+    .await?;
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": "privileged", "namespace": ns},
+            "spec": {"policyRef": {"name": "data-priv"}}
+        }),
+    )
+    .await?;
+    let refused =
+        wait_for("privileged refused without the namespace opt-in", Duration::from_secs(120), &log, || async {
+            let s = snaps.get("privileged").await?;
+            Ok(condition(&s, "Stalled")
+                .filter(|c| c.status == "True" && c.reason == "PrivilegedMoverNotPermitted")
+                .map(|c| (phase(&s), c.message.clone())))
+        })
+        .await?;
+    ensure!(refused.0 == "Pending", "a refused privileged backup waits Pending: {}", refused.0);
+    ensure!(refused.1.contains("privileged-movers=true"), "the message names the opt-in: {}", refused.1);
+    ensure!(seen.jobs_named("privileged").is_empty(), "no Job for a refused privileged mover");
+    println!("privilegedMode without the namespace opt-in: Pending, Stalled PrivilegedMoverNotPermitted, no Job");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .patch(
+            &ns,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"annotations": {"kopiur.home-operations.com/privileged-movers": "true"}}}),
+            ),
+        )
+        .await?;
+    let opted_in = Instant::now();
+    let privileged = wait_snapshot_done(&snaps, "privileged", &log).await?;
+    ensure!(
+        phase(&privileged) == "Succeeded",
+        "privileged backup: {} {:?}",
+        phase(&privileged),
+        privileged.status.as_ref().and_then(|s| s.failure.clone())
+    );
+    println!("after the opt-in the privileged backup Succeeded ({:.0} s later)", opted_in.elapsed().as_secs_f64());
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
+            "metadata": {"name": "restored-owned", "namespace": ns},
+            "spec": {"source": {"snapshotRef": {"name": "privileged"}},
+                     "target": {"pvc": {"name": "restored-owned", "capacity": "1Gi"}},
+                     "mover": {"privilegedMode": true}}
+        }),
+    )
+    .await?;
+    wait_for("Restore restored-owned Completed", Duration::from_secs(300), &log, || async {
+        let r = restores.get("restored-owned").await?;
+        let p = r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default();
+        if p == "Failed" {
+            bail!("restore restored-owned failed: {:?}", r.status.as_ref().and_then(|s| s.failure.clone()));
+        }
+        Ok((p == "Completed").then_some(()))
+    })
+    .await?;
+    let owned = pvc_dir(&client, &ns, "restored-owned", &node_dir, &log).await?;
+    let got = (owner_mode(&owned.join("db"))?, owner_mode(&owned.join("db/pgdata"))?);
+    ensure!(got == ((999, 999, 0o700), (999, 999, 0o600)), "the privileged restore kept owners and modes: {got:?}");
+    ensure!(std::fs::read(owned.join("db/pgdata"))? == b"rows a database owns\n", "pgdata bytes");
+    let unprivileged = owner_mode(&pvc_dir(&client, &ns, "restored-full", &node_dir, &log).await?.join("db/pgdata"))?;
+    println!(
+        "privileged restore: db {:?}, db/pgdata {:?} as in the source (the unprivileged restore wrote db/pgdata as {:?})",
+        got.0, got.1, unprivileged
+    );
+    for (job, caps) in
+        [("privileged", vec!["DAC_READ_SEARCH"]), ("restored-owned-restore", vec!["CHOWN", "FOWNER", "DAC_OVERRIDE"])]
+    {
+        let pod = seen
+            .pods()
+            .into_iter()
+            .find(|p| p.labels().get("job-name").is_some_and(|j| j == job))
+            .with_context(|| format!("the {job} mover pod"))?;
+        let sc = pod.spec.as_ref().and_then(|s| s.containers[0].security_context.clone()).unwrap_or_default();
+        let c = sc.capabilities.clone().unwrap_or_default();
+        ensure!(sc.run_as_user == Some(0), "{job}: runs as uid {:?}", sc.run_as_user);
+        ensure!(c.drop.unwrap_or_default() == vec!["ALL".to_string()], "{job}: drops ALL");
+        ensure!(c.add.unwrap_or_default() == caps, "{job}: exactly {caps:?}");
+        ensure!(
+            sc.privileged != Some(true) && sc.allow_privilege_escalation == Some(false),
+            "{job}: no more than that"
+        );
+    }
+    println!(
+        "privileged movers: backup uid 0 + DAC_READ_SEARCH only; restore uid 0 + CHOWN, FOWNER, DAC_OVERRIDE only"
+    );
+
     // 5. The backend cut: Degraded; a scheduled child parks Pending without a Job; one Job on recovery.
     proxy.set(Mode::Refuse);
     let cut = Instant::now();
@@ -644,8 +755,10 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let mover_pods: Vec<Pod> =
         seen.pods().into_iter().filter(|p| p.owner_references().iter().any(|o| o.kind == "Job")).collect();
     ensure!(mover_pods.len() >= 5, "mover pods seen: {}", mover_pods.len());
+    let privileged_jobs = ["privileged", "restored-owned-restore"];
     for p in &mover_pods {
         let spec = p.spec.as_ref().context("pod spec")?;
+        let privileged = p.labels().get("job-name").is_some_and(|j| privileged_jobs.contains(&j.as_str()));
         ensure!(spec.node_name.as_deref() == Some(config::NODE_NAME), "{} ran on {:?}", p.name_any(), spec.node_name);
         let pod_sc = spec.security_context.clone().unwrap_or_default();
         for c in &spec.containers {
@@ -662,14 +775,17 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
             ensure!(seccomp.as_deref() == Some("RuntimeDefault"), "{}: seccomp {seccomp:?}", p.name_any());
             let drop = sc.capabilities.as_ref().and_then(|c| c.drop.clone()).unwrap_or_default();
             ensure!(drop.iter().any(|d| d == "ALL"), "{}: capabilities not all dropped: {drop:?}", p.name_any());
-            ensure!(
-                sc.capabilities.as_ref().and_then(|c| c.add.clone()).unwrap_or_default().is_empty(),
-                "{}: capabilities added",
-                p.name_any()
-            );
-            let non_root = sc.run_as_non_root.or(pod_sc.run_as_non_root) == Some(true)
-                && sc.run_as_user.or(pod_sc.run_as_user).is_some_and(|u| u != 0);
-            ensure!(non_root, "{}: not a non-root user", p.name_any());
+            // The two privileged movers of 4b are checked there (root with named capabilities).
+            if !privileged {
+                ensure!(
+                    sc.capabilities.as_ref().and_then(|c| c.add.clone()).unwrap_or_default().is_empty(),
+                    "{}: capabilities added",
+                    p.name_any()
+                );
+                let non_root = sc.run_as_non_root.or(pod_sc.run_as_non_root) == Some(true)
+                    && sc.run_as_user.or(pod_sc.run_as_user).is_some_and(|u| u != 0);
+                ensure!(non_root, "{}: not a non-root user", p.name_any());
+            }
             ensure!(sc.allow_privilege_escalation == Some(false), "{}: privilege escalation allowed", p.name_any());
         }
         let ids: Vec<String> = p
@@ -687,7 +803,7 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         );
     }
     println!(
-        "{} mover pods, every one on {} in a containerd container: read-only root, capabilities ALL dropped, no privilege escalation, seccomp RuntimeDefault, non-root",
+        "{} mover pods, every one on {} in a containerd container: read-only root, capabilities ALL dropped, no privilege escalation, seccomp RuntimeDefault, non-root (but the 2 privileged movers of 4b)",
         mover_pods.len(),
         config::NODE_NAME
     );

@@ -331,9 +331,14 @@ pub fn build(m: MoverJob<'_>) -> Result<Job, Error> {
         extra_env: crate::snapshot::job::mover_env(m.config),
     };
     let mut input = input;
-    crate::mover_settings::resolve(repo.common().mover_defaults.as_ref(), m.mover)
-        .map_err(Error::MoverRefused)?
-        .apply(&mut input, true);
+    crate::mover_settings::resolve(
+        repo.common().mover_defaults.as_ref(),
+        m.mover,
+        crate::mover_settings::MoverOp::Other,
+        false,
+    )
+    .map_err(Error::MoverRefused)?
+    .apply(&mut input, true);
     let mut job = build_job(&input).map_err(|e| Error::WorkSpec(e.to_string()))?;
     let labels = job.metadata.labels.get_or_insert_with(Default::default);
     labels.extend(m.labels.clone());

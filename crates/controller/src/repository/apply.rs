@@ -356,7 +356,7 @@ async fn launch<K: RepoObject>(
             .collect(),
     };
     let mut input = input;
-    crate::mover_settings::resolve(common.mover_defaults.as_ref(), None)
+    crate::mover_settings::resolve(common.mover_defaults.as_ref(), None, crate::mover_settings::MoverOp::Other, false)
         .map_err(Error::MoverRefused)?
         .apply(&mut input, true);
     let job = build_job(&input).map_err(|e| Error::WorkSpec(e.to_string()))?;

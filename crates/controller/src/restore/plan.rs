@@ -257,7 +257,8 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
         let mut d = decision(RestorePhase::Pending, CondStatus::False, reason, message.clone());
         d.conditions[1] = cond("Reconciling", CondStatus::False, reason, "");
         d.conditions[2] = cond("Stalled", CondStatus::True, reason, message.clone());
-        d.requeue_after = Some(Duration::seconds(300));
+        // Re-checked every minute: the namespace's opt-in may appear.
+        d.requeue_after = Some(Duration::seconds(60));
         return d;
     }
     let mut steps = Vec::new();

@@ -194,6 +194,21 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
     {
         pods = crate::wedged::io::check(&ctx.client, j, pod_startup_deadline, now).await;
     }
+    // Privileged settings: read the namespace's opt-in only when they ask for it.
+    let privileged_permitted = match &repo {
+        Some(rv) => match crate::mover_settings::resolve(
+            rv.common().mover_defaults.as_ref(),
+            restore.spec.mover.as_ref(),
+            crate::mover_settings::MoverOp::Restore,
+            false,
+        ) {
+            Err(r) if r.reason == kopiur_api::names::reason::PRIVILEGED_MOVER_NOT_PERMITTED => {
+                crate::mover_settings::namespace_permits_privileged(&ctx.client, &ns).await
+            }
+            _ => false,
+        },
+        None => false,
+    };
     let facts = RestoreFacts {
         phase: status.phase.clone(),
         gate,
@@ -216,9 +231,14 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
         ready_reason: status.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()),
         reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
         mover_refused: repo.as_ref().and_then(|rv| {
-            crate::mover_settings::resolve(rv.common().mover_defaults.as_ref(), restore.spec.mover.as_ref())
-                .err()
-                .map(|r| (r.reason, r.message))
+            crate::mover_settings::resolve(
+                rv.common().mover_defaults.as_ref(),
+                restore.spec.mover.as_ref(),
+                crate::mover_settings::MoverOp::Restore,
+                privileged_permitted,
+            )
+            .err()
+            .map(|r| (r.reason, r.message))
         }),
     };
     let d = plan(&facts, now);
@@ -281,7 +301,7 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
             Step::Launch => {
                 let Some(rv) = &repo else { continue };
                 let pinned = next.resolved.clone();
-                let job = restore_job(&restore, &ctx, rv, pinned.as_ref(), &job_name)?;
+                let job = restore_job(&restore, &ctx, rv, pinned.as_ref(), &job_name, privileged_permitted)?;
                 ctx.ensure_mover_rbac(&ns).await?;
                 match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &job).await {
                     Ok(_) => ctx.metrics.jobs_created.inc(&["restore", &ns]),
@@ -359,6 +379,7 @@ fn restore_job(
     repo: &RepoView,
     pinned: Option<&RestoreResolved>,
     job_name: &str,
+    privileged_permitted: bool,
 ) -> Result<Job, Error> {
     let ns = restore.namespace().unwrap_or_default();
     let target = target_name(restore).unwrap_or_default();
@@ -473,8 +494,13 @@ fn restore_job(
     };
     let mut input = input;
     // A refusal was planned already (`mover_refused`); this is the same resolution.
-    crate::mover_settings::resolve(repo.common().mover_defaults.as_ref(), restore.spec.mover.as_ref())
-        .map_err(Error::MoverRefused)?
-        .apply(&mut input, true);
+    crate::mover_settings::resolve(
+        repo.common().mover_defaults.as_ref(),
+        restore.spec.mover.as_ref(),
+        crate::mover_settings::MoverOp::Restore,
+        privileged_permitted,
+    )
+    .map_err(Error::MoverRefused)?
+    .apply(&mut input, true);
     build_job(&input).map_err(|e| Error::WorkSpec(e.to_string()))
 }

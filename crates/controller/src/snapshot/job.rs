@@ -160,6 +160,7 @@ pub fn backup_job(
     recipe: &Recipe,
     repo: &RepoView,
     config: &crate::config::Config,
+    privileged_permitted: bool,
 ) -> Result<Built, BuildError> {
     let ns = snap.namespace().unwrap_or_default();
     let id = Identity::new(recipe.identity.username.clone(), recipe.identity.hostname.clone());
@@ -244,9 +245,14 @@ pub fn backup_job(
         extra_env: mover_env(config),
     };
     let mut input = input;
-    crate::mover_settings::resolve(repo.common().mover_defaults.as_ref(), p.mover.as_ref())
-        .map_err(BuildError::Refused)?
-        .apply(&mut input, true);
+    crate::mover_settings::resolve(
+        repo.common().mover_defaults.as_ref(),
+        p.mover.as_ref(),
+        crate::mover_settings::MoverOp::Backup,
+        privileged_permitted,
+    )
+    .map_err(BuildError::Refused)?
+    .apply(&mut input, true);
     let job = build_job(&input).map_err(|e| BuildError::Invalid(e.to_string()))?;
     Ok(Built { job, bytes })
 }
@@ -326,9 +332,14 @@ pub fn batch_delete_job(
     };
     let mut input = input;
     // Only the repository configures a batch delete; it never gets a TTL (its dispatcher reaps it).
-    crate::mover_settings::resolve(repo.common().mover_defaults.as_ref(), None)
-        .map_err(BuildError::Refused)?
-        .apply(&mut input, false);
+    crate::mover_settings::resolve(
+        repo.common().mover_defaults.as_ref(),
+        None,
+        crate::mover_settings::MoverOp::Other,
+        false,
+    )
+    .map_err(BuildError::Refused)?
+    .apply(&mut input, false);
     build_job(&input).map_err(|e| BuildError::Invalid(e.to_string()))
 }
 

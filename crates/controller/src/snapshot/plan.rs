@@ -533,11 +533,11 @@ fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
             return d;
         }
         WorkSpecState::MoverRefused { reason, message } => {
-            // Waits, Stalled, with no Job, until a human changes the settings (re-checked at
-            // least every 5 minutes).
+            // Waits, Stalled, with no Job, until a human changes the settings or annotates the
+            // namespace (re-checked every minute).
             let mut d = RunDecision::new(Some(SnapshotPhase::Pending), stalled(reason, message.clone()), Step::Idle);
             d.warning = Some((reason, message.clone()));
-            d.requeue_after = Some(Duration::seconds(300));
+            d.requeue_after = Some(Duration::seconds(60));
             return d;
         }
     }

@@ -190,7 +190,17 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         None => SourceState::Present,
     };
     let built = if let (Some(p), Some(r), Some(rv)) = (&policy, &rec, &repo) {
-        Some(backup_job(snap, p, r, rv, &ctx.config))
+        let first = backup_job(snap, p, r, rv, &ctx.config, false);
+        // Privileged settings: read the namespace's opt-in only when they ask for it.
+        Some(match first {
+            Err(BuildError::Refused(ref why))
+                if why.reason == kopiur_api::names::reason::PRIVILEGED_MOVER_NOT_PERMITTED
+                    && crate::mover_settings::namespace_permits_privileged(&ctx.client, &ns).await =>
+            {
+                backup_job(snap, p, r, rv, &ctx.config, true)
+            }
+            other => other,
+        })
     } else {
         None
     };
