@@ -420,9 +420,12 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let ready = ready.context("Ready condition of the denied backup")?;
     ensure!(ready.reason == "PermissionDenied", "Ready reason {}", ready.reason);
     ensure!(failure.kopia_error_class.as_deref() == Some("PermissionDenied"), "class {:?}", failure.kopia_error_class);
-    for want in
-        ["cannot read \"db\" (owner 999:999, mode 0700)", "runs as uid 65532", "runAsUser: 999, runAsGroup: 999"]
-    {
+    for want in [
+        "cannot read \"db\" (owner 999:999, mode 0700)",
+        "runs as uid 65532",
+        "runAsUser: 999, runAsGroup: 999",
+        "privilegedMode: true",
+    ] {
         ensure!(ready.message.contains(want), "the condition names {want:?}: {}", ready.message);
     }
     // Not retried (a terminal class), and not the backend's fault: no reverify nudge, r Ready.

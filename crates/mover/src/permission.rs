@@ -105,7 +105,9 @@ pub fn message(paths: &[String], owners: &[Option<Owner>], me: Option<(u32, u32)
     };
     format!(
         "permission denied: the mover runs as {who} without capabilities and cannot read {what}; nothing was changed \
-         in the source; {fix}"
+         in the source; {fix}; or set mover.privilegedMode: true and annotate the namespace \
+         kopiur.home-operations.com/privileged-movers=true (the mover then reads every file as root with only \
+         DAC_READ_SEARCH)"
     )
 }
 
@@ -140,6 +142,7 @@ mod tests {
         assert!(m.contains("mover.securityContext {runAsUser: 999, runAsGroup: 999}"), "{m}");
         assert!(m.contains("moverDefaults.securityContext"), "{m}");
         assert!(m.contains("nothing was changed in the source"), "{m}");
+        assert!(m.contains("mover.privilegedMode: true") && m.contains("privileged-movers=true"), "{m}");
     }
 
     #[test]
