@@ -560,8 +560,15 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         .await?;
     ensure!(refused.0 == "Pending", "a refused privileged backup waits Pending: {}", refused.0);
     ensure!(refused.1.contains("privileged-movers=true"), "the message names the opt-in: {}", refused.1);
+    let mp = condition(&snaps.get("privileged").await?, "MoverPermitted").cloned();
+    ensure!(
+        mp.as_ref().is_some_and(|c| c.status == "False" && c.reason == "PrivilegedMoverNotPermitted"),
+        "MoverPermitted=False/PrivilegedMoverNotPermitted: {mp:?}"
+    );
     ensure!(seen.jobs_named("privileged").is_empty(), "no Job for a refused privileged mover");
-    println!("privilegedMode without the namespace opt-in: Pending, Stalled PrivilegedMoverNotPermitted, no Job");
+    println!(
+        "privilegedMode without the namespace opt-in: Pending, Stalled PrivilegedMoverNotPermitted, MoverPermitted=False, no Job"
+    );
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .patch(
@@ -580,6 +587,8 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         phase(&privileged),
         privileged.status.as_ref().and_then(|s| s.failure.clone())
     );
+    let mp = condition(&privileged, "MoverPermitted").cloned();
+    ensure!(mp.as_ref().is_some_and(|c| c.status == "True"), "MoverPermitted=True after the opt-in: {mp:?}");
     println!("after the opt-in the privileged backup Succeeded ({:.0} s later)", opted_in.elapsed().as_secs_f64());
     apply(
         &client,

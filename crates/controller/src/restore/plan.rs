@@ -131,6 +131,27 @@ fn fail(reason: &str, message: String, nudge: bool, f: &RestoreFacts, now: DateT
 
 pub fn plan(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     let mut d = plan_inner(f, now);
+    // MoverPermitted (spec/api.md §2.6): False while privileged settings wait for the
+    // namespace's opt-in, True while a run may start with them.
+    match &f.mover_refused {
+        Some((reason, message)) if *reason == kopiur_api::names::reason::PRIVILEGED_MOVER_NOT_PERMITTED => {
+            d.conditions.push(cond(
+                kopiur_api::names::condition::MOVER_PERMITTED,
+                CondStatus::False,
+                reason,
+                message.clone(),
+            ));
+        }
+        None if matches!(f.phase, None | Some(RestorePhase::Pending | RestorePhase::Resolving)) => {
+            d.conditions.push(cond(
+                kopiur_api::names::condition::MOVER_PERMITTED,
+                CondStatus::True,
+                "MoverPermitted",
+                "the mover's settings are permitted in this namespace",
+            ));
+        }
+        _ => {}
+    }
     if d.wait_started_at.is_none() {
         d.wait_started_at = f.wait_started_at;
     }
@@ -508,5 +529,7 @@ mod tests {
         assert_eq!(d.conditions[0].reason, "PrivilegedMoverNotPermitted");
         assert_eq!((d.conditions[2].type_, d.conditions[2].status), ("Stalled", CondStatus::True));
         assert!(d.conditions[2].message.contains("runAsUser: 0"));
+        let mp = d.conditions.iter().find(|c| c.type_ == "MoverPermitted").expect("MoverPermitted");
+        assert_eq!((mp.status, mp.reason.as_str()), (CondStatus::False, "PrivilegedMoverNotPermitted"));
     }
 }

@@ -232,6 +232,27 @@ pub fn plan(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
     }
     // The first failure's time is kept whatever happens next.
     d.preflight_since = f.preflight_since.or(d.preflight_since);
+    // MoverPermitted (spec/api.md §2.6): False while privileged settings wait for the
+    // namespace's opt-in, True once a run may start with them.
+    match &f.work_spec {
+        WorkSpecState::MoverRefused { reason, message } if *reason == reason::PRIVILEGED_MOVER_NOT_PERMITTED => {
+            d.conditions.push(cond(
+                kopiur_api::names::condition::MOVER_PERMITTED,
+                CondStatus::False,
+                reason,
+                message.clone(),
+            ));
+        }
+        WorkSpecState::Fits if matches!(f.phase, None | Some(SnapshotPhase::Pending)) => {
+            d.conditions.push(cond(
+                kopiur_api::names::condition::MOVER_PERMITTED,
+                CondStatus::True,
+                "MoverPermitted",
+                "the mover's settings are permitted in this namespace",
+            ));
+        }
+        _ => {}
+    }
     d
 }
 
@@ -727,6 +748,13 @@ mod tests {
         assert!(d.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == CondStatus::True));
         assert_eq!(d.warning.as_ref().map(|w| w.0), Some("PrivilegedMoverNotPermitted"));
         assert!(!d.nudge);
+        let mp = d.conditions.iter().find(|c| c.type_ == "MoverPermitted").expect("MoverPermitted");
+        assert_eq!((mp.status, mp.reason.as_str()), (CondStatus::False, "PrivilegedMoverNotPermitted"));
+        // Once permitted (the namespace opted in), the same Snapshot says so and launches.
+        f.work_spec = WorkSpecState::Fits;
+        let d = plan(&f, now());
+        let mp = d.conditions.iter().find(|c| c.type_ == "MoverPermitted").expect("MoverPermitted");
+        assert_eq!(mp.status, CondStatus::True);
     }
 
     #[test]
