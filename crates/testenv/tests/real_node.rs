@@ -19,9 +19,6 @@ fn archive(name: &str) -> Option<PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_node_joins_runs_a_pod_and_leaves_no_trace() -> Result<()> {
-    let chains_before = host::iptables_chains();
-    let dirs_before: Vec<bool> = host::FIXED_DIRS.iter().map(|d| std::path::Path::new(d).exists()).collect();
-    let sysctls_before = host::read_sysctls();
     let t0 = Instant::now();
     let images: Vec<PathBuf> =
         ["kopiur-testenv-pause", "kopiur-testenv-busybox"].iter().filter_map(|n| archive(n)).collect();
@@ -30,6 +27,9 @@ async fn a_real_node_joins_runs_a_pod_and_leaves_no_trace() -> Result<()> {
         "the node images are missing: run `cargo xtask images --node-images --registry localhost --tag testenv`"
     );
     let mut cluster = RealCluster::start(&images).await?;
+    // What the host held when this node took the lock (another real node may have been
+    // tearing down while this test waited for it).
+    let before = cluster.host_before().context("the host state recorded at start")?;
     println!("node Ready after {:.1} s", t0.elapsed().as_secs_f64());
     let res = async {
         let client = cluster.env().client().await?;
@@ -86,17 +86,18 @@ async fn a_real_node_joins_runs_a_pod_and_leaves_no_trace() -> Result<()> {
     let routes = host::sh("ip", &["route", "show", "table", "all"])?;
     ensure!(!routes.contains(config::SERVICE_CIDR), "route left behind: {routes}");
     let chains_after = host::iptables_chains();
-    let extra: Vec<_> = chains_after.difference(&chains_before).collect();
+    let extra: Vec<_> = chains_after.difference(&before.chains).collect();
     ensure!(extra.is_empty(), "iptables chains left behind: {extra:?}");
-    ensure!(host::read_sysctls() == sysctls_before, "sysctls not restored");
+    ensure!(host::read_sysctls() == before.sysctls, "sysctls not restored");
     ensure!(host::mounts_under(&cluster.layout.dir).is_empty(), "mounts left behind");
     let cg = PathBuf::from("/sys/fs/cgroup/memory").join(cluster.layout.cgroup_root.trim_start_matches('/'));
     ensure!(!cg.exists(), "cgroup {} left behind", cg.display());
-    let dirs_after: Vec<bool> = host::FIXED_DIRS.iter().map(|d| std::path::Path::new(d).exists()).collect();
+    let dirs_after: std::collections::BTreeSet<String> =
+        host::FIXED_DIRS.iter().filter(|d| std::path::Path::new(d).exists()).map(|d| d.to_string()).collect();
     ensure!(
-        dirs_after == dirs_before,
-        "fixed host directories {:?}: before {dirs_before:?}, after {dirs_after:?}",
-        host::FIXED_DIRS
+        dirs_after == before.fixed_dirs,
+        "fixed host directories: before {:?}, after {dirs_after:?}",
+        before.fixed_dirs
     );
     println!("host as before: no bridge, route, chain, mount or cgroup of the node; sysctls restored");
     Ok(())

@@ -60,12 +60,14 @@ pub fn ensure_packages() -> Result<()> {
 }
 
 /// What was on the host before the node started, so shutdown removes exactly what it added.
-struct HostBefore {
-    sysctls: BTreeMap<String, String>,
-    chains: BTreeSet<(String, String, String)>,
-    nft: BTreeSet<String>,
+/// Recorded under the node lock, so another real node tearing down cannot blur it.
+#[derive(Clone, Debug)]
+pub struct HostBefore {
+    pub sysctls: BTreeMap<String, String>,
+    pub chains: BTreeSet<(String, String, String)>,
+    pub nft: BTreeSet<String>,
     /// Which of [`host::FIXED_DIRS`] existed.
-    fixed_dirs: BTreeSet<String>,
+    pub fixed_dirs: BTreeSet<String>,
 }
 
 /// A control plane with one real node. Dropping it tears everything down.
@@ -231,6 +233,11 @@ impl RealCluster {
         }
         tracing::info!("node {} Ready after {:?}", config::NODE_NAME, t0.elapsed());
         Ok(())
+    }
+
+    /// The host as it was when this node took the lock (`None` after [`RealCluster::shutdown`]).
+    pub fn host_before(&self) -> Option<HostBefore> {
+        self.before.clone()
     }
 
     pub fn env(&self) -> &TestEnv {
