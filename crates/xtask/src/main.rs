@@ -99,7 +99,19 @@ fn test() -> Result<()> {
     step("Generated files are up to date (cargo xtask gen --check)");
     generate(true)?;
     build_workspace_bins()?;
-    images::build_for_node()?;
+    // The node images (a CPU-bound release build) build beside the tests, which mostly wait on
+    // cron ticks, probes and Jobs; only the real-node binaries wait for them.
+    let log_dir = repo_root().join("target/xtask-test-logs");
+    step("Container images for the test node: built in the background; the real-node binaries start once they are");
+    let mut node_images = testrun::Background::spawn(
+        "node images (cargo xtask node-images)",
+        {
+            let mut c = Command::new(std::env::current_exe().context("the xtask executable")?);
+            c.arg("node-images").current_dir(repo_root());
+            c
+        },
+        log_dir.join("node-images.log"),
+    )?;
     step("Building every test target");
     let out = cargo()
         .args(["test", "--workspace", "--no-run", "--message-format=json-render-diagnostics"])
@@ -121,8 +133,9 @@ fn test() -> Result<()> {
         "Environment tiers: component (kopia + Garage) and end-to-end (local control plane); {} binaries, {jobs} at a time",
         env.len()
     ));
-    let log_dir = repo_root().join("target/xtask-test-logs");
-    outcomes.extend(testrun::run_pool(&env, jobs, &log_dir)?);
+    outcomes.extend(testrun::run_pool(&env, jobs, &log_dir, &mut |b| testrun::node_image_gate(b, &mut node_images))?);
+    node_images.wait()?;
+    outcomes.push(node_images.outcome());
     let res = testrun::summarize(&outcomes);
     eprintln!("\ncargo xtask test finished in {:.0?}", t0.elapsed());
     res

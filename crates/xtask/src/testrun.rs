@@ -193,8 +193,124 @@ struct Running {
     started: Instant,
 }
 
-/// Runs the environment binaries `jobs` at a time; each one's output is printed when it ends.
-pub fn run_pool(bins: &[TestBin], jobs: usize, log_dir: &Path) -> Result<Vec<Outcome>> {
+/// The environment binaries that run the real node from the node images
+/// (`cargo xtask node-images`): they wait for the image build, which runs beside the pool.
+pub const NEEDS_NODE_IMAGES: &[&str] = &["real_node_e2e", "real_node"];
+
+/// Whether a queued environment binary may start now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gate {
+    Go,
+    /// Not yet: the pool starts a later binary in its place and asks again.
+    Wait,
+    /// Never: it is recorded as failed with these lines.
+    Fail(Vec<String>),
+}
+
+/// A command that runs beside the tests (the node image build: CPU-bound, while the
+/// environment binaries mostly wait), its output kept in a log and printed when it ends.
+pub struct Background {
+    label: String,
+    child: Child,
+    log: PathBuf,
+    started: Instant,
+    result: Option<(bool, Duration)>,
+}
+
+impl Background {
+    pub fn spawn(label: &str, mut cmd: Command, log: PathBuf) -> Result<Background> {
+        if let Some(dir) = log.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = std::fs::File::create(&log)?;
+        let child = cmd
+            .stdout(Stdio::from(file.try_clone()?))
+            .stderr(Stdio::from(file))
+            .stdin(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {label}"))?;
+        eprintln!("==> started {label} in the background (log {})", log.display());
+        Ok(Background { label: label.into(), child, log, started: Instant::now(), result: None })
+    }
+
+    /// `Some(success)` once it has ended (its log is printed the first time).
+    pub fn poll(&mut self) -> Result<Option<bool>> {
+        if self.result.is_none()
+            && let Some(st) = self.child.try_wait()?
+        {
+            self.finish(st.success());
+        }
+        Ok(self.result.map(|(ok, _)| ok))
+    }
+
+    /// Waits for it to end.
+    pub fn wait(&mut self) -> Result<bool> {
+        if self.result.is_none() {
+            let st = self.child.wait()?;
+            self.finish(st.success());
+        }
+        Ok(self.result.is_some_and(|(ok, _)| ok))
+    }
+
+    fn finish(&mut self, ok: bool) {
+        let elapsed = self.started.elapsed();
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        eprintln!("\n---- {} ({elapsed:.0?}, {}) ----", self.label, if ok { "ok" } else { "FAILED" });
+        eprint!("{text}");
+        self.result = Some((ok, elapsed));
+    }
+
+    /// The outcome for the summary (call after [`Background::wait`]).
+    pub fn outcome(&self) -> Outcome {
+        let (ok, elapsed) = self.result.unwrap_or((false, self.started.elapsed()));
+        let why = if ok { Vec::new() } else { vec![format!("{} failed: see {}", self.label, self.log.display())] };
+        Outcome { label: self.label.clone(), ok, elapsed, why }
+    }
+}
+
+/// The gate of the real-node binaries: open once the background image build succeeded.
+pub fn node_image_gate(bin: &TestBin, images: &mut Background) -> Result<Gate> {
+    if !NEEDS_NODE_IMAGES.contains(&bin.target.as_str()) {
+        return Ok(Gate::Go);
+    }
+    Ok(match images.poll()? {
+        None => Gate::Wait,
+        Some(true) => Gate::Go,
+        Some(false) => {
+            Gate::Fail(vec![format!("not run: the node images failed to build (see {})", images.log.display())])
+        }
+    })
+}
+
+/// The first queued binary `gate` lets start; binaries it fails are recorded in `out`.
+fn next_ready(
+    queue: &mut std::collections::VecDeque<TestBin>,
+    gate: &mut dyn FnMut(&TestBin) -> Result<Gate>,
+    out: &mut Vec<Outcome>,
+) -> Result<Option<TestBin>> {
+    let mut i = 0;
+    while i < queue.len() {
+        match gate(&queue[i])? {
+            Gate::Go => return Ok(queue.remove(i)),
+            Gate::Wait => i += 1,
+            Gate::Fail(why) => {
+                let b = queue.remove(i).expect("index in range");
+                eprintln!("\n---- {} (not started, FAILED) ----\n{}", b.label, why.join("\n"));
+                out.push(Outcome { label: b.label, ok: false, elapsed: Duration::ZERO, why });
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Runs the environment binaries `jobs` at a time, in order, skipping over those `gate` holds
+/// back for now; each one's output is printed when it ends.
+pub fn run_pool(
+    bins: &[TestBin],
+    jobs: usize,
+    log_dir: &Path,
+    gate: &mut dyn FnMut(&TestBin) -> Result<Gate>,
+) -> Result<Vec<Outcome>> {
     std::fs::create_dir_all(log_dir)?;
     let mut queue: std::collections::VecDeque<TestBin> = bins.iter().cloned().collect();
     let mut running: Vec<Running> = Vec::new();
@@ -202,7 +318,7 @@ pub fn run_pool(bins: &[TestBin], jobs: usize, log_dir: &Path) -> Result<Vec<Out
     let mut last_note = Instant::now();
     while !queue.is_empty() || !running.is_empty() {
         while running.len() < jobs
-            && let Some(bin) = queue.pop_front()
+            && let Some(bin) = next_ready(&mut queue, gate, &mut out)?
         {
             let log = log_dir.join(format!("{}.log", bin.target));
             let file = std::fs::File::create(&log)?;
@@ -359,6 +475,33 @@ Error: 1 scenario(s) failed: [\"idle\"]\n\nCaused by:\n    idle objects were wri
             why.last().map(String::as_str),
             Some("ENVIRONMENT LOGS KEPT: /w/target/test-env-logs/deletion_e2e-42 (5 files)")
         );
+    }
+
+    #[test]
+    fn held_binaries_are_skipped_not_blocking_and_failed_gates_are_recorded() {
+        let mut queue: std::collections::VecDeque<TestBin> =
+            ["real_node_e2e", "deletion_e2e", "real_node", "cli_e2e"].iter().map(|t| bin(t)).collect();
+        let mut out = Vec::new();
+        let mut images_done = false;
+        let mut gate = |b: &TestBin| -> Result<Gate> {
+            Ok(if !NEEDS_NODE_IMAGES.contains(&b.target.as_str()) || images_done { Gate::Go } else { Gate::Wait })
+        };
+        let first = next_ready(&mut queue, &mut gate, &mut out).unwrap().unwrap();
+        assert_eq!(first.target, "deletion_e2e", "a held real-node binary does not block the queue");
+        let second = next_ready(&mut queue, &mut gate, &mut out).unwrap().unwrap();
+        assert_eq!(second.target, "cli_e2e");
+        assert!(next_ready(&mut queue, &mut gate, &mut out).unwrap().is_none(), "only held binaries left");
+        assert_eq!(queue.len(), 2);
+        images_done = true;
+        let mut gate = |b: &TestBin| -> Result<Gate> {
+            Ok(if !NEEDS_NODE_IMAGES.contains(&b.target.as_str()) || images_done { Gate::Go } else { Gate::Wait })
+        };
+        assert_eq!(next_ready(&mut queue, &mut gate, &mut out).unwrap().unwrap().target, "real_node_e2e");
+        let mut failing = |_: &TestBin| -> Result<Gate> { Ok(Gate::Fail(vec!["images failed".into()])) };
+        assert!(next_ready(&mut queue, &mut failing, &mut out).unwrap().is_none());
+        assert_eq!(out.len(), 1);
+        assert!(!out[0].ok && out[0].why == vec!["images failed".to_string()]);
+        assert!(queue.is_empty());
     }
 
     #[test]
