@@ -68,6 +68,26 @@ pub async fn namespace_permits_privileged(client: &kube::Client, ns: &str) -> bo
     }
 }
 
+/// The `MoverPermitted` condition (spec/api.md §2.6): False while privileged settings wait for
+/// the namespace's opt-in, True while a run may start with its settings; `None` leaves the
+/// condition as it was (terminal phases, other refusals).
+pub fn permitted_condition(refused: Option<(&str, &str)>, may_start: bool) -> Option<crate::health::kstatus::Cond> {
+    use crate::health::kstatus::{Cond, CondStatus};
+    let type_ = kopiur_api::names::condition::MOVER_PERMITTED;
+    match refused {
+        Some((r, m)) if r == reason::PRIVILEGED_MOVER_NOT_PERMITTED => {
+            Some(Cond { type_, status: CondStatus::False, reason: r.into(), message: m.into() })
+        }
+        None if may_start => Some(Cond {
+            type_,
+            status: CondStatus::True,
+            reason: "MoverPermitted".into(),
+            message: "the mover's settings are permitted in this namespace".into(),
+        }),
+        _ => None,
+    }
+}
+
 /// Why a mover Job is not created.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]

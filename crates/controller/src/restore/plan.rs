@@ -133,25 +133,9 @@ pub fn plan(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     let mut d = plan_inner(f, now);
     // MoverPermitted (spec/api.md §2.6): False while privileged settings wait for the
     // namespace's opt-in, True while a run may start with them.
-    match &f.mover_refused {
-        Some((reason, message)) if *reason == kopiur_api::names::reason::PRIVILEGED_MOVER_NOT_PERMITTED => {
-            d.conditions.push(cond(
-                kopiur_api::names::condition::MOVER_PERMITTED,
-                CondStatus::False,
-                reason,
-                message.clone(),
-            ));
-        }
-        None if matches!(f.phase, None | Some(RestorePhase::Pending | RestorePhase::Resolving)) => {
-            d.conditions.push(cond(
-                kopiur_api::names::condition::MOVER_PERMITTED,
-                CondStatus::True,
-                "MoverPermitted",
-                "the mover's settings are permitted in this namespace",
-            ));
-        }
-        _ => {}
-    }
+    let refused = f.mover_refused.as_ref().map(|(r, m)| (*r, m.as_str()));
+    let may_start = matches!(f.phase, None | Some(RestorePhase::Pending | RestorePhase::Resolving));
+    d.conditions.extend(crate::mover_settings::permitted_condition(refused, may_start));
     if d.wait_started_at.is_none() {
         d.wait_started_at = f.wait_started_at;
     }

@@ -234,25 +234,13 @@ pub fn plan(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
     d.preflight_since = f.preflight_since.or(d.preflight_since);
     // MoverPermitted (spec/api.md §2.6): False while privileged settings wait for the
     // namespace's opt-in, True once a run may start with them.
-    match &f.work_spec {
-        WorkSpecState::MoverRefused { reason, message } if *reason == reason::PRIVILEGED_MOVER_NOT_PERMITTED => {
-            d.conditions.push(cond(
-                kopiur_api::names::condition::MOVER_PERMITTED,
-                CondStatus::False,
-                reason,
-                message.clone(),
-            ));
-        }
-        WorkSpecState::Fits if matches!(f.phase, None | Some(SnapshotPhase::Pending)) => {
-            d.conditions.push(cond(
-                kopiur_api::names::condition::MOVER_PERMITTED,
-                CondStatus::True,
-                "MoverPermitted",
-                "the mover's settings are permitted in this namespace",
-            ));
-        }
-        _ => {}
-    }
+    let refused = match &f.work_spec {
+        WorkSpecState::MoverRefused { reason, message } => Some((*reason, message.as_str())),
+        _ => None,
+    };
+    let may_start =
+        matches!(f.work_spec, WorkSpecState::Fits) && matches!(f.phase, None | Some(SnapshotPhase::Pending));
+    d.conditions.extend(crate::mover_settings::permitted_condition(refused, may_start));
     d
 }
 
