@@ -106,8 +106,10 @@ fn test() -> Result<()> {
     let mut node_images = testrun::Background::spawn(
         "node images (cargo xtask node-images)",
         {
-            let mut c = Command::new(std::env::current_exe().context("the xtask executable")?);
-            c.arg("node-images").current_dir(repo_root());
+            // Through cargo, not this process's executable: the workspace build above rebuilt
+            // target/debug/xtask, so this process's own file is gone (`… (deleted)`).
+            let mut c = cargo();
+            c.args(["run", "--quiet", "--package", "xtask", "--", "node-images"]);
             c
         },
         log_dir.join("node-images.log"),
