@@ -171,6 +171,10 @@ fn seed_volume(root: &Path, private: bool) -> Result<Vec<u8>> {
         std::fs::write(db.join("pgdata"), b"rows a database owns\n")?;
         std::fs::set_permissions(db.join("pgdata"), std::fs::Permissions::from_mode(0o600))?;
         chown(&db.join("pgdata"), 999, 999)?;
+        // A second owner in the same tree (readable by others, so the uid-999 mover reads it).
+        std::fs::write(db.join("settings.conf"), b"owned by another uid\n")?;
+        std::fs::set_permissions(db.join("settings.conf"), std::fs::Permissions::from_mode(0o644))?;
+        chown(&db.join("settings.conf"), 1000, 1001)?;
         std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o700))?;
         chown(&db, 999, 999)?;
     }
@@ -615,9 +619,16 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let got = (owner_mode(&owned.join("db"))?, owner_mode(&owned.join("db/pgdata"))?);
     ensure!(got == ((999, 999, 0o700), (999, 999, 0o600)), "the privileged restore kept owners and modes: {got:?}");
     ensure!(std::fs::read(owned.join("db/pgdata"))? == b"rows a database owns\n", "pgdata bytes");
+    // Every owner of the tree, not only the database's: uid 1000, and root's plain files.
+    for (rel, want) in [("db/settings.conf", (1000, 1001, 0o644)), ("plain/hello.txt", (0, 0, 0o644))] {
+        let src = owner_mode(&data_dir.join(rel))?;
+        ensure!((src.0, src.1) == (want.0, want.1), "{rel} seeded owned by {want:?}: {src:?}");
+        let restored = owner_mode(&owned.join(rel))?;
+        ensure!(restored == src, "the privileged restore kept {rel} as {src:?}: {restored:?}");
+    }
     let unprivileged = owner_mode(&pvc_dir(&client, &ns, "restored-full", &node_dir, &log).await?.join("db/pgdata"))?;
     println!(
-        "privileged restore: db {:?}, db/pgdata {:?} as in the source (the unprivileged restore wrote db/pgdata as {:?})",
+        "privileged restore: db {:?}, db/pgdata {:?}, db/settings.conf (uid 1000) and plain/hello.txt (root) as in the source (the unprivileged restore wrote db/pgdata as {:?})",
         got.0, got.1, unprivileged
     );
     for (job, caps) in
