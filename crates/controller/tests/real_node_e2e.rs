@@ -199,6 +199,47 @@ async fn wait_snapshot_done(snaps: &Api<Snapshot>, name: &str, log: &Path) -> Re
     .await
 }
 
+/// A Direct SnapshotPolicy on PVC `pvc` with the given `mover` block (`null` for none).
+async fn policy(client: &Client, ns: &str, name: &str, pvc: &str, mover: Value) -> Result<()> {
+    let mut spec = json!({"repository": {"name": "r"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": pvc}}]});
+    if !mover.is_null() {
+        spec["mover"] = mover;
+    }
+    let v = json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+                   "metadata": {"name": name, "namespace": ns}, "spec": spec});
+    apply(client, ns, v).await
+}
+
+/// A manual Snapshot of `policy`.
+async fn snapshot(client: &Client, ns: &str, name: &str, policy: &str) -> Result<()> {
+    let v = json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+                   "metadata": {"name": name, "namespace": ns}, "spec": {"policyRef": {"name": policy}}});
+    apply(client, ns, v).await
+}
+
+/// Restores Snapshot `snap` into a new PVC `target` (with the given `mover` block, `null` for
+/// none) and waits until it is Completed; a Failed restore fails with its failure.
+async fn restore(client: &Client, ns: &str, target: &str, snap: &str, mover: Value, log: &Path) -> Result<()> {
+    let mut spec =
+        json!({"source": {"snapshotRef": {"name": snap}}, "target": {"pvc": {"name": target, "capacity": "1Gi"}}});
+    if !mover.is_null() {
+        spec["mover"] = mover;
+    }
+    let v = json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
+                   "metadata": {"name": target, "namespace": ns}, "spec": spec});
+    apply(client, ns, v).await?;
+    let restores: Api<Restore> = Api::namespaced(client.clone(), ns);
+    wait_for(&format!("Restore {target} Completed"), Duration::from_secs(300), log, || async {
+        let r = restores.get(target).await?;
+        let p = r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default();
+        if p == "Failed" {
+            bail!("restore {target} failed: {:?}", r.status.as_ref().and_then(|s| s.failure.clone()));
+        }
+        Ok((p == "Completed").then_some(()))
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kopiur_from_its_images_on_a_real_node() -> Result<()> {
     let t0 = Instant::now();
@@ -379,16 +420,7 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
             }),
         )
         .await?;
-        apply(
-            &client,
-            &ns,
-            json!({
-                "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
-                "metadata": {"name": name, "namespace": ns},
-                "spec": {"repository": {"name": "r"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": name}}]}
-            }),
-        )
-        .await?;
+        policy(&client, &ns, name, name, Value::Null).await?;
     }
     let data_dir = pvc_dir(&client, &ns, "data", &node_dir, &log).await?;
     let plain_dir = pvc_dir(&client, &ns, "plain", &node_dir, &log).await?;
@@ -397,17 +429,8 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let before_db = (owner_mode(&data_dir.join("db"))?, owner_mode(&data_dir.join("db/pgdata"))?);
 
     let snaps: Api<Snapshot> = Api::namespaced(client.clone(), &ns);
-    for (snap, policy) in [("full", "data"), ("plain-1", "plain")] {
-        apply(
-            &client,
-            &ns,
-            json!({
-                "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
-                "metadata": {"name": snap, "namespace": ns},
-                "spec": {"policyRef": {"name": policy}}
-            }),
-        )
-        .await?;
+    for (snap, pol) in [("full", "data"), ("plain-1", "plain")] {
+        snapshot(&client, &ns, snap, pol).await?;
     }
     let full = wait_snapshot_done(&snaps, "full", &log).await?;
     let failure = full.status.as_ref().and_then(|s| s.failure.clone());
@@ -445,27 +468,8 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     println!("the denied backup: Failed/PermissionDenied, 1 pod, r Ready, no reverify nudge");
 
     // The fix the message names: run the mover as the files' owner. Then the backup includes every file.
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
-            "metadata": {"name": "data", "namespace": ns},
-            "spec": {"repository": {"name": "r"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "data"}}],
-                     "mover": {"securityContext": {"runAsUser": 999, "runAsGroup": 999}}}
-        }),
-    )
-    .await?;
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
-            "metadata": {"name": "as-owner", "namespace": ns},
-            "spec": {"policyRef": {"name": "data"}}
-        }),
-    )
-    .await?;
+    policy(&client, &ns, "data", "data", json!({"securityContext": {"runAsUser": 999, "runAsGroup": 999}})).await?;
+    snapshot(&client, &ns, "as-owner", "data").await?;
     let as_owner = wait_snapshot_done(&snaps, "as-owner", &log).await?;
     ensure!(
         phase(&as_owner) == "Succeeded",
@@ -496,29 +500,8 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     );
     // Restore both backups that succeeded into new PVCs.
     let to_restore = vec![("plain-1", "restored-plain", false), ("as-owner", "restored-full", true)];
-    let restores: Api<Restore> = Api::namespaced(client.clone(), &ns);
     for (snap, target, private) in to_restore {
-        apply(
-            &client,
-            &ns,
-            json!({
-                "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
-                "metadata": {"name": target, "namespace": ns},
-                "spec": {"source": {"snapshotRef": {"name": snap}},
-                         "target": {"pvc": {"name": target, "capacity": "1Gi"}}}
-            }),
-        )
-        .await?;
-        wait_for(&format!("Restore {target} Completed"), Duration::from_secs(300), &log, || async {
-            let r = restores.get(target).await?;
-            let p =
-                r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default();
-            if p == "Failed" {
-                bail!("restore {target} failed: {:?}", r.status.as_ref().and_then(|s| s.failure.clone()));
-            }
-            Ok((p == "Completed").then_some(()))
-        })
-        .await?;
+        restore(&client, &ns, target, snap, Value::Null, &log).await?;
         let out = pvc_dir(&client, &ns, target, &node_dir, &log).await?;
         ensure!(std::fs::read(out.join("plain/hello.txt"))? == b"hello from the real node\n", "hello.txt");
         ensure!(std::fs::read(out.join("plain/nested/blob.bin"))? == blob, "blob.bin bytes");
@@ -533,27 +516,8 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     // 4b. Privileged movers: refused until the namespace opts in; then a backup reads everything
     // with DAC_READ_SEARCH only, and a restore keeps owners and modes with CHOWN, FOWNER and
     // DAC_OVERRIDE only.
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
-            "metadata": {"name": "data-priv", "namespace": ns},
-            "spec": {"repository": {"name": "r"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "data"}}],
-                     "mover": {"privilegedMode": true}}
-        }),
-    )
-    .await?;
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
-            "metadata": {"name": "privileged", "namespace": ns},
-            "spec": {"policyRef": {"name": "data-priv"}}
-        }),
-    )
-    .await?;
+    policy(&client, &ns, "data-priv", "data", json!({"privilegedMode": true})).await?;
+    snapshot(&client, &ns, "privileged", "data-priv").await?;
     let refused =
         wait_for("privileged refused without the namespace opt-in", Duration::from_secs(120), &log, || async {
             let s = snaps.get("privileged").await?;
@@ -594,27 +558,7 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let mp = condition(&privileged, "MoverPermitted").cloned();
     ensure!(mp.as_ref().is_some_and(|c| c.status == "True"), "MoverPermitted=True after the opt-in: {mp:?}");
     println!("after the opt-in the privileged backup Succeeded ({:.0} s later)", opted_in.elapsed().as_secs_f64());
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
-            "metadata": {"name": "restored-owned", "namespace": ns},
-            "spec": {"source": {"snapshotRef": {"name": "privileged"}},
-                     "target": {"pvc": {"name": "restored-owned", "capacity": "1Gi"}},
-                     "mover": {"privilegedMode": true}}
-        }),
-    )
-    .await?;
-    wait_for("Restore restored-owned Completed", Duration::from_secs(300), &log, || async {
-        let r = restores.get("restored-owned").await?;
-        let p = r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default();
-        if p == "Failed" {
-            bail!("restore restored-owned failed: {:?}", r.status.as_ref().and_then(|s| s.failure.clone()));
-        }
-        Ok((p == "Completed").then_some(()))
-    })
-    .await?;
+    restore(&client, &ns, "restored-owned", "privileged", json!({"privilegedMode": true}), &log).await?;
     let owned = pvc_dir(&client, &ns, "restored-owned", &node_dir, &log).await?;
     let got = (owner_mode(&owned.join("db"))?, owner_mode(&owned.join("db/pgdata"))?);
     ensure!(got == ((999, 999, 0o700), (999, 999, 0o600)), "the privileged restore kept owners and modes: {got:?}");

@@ -236,7 +236,7 @@ pub fn plan(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
     // namespace's opt-in, True once a run may start with them.
     let refused = match &f.work_spec {
         WorkSpecState::MoverRefused { reason, message } => Some((*reason, message.as_str())),
-        _ => None,
+        WorkSpecState::Fits | WorkSpecState::TooLarge { .. } | WorkSpecState::Invalid { .. } => None,
     };
     let may_start =
         matches!(f.work_spec, WorkSpecState::Fits) && matches!(f.phase, None | Some(SnapshotPhase::Pending));
