@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
@@ -19,6 +20,81 @@ pub const STDERR_TAIL_LINES: usize = 20;
 pub const STDERR_KEEP_BYTES: usize = 64 * 1024;
 /// Cap on stdout (a catalog listing of many thousand snapshots fits easily).
 pub const STDOUT_MAX_BYTES: usize = 256 * 1024 * 1024;
+
+/// Process groups of the kopia children running now (each child leads its own group), so a
+/// signal handler can stop them: [`terminate_running`].
+static RUNNING: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// Removes a child's group from [`RUNNING`] when its `run` finishes or is dropped.
+struct Registered(Option<i32>);
+
+impl Registered {
+    fn new(pid: Option<u32>) -> Registered {
+        let pid = pid.and_then(|p| i32::try_from(p).ok());
+        if let (Some(p), Ok(mut r)) = (pid, RUNNING.lock()) {
+            r.push(p);
+        }
+        Registered(pid)
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        if let (Some(p), Ok(mut r)) = (self.0, RUNNING.lock()) {
+            r.retain(|x| *x != p);
+        }
+    }
+}
+
+/// The process ids (= process group ids) of the kopia children running now.
+pub fn running_children() -> Vec<i32> {
+    RUNNING.lock().map(|r| r.clone()).unwrap_or_default()
+}
+
+/// Stops every running kopia child: SIGTERM to its whole process group, up to `grace` for it
+/// to exit, then SIGKILL; each child is reaped (waited for) before this returns. Meant for a
+/// signal handler while the futures that own the children are no longer polled (a child
+/// another waiter already reaped counts as gone). Returns the pids that were stopped.
+pub fn terminate_running(grace: Duration) -> Vec<i32> {
+    let pids = running_children();
+    for &p in &pids {
+        // SAFETY: plain syscalls on the child's own process group (process_group(0)).
+        unsafe {
+            libc::killpg(p, libc::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + grace;
+    let mut left: Vec<i32> = pids.clone();
+    while !left.is_empty() {
+        left.retain(|&p| !reaped(p, false));
+        if left.is_empty() || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for &p in &left {
+        // SAFETY: as above.
+        unsafe {
+            libc::killpg(p, libc::SIGKILL);
+        }
+        reaped(p, true);
+    }
+    pids
+}
+
+/// True once `pid` has exited and is reaped (by this call or by another waiter).
+fn reaped(pid: i32, block: bool) -> bool {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, if block { 0 } else { libc::WNOHANG }) };
+        if r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        // r == pid: reaped now; -1 (ECHILD): already reaped elsewhere; 0: still running.
+        return r != 0;
+    }
+}
 
 /// The variables every kopia process gets, so it has no side effects outside `workdir`
 /// and the cache: a private config, no persisted password, no update checks.
@@ -161,6 +237,7 @@ impl Runner {
         let mut child =
             c.spawn().map_err(|source| KopiaError::Spawn { bin: self.bin.display().to_string(), source })?;
         let pid = child.id();
+        let _registered = Registered::new(pid);
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = child.stderr.take().expect("piped stderr");
         let out_task = tokio::spawn(async move {

@@ -6,6 +6,12 @@
 //! `/var/cache/kopia`: the private kopia config, cache and logs), `KOPIUR_KOPIA_BINARY`,
 //! `KOPIUR_RESULT_FILE` (write reports as JSON lines there instead of the API),
 //! `KOPIUR_EXPECTED_TARGET_UID` (optional guard), `KOPIUR_JOB_UID`.
+//!
+//! Signals: the mover is PID 1 of its container, where the kernel applies no default action
+//! for SIGTERM, so it handles SIGTERM and SIGINT itself: it stops the running kopia process
+//! group (SIGTERM, 5 s grace, then SIGKILL, and waits for it), reports nothing (the run did
+//! not finish) and exits 128 + the signal number (143 for SIGTERM, 130 for SIGINT), which the
+//! Job's podFailurePolicy treats like any retryable failure.
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -22,10 +28,42 @@ fn init_logging() {
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();
 }
 
+/// How long a running kopia gets to exit after SIGTERM before it is killed.
+const KOPIA_STOP_GRACE: Duration = Duration::from_secs(5);
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     init_logging();
-    std::process::exit(run().await as i32);
+    let (mut term, mut int) = match (
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()),
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()),
+    ) {
+        (Ok(t), Ok(i)) => (t, i),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!(error = %e, "cannot install the SIGTERM/SIGINT handlers");
+            std::process::exit(Exit::Retryable as i32);
+        }
+    };
+    let work = run();
+    let mut work = std::pin::pin!(work);
+    let (name, signo) = tokio::select! {
+        exit = &mut work => std::process::exit(exit as i32),
+        _ = term.recv() => ("SIGTERM", 15),
+        _ = int.recv() => ("SIGINT", 2),
+    };
+    // The run future is no longer polled: stop its kopia children, reap them, then exit
+    // without reporting (the operation did not finish).
+    let running = kopiur_kopia::run::running_children();
+    tracing::warn!(signal = name, kopia_pids = ?running, "received {name}; stopping kopia and exiting");
+    // Blocking is fine here: nothing else runs any more and the process exits next.
+    let stopped = kopiur_kopia::run::terminate_running(KOPIA_STOP_GRACE);
+    tracing::error!(
+        signal = name,
+        stopped_kopia_pids = ?stopped,
+        exit = 128 + signo,
+        "terminated by {name} before the operation finished; no result was reported"
+    );
+    std::process::exit(128 + signo);
 }
 
 async fn run() -> Exit {
