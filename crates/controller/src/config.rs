@@ -28,6 +28,9 @@ pub struct Config {
     pub errors: Vec<String>,
 }
 
+/// Dual-stack: IPv6 and IPv4 clients, IPv4 only where the node has no IPv6 (`crate::http`).
+pub const DEFAULT_METRICS_ADDR: &str = "[::]:8081";
+
 /// Reconciles in flight per kind unless `KOPIUR_RECONCILE_CONCURRENCY` says otherwise.
 pub const MOVER_PULL_POLICY_ENV: &str = "KOPIUR_MOVER_IMAGE_PULL_POLICY";
 
@@ -97,7 +100,7 @@ impl Config {
                 .unwrap_or_else(|_| format!("kopiur-mover:{}", env!("CARGO_PKG_VERSION"))),
             mover_rust_log: std::env::var("KOPIUR_MOVER_RUST_LOG").ok(),
             mover_kopia_binary: std::env::var("KOPIUR_MOVER_KOPIA_BINARY").ok(),
-            metrics_addr: std::env::var("KOPIUR_METRICS_ADDR").unwrap_or_else(|_| "0.0.0.0:8081".into()),
+            metrics_addr: std::env::var("KOPIUR_METRICS_ADDR").unwrap_or_else(|_| DEFAULT_METRICS_ADDR.into()),
             tuning: Tuning {
                 strict_retry_base_seconds: env_i64("KOPIUR_STRICT_RETRY_BASE_SECONDS", d.strict_retry_base_seconds)
                     .max(1),

@@ -1,15 +1,64 @@
 //! `/metrics`, `/healthz`, `/readyz` on one small HTTP/1.1 listener.
+//!
+//! The address `[::]:<port>` (the default, `[::]:8081`) is one dual-stack socket
+//! (`IPV6_V6ONLY` off) that accepts IPv6 and IPv4 clients, so the endpoints answer on
+//! IPv4-only, IPv6-only and dual-stack clusters alike; where the node has no IPv6 at all it
+//! falls back to `0.0.0.0:<port>`. Any other address is bound exactly as given.
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 
 pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
 pub type Ready = Arc<dyn Fn() -> bool + Send + Sync>;
 
+/// Binds `addr`; `[::]:<port>` dual-stack with the IPv4 fallback (module docs).
+pub async fn bind(addr: &str) -> anyhow::Result<TcpListener> {
+    let parsed: Option<SocketAddr> = addr.parse().ok();
+    match parsed {
+        Some(SocketAddr::V6(v6)) if v6.ip().is_unspecified() => match bind_dual_stack(v6.port()) {
+            Ok(l) => Ok(l),
+            Err(e) => {
+                let v4 = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, v6.port()));
+                tracing::info!(error = %e, %v4, "no IPv6 listener possible here; serving on IPv4 only");
+                Ok(TcpListener::bind(v4).await?)
+            }
+        },
+        Some(_) | None => Ok(TcpListener::bind(addr).await?),
+    }
+}
+
+/// One `[::]:<port>` socket that also accepts IPv4 (as v4-mapped addresses).
+fn bind_dual_stack(port: u16) -> std::io::Result<TcpListener> {
+    let sock = TcpSocket::new_v6()?;
+    let off: libc::c_int = 0;
+    // SAFETY: setsockopt on a socket we own, with a correctly sized int option.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_IPV6,
+            libc::IPV6_V6ONLY,
+            (&off as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    sock.set_reuseaddr(true)?;
+    sock.bind(SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), port))?;
+    sock.listen(1024)
+}
+
 pub async fn serve(addr: &str, metrics: Render, ready: Ready) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
+    serve_on(bind(addr).await?, metrics, ready).await
+}
+
+pub async fn serve_on(listener: TcpListener, metrics: Render, ready: Ready) -> anyhow::Result<()> {
+    let local = listener.local_addr()?;
+    tracing::info!(addr = %local, "serving /metrics, /healthz, /readyz");
     loop {
         let (mut sock, _) = listener.accept().await?;
         let metrics = metrics.clone();
@@ -36,5 +85,52 @@ pub async fn serve(addr: &str, metrics: Render, ready: Ready) -> anyhow::Result<
             let _ = sock.write_all(resp.as_bytes()).await;
             let _ = sock.shutdown().await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    fn handlers() -> (Render, Ready) {
+        (Arc::new(|| "kopiur_up 1\n".to_string()), Arc::new(|| true))
+    }
+
+    #[tokio::test]
+    async fn the_all_interfaces_address_answers_on_ipv4_and_ipv6() {
+        let l = bind("[::]:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert!(l.local_addr().unwrap().is_ipv6(), "a dual-stack socket where IPv6 exists");
+        let (m, r) = handlers();
+        tokio::spawn(serve_on(l, m, r));
+        let v4 = get(SocketAddr::from(([127, 0, 0, 1], port)), "/metrics").await;
+        assert!(v4.starts_with("HTTP/1.1 200 OK") && v4.ends_with("kopiur_up 1\n"), "{v4}");
+        let v6 = get(SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)), "/healthz").await;
+        assert!(v6.starts_with("HTTP/1.1 200 OK") && v6.ends_with("ok\n"), "{v6}");
+    }
+
+    #[tokio::test]
+    async fn an_explicit_address_is_bound_as_given() {
+        let l = bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        assert_eq!(addr.ip(), std::net::IpAddr::from([127, 0, 0, 1]));
+        let (m, r) = handlers();
+        tokio::spawn(serve_on(l, m, r));
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200 OK"));
+        // Not listening on IPv6 loopback on that port.
+        assert!(tokio::net::TcpStream::connect((std::net::Ipv6Addr::LOCALHOST, addr.port())).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_bad_address_is_an_error_naming_it() {
+        assert!(bind("not-an-address").await.is_err());
     }
 }

@@ -1,7 +1,11 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease: lease 15 s, renew deadline 10 s,
 //! retry 2 s. Only the holder runs controllers; a replica that loses the Lease exits non-zero
-//! and restarts clean (every durable clock lives in status).
+//! and restarts clean (every durable clock lives in status). On SIGTERM or SIGINT the process
+//! releases the Lease if it holds it and exits ([`exit_on_signal`]): as PID 1 of its container
+//! it gets no default signal action, and a released Lease lets a standby take over at once
+//! instead of after the lease duration.
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -14,6 +18,9 @@ use crate::metrics::Metrics;
 pub const LEASE_SECONDS: i32 = 15;
 pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
 pub const RETRY: Duration = Duration::from_secs(2);
+
+/// Set once a shutdown began: renewals stop, so a released Lease is not taken back.
+static STOPPING: AtomicBool = AtomicBool::new(false);
 
 fn now_micro() -> MicroTime {
     MicroTime(k8s_openapi::jiff::Timestamp::now())
@@ -94,6 +101,9 @@ pub async fn lead(client: Client, namespace: &str, name: &str, identity: &str, m
         let mut last_ok = Instant::now();
         loop {
             tokio::time::sleep(RETRY).await;
+            if STOPPING.load(Ordering::SeqCst) {
+                return;
+            }
             match try_acquire(&api, &name, &identity).await {
                 Ok(true) => last_ok = Instant::now(),
                 Ok(false) => {
@@ -111,4 +121,53 @@ pub async fn lead(client: Client, namespace: &str, name: &str, identity: &str, m
             }
         }
     });
+}
+
+/// Gives the Lease up if `identity` holds it: holder cleared, duration 1 s (what client-go does
+/// on release). Ok(true) when it was ours and is released now.
+pub async fn release(api: &Api<Lease>, name: &str, identity: &str) -> Result<bool, kube::Error> {
+    let Some(mut lease) = api.get_opt(name).await? else { return Ok(false) };
+    let mut spec = lease.spec.clone().unwrap_or_default();
+    if spec.holder_identity.as_deref() != Some(identity) {
+        return Ok(false);
+    }
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    spec.renew_time = Some(now_micro());
+    lease.spec = Some(spec);
+    match api.replace(name, &PostParams::default(), &lease).await {
+        Ok(_) => Ok(true),
+        // Someone else wrote it in between: it is not ours to release any more.
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Waits for SIGTERM or SIGINT, then stops renewing, releases the Lease if this replica holds
+/// it (bounded to 5 s) and exits 0. Spawn it before anything else: a passive replica waiting
+/// for the Lease must stop promptly too.
+pub async fn exit_on_signal(client: Client, namespace: String, name: String, identity: String) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (mut term, mut int) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(t), Ok(i)) => (t, i),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!(error = %e, "cannot install the SIGTERM/SIGINT handlers");
+            std::process::exit(1);
+        }
+    };
+    let sig = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    STOPPING.store(true, Ordering::SeqCst);
+    tracing::info!(signal = sig, "received {sig}; releasing the leader Lease if held and exiting");
+    let api: Api<Lease> = Api::namespaced(client, &namespace);
+    match tokio::time::timeout(Duration::from_secs(5), release(&api, &name, &identity)).await {
+        Ok(Ok(true)) => tracing::info!(lease = %name, %identity, "released the leader Lease"),
+        Ok(Ok(false)) => tracing::info!(lease = %name, %identity, "not the Lease holder; nothing to release"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "releasing the leader Lease failed; it expires on its own"),
+        Err(_) => tracing::warn!("releasing the leader Lease timed out; it expires on its own"),
+    }
+    tracing::info!(signal = sig, "exiting on {sig}");
+    std::process::exit(0);
 }

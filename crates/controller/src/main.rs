@@ -89,6 +89,13 @@ async fn run(arenas_capped: bool) -> anyhow::Result<()> {
     // gets its own client label so idle-write figures can tell Lease renewals apart.
     let client = kopiur_controller::client_metrics::client(metrics.clone(), "main").await?;
     let election_client = kopiur_controller::client_metrics::client(metrics.clone(), "election").await?;
+    // PID 1 in its container: SIGTERM/SIGINT are handled here, for a passive replica too.
+    tokio::spawn(kopiur_controller::leader::exit_on_signal(
+        election_client.clone(),
+        config.namespace.clone(),
+        config.lease_name.clone(),
+        config.identity.clone(),
+    ));
     let stores: Arc<OnceLock<Stores>> = Arc::new(OnceLock::new());
     let ready = Arc::new(AtomicBool::new(false));
 
