@@ -21,15 +21,19 @@ pub enum ErrorClass {
     NotFound,
     RepositoryUnavailable,
     SourceError,
+    /// The endpoint's TLS certificate was rejected (or TLS and plain HTTP are mixed up): a
+    /// configuration error a human fixes (a CA bundle, the endpoint scheme), never an outage.
+    CertificateError,
     Unknown,
 }
 
 impl ErrorClass {
-    pub const ALL: [ErrorClass; 8] = [
+    pub const ALL: [ErrorClass; 9] = [
         ErrorClass::AuthFailure,
         ErrorClass::AccessDenied,
         ErrorClass::PermissionDenied,
         ErrorClass::Locked,
+        ErrorClass::CertificateError,
         ErrorClass::NotFound,
         ErrorClass::RepositoryUnavailable,
         ErrorClass::SourceError,
@@ -45,6 +49,7 @@ impl ErrorClass {
             ErrorClass::NotFound => "NotFound",
             ErrorClass::RepositoryUnavailable => "RepositoryUnavailable",
             ErrorClass::SourceError => "SourceError",
+            ErrorClass::CertificateError => "CertificateError",
             ErrorClass::Unknown => "Unknown",
         }
     }
@@ -57,6 +62,7 @@ impl ErrorClass {
             | ErrorClass::AccessDenied
             | ErrorClass::PermissionDenied
             | ErrorClass::NotFound
+            | ErrorClass::CertificateError
             | ErrorClass::Unknown => false,
         }
     }
@@ -105,10 +111,16 @@ impl Classification {
             (ErrorClass::Locked, _) => "the repository is locked by another operation",
             (ErrorClass::RepositoryUnavailable, _) => "the repository storage is unreachable",
             (ErrorClass::SourceError, _) => "the backup source could not be read",
+            (ErrorClass::CertificateError, _) => CERTIFICATE_SUMMARY,
             (ErrorClass::Unknown, _) => "kopia failed with an unrecognized error",
         }
     }
 }
+
+/// The one-line fix for a rejected certificate, shared with the controller's conditions.
+pub const CERTIFICATE_SUMMARY: &str = "the storage endpoint's TLS certificate was rejected (untrusted CA, wrong host name, \
+     expired, or TLS against a plain-HTTP endpoint): put the CA that signed it in a ConfigMap and set \
+     spec.backend.s3.tls.caBundleRef, or fix the endpoint's certificate or scheme";
 
 /// One classification rule: the class it yields and the lower-case substrings that select it.
 struct Rule {
@@ -157,6 +169,25 @@ const RULES: &[Rule] = &[
         ],
     },
     Rule { class: ErrorClass::NotFound, not_initialized: true, any_of: &["not initialized"] },
+    // Before the transport rule: `tls:` and `x509` there cover handshake timeouts, while a
+    // rejected certificate is configuration, and must never open the circuit breaker.
+    Rule {
+        class: ErrorClass::CertificateError,
+        not_initialized: false,
+        any_of: &[
+            "x509:",
+            "tls: failed to verify certificate",
+            "certificate signed by unknown authority",
+            "certificate is valid for",
+            "certificate is not valid for",
+            "certificate has expired",
+            "certificate is not yet valid",
+            "tls: bad certificate",
+            "tls: unknown certificate authority",
+            "server gave http response to https client",
+            "first record does not look like a tls handshake",
+        ],
+    },
     Rule {
         class: ErrorClass::RepositoryUnavailable,
         not_initialized: false,

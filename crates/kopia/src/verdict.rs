@@ -48,6 +48,7 @@ pub fn verdict_of(c: Classification, pinned: bool) -> ConnectVerdict {
         | (ErrorClass::PermissionDenied, _)
         | (ErrorClass::Locked, _)
         | (ErrorClass::SourceError, _)
+        | (ErrorClass::CertificateError, _)
         | (ErrorClass::Unknown, _) => ConnectVerdict::ConnectFailed(c.class),
     }
 }

@@ -40,7 +40,20 @@ fn spec_catalogue() {
         ("i/o timeout", RepositoryUnavailable, false),
         ("context deadline exceeded", RepositoryUnavailable, false),
         ("read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer", RepositoryUnavailable, false),
-        ("x509: certificate signed by unknown authority", RepositoryUnavailable, false),
+        // A rejected certificate is configuration (a CA bundle to add), never an outage.
+        ("x509: certificate signed by unknown authority", CertificateError, false),
+        (
+            "error connecting to repository: unable to get repository storage: Get \"https://127.0.0.1:9443/b/?location=\": tls: failed to verify certificate: x509: certificate signed by unknown authority",
+            CertificateError,
+            false,
+        ),
+        (
+            "tls: failed to verify certificate: x509: certificate is valid for localhost, not s3.example",
+            CertificateError,
+            false,
+        ),
+        ("http: server gave HTTP response to HTTPS client", CertificateError, false),
+        ("net/http: TLS handshake timeout", RepositoryUnavailable, false),
         (
             "unable to complete GetBlob(kopia.repository,0,-1) despite 10 retries: dial tcp 10.0.0.9:9000: connect: connection refused",
             RepositoryUnavailable,

@@ -11,10 +11,11 @@ use k8s_openapi::api::batch::v1::{
     PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, Container, EmptyDirVolumeSource, EnvFromSource, EnvVar, EnvVarSource,
-    EphemeralVolumeSource, PersistentVolumeClaimSpec, PersistentVolumeClaimTemplate, PersistentVolumeClaimVolumeSource,
-    PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretEnvSource,
-    SecretKeySelector, SecurityContext, Toleration, Volume, VolumeMount, VolumeResourceRequirements,
+    Affinity, Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvFromSource, EnvVar,
+    EnvVarSource, EphemeralVolumeSource, KeyToPath, PersistentVolumeClaimSpec, PersistentVolumeClaimTemplate,
+    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements,
+    SeccompProfile, SecretEnvSource, SecretKeySelector, SecurityContext, Toleration, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -73,6 +74,24 @@ pub enum ConnectKind {
     Probe,
 }
 
+/// One ConfigMap key mounted read-only as the file `<dir>/<file>` (an S3 CA bundle).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfigMapFileMount {
+    pub config_map_name: String,
+    pub key: String,
+    /// The directory the volume is mounted at.
+    pub dir: String,
+    /// The file name the key appears as inside `dir`.
+    pub file: String,
+}
+
+impl ConfigMapFileMount {
+    /// The file's absolute path inside the mover.
+    pub fn path(&self) -> String {
+        format!("{}/{}", self.dir.trim_end_matches('/'), self.file)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct PvcMount {
     pub claim_name: String,
@@ -105,6 +124,8 @@ pub struct JobInput {
     pub restore: Option<PvcMount>,
     /// A filesystem repository's PVC, mounted at the repository path.
     pub repository_volume: Option<PvcMount>,
+    /// An S3 CA bundle ConfigMap key, mounted read-only (kopia's `--root-ca-pem-path`).
+    pub ca_bundle: Option<ConfigMapFileMount>,
     pub resources: Option<ResourceRequirements>,
     /// Overlays on the hardened bases, field by field.
     pub security_context: Option<SecurityContext>,
@@ -401,6 +422,25 @@ pub fn build_job(input: &JobInput) -> Result<Job, JobError> {
             volumes.push(v);
             mounts.push(vm);
         }
+    }
+
+    if let Some(ca) = &input.ca_bundle {
+        volumes.push(Volume {
+            name: "ca-bundle".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: ca.config_map_name.clone(),
+                items: Some(vec![KeyToPath { key: ca.key.clone(), path: ca.file.clone(), mode: None }]),
+                optional: Some(false),
+                default_mode: Some(0o444),
+            }),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: "ca-bundle".into(),
+            mount_path: ca.dir.clone(),
+            read_only: Some(true),
+            ..Default::default()
+        });
     }
 
     let container = Container {

@@ -84,6 +84,7 @@ fn input(ws: WorkSpec) -> JobInput {
         source: Some(PvcMount { claim_name: "data".into(), mount_path: "/source".into(), read_only: true }),
         restore: None,
         repository_volume: None,
+        ca_bundle: None,
         resources: None,
         security_context: None,
         pod_security_context: None,

@@ -161,6 +161,7 @@ async fn bootstrap_runs_as_a_job() {
         source: None,
         restore: None,
         repository_volume: None,
+        ca_bundle: None,
         resources: None,
         security_context: None,
         // An image would carry `USER 65532`; the process node agent has no image metadata.

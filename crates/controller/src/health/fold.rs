@@ -5,8 +5,8 @@ use super::gate::CreateGate;
 use super::holdoff::{escalated_deadline, strict_retry_holdoff};
 use super::messages;
 use super::types::{
-    Bootstrapped, ConnectKind, ConnectResult, JobFacts, OnFailure, Phase, ReachState, RepoFacts, RepoStatus,
-    StrictRetry, Terminal, TerminalReason, Time,
+    Bootstrapped, ConnectKind, ConnectResult, FailureClass, JobFacts, OnFailure, Phase, ReachState, RepoFacts,
+    RepoStatus, StrictRetry, Terminal, TerminalReason, Time,
 };
 use super::verdict::{StrictRoute, Verdict, strict_route};
 
@@ -313,6 +313,20 @@ fn fold_probe(
     out: &mut FoldOutcome,
 ) {
     let prev_phase = out.status.phase.unwrap_or(Phase::Pending);
+    // A rejected certificate is configuration, not an outage: it never counts toward (or
+    // opens) the breaker. A probe of a repository that was serving goes terminal, like a
+    // strict connect would, so a human sees the CA fix instead of a half-open loop.
+    if let Verdict::ConnectFailed { class: FailureClass::CertificateError } = verdict {
+        if matches!(prev_phase, Phase::Ready | Phase::Degraded) {
+            let message = format!(
+                "{}; fix it and the repository retries on the next spec, Secret or CA ConfigMap change",
+                verdict.summary()
+            );
+            to_failed(out, TerminalReason::Class(FailureClass::CertificateError), message);
+        }
+        out.status.reach = Some(ReachState { reach: verdict.reach(), message: verdict.summary() });
+        return;
+    }
     match verdict {
         Verdict::Reachable { unique_id, created, index_blob_count } => {
             match prev_phase {

@@ -116,11 +116,13 @@ pub enum FailureClass {
     NotFound,
     RepositoryUnavailable,
     SourceError,
+    /// A rejected TLS certificate: configuration, never an outage (no breaker).
+    CertificateError,
     Unknown,
 }
 
 impl FailureClass {
-    pub const ALL: [FailureClass; 8] = [
+    pub const ALL: [FailureClass; 9] = [
         FailureClass::AuthFailure,
         FailureClass::AccessDenied,
         FailureClass::PermissionDenied,
@@ -128,6 +130,7 @@ impl FailureClass {
         FailureClass::NotFound,
         FailureClass::RepositoryUnavailable,
         FailureClass::SourceError,
+        FailureClass::CertificateError,
         FailureClass::Unknown,
     ];
 
@@ -140,6 +143,7 @@ impl FailureClass {
             FailureClass::NotFound => "NotFound",
             FailureClass::RepositoryUnavailable => "RepositoryUnavailable",
             FailureClass::SourceError => "SourceError",
+            FailureClass::CertificateError => "CertificateError",
             FailureClass::Unknown => "Unknown",
         }
     }
@@ -160,6 +164,7 @@ impl FailureClass {
             (FailureClass::Locked, _) => "the repository is locked by another operation",
             (FailureClass::RepositoryUnavailable, _) => "the repository storage is unreachable",
             (FailureClass::SourceError, _) => "kopia reported a source error while connecting",
+            (FailureClass::CertificateError, _) => kopiur_kopia::classify::CERTIFICATE_SUMMARY,
             (FailureClass::Unknown, _) => "kopia failed with an unrecognized error",
         }
     }

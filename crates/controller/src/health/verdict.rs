@@ -51,6 +51,7 @@ impl Verdict {
                 | FailureClass::PermissionDenied
                 | FailureClass::Locked
                 | FailureClass::SourceError
+                | FailureClass::CertificateError
                 | FailureClass::Unknown => Verdict::ConnectFailed { class: *class },
             },
         }

@@ -18,7 +18,7 @@ use kube::ResourceExt;
 
 use crate::health::kstatus::{Cond, CondStatus};
 use crate::repository::Error;
-use crate::repository::apply::{MOVER_SERVICE_ACCOUNT, kopia_backend};
+use crate::repository::apply::MOVER_SERVICE_ACCOUNT;
 use crate::snapshot::ctx::RepoView;
 use crate::snapshot::plan::JobState;
 
@@ -276,6 +276,11 @@ pub struct MoverJob<'a> {
 
 pub fn build(m: MoverJob<'_>) -> Result<Job, Error> {
     let repo = m.repo;
+    let mounts = crate::repository::mounts::for_job(
+        &repo.common().backend,
+        &repo.home_namespace(&m.config.namespace),
+        &m.namespace,
+    )?;
     let spec = WorkSpec {
         schema_version: SCHEMA_VERSION,
         target_ref: m.target,
@@ -284,7 +289,7 @@ pub fn build(m: MoverJob<'_>) -> Result<Job, Error> {
             namespace: repo.namespace(),
             name: repo.name(),
             uid: repo.uid(),
-            backend: kopia_backend(&repo.common().backend)?,
+            backend: mounts.backend.clone(),
             client_identity: m.identity,
             read_only: m.read_only || repo.read_only(),
             cache: CacheSizes::default(),
@@ -314,7 +319,8 @@ pub fn build(m: MoverJob<'_>) -> Result<Job, Error> {
         cache: CacheVolume::EmptyDir,
         source: None,
         restore: None,
-        repository_volume: None,
+        repository_volume: mounts.repository_volume.clone(),
+        ca_bundle: mounts.ca_bundle.clone(),
         resources: None,
         security_context: None,
         pod_security_context: Some(crate::snapshot::job::mover_identity()),

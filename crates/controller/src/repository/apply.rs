@@ -251,6 +251,8 @@ async fn launch<K: RepoObject>(
     ensure_mover_rbac(ctx, &ns).await?;
 
     let host = lease_host(obj);
+    // The repository's own Jobs run in its home namespace, where its PVC and CA live.
+    let mounts = super::mounts::for_job(&common.backend, &ns, &ns)?;
     let probe = match l.kind {
         ConnectKind::Strict => false,
         ConnectKind::Probe(_) => true,
@@ -269,7 +271,7 @@ async fn launch<K: RepoObject>(
             namespace: obj.namespace(),
             name: obj.name_any(),
             uid: obj.meta().uid.clone().unwrap_or_default(),
-            backend: kopia_backend(&common.backend)?,
+            backend: mounts.backend.clone(),
             client_identity: Identity::new("kopiur-ops", host.clone()),
             read_only: facts.spec.read_only,
             cache: CacheSizes::default(),
@@ -331,7 +333,8 @@ async fn launch<K: RepoObject>(
         cache: CacheVolume::EmptyDir,
         source: None,
         restore: None,
-        repository_volume: None,
+        repository_volume: mounts.repository_volume.clone(),
+        ca_bundle: mounts.ca_bundle.clone(),
         resources: None,
         // The mover's UID/GID and the repository's moverDefaults come from `mover_settings`.
         security_context: None,

@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod catalog;
 pub mod convert;
+pub mod mounts;
 pub mod observe;
 
 use std::collections::HashMap;
@@ -183,13 +184,42 @@ async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Action, Er
         return Ok(Action::await_change());
     }
     let now = chrono::Utc::now();
-    let (facts, listing) = observe::observe(obj, ctx).await?;
+    let (facts, listing, ca) = observe::observe_with_ca(obj, ctx).await?;
     let mut decision = crate::health::plan(&facts, now);
+    if let mounts::CaState::Missing { message } = &ca {
+        missing_ca_bundle(&mut decision, message);
+    }
     let cat = catalog::step(obj, ctx, &facts, &mut decision, listing, now).await;
     let threshold = obj.common().health.index_blob_warn_threshold;
     let was_false = convert::index_blob_health_was_false(obj.status_common());
     crate::health::index_blobs::apply(&mut decision, &facts.id, threshold, was_false);
     apply::apply(obj, ctx, &facts, decision, cat, now).await
+}
+
+/// `MissingCaBundle` (spec/api.md §3): the CA ConfigMap or its key is absent. The facts carried
+/// no credential version, so the breaker launched nothing; say why, Stalled, and look again
+/// soon (the ConfigMap is read on every reconcile, so creating it heals within the requeue).
+fn missing_ca_bundle(d: &mut crate::health::Decision, message: &str) {
+    use crate::health::kstatus::{Cond, CondStatus};
+    use kopiur_api::names::reason::MISSING_CA_BUNDLE;
+    let set = |type_: &'static str, status: CondStatus, msg: &str| Cond {
+        type_,
+        status,
+        reason: MISSING_CA_BUNDLE.to_string(),
+        message: msg.to_string(),
+    };
+    let mut out: Vec<crate::health::kstatus::Cond> = Vec::with_capacity(d.conditions.len());
+    for c in d.conditions.drain(..) {
+        out.push(match c.type_ {
+            "Ready" => set("Ready", CondStatus::False, message),
+            "Reconciling" => set("Reconciling", CondStatus::False, ""),
+            "Stalled" => set("Stalled", CondStatus::True, message),
+            "CredentialsAvailable" => set("CredentialsAvailable", CondStatus::False, message),
+            _ => c,
+        });
+    }
+    d.conditions = out;
+    d.requeue_after = Some(chrono::Duration::seconds(30).min(d.requeue_after.unwrap_or(chrono::Duration::seconds(30))));
 }
 
 pub fn error_policy<K: RepoObject>(obj: Arc<K>, err: &Error, ctx: Arc<Ctx>) -> Action {

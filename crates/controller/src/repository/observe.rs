@@ -231,6 +231,31 @@ pub async fn facts<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<RepoFacts, Error
 
 /// The breaker's facts plus the catalog listing of a Job folded in this reconcile.
 pub async fn observe<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<(RepoFacts, Option<CatalogListing>), Error> {
+    let (facts, listing, _) = observe_with_ca(obj, ctx).await?;
+    Ok((facts, listing))
+}
+
+/// [`observe`], plus the CA bundle's state. A `caBundleRef` ConfigMap joins the credential
+/// version (`"<pwRV>/<authRV>/ca:<cmRV>"`): a missing one withholds every Job like a missing
+/// Secret, and a changed one reconnects strictly.
+pub async fn observe_with_ca<K: RepoObject>(
+    obj: &K,
+    ctx: &Ctx,
+) -> Result<(RepoFacts, Option<CatalogListing>, super::mounts::CaState), Error> {
+    let ns = obj.home_namespace(&ctx.config.namespace);
+    let ca = super::mounts::ca_state(&ctx.client, &ns, &obj.common().backend).await?;
+    let (mut facts, listing) = observe_inner(obj, ctx).await?;
+    match &ca {
+        super::mounts::CaState::NotConfigured => {}
+        super::mounts::CaState::Present { resource_version } => {
+            facts.credential_version = facts.credential_version.map(|v| format!("{v}/ca:{resource_version}"));
+        }
+        super::mounts::CaState::Missing { .. } => facts.credential_version = None,
+    }
+    Ok((facts, listing, ca))
+}
+
+async fn observe_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<(RepoFacts, Option<CatalogListing>), Error> {
     let uid = obj.meta().uid.clone().unwrap_or_default();
     let ann = obj.annotations();
     let (job, listing) = job_observation(obj, ctx).await?;
