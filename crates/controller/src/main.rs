@@ -231,5 +231,8 @@ async fn run(arenas_capped: bool) -> anyhow::Result<()> {
     let maintenance = kopiur_controller::maintenance::run(client.clone(), config.clone(), metrics.clone());
     let replication = kopiur_controller::replication::run(client.clone(), config.clone(), metrics.clone());
     futures::join!(a, b, pipeline, maintenance, replication);
+    // The controllers end only on SIGTERM/SIGINT (`shutdown_on_signal`); the signal task
+    // (`leader::exit_on_signal`) releases the Lease and exits the process. Give it the time.
+    tokio::time::sleep(std::time::Duration::from_secs(10)).await;
     Ok(())
 }
