@@ -11,6 +11,7 @@ pub mod pki;
 pub mod process;
 pub mod proxy;
 pub mod realnode;
+pub mod tls;
 pub mod tools;
 pub mod wait;
 pub mod yaml;
