@@ -123,6 +123,12 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
     let repo_tz = repo.as_ref().and_then(|x| x.common().schedule_defaults.as_ref()).and_then(|s| s.timezone.clone());
     let destination = match (kopia_backend(&r.spec.destination), &repo) {
         (Err(e), _) => Destination::NotImplemented(e.to_string().replace("spec.backend", "spec.destination")),
+        // Refused rather than ignored: a destination's CA bundle or volume is not mounted yet.
+        (Ok(_), _) if crate::repository::mounts::destination_refusal(&r.spec.destination).is_some() => {
+            Destination::NotImplemented(
+                crate::repository::mounts::destination_refusal(&r.spec.destination).unwrap_or_default(),
+            )
+        }
         (Ok(_), Some(src)) if same_target(&src.common().backend, &r.spec.destination) => Destination::IsSource,
         (Ok(_), _) => Destination::Usable,
     };

@@ -128,6 +128,29 @@ pub fn for_job(b: &Backend, home_ns: &str, job_ns: &str) -> Result<BackendMounts
     Ok(out)
 }
 
+/// A replication destination's mounts are not built yet: a destination that needs one (a CA
+/// bundle or a volume) is refused with this message instead of being synced without it.
+pub fn destination_refusal(b: &Backend) -> Option<String> {
+    match b {
+        Backend::S3(s) if s.tls.as_ref().is_some_and(|t| t.ca_bundle_ref.is_some()) => Some(
+            "spec.destination.s3.tls.caBundleRef is not implemented for replication destinations in this release"
+                .into(),
+        ),
+        Backend::Filesystem(f) if f.volume.is_some() => Some(
+            "spec.destination.filesystem.volume is not implemented for replication destinations in this release".into(),
+        ),
+        Backend::S3(_)
+        | Backend::Filesystem(_)
+        | Backend::Azure(_)
+        | Backend::Gcs(_)
+        | Backend::B2(_)
+        | Backend::Sftp(_)
+        | Backend::WebDav(_)
+        | Backend::Rclone(_)
+        | Backend::Gdrive(_) => None,
+    }
+}
+
 /// The CA bundle reference of an S3 backend, if any.
 pub fn ca_bundle_ref(b: &Backend) -> Option<&kopiur_api::shared::ConfigMapKeyRef> {
     match b {
@@ -228,6 +251,15 @@ mod tests {
         let plain = backend(serde_json::json!({"s3": {"bucket": "bkt", "tls": {"disableTls": true}}}));
         let flags = for_job(&plain, "a", "a").unwrap().backend.provider_flags().unwrap();
         assert!(flags.contains(&"--disable-tls".to_string()), "{flags:?}");
+    }
+
+    #[test]
+    fn a_destination_needing_a_mount_is_refused_not_ignored() {
+        let ca = backend(serde_json::json!({"s3": {"bucket": "bkt", "tls": {"caBundleRef": {"configMapName": "c"}}}}));
+        assert!(destination_refusal(&ca).is_some_and(|m| m.contains("caBundleRef")));
+        let pvc = backend(serde_json::json!({"filesystem": {"path": "/r", "volume": {"pvc": {"name": "v"}}}}));
+        assert!(destination_refusal(&pvc).is_some_and(|m| m.contains("volume")));
+        assert_eq!(destination_refusal(&backend(serde_json::json!({"s3": {"bucket": "bkt"}}))), None);
     }
 
     #[test]
