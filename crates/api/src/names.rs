@@ -127,6 +127,8 @@ pub mod condition {
     pub const REPOSITORIES_READY: &str = "RepositoriesReady";
     // Snapshot.
     pub const MOVER_PERMITTED: &str = "MoverPermitted";
+    /// Snapshot and Restore: what `mover.inheritSecurityContextFrom` gave, or why nothing.
+    pub const SECURITY_CONTEXT_INHERITED: &str = "SecurityContextInherited";
     pub const REPOSITORY_WRITABLE: &str = "RepositoryWritable";
     pub const SOURCE_PVC_AVAILABLE: &str = "SourcePvcAvailable";
     pub const DELETION_HELD: &str = "DeletionHeld";
@@ -139,6 +141,7 @@ pub mod condition {
     // Restore.
     pub const REFERENT_AVAILABLE: &str = "ReferentAvailable";
     pub const RESOLVED: &str = "Resolved";
+    pub const OWNERSHIP_PRESERVED: &str = "OwnershipPreserved";
     // Maintenance.
     pub const LEASE_OWNED: &str = "LeaseOwned";
 }
@@ -168,6 +171,9 @@ pub mod reason {
     pub const MISSING_SERVICE_ACCOUNT: &str = "MissingServiceAccount";
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const FEATURE_NOT_IMPLEMENTED: &str = "FeatureNotImplemented";
+    /// `inheritSecurityContextFrom` found no pod or no uid to inherit (the run waits).
+    pub const SECURITY_CONTEXT_NOT_INHERITED: &str = "SecurityContextNotInherited";
+    pub const SECURITY_CONTEXT_INHERITED: &str = "SecurityContextInherited";
     pub const CROSS_NAMESPACE_REFERENCE: &str = "CrossNamespaceReference";
     pub const BOOTSTRAPPED: &str = "Bootstrapped";
     pub const REACHABLE: &str = "Reachable";

@@ -307,6 +307,25 @@ pub struct Progress {
     pub files_restored: i64,
 }
 
+/// `status.ownership`: the restored entries compared with the owners the snapshot recorded.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreOwnership {
+    #[serde(default)]
+    pub preserved: bool,
+    #[serde(default)]
+    pub not_preserved_count: i64,
+    #[serde(default)]
+    pub directories_checked: i64,
+    /// Every directory of the snapshot was compared.
+    #[serde(default)]
+    pub complete: bool,
+    /// Names the first entries and the settings that keep every owner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub message: Option<String>,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreStatus {
@@ -328,6 +347,10 @@ pub struct RestoreStatus {
     pub progress: Option<Progress>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_tail: Option<String>,
+    /// Whether the restored entries kept the owners recorded in the snapshot (written by a
+    /// mover that could not chown; absent when the mover could, or `skipOwners` was set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ownership: Option<RestoreOwnership>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -13,6 +13,7 @@ pub mod leader;
 pub mod maintenance;
 pub mod metrics;
 pub mod mover_rbac;
+pub mod mover_pods;
 pub mod mover_settings;
 pub mod preflight;
 pub mod replication;

@@ -20,6 +20,8 @@ use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Namespace, PodSecurityContext, ResourceRequirements, SecurityContext, Toleration,
 };
 use kopiur_api::names::reason;
+#[cfg(test)]
+use kopiur_api::shared::mover::SourceColocationMode;
 use kopiur_api::shared::mover::{CacheMode, CacheSpec, MoverDefaults, MoverSpec};
 use kopiur_kopia::cmd::CacheSizes;
 use kopiur_mover::job::{CacheVolume, JobInput, MOVER_UID, merge_container_overlays, merge_pod_overlays};
@@ -88,6 +90,30 @@ pub fn permitted_condition(refused: Option<(&str, &str)>, may_start: bool) -> Op
     }
 }
 
+/// The `SecurityContextInherited` condition: True naming what was inherited while a run may
+/// start with it, False while nothing could be inherited (the run waits); `None` when the
+/// recipe does not inherit.
+pub fn inherited_condition(
+    refused: Option<(&str, &str)>,
+    inherited_from: Option<&str>,
+    may_start: bool,
+) -> Option<crate::health::kstatus::Cond> {
+    use crate::health::kstatus::{Cond, CondStatus};
+    let type_ = kopiur_api::names::condition::SECURITY_CONTEXT_INHERITED;
+    match (refused, inherited_from) {
+        (Some((r, m)), _) if r == reason::SECURITY_CONTEXT_NOT_INHERITED => {
+            Some(Cond { type_, status: CondStatus::False, reason: r.into(), message: m.into() })
+        }
+        (None, Some(from)) if may_start => Some(Cond {
+            type_,
+            status: CondStatus::True,
+            reason: reason::SECURITY_CONTEXT_INHERITED.into(),
+            message: format!("the mover runs as {from}"),
+        }),
+        _ => None,
+    }
+}
+
 /// Why a mover Job is not created.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
@@ -110,6 +136,8 @@ pub struct MoverSettings {
     pub tolerations: Option<Vec<Toleration>>,
     pub affinity: Option<Affinity>,
     pub ttl_seconds_after_finished: Option<i64>,
+    /// What `inheritSecurityContextFrom` gave (`uid 999, gid 999 from pod db-0, container db`).
+    pub inherited_from: Option<String>,
 }
 
 /// The mover's own uid/gid, named so `runAsNonRoot` is verifiable without image metadata.
@@ -142,22 +170,85 @@ pub fn resolve(
     op: MoverOp,
     privileged_permitted: bool,
 ) -> Result<MoverSettings, Refusal> {
+    resolve_with(defaults, recipe, op, &MoverFacts { privileged_permitted, ..Default::default() })
+}
+
+/// What the cluster says about one run, read before its Job is built (see [`crate::mover_pods`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MoverFacts {
+    /// The namespace opts in to privileged movers (`permits_privileged`).
+    pub privileged_permitted: bool,
+    /// The outcome of the recipe's `inheritSecurityContextFrom`; `None` when it was not
+    /// resolved (the recipe does not ask, or this Job kind does not inherit).
+    pub inherited: Option<Result<crate::mover_pods::Inherited, String>>,
+    /// The node where the run's ReadWriteOnce volume is in use (`sourceColocation`).
+    pub colocate_node: Option<String>,
+}
+
+/// [`resolve`] with the facts read from the cluster: the inherited identity sits between
+/// `moverDefaults` and the recipe (spec/api.md §2.6 "Merge order"), and `sourceColocation`
+/// adds the volume's node to the affinity.
+pub fn resolve_with(
+    defaults: Option<&MoverDefaults>,
+    recipe: Option<&MoverSpec>,
+    op: MoverOp,
+    facts: &MoverFacts,
+) -> Result<MoverSettings, Refusal> {
+    let privileged_permitted = facts.privileged_permitted;
+    let inherits = recipe.is_some_and(|r| r.inherit_security_context_from.is_some());
+    let inherited = match (&facts.inherited, inherits) {
+        (_, false) => None,
+        (Some(Ok(i)), true) => Some(i.clone()),
+        (Some(Err(why)), true) => {
+            return Err(Refusal { reason: reason::SECURITY_CONTEXT_NOT_INHERITED, message: why.clone() });
+        }
+        // Backups and restores look only when they may launch; a built Job that is not launched
+        // carries no inherited identity.
+        (None, true) if op != MoverOp::Other => None,
+        (None, true) => {
+            return Err(Refusal {
+                reason: reason::FEATURE_NOT_IMPLEMENTED,
+                message: "mover.inheritSecurityContextFrom is applied to backups and restores only in this version,                           so no Job is created; set mover.securityContext {runAsUser, runAsGroup} instead"
+                    .into(),
+            });
+        }
+    };
+    let inherited_container = inherited.as_ref().map(|i| SecurityContext {
+        run_as_user: Some(i.run_as_user),
+        run_as_group: i.run_as_group,
+        ..Default::default()
+    });
+    let inherited_pod = inherited.as_ref().map(|i| PodSecurityContext {
+        fs_group: i.fs_group,
+        supplemental_groups: i.supplemental_groups.clone(),
+        ..Default::default()
+    });
     let identity = mover_identity();
     let mut s = MoverSettings {
         resources: recipe.and_then(|r| r.resources.clone()).or_else(|| defaults.and_then(|d| d.resources.clone())),
         security_context: merge_container_overlays([
             defaults.and_then(|d| d.security_context.as_ref()),
+            inherited_container.as_ref(),
             recipe.and_then(|r| r.security_context.as_ref()),
         ]),
         pod_security_context: merge_pod_overlays([
             Some(&identity),
             defaults.and_then(|d| d.pod_security_context.as_ref()),
+            inherited_pod.as_ref(),
             recipe.and_then(|r| r.pod_security_context.as_ref()),
         ]),
         cache: merge_cache(defaults.and_then(|d| d.cache.as_ref()), recipe.and_then(|r| r.cache.as_ref())),
         node_selector: defaults.and_then(|d| d.node_selector.clone()),
         tolerations: defaults.and_then(|d| d.tolerations.clone()),
-        affinity: defaults.and_then(|d| d.affinity.clone()),
+        affinity: match &facts.colocate_node {
+            Some(node) => crate::mover_pods::colocate(
+                defaults.and_then(|d| d.affinity.clone()),
+                node,
+                defaults.and_then(|d| d.source_colocation.as_ref()).map(|c| c.mode).unwrap_or_default(),
+            ),
+            None => defaults.and_then(|d| d.affinity.clone()),
+        },
+        inherited_from: inherited.as_ref().map(crate::mover_pods::Inherited::describe),
         ttl_seconds_after_finished: recipe
             .and_then(|r| r.ttl_seconds_after_finished)
             .or_else(|| defaults.and_then(|d| d.ttl_seconds_after_finished)),
@@ -192,14 +283,6 @@ pub fn resolve(
         sc.capabilities = Some(Capabilities {
             drop: Some(vec!["ALL".into()]),
             add: Some(op.privileged_capabilities().iter().map(|c| c.to_string()).collect()),
-        });
-    }
-    if recipe.is_some_and(|r| r.inherit_security_context_from.is_some()) {
-        return Err(Refusal {
-            reason: reason::FEATURE_NOT_IMPLEMENTED,
-            message: "mover.inheritSecurityContextFrom is not implemented in this version, so no Job is created; set \
-                      mover.securityContext {runAsUser, runAsGroup} to the workload's uid and gid instead"
-                .into(),
         });
     }
     if s.cache.as_ref().is_some_and(|c| c.mode == Some(CacheMode::Persistent)) {
@@ -411,17 +494,91 @@ mod tests {
         );
     }
 
+    fn inheriting(i: Result<crate::mover_pods::Inherited, String>) -> MoverFacts {
+        MoverFacts { inherited: Some(i), ..Default::default() }
+    }
+
+    fn db999() -> crate::mover_pods::Inherited {
+        crate::mover_pods::Inherited {
+            from: "pod db-0, container db".into(),
+            run_as_user: 999,
+            run_as_group: Some(999),
+            fs_group: Some(999),
+            supplemental_groups: None,
+        }
+    }
+
     #[test]
-    fn inherited_identity_is_refused_until_built() {
-        let r = MoverSpec {
+    fn inherited_identity_sits_between_defaults_and_the_recipe() {
+        let inherit = MoverSpec {
             inherit_security_context_from: Some(kopiur_api::shared::mover::InheritSecurityContextFrom::Snapshot(
                 Default::default(),
             )),
             ..Default::default()
         };
-        let e = resolve(None, Some(&r), MoverOp::Backup, true).unwrap_err();
+        // Defaults say 1234; the inherited 999 wins over them.
+        let d = MoverDefaults { security_context: sc(|s| s.run_as_user = Some(1234)), ..Default::default() };
+        let s = resolve_with(Some(&d), Some(&inherit), MoverOp::Backup, &inheriting(Ok(db999()))).unwrap();
+        let c = s.security_context.clone().unwrap();
+        assert_eq!((c.run_as_user, c.run_as_group), (Some(999), Some(999)));
+        assert_eq!(s.pod_security_context.clone().unwrap().fs_group, Some(999));
+        assert_eq!(s.inherited_from.as_deref(), Some("uid 999, gid 999, fsGroup 999 from pod db-0, container db"));
+        // The recipe's own runAsGroup wins over the inherited one.
+        let mut r = inherit.clone();
+        r.security_context = sc(|s| s.run_as_group = Some(5));
+        let c = resolve_with(Some(&d), Some(&r), MoverOp::Restore, &inheriting(Ok(db999()))).unwrap().security_context;
+        assert_eq!(c.map(|c| (c.run_as_user, c.run_as_group)), Some((Some(999), Some(5))));
+        // A workload running as root makes the mover privileged: the namespace must opt in.
+        let mut root = db999();
+        root.run_as_user = 0;
+        let e = resolve_with(None, Some(&inherit), MoverOp::Backup, &inheriting(Ok(root.clone()))).unwrap_err();
+        assert_eq!(e.reason, "PrivilegedMoverNotPermitted");
+        let f = MoverFacts { privileged_permitted: true, ..inheriting(Ok(root)) };
+        assert!(resolve_with(None, Some(&inherit), MoverOp::Backup, &f).is_ok());
+        // Nothing to inherit: the run waits with the resolver's reason.
+        let e =
+            resolve_with(None, Some(&inherit), MoverOp::Backup, &inheriting(Err("scaled to zero".into()))).unwrap_err();
+        assert_eq!((e.reason, e.message.as_str()), ("SecurityContextNotInherited", "scaled to zero"));
+        // Not looked up (no launch possible): nothing inherited, nothing refused.
+        let s = resolve_with(None, Some(&inherit), MoverOp::Backup, &MoverFacts::default()).unwrap();
+        assert_eq!(s.inherited_from, None);
+        // Job kinds that do not inherit refuse it instead of ignoring it.
+        let e = resolve(None, Some(&inherit), MoverOp::Other, false).unwrap_err();
         assert_eq!(e.reason, "FeatureNotImplemented");
         assert!(e.message.contains("inheritSecurityContextFrom") && e.message.contains("runAsUser"), "{}", e.message);
+        // Without inheritance in the recipe the facts are ignored.
+        let s = resolve_with(None, None, MoverOp::Backup, &inheriting(Ok(db999()))).unwrap();
+        assert_eq!(s.inherited_from, None);
+        assert_eq!(s.security_context, None);
+    }
+
+    #[test]
+    fn the_inherited_condition_names_the_source_or_why_not() {
+        let c = inherited_condition(None, Some("uid 999 from pod db-0, container db"), true).unwrap();
+        assert_eq!((c.type_, c.reason.as_str()), ("SecurityContextInherited", "SecurityContextInherited"));
+        assert!(c.message.contains("uid 999 from pod db-0"));
+        let c = inherited_condition(Some(("SecurityContextNotInherited", "scaled to zero")), None, false).unwrap();
+        assert_eq!((c.reason.as_str(), c.message.as_str()), ("SecurityContextNotInherited", "scaled to zero"));
+        assert_eq!(inherited_condition(None, None, true), None);
+        assert_eq!(inherited_condition(Some(("PrivilegedMoverNotPermitted", "x")), Some("uid 0"), true), None);
+    }
+
+    #[test]
+    fn source_colocation_follows_the_mode() {
+        let f = MoverFacts { colocate_node: Some("node-a".into()), ..Default::default() };
+        let s = resolve_with(None, None, MoverOp::Backup, &f).unwrap();
+        let na = s.affinity.unwrap().node_affinity.unwrap();
+        assert!(na.preferred_during_scheduling_ignored_during_execution.is_some(), "Auto prefers the node");
+        let d = |mode| MoverDefaults {
+            source_colocation: Some(kopiur_api::shared::mover::SourceColocation { mode }),
+            ..Default::default()
+        };
+        let s = resolve_with(Some(&d(SourceColocationMode::Required)), None, MoverOp::Backup, &f).unwrap();
+        assert!(
+            s.affinity.unwrap().node_affinity.unwrap().required_during_scheduling_ignored_during_execution.is_some()
+        );
+        let s = resolve_with(Some(&d(SourceColocationMode::Disabled)), None, MoverOp::Backup, &f).unwrap();
+        assert_eq!(s.affinity, None);
     }
 
     #[test]

@@ -179,6 +179,7 @@ fn run(
                 ready_reason: None,
                 completion_recorded: c.completion_recorded,
                 reverify_requested_at: None,
+                inherited_from: None,
             };
             let d = snap::plan(&f, t);
             if d.step == Step::Launch {

@@ -512,6 +512,100 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         }
         println!("restore of {snap} into PVC {target}: bytes, symlink and empty directory identical");
     }
+    // The unprivileged mover (uid 65532, no CAP_CHOWN) could not keep the owners: the Restore says
+    // which entries lost theirs, and how to keep them.
+    let rf = Api::<Restore>::namespaced(client.clone(), &ns).get("restored-full").await?;
+    let own = rf.status.as_ref().and_then(|s| s.ownership.clone()).context("status.ownership of restored-full")?;
+    let oc = condition(&rf, "OwnershipPreserved").cloned().context("OwnershipPreserved of restored-full")?;
+    ensure!(!own.preserved && own.complete && own.not_preserved_count >= 3, "ownership: {own:?}");
+    ensure!(oc.status == "False" && oc.reason == "OwnersNotPreserved", "{oc:?}");
+    for want in [
+        "db (recorded 999:999, restored 65532:65532)",
+        "db/pgdata (recorded 999:999",
+        "uid 65532",
+        "privilegedMode: true",
+    ] {
+        ensure!(oc.message.contains(want), "the condition names {want:?}: {}", oc.message);
+    }
+    println!("restored-full: OwnershipPreserved=False, {} entries named: {}", own.not_preserved_count, oc.message);
+
+    // 4a. Inheriting the workload's identity: with no pod to inherit from the backup waits
+    // (SecurityContextInherited=False, no Job); once a Deployment running as 999 mounts the
+    // volume, the same Snapshot runs as 999, next to it (sourceColocation Auto), and succeeds.
+    policy(
+        &client,
+        &ns,
+        "data-inherit",
+        "data",
+        json!({"inheritSecurityContextFrom": {"workloadSelector": {"podSelector": {"matchLabels": {"app": "db"}}}}}),
+    )
+    .await?;
+    snapshot(&client, &ns, "inherited", "data-inherit").await?;
+    let waiting = wait_for("the inheriting backup waits for its workload", Duration::from_secs(120), &log, || async {
+        let s = snaps.get("inherited").await?;
+        Ok(condition(&s, "SecurityContextInherited").filter(|c| c.status == "False").cloned().map(|c| (phase(&s), c)))
+    })
+    .await?;
+    ensure!(waiting.0 == "Pending", "waits Pending: {}", waiting.0);
+    ensure!(
+        waiting.1.reason == "SecurityContextNotInherited" && waiting.1.message.contains("scaled to zero"),
+        "the condition says why: {:?}",
+        waiting.1
+    );
+    ensure!(seen.jobs_named("inherited").is_empty(), "no Job while nothing can be inherited");
+    println!("inheritSecurityContextFrom with no matching pod: Pending, {}: {}", waiting.1.reason, waiting.1.message);
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "db", "namespace": ns},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "db"}},
+                "template": {"metadata": {"labels": {"app": "db"}}, "spec": {
+                    "securityContext": {"runAsUser": 999, "runAsGroup": 999, "runAsNonRoot": true,
+                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [{"name": "db", "image": config::PAUSE_IMAGE, "imagePullPolicy": "Never",
+                        "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}}}
+        }),
+    )
+    .await?;
+    let inherited = wait_snapshot_done(&snaps, "inherited", &log).await?;
+    ensure!(
+        phase(&inherited) == "Succeeded",
+        "the inheriting backup: {} {:?}",
+        phase(&inherited),
+        inherited.status.as_ref().and_then(|s| s.failure.clone())
+    );
+    let ic = condition(&inherited, "SecurityContextInherited").cloned().context("SecurityContextInherited")?;
+    ensure!(ic.status == "True" && ic.message.contains("uid 999, gid 999 from pod db-"), "{ic:?}");
+    let ipod = seen
+        .pods()
+        .into_iter()
+        .find(|p| p.labels().get("job-name").is_some_and(|j| j == "inherited"))
+        .context("the inherited mover pod")?;
+    let ispec = ipod.spec.clone().unwrap_or_default();
+    let isc = ispec.containers[0].security_context.clone().unwrap_or_default();
+    ensure!((isc.run_as_user, isc.run_as_group) == (Some(999), Some(999)), "mover ran as {:?}", isc.run_as_user);
+    // The RWO source is in use on the node: the mover prefers that node (sourceColocation Auto).
+    let pref = ispec
+        .affinity
+        .and_then(|a| a.node_affinity)
+        .and_then(|n| n.preferred_during_scheduling_ignored_during_execution)
+        .unwrap_or_default();
+    ensure!(
+        pref.iter().any(|t| t
+            .preference
+            .match_fields
+            .iter()
+            .flatten()
+            .any(|f| f.key == "metadata.name" && f.values.as_deref() == Some(&[config::NODE_NAME.to_string()][..]))),
+        "the mover prefers the source's node: {pref:?}"
+    );
+    println!("after Deployment db (uid 999) appeared: inherited Succeeded as uid 999, co-located; {}", ic.message);
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), &ns)
+        .delete("db", &DeleteParams::default())
+        .await?;
 
     // 4b. Privileged movers: refused until the namespace opts in; then a backup reads everything
     // with DAC_READ_SEARCH only, and a restore keeps owners and modes with CHOWN, FOWNER and
@@ -564,6 +658,13 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     ensure!(got == ((999, 999, 0o700), (999, 999, 0o600)), "the privileged restore kept owners and modes: {got:?}");
     ensure!(std::fs::read(owned.join("db/pgdata"))? == b"rows a database owns\n", "pgdata bytes");
     // Every owner of the tree, not only the database's: uid 1000, and root's plain files.
+    let ro = Api::<Restore>::namespaced(client.clone(), &ns).get("restored-owned").await?;
+    ensure!(
+        ro.status.as_ref().and_then(|s| s.ownership.clone()).is_none()
+            && condition(&ro, "OwnershipPreserved").is_none(),
+        "a mover with CAP_CHOWN keeps owners and reports no loss: {:?}",
+        ro.status.as_ref().and_then(|s| s.ownership.clone())
+    );
     for (rel, want) in [("db/settings.conf", (1000, 1001, 0o644)), ("plain/hello.txt", (0, 0, 0o644))] {
         let src = owner_mode(&data_dir.join(rel))?;
         ensure!((src.0, src.1) == (want.0, want.1), "{rel} seeded owned by {want:?}: {src:?}");

@@ -165,6 +165,17 @@ pub fn snapshot_list(source: Option<&str>) -> KopiaCommand {
     }
 }
 
+/// `manifest show <id>`: a snapshot manifest (JSON after `//` comment lines; see
+/// `model::strip_comment_lines`), for its root directory object.
+pub fn manifest_show(id: &str) -> KopiaCommand {
+    KopiaCommand::new("manifest show", &["manifest", "show"]).arg(id.to_string())
+}
+
+/// `show <object>`: a directory object's JSON, whose entries carry the recorded uid, gid and mode.
+pub fn show_object(obj: &str) -> KopiaCommand {
+    KopiaCommand::new("show", &["show"]).arg(obj.to_string())
+}
+
 /// kopia's own retention runs right after every create; kopiur owns retention, so the
 /// identity scope keeps effectively everything.
 pub const KEEP_LATEST_FOREVER: u64 = 1_000_000_000;

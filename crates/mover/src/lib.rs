@@ -2,6 +2,7 @@
 //! (the versioned work spec, the result documents and the pure Job builder).
 pub mod job;
 pub mod ops;
+pub mod ownership;
 pub mod permission;
 pub mod result;
 pub mod workspec;

@@ -379,17 +379,82 @@ impl<S: ResultSink> Ctx<S> {
         let c = cmd::snapshot_restore(&id, &op.target_path, &op.options).with_timeout(LONG_COMMAND_TIMEOUT);
         match self.with_heartbeat(self.runner.run(&c)).await.and_then(Output::ok) {
             Ok(out) => {
-                self.report(Report::Status(json!({"status": {
+                // A mover that cannot chown wrote every entry as itself: say which owners were lost.
+                let ownership = if op.options.skip_owners != Some(true) && !crate::ownership::can_chown() {
+                    self.ownership_check(&id, &op.target_path).await
+                } else {
+                    None
+                };
+                let mut status = json!({
                     "phase": "Completed",
                     "resolved": {"resolution": "Snapshot", "kopiaSnapshotID": id},
                     "timing": {"startTime": rfc3339(start), "endTime": rfc3339(Utc::now())},
                     "logTail": tail_bytes(&out.stderr_tail.join("\n"), MAX_LOG_TAIL_BYTES),
-                }})))
-                .await;
+                });
+                if let Some(o) = ownership {
+                    status["ownership"] = o;
+                }
+                self.report(Report::Status(json!({ "status": status }))).await;
                 Exit::Success
             }
             Err(e) => self.fail(&e).await,
         }
+    }
+
+    /// Walks the snapshot's directory objects (at most `MAX_DIRECTORIES`) and compares each
+    /// recorded owner with the restored entry's. `None` when the walk could not start (the
+    /// restore itself succeeded; a failed check is logged, never a failed restore).
+    async fn ownership_check(&self, id: &str, target: &str) -> Option<serde_json::Value> {
+        use crate::ownership::{MAX_DIRECTORIES, Report as OwnershipReport, compare};
+        let manifest = match self.run(cmd::manifest_show(id)).await {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the snapshot manifest for the ownership check failed");
+                return None;
+            }
+        };
+        let root =
+            match model::parse::<SnapshotManifest>("manifest show", &model::strip_comment_lines(&manifest.stdout)) {
+                Ok(m) => m.root_entry.map(|r| r.obj).filter(|o| !o.is_empty())?,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the snapshot manifest has no root object; ownership not checked");
+                    return None;
+                }
+            };
+        let mut report = OwnershipReport::default();
+        let mut queue = std::collections::VecDeque::from([(String::new(), root)]);
+        let target = std::path::Path::new(target);
+        while let Some((rel, obj)) = queue.pop_front() {
+            if report.directories_checked >= MAX_DIRECTORIES {
+                break;
+            }
+            let dir = match self
+                .run(cmd::show_object(&obj))
+                .await
+                .and_then(|o| model::parse::<model::DirObject>("show", &o.stdout))
+            {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!(error = %e, dir = %rel, "reading a directory object failed; ownership checked in part");
+                    queue.clear();
+                    report.directories_checked += 1;
+                    report.complete = false;
+                    return Some(report.status(crate::permission::current_ids().map(|i| i.0).unwrap_or(0)));
+                }
+            };
+            report.directories_checked += 1;
+            compare(target, &rel, &dir.entries, &mut report);
+            for e in dir.entries.iter().filter(|e| e.kind == "d" && !e.obj.is_empty()) {
+                let child = if rel.is_empty() { e.name.clone() } else { format!("{rel}/{}", e.name) };
+                queue.push_back((child, e.obj.clone()));
+            }
+        }
+        report.complete = queue.is_empty();
+        let uid = crate::permission::current_ids().map(|i| i.0).unwrap_or(0);
+        if report.not_preserved > 0 {
+            tracing::warn!(not_preserved = report.not_preserved, "restored entries without their recorded owner");
+        }
+        Some(report.status(uid))
     }
 
     // SnapshotDeleteBatch -------------------------------------------------------------

@@ -68,6 +68,10 @@ pub struct RestoreFacts {
     pub reverify_requested_at: Option<DateTime<Utc>>,
     /// The mover settings refused (`crate::mover_settings`): reason and message; no Job.
     pub mover_refused: Option<(&'static str, String)>,
+    /// What `inheritSecurityContextFrom` gave, when the recipe inherits.
+    pub inherited_from: Option<String>,
+    /// `status.ownership`, written by a mover that could not chown.
+    pub ownership: Option<kopiur_api::restore::RestoreOwnership>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -136,6 +140,18 @@ pub fn plan(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     let refused = f.mover_refused.as_ref().map(|(r, m)| (*r, m.as_str()));
     let may_start = matches!(f.phase, None | Some(RestorePhase::Pending | RestorePhase::Resolving));
     d.conditions.extend(crate::mover_settings::permitted_condition(refused, may_start));
+    d.conditions.extend(crate::mover_settings::inherited_condition(refused, f.inherited_from.as_deref(), may_start));
+    // OwnershipPreserved: whether the restored entries kept the owners the snapshot recorded.
+    if let Some(o) = &f.ownership {
+        let (status, reason) =
+            if o.preserved { (CondStatus::True, "OwnersPreserved") } else { (CondStatus::False, "OwnersNotPreserved") };
+        d.conditions.push(cond(
+            kopiur_api::names::condition::OWNERSHIP_PRESERVED,
+            status,
+            reason,
+            o.message.clone().unwrap_or_default(),
+        ));
+    }
     if d.wait_started_at.is_none() {
         d.wait_started_at = f.wait_started_at;
     }
@@ -355,6 +371,8 @@ mod tests {
             ready_reason: None,
             reverify_requested_at: None,
             mover_refused: None,
+            inherited_from: None,
+            ownership: None,
         }
     }
 
@@ -467,6 +485,25 @@ mod tests {
         let d = plan(&f, now());
         assert_eq!(reason(&d), "Restoring");
         assert!(!d.delete_job);
+    }
+
+    #[test]
+    fn lost_owners_are_a_condition_of_a_completed_restore() {
+        let mut f = facts();
+        f.phase = Some(RestorePhase::Completed);
+        assert!(plan(&f, now()).conditions.iter().all(|c| c.type_ != "OwnershipPreserved"));
+        f.ownership = Some(kopiur_api::restore::RestoreOwnership {
+            preserved: false,
+            not_preserved_count: 2,
+            directories_checked: 2,
+            complete: true,
+            message: Some("2 restored entries could not be given the owner recorded in the snapshot".into()),
+        });
+        let d = plan(&f, now());
+        assert_eq!(d.phase, Some(RestorePhase::Completed), "still completed: the bytes are there");
+        let c = d.conditions.iter().find(|c| c.type_ == "OwnershipPreserved").expect("OwnershipPreserved");
+        assert_eq!((c.status, c.reason.as_str()), (CondStatus::False, "OwnersNotPreserved"));
+        assert!(c.message.starts_with("2 restored entries"));
     }
 
     #[test]

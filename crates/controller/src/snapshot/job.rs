@@ -17,7 +17,8 @@ use kopiur_mover::workspec::{
 use kube::{Resource, ResourceExt};
 
 use super::ctx::RepoView;
-use crate::repository::apply::{MOVER_SERVICE_ACCOUNT, kopia_backend};
+use crate::repository::apply::MOVER_SERVICE_ACCOUNT;
+use crate::repository::mounts::{BackendMounts, MountError};
 
 /// What the policy resolves to for one Snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,13 +89,27 @@ pub fn owner_of<K: Resource<DynamicType = ()>>(obj: &K) -> OwnerReference {
     }
 }
 
-fn repository_info(repo: &RepoView, identity: Identity) -> Result<RepositoryInfo, String> {
+/// The repository's backend mounts for a mover Job in `job_ns` (`crate::repository::mounts`).
+pub fn backend_mounts(
+    repo: &RepoView,
+    job_ns: &str,
+    config: &crate::config::Config,
+) -> Result<BackendMounts, BuildError> {
+    crate::repository::mounts::for_job(&repo.common().backend, &repo.home_namespace(&config.namespace), job_ns).map_err(
+        |e| match e {
+            MountError::Invalid(m) => BuildError::Invalid(m),
+            MountError::VolumeNotInNamespace { .. } => BuildError::Refused(e.refusal()),
+        },
+    )
+}
+
+fn repository_info(repo: &RepoView, identity: Identity, mounts: &BackendMounts) -> Result<RepositoryInfo, String> {
     Ok(RepositoryInfo {
         kind: repo.kind().to_string(),
         namespace: repo.namespace(),
         name: repo.name(),
         uid: repo.uid(),
-        backend: kopia_backend(&repo.common().backend).map_err(|e| e.to_string())?,
+        backend: mounts.backend.clone(),
         client_identity: identity,
         read_only: repo.read_only(),
         cache: CacheSizes::default(),
@@ -141,6 +156,8 @@ pub fn mover_env(config: &crate::config::Config) -> Vec<k8s_openapi::api::core::
 pub struct Built {
     pub job: Job,
     pub bytes: usize,
+    /// What `inheritSecurityContextFrom` gave, when the recipe inherits.
+    pub inherited_from: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -160,9 +177,10 @@ pub fn backup_job(
     recipe: &Recipe,
     repo: &RepoView,
     config: &crate::config::Config,
-    privileged_permitted: bool,
+    facts: &crate::mover_settings::MoverFacts,
 ) -> Result<Built, BuildError> {
     let ns = snap.namespace().unwrap_or_default();
+    let mounts = backend_mounts(repo, &ns, config)?;
     let id = Identity::new(recipe.identity.username.clone(), recipe.identity.hostname.clone());
     let p = &policy.spec;
     let files = p.files.clone().unwrap_or_default();
@@ -194,7 +212,7 @@ pub fn backup_job(
             name: snap.name_any(),
             uid: snap.uid().unwrap_or_default(),
         },
-        repository: repository_info(repo, id).map_err(BuildError::Invalid)?,
+        repository: repository_info(repo, id, &mounts).map_err(BuildError::Invalid)?,
         command_timeout_seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
         heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
         operation: Operation::Snapshot(op),
@@ -227,7 +245,8 @@ pub fn backup_job(
             read_only: recipe.read_only,
         }),
         restore: None,
-        repository_volume: None,
+        repository_volume: mounts.repository_volume.clone(),
+        ca_bundle: mounts.ca_bundle.clone(),
         resources: None,
         security_context: None,
         pod_security_context: Some(mover_identity()),
@@ -245,16 +264,16 @@ pub fn backup_job(
         extra_env: mover_env(config),
     };
     let mut input = input;
-    crate::mover_settings::resolve(
+    let settings = crate::mover_settings::resolve_with(
         repo.common().mover_defaults.as_ref(),
         p.mover.as_ref(),
         crate::mover_settings::MoverOp::Backup,
-        privileged_permitted,
+        facts,
     )
-    .map_err(BuildError::Refused)?
-    .apply(&mut input, true);
+    .map_err(BuildError::Refused)?;
+    settings.apply(&mut input, true);
     let job = build_job(&input).map_err(|e| BuildError::Invalid(e.to_string()))?;
-    Ok(Built { job, bytes })
+    Ok(Built { job, bytes, inherited_from: settings.inherited_from })
 }
 
 /// The batch delete Job for one `BatchSpec` of the dispatcher: one connect, then
@@ -267,6 +286,7 @@ pub fn batch_delete_job(
 ) -> Result<Job, BuildError> {
     let repo_uid = repo.uid();
     let ns = repo.home_namespace(&config.namespace);
+    let mounts = backend_mounts(repo, &ns, config)?;
     let chunk_size = spec.chunks.iter().map(Vec::len).max().unwrap_or(50).max(1);
     let work = WorkSpec {
         schema_version: SCHEMA_VERSION,
@@ -277,7 +297,8 @@ pub fn batch_delete_job(
             name: repo.name(),
             uid: repo_uid.clone(),
         },
-        repository: repository_info(repo, Identity::new("kopiur-ops", "kopiur")).map_err(BuildError::Invalid)?,
+        repository: repository_info(repo, Identity::new("kopiur-ops", "kopiur"), &mounts)
+            .map_err(BuildError::Invalid)?,
         command_timeout_seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
         heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
         operation: Operation::SnapshotDeleteBatch(SnapshotDeleteBatchOp {
@@ -316,7 +337,8 @@ pub fn batch_delete_job(
         cache: CacheVolume::EmptyDir,
         source: None,
         restore: None,
-        repository_volume: None,
+        repository_volume: mounts.repository_volume.clone(),
+        ca_bundle: mounts.ca_bundle.clone(),
         resources: None,
         security_context: None,
         pod_security_context: Some(mover_identity()),

@@ -122,6 +122,8 @@ pub struct RunFacts {
     pub completion_recorded: bool,
     /// The repository's current `reverify-requested-at`, parsed.
     pub reverify_requested_at: Option<DateTime<Utc>>,
+    /// What `inheritSecurityContextFrom` gave, when the recipe inherits.
+    pub inherited_from: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -241,6 +243,7 @@ pub fn plan(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
     let may_start =
         matches!(f.work_spec, WorkSpecState::Fits) && matches!(f.phase, None | Some(SnapshotPhase::Pending));
     d.conditions.extend(crate::mover_settings::permitted_condition(refused, may_start));
+    d.conditions.extend(crate::mover_settings::inherited_condition(refused, f.inherited_from.as_deref(), may_start));
     d
 }
 
@@ -597,6 +600,7 @@ mod tests {
             ready_reason: None,
             completion_recorded: false,
             reverify_requested_at: None,
+            inherited_from: None,
         }
     }
 

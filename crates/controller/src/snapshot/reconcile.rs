@@ -190,14 +190,27 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         None => SourceState::Present,
     };
     let built = if let (Some(p), Some(r), Some(rv)) = (&policy, &rec, &repo) {
-        let first = backup_job(snap, p, r, rv, &ctx.config, false);
+        // The workload's identity and the volume's node are read only while a launch is possible.
+        let mut mf = crate::mover_settings::MoverFacts::default();
+        if matches!(phase, None | Some(SnapshotPhase::Pending)) && job.is_none() {
+            mf = crate::mover_pods::io::facts(
+                &ctx.client,
+                &ns,
+                rv.common().mover_defaults.as_ref(),
+                p.spec.mover.as_ref(),
+                Some(&r.pvc),
+            )
+            .await;
+        }
+        let first = backup_job(snap, p, r, rv, &ctx.config, &mf);
         // Privileged settings: read the namespace's opt-in only when they ask for it.
         Some(match first {
             Err(BuildError::Refused(ref why))
                 if why.reason == kopiur_api::names::reason::PRIVILEGED_MOVER_NOT_PERMITTED
                     && crate::mover_settings::namespace_permits_privileged(&ctx.client, &ns).await =>
             {
-                backup_job(snap, p, r, rv, &ctx.config, true)
+                mf.privileged_permitted = true;
+                backup_job(snap, p, r, rv, &ctx.config, &mf)
             }
             other => other,
         })
@@ -249,6 +262,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         ready_reason: status.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()),
         completion_recorded: status.completion_recorded_at.is_some(),
         reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
+        inherited_from: built.as_ref().and_then(|b| b.as_ref().ok()).and_then(|b| b.inherited_from.clone()),
     };
     let d = plan(&facts, now);
     let api: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &ns);
