@@ -5,6 +5,8 @@ pub mod client_metrics;
 pub mod config;
 pub mod deletion;
 pub mod error_events;
+pub mod features;
+pub mod field_registry;
 pub mod gating;
 pub mod health;
 pub mod heap;

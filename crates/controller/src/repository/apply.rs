@@ -47,6 +47,7 @@ pub async fn apply<K: RepoObject>(
     if let Some(c) = cat.status {
         desired.catalog = Some(c);
     }
+    crate::features::drop_stale_features_ignored(&mut desired.conditions, &d.conditions);
     if current != Some(&desired) {
         let api = K::api(ctx.client.clone(), obj);
         let old = current.cloned().map(|c| obj.status_value(c)).unwrap_or(serde_json::Value::Null);

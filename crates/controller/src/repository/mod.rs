@@ -5,6 +5,7 @@ pub mod apply;
 pub mod catalog;
 pub mod convert;
 pub mod mounts;
+pub mod next;
 pub mod observe;
 
 use std::collections::HashMap;
@@ -193,7 +194,9 @@ async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Action, Er
     let threshold = obj.common().health.index_blob_warn_threshold;
     let was_false = convert::index_blob_health_was_false(obj.status_common());
     crate::health::index_blobs::apply(&mut decision, &facts.id, threshold, was_false);
-    apply::apply(obj, ctx, &facts, decision, cat, now).await
+    let action = apply::apply(obj, ctx, &facts, decision, cat, now).await?;
+    next::warn_ignored(obj, ctx, &next).await;
+    Ok(action)
 }
 
 /// `MissingCaBundle` (spec/api.md §3): the CA ConfigMap or its key is absent. The facts carried
