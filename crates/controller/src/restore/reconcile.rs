@@ -16,8 +16,8 @@ use kopiur_api::{Restore, Snapshot};
 use kopiur_kopia::cmd::{CacheSizes, Identity, RestoreOptions as KopiaRestoreOptions};
 use kopiur_mover::job::{CacheVolume, JobInput, PvcMount, RESTORE_MOUNT, build_job};
 use kopiur_mover::workspec::{
-    DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_HEARTBEAT_SECONDS, Operation, RepositoryInfo,
-    ResolveIdentity, RestoreOp, SCHEMA_VERSION, TargetRef, WorkSpec,
+    DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_HEARTBEAT_SECONDS, Operation, RepositoryInfo, ResolveIdentity, RestoreOp,
+    SCHEMA_VERSION, TargetRef, WorkSpec,
 };
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -67,20 +67,12 @@ fn from_policy(
         })
         .filter_map(|s| {
             let end = s.status.as_ref()?.timing.as_ref()?.end_time?;
-            s.status
-                .as_ref()?
-                .snapshot
-                .as_ref()?
-                .kopia_snapshot_id
-                .as_ref()?;
+            s.status.as_ref()?.snapshot.as_ref()?.kopia_snapshot_id.as_ref()?;
             Some((end, s))
         })
         .filter(|(end, _)| as_of.is_none_or(|a| *end <= a))
         .collect();
-    rows.sort_by(|a, b| {
-        b.0.cmp(&a.0)
-            .then_with(|| a.1.name_any().cmp(&b.1.name_any()))
-    });
+    rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.name_any().cmp(&b.1.name_any())));
     rows.into_iter().nth(offset).map(|(_, s)| s)
 }
 
@@ -99,11 +91,7 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
     let candidate = match &restore.spec.source {
         RestoreSource::SnapshotRef(o) => {
             let sns = o.namespace.clone().unwrap_or_else(|| ns.clone());
-            match ctx
-                .stores
-                .snapshots
-                .get(&ObjectRef::new(&o.name).within(&sns))
-            {
+            match ctx.stores.snapshots.get(&ObjectRef::new(&o.name).within(&sns)) {
                 Some(s) => match s
                     .status
                     .as_ref()
@@ -112,38 +100,23 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
                 {
                     Some(id) => {
                         source_snapshot = Some(s.clone());
-                        Candidate::Found {
-                            kopia_snapshot_id: id,
-                            snapshot: Some(o.name.clone()),
-                        }
+                        Candidate::Found { kopia_snapshot_id: id, snapshot: Some(o.name.clone()) }
                     }
-                    None => Candidate::NotFound {
-                        what: format!("a manifest for Snapshot {}", o.name),
-                    },
+                    None => Candidate::NotFound { what: format!("a manifest for Snapshot {}", o.name) },
                 },
-                None => Candidate::NotFound {
-                    what: format!("Snapshot {}", o.name),
-                },
+                None => Candidate::NotFound { what: format!("Snapshot {}", o.name) },
             }
         }
         RestoreSource::FromPolicy(p) => {
             let pns = p.namespace.clone().unwrap_or_else(|| ns.clone());
             match from_policy(&ctx, &pns, &p.name, p.as_of, p.offset.max(0) as usize) {
                 Some(s) => {
-                    let id = s
-                        .status
-                        .as_ref()
-                        .and_then(|st| st.snapshot.as_ref())
-                        .and_then(|x| x.kopia_snapshot_id.clone());
+                    let id =
+                        s.status.as_ref().and_then(|st| st.snapshot.as_ref()).and_then(|x| x.kopia_snapshot_id.clone());
                     source_snapshot = Some(s.clone());
-                    Candidate::Found {
-                        kopia_snapshot_id: id.unwrap_or_default(),
-                        snapshot: Some(s.name_any()),
-                    }
+                    Candidate::Found { kopia_snapshot_id: id.unwrap_or_default(), snapshot: Some(s.name_any()) }
                 }
-                None => Candidate::NotFound {
-                    what: format!("a snapshot of policy {}", p.name),
-                },
+                None => Candidate::NotFound { what: format!("a snapshot of policy {}", p.name) },
             }
         }
         RestoreSource::Identity(_) => Candidate::Deferred,
@@ -151,21 +124,13 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
     let pinned_repo = status.resolved.as_ref().and_then(|r| r.repository.clone());
     let rref: Option<RepositoryRef> = pinned_repo
         .as_ref()
-        .map(|r| RepositoryRef {
-            name: r.name.clone(),
-            kind: r.kind,
-            namespace: r.namespace.clone(),
-        })
+        .map(|r| RepositoryRef { name: r.name.clone(), kind: r.kind, namespace: r.namespace.clone() })
         .or_else(|| restore.spec.repository.clone())
         .or_else(|| {
             source_snapshot
                 .as_ref()
                 .and_then(|s| s.status.as_ref()?.resolved.as_ref()?.repository.as_ref())
-                .map(|r| RepositoryRef {
-                    name: r.name.clone(),
-                    kind: r.kind,
-                    namespace: r.namespace.clone(),
-                })
+                .map(|r| RepositoryRef { name: r.name.clone(), kind: r.kind, namespace: r.namespace.clone() })
         })
         .or_else(|| match &restore.spec.source {
             // No row yet: the policy's repository is the one the Restore waits on.
@@ -190,29 +155,20 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
     let target = match (&restore.spec.target, target_name(&restore)) {
         (RestoreTarget::Populator(_), _) => TargetState::NotImplemented { what: "populator" },
         (RestoreTarget::StreamExec(_), _) => TargetState::NotImplemented { what: "streamExec" },
-        (RestoreTarget::Pvc(_), Some(t)) => {
-            match ctx.stores.pvcs.get(&ObjectRef::new(&t).within(&ns)) {
-                None => TargetState::Create,
-                Some(p) if p.annotations().get(CREATED_BY) == Some(&uid) => TargetState::Ready,
-                Some(_) => TargetState::ExistsNotOurs { name: t },
-            }
-        }
+        (RestoreTarget::Pvc(_), Some(t)) => match ctx.stores.pvcs.get(&ObjectRef::new(&t).within(&ns)) {
+            None => TargetState::Create,
+            Some(p) if p.annotations().get(CREATED_BY) == Some(&uid) => TargetState::Ready,
+            Some(_) => TargetState::ExistsNotOurs { name: t },
+        },
         (RestoreTarget::PvcRef(o), Some(t)) => {
             let tns = o.namespace.clone().unwrap_or_else(|| ns.clone());
-            if ctx
-                .stores
-                .pvcs
-                .get(&ObjectRef::new(&t).within(&tns))
-                .is_some()
-            {
+            if ctx.stores.pvcs.get(&ObjectRef::new(&t).within(&tns)).is_some() {
                 TargetState::Ready
             } else {
                 TargetState::Missing { name: t }
             }
         }
-        (RestoreTarget::Pvc(_) | RestoreTarget::PvcRef(_), None) => {
-            TargetState::NotImplemented { what: "target" }
-        }
+        (RestoreTarget::Pvc(_) | RestoreTarget::PvcRef(_), None) => TargetState::NotImplemented { what: "target" },
     };
     let job_name = kopiur_mover::job::job_name(&format!("{name}-restore"));
     let job = ctx
@@ -221,16 +177,13 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
         .get(&ObjectRef::new(&job_name).within(&ns))
         .filter(|j| j.owner_references().iter().any(|o| o.uid == uid));
     let job = match (job, &status.phase) {
-        (None, Some(RestorePhase::Restoring)) => Api::<Job>::namespaced(ctx.client.clone(), &ns)
-            .get_opt(&job_name)
-            .await?
-            .map(Arc::new),
+        (None, Some(RestorePhase::Restoring)) => {
+            Api::<Job>::namespaced(ctx.client.clone(), &ns).get_opt(&job_name).await?.map(Arc::new)
+        }
         (j, _) => j,
     };
     let pod_startup_deadline = chrono::Duration::seconds(
-        kopiur_api::shared::FailurePolicy::resolved_pod_startup_deadline_seconds(
-            restore.spec.failure_policy.as_ref(),
-        ),
+        kopiur_api::shared::FailurePolicy::resolved_pod_startup_deadline_seconds(restore.spec.failure_policy.as_ref()),
     );
     let job_facts = job_state(job.as_deref());
     let mut pods = Verdict::NotWedged { recheck_at: None };
@@ -275,11 +228,7 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
         pod_startup_deadline,
         pods,
         failure: status.failure.clone(),
-        ready_reason: status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Ready")
-            .map(|c| c.reason.clone()),
+        ready_reason: status.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()),
         reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
         mover_refused: repo.as_ref().and_then(|rv| {
             crate::mover_settings::resolve(
@@ -293,9 +242,7 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
                 // A filesystem repository's PVC must live in this namespace
                 // (`RepositoryVolumeNotInNamespace`): Stalled, no Job.
                 let home = rv.home_namespace(&ctx.config.namespace);
-                crate::repository::mounts::for_job(&rv.common().backend, &home, &ns)
-                    .err()
-                    .map(|e| e.refusal())
+                crate::repository::mounts::for_job(&rv.common().backend, &home, &ns).err().map(|e| e.refusal())
             })
             .map(|r| (r.reason, r.message))
         }),
@@ -318,23 +265,15 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
         name: rv.name(),
         uid: Some(rv.uid()),
     });
-    let identity = source_snapshot
-        .as_ref()
-        .and_then(|s| s.status.as_ref()?.resolved.as_ref()?.identity.clone());
+    let identity = source_snapshot.as_ref().and_then(|s| s.status.as_ref()?.resolved.as_ref()?.identity.clone());
     for step in &d.steps {
         match step {
             Step::Pin => {
                 next.resolved = Some(match &candidate {
-                    Candidate::Found {
-                        kopia_snapshot_id,
-                        snapshot,
-                    } => RestoreResolved {
+                    Candidate::Found { kopia_snapshot_id, snapshot } => RestoreResolved {
                         resolution: Resolution::Snapshot,
                         kopia_snapshot_id: Some(kopia_snapshot_id.clone()),
-                        snapshot_ref: snapshot.clone().map(|n| ApiObjectRef {
-                            name: n,
-                            namespace: None,
-                        }),
+                        snapshot_ref: snapshot.clone().map(|n| ApiObjectRef { name: n, namespace: None }),
                         repository: resolved_repo.clone(),
                         identity: identity.clone(),
                         pinned_at: Some(now),
@@ -368,46 +307,24 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
             Step::Launch => {
                 let Some(rv) = &repo else { continue };
                 let pinned = next.resolved.clone();
-                let job = restore_job(
-                    &restore,
-                    &ctx,
-                    rv,
-                    pinned.as_ref(),
-                    &job_name,
-                    privileged_permitted,
-                )?;
+                let job = restore_job(&restore, &ctx, rv, pinned.as_ref(), &job_name, privileged_permitted)?;
                 ctx.ensure_mover_rbac(&ns).await?;
-                match Api::<Job>::namespaced(ctx.client.clone(), &ns)
-                    .create(&PostParams::default(), &job)
-                    .await
-                {
+                match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &job).await {
                     Ok(_) => ctx.metrics.jobs_created.inc(&["restore", &ns]),
                     Err(kube::Error::Api(e)) if e.code == 409 => {}
                     Err(e) => return Err(e.into()),
                 }
-                next.timing = Some(kopiur_api::shared::status::Timing {
-                    start_time: Some(now),
-                    ..Default::default()
-                });
+                next.timing = Some(kopiur_api::shared::status::Timing { start_time: Some(now), ..Default::default() });
             }
             Step::AwaitJob | Step::Idle => {}
         }
     }
     if let Some(t) = target_name(&restore) {
-        next.target = Some(RestoreTargetStatus {
-            pvc_ref: Some(ApiObjectRef {
-                name: t,
-                namespace: None,
-            }),
-            pvc_prime: None,
-        });
+        next.target =
+            Some(RestoreTargetStatus { pvc_ref: Some(ApiObjectRef { name: t, namespace: None }), pvc_prime: None });
     }
-    next.conditions = crate::snapshot::ctx::merge(
-        &status.conditions,
-        &d.conditions,
-        restore.meta().generation.unwrap_or(0),
-        now,
-    );
+    next.conditions =
+        crate::snapshot::ctx::merge(&status.conditions, &d.conditions, restore.meta().generation.unwrap_or(0), now);
     if d.nudge
         && let Some(rv) = &repo
         && let Err(e) = ctx.nudge(rv, now).await
@@ -423,10 +340,7 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
             &serde_json::to_value(&next).unwrap_or_default(),
         );
         let body = serde_json::json!({"metadata": {"resourceVersion": restore.resource_version()}, "status": patch});
-        match api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
-            .await
-        {
+        match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 409 => written = false,
             Err(e) => return Err(e.into()),
@@ -441,11 +355,7 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
         crate::wedged::io::delete_job(&ctx.client, j).await;
     }
     Ok(match d.requeue_after {
-        Some(a) => Action::requeue(
-            a.to_std()
-                .unwrap_or_default()
-                .max(std::time::Duration::from_secs(1)),
-        ),
+        Some(a) => Action::requeue(a.to_std().unwrap_or_default().max(std::time::Duration::from_secs(1))),
         None => Action::requeue(std::time::Duration::from_secs(300)),
     })
 }
@@ -464,10 +374,7 @@ async fn create_pvc(ctx: &PipelineCtx, restore: &Restore) -> Result<(), Error> {
                  "storageClassName": p.storage_class_name}
     }))
     .map_err(|e| Error::InvalidSpec(e.to_string()))?;
-    match Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns)
-        .create(&PostParams::default(), &pvc)
-        .await
-    {
+    match Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &pvc).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
@@ -483,17 +390,11 @@ fn restore_job(
     privileged_permitted: bool,
 ) -> Result<Job, Error> {
     let ns = restore.namespace().unwrap_or_default();
-    let mounts = crate::repository::mounts::for_job(
-        &repo.common().backend,
-        &repo.home_namespace(&ctx.config.namespace),
-        &ns,
-    )?;
+    let mounts =
+        crate::repository::mounts::for_job(&repo.common().backend, &repo.home_namespace(&ctx.config.namespace), &ns)?;
     let target = target_name(restore).unwrap_or_default();
     let o = restore.spec.options.clone().unwrap_or_default();
-    let (snapshot_id, resolve) = match (
-        &restore.spec.source,
-        pinned.and_then(|p| p.kopia_snapshot_id.clone()),
-    ) {
+    let (snapshot_id, resolve) = match (&restore.spec.source, pinned.and_then(|p| p.kopia_snapshot_id.clone())) {
         (_, Some(id)) => (Some(id), None),
         (RestoreSource::Identity(i), None) => (
             i.snapshot_id.clone(),
@@ -505,9 +406,7 @@ fn restore_job(
             }),
         ),
         (RestoreSource::SnapshotRef(_) | RestoreSource::FromPolicy(_), None) => {
-            return Err(Error::WorkSpec(
-                "the restore has no pinned snapshot id".into(),
-            ));
+            return Err(Error::WorkSpec("the restore has no pinned snapshot id".into()));
         }
     };
     let id = pinned
@@ -541,16 +440,12 @@ fn restore_job(
             target_path: RESTORE_MOUNT.into(),
             options: KopiaRestoreOptions {
                 parallel: o.parallel.map(|p| p.max(1) as u32),
-                ignore_permission_errors: Some(
-                    kopiur_api::restore::RestoreOptions::resolved_ignore_permission_errors(
-                        restore.spec.options.as_ref(),
-                    ),
-                ),
-                write_files_atomically: Some(
-                    kopiur_api::restore::RestoreOptions::resolved_write_files_atomically(
-                        restore.spec.options.as_ref(),
-                    ),
-                ),
+                ignore_permission_errors: Some(kopiur_api::restore::RestoreOptions::resolved_ignore_permission_errors(
+                    restore.spec.options.as_ref(),
+                )),
+                write_files_atomically: Some(kopiur_api::restore::RestoreOptions::resolved_write_files_atomically(
+                    restore.spec.options.as_ref(),
+                )),
                 overwrite_files: o.overwrite_files,
                 overwrite_directories: o.overwrite_directories,
                 overwrite_symlinks: o.overwrite_symlinks,
@@ -568,12 +463,7 @@ fn restore_job(
         RepoView::Namespaced(r) => crate::repository::observe::secret_names(r.as_ref()),
         RepoView::Cluster(c) => crate::repository::observe::secret_names(c.as_ref()),
     };
-    let key = repo
-        .common()
-        .encryption
-        .password_secret_ref
-        .resolved_key()
-        .to_string();
+    let key = repo.common().encryption.password_secret_ref.resolved_key().to_string();
     let mut env_from = vec![pw.clone()];
     env_from.extend(auth.filter(|a| *a != pw));
     let fp = restore.spec.failure_policy.clone();
@@ -594,11 +484,7 @@ fn restore_job(
         owner: owner_of(restore),
         cache: CacheVolume::EmptyDir,
         source: None,
-        restore: Some(PvcMount {
-            claim_name: target,
-            mount_path: RESTORE_MOUNT.into(),
-            read_only: false,
-        }),
+        restore: Some(PvcMount { claim_name: target, mount_path: RESTORE_MOUNT.into(), read_only: false }),
         repository_volume: mounts.repository_volume.clone(),
         ca_bundle: mounts.ca_bundle.clone(),
         resources: None,
@@ -607,10 +493,7 @@ fn restore_job(
         node_selector: None,
         tolerations: None,
         affinity: None,
-        backoff_limit: fp
-            .as_ref()
-            .and_then(|f| f.backoff_limit)
-            .unwrap_or(kopiur_mover::job::DEFAULT_BACKOFF_LIMIT),
+        backoff_limit: fp.as_ref().and_then(|f| f.backoff_limit).unwrap_or(kopiur_mover::job::DEFAULT_BACKOFF_LIMIT),
         active_deadline_seconds: fp
             .as_ref()
             .and_then(|f| f.active_deadline_seconds)

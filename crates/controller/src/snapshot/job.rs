@@ -11,9 +11,8 @@ use kopiur_api::{Snapshot, SnapshotPolicy};
 use kopiur_kopia::cmd::{CacheSizes, Identity, PathPolicy};
 use kopiur_mover::job::{CacheVolume, JobInput, PvcMount, SOURCE_MOUNT, build_job};
 use kopiur_mover::workspec::{
-    DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DeleteMember, MAX_WORK_SPEC_BYTES,
-    Operation, RepositoryInfo, SCHEMA_VERSION, SnapshotDeleteBatchOp, SnapshotOp, TargetRef,
-    WorkSpec,
+    DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DeleteMember, MAX_WORK_SPEC_BYTES, Operation,
+    RepositoryInfo, SCHEMA_VERSION, SnapshotDeleteBatchOp, SnapshotOp, TargetRef, WorkSpec,
 };
 use kube::{Resource, ResourceExt};
 
@@ -34,23 +33,11 @@ pub struct Recipe {
 pub fn recipe(snap: &Snapshot, policy: &SnapshotPolicy) -> Result<Recipe, String> {
     let ns = snap.namespace().unwrap_or_default();
     let (index, pvc_override) = match &snap.spec.source {
-        Some(s) => (
-            s.source_index.max(0) as usize,
-            Some(s.target.pvc.name.clone()),
-        ),
+        Some(s) => (s.source_index.max(0) as usize, Some(s.target.pvc.name.clone())),
         None => (0, None),
     };
-    let source = policy
-        .spec
-        .sources
-        .get(index)
-        .ok_or_else(|| format!("the policy has no source at index {index}"))?;
-    if let Some(other) = snap
-        .spec
-        .source
-        .as_ref()
-        .and_then(|s| s.target.pvc.namespace.as_deref())
-        .filter(|o| *o != ns)
+    let source = policy.spec.sources.get(index).ok_or_else(|| format!("the policy has no source at index {index}"))?;
+    if let Some(other) = snap.spec.source.as_ref().and_then(|s| s.target.pvc.namespace.as_deref()).filter(|o| *o != ns)
     {
         return Err(format!(
             "spec.source.target.pvc.namespace {other} is not the Snapshot's namespace {ns}; sources are PVCs in the policy's namespace"
@@ -75,28 +62,19 @@ pub fn recipe(snap: &Snapshot, policy: &SnapshotPolicy) -> Result<Recipe, String
     // writes under what the policy pinned: the fork guard keeps the pinned identity and each
     // existing source's pinned path while a fork is refused (spec/api.md §2.5). A PVC not
     // pinned yet (new to a selector, or the policy not reconciled yet) takes the spec's path.
-    let desired = resolve_identity(&policy.name_any(), &ns, policy.spec.identity.as_ref())
-        .map_err(|e| e.to_string())?;
+    let desired =
+        resolve_identity(&policy.name_any(), &ns, policy.spec.identity.as_ref()).map_err(|e| e.to_string())?;
     let pinned = policy.status.as_ref().and_then(|s| s.resolved.as_ref());
     let id = pinned.and_then(|r| r.identity.clone()).unwrap_or(desired);
     let key = format!("{ns}/{pvc}");
     let path = match pinned.and_then(|r| r.sources.iter().find(|s| s.pvc == key)) {
         Some(s) => s.source_path.clone(),
-        None => source_path(
-            source.resolved_source_path_strategy(),
-            &ns,
-            &pvc,
-            source.source_path_override.as_deref(),
-        ),
+        None => source_path(source.resolved_source_path_strategy(), &ns, &pvc, source.source_path_override.as_deref()),
     };
     Ok(Recipe {
         pvc,
         read_only: source.resolved_read_only(),
-        identity: ResolvedIdentity {
-            username: id.username,
-            hostname: id.hostname,
-            source_path: Some(path),
-        },
+        identity: ResolvedIdentity { username: id.username, hostname: id.hostname, source_path: Some(path) },
     })
 }
 
@@ -117,22 +95,15 @@ pub fn backend_mounts(
     job_ns: &str,
     config: &crate::config::Config,
 ) -> Result<BackendMounts, BuildError> {
-    crate::repository::mounts::for_job(
-        &repo.common().backend,
-        &repo.home_namespace(&config.namespace),
-        job_ns,
+    crate::repository::mounts::for_job(&repo.common().backend, &repo.home_namespace(&config.namespace), job_ns).map_err(
+        |e| match e {
+            MountError::Invalid(m) => BuildError::Invalid(m),
+            MountError::VolumeNotInNamespace { .. } => BuildError::Refused(e.refusal()),
+        },
     )
-    .map_err(|e| match e {
-        MountError::Invalid(m) => BuildError::Invalid(m),
-        MountError::VolumeNotInNamespace { .. } => BuildError::Refused(e.refusal()),
-    })
 }
 
-fn repository_info(
-    repo: &RepoView,
-    identity: Identity,
-    mounts: &BackendMounts,
-) -> Result<RepositoryInfo, String> {
+fn repository_info(repo: &RepoView, identity: Identity, mounts: &BackendMounts) -> Result<RepositoryInfo, String> {
     Ok(RepositoryInfo {
         kind: repo.kind().to_string(),
         namespace: repo.namespace(),
@@ -152,12 +123,7 @@ fn secrets(repo: &RepoView) -> ((String, String), Vec<String>) {
         RepoView::Namespaced(r) => crate::repository::observe::secret_names(r.as_ref()),
         RepoView::Cluster(c) => crate::repository::observe::secret_names(c.as_ref()),
     };
-    let key = repo
-        .common()
-        .encryption
-        .password_secret_ref
-        .resolved_key()
-        .to_string();
+    let key = repo.common().encryption.password_secret_ref.resolved_key().to_string();
     let mut env_from = vec![pw.clone()];
     env_from.extend(auth.filter(|a| *a != pw));
     ((pw, key), env_from)
@@ -213,16 +179,11 @@ pub fn backup_job(
 ) -> Result<Built, BuildError> {
     let ns = snap.namespace().unwrap_or_default();
     let mounts = backend_mounts(repo, &ns, config)?;
-    let id = Identity::new(
-        recipe.identity.username.clone(),
-        recipe.identity.hostname.clone(),
-    );
+    let id = Identity::new(recipe.identity.username.clone(), recipe.identity.hostname.clone());
     let p = &policy.spec;
     let files = p.files.clone().unwrap_or_default();
-    let ignore = files
-        .ignore_rules
-        .clone()
-        .unwrap_or_else(|| DEFAULT_IGNORE_RULES.iter().map(|s| s.to_string()).collect());
+    let ignore =
+        files.ignore_rules.clone().unwrap_or_else(|| DEFAULT_IGNORE_RULES.iter().map(|s| s.to_string()).collect());
     let op = SnapshotOp {
         mount_path: SOURCE_MOUNT.to_string(),
         source_path: recipe.identity.source_path.clone().unwrap_or_default(),
@@ -236,21 +197,9 @@ pub fn backup_job(
             add_ignore: ignore,
             ignore_file_errors: p.error_handling.as_ref().and_then(|e| e.ignore_file_errors),
         },
-        fail_fast: p
-            .error_handling
-            .as_ref()
-            .and_then(|e| e.fail_fast)
-            .unwrap_or(false),
-        upload_limit_mb: p
-            .upload
-            .as_ref()
-            .and_then(|u| u.limit_mb)
-            .map(|v| v.max(0) as u64),
-        parallel: p
-            .upload
-            .as_ref()
-            .and_then(|u| u.max_parallel_file_reads)
-            .map(|v| v.max(1) as u32),
+        fail_fast: p.error_handling.as_ref().and_then(|e| e.fail_fast).unwrap_or(false),
+        upload_limit_mb: p.upload.as_ref().and_then(|u| u.limit_mb).map(|v| v.max(0) as u64),
+        parallel: p.upload.as_ref().and_then(|u| u.max_parallel_file_reads).map(|v| v.max(1) as u32),
     };
     let spec = WorkSpec {
         schema_version: SCHEMA_VERSION,
@@ -266,9 +215,7 @@ pub fn backup_job(
         heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
         operation: Operation::Snapshot(op),
     };
-    let bytes = serde_json::to_vec(&spec)
-        .map(|v| v.len())
-        .unwrap_or(usize::MAX);
+    let bytes = serde_json::to_vec(&spec).map(|v| v.len()).unwrap_or(usize::MAX);
     if bytes > MAX_WORK_SPEC_BYTES {
         return Err(BuildError::TooLarge(bytes));
     }
@@ -304,10 +251,7 @@ pub fn backup_job(
         node_selector: None,
         tolerations: None,
         affinity: None,
-        backoff_limit: fp
-            .as_ref()
-            .and_then(|f| f.backoff_limit)
-            .unwrap_or(kopiur_mover::job::DEFAULT_BACKOFF_LIMIT),
+        backoff_limit: fp.as_ref().and_then(|f| f.backoff_limit).unwrap_or(kopiur_mover::job::DEFAULT_BACKOFF_LIMIT),
         active_deadline_seconds: fp
             .as_ref()
             .and_then(|f| f.active_deadline_seconds)
@@ -359,10 +303,7 @@ pub fn batch_delete_job(
             members: spec
                 .members
                 .iter()
-                .map(|m| DeleteMember {
-                    uid: m.uid.clone(),
-                    snapshot_id: m.snapshot_id.clone(),
-                })
+                .map(|m| DeleteMember { uid: m.uid.clone(), snapshot_id: m.snapshot_id.clone() })
                 .collect(),
             chunk_size,
             chunk_timeout_seconds: 300,
@@ -453,10 +394,7 @@ mod tests {
             "identity": {"username": "p", "hostname": "apps"},
             "sources": [{"pvc": "apps/data", "sourcePath": "/pvc/data"}]}}));
         let r = recipe(&snap(), &pinned).unwrap();
-        assert_eq!(
-            (r.identity.username.as_str(), r.identity.hostname.as_str()),
-            ("p", "apps")
-        );
+        assert_eq!((r.identity.username.as_str(), r.identity.hostname.as_str()), ("p", "apps"));
         assert_eq!(r.identity.source_path.as_deref(), Some("/pvc/data"));
     }
 
