@@ -194,21 +194,39 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
     {
         pods = crate::wedged::io::check(&ctx.client, j, pod_startup_deadline, now).await;
     }
-    // Privileged settings: read the namespace's opt-in only when they ask for it.
-    let privileged_permitted = match &repo {
-        Some(rv) => match crate::mover_settings::resolve(
-            rv.common().mover_defaults.as_ref(),
-            restore.spec.mover.as_ref(),
-            crate::mover_settings::MoverOp::Restore,
-            false,
-        ) {
-            Err(r) if r.reason == kopiur_api::names::reason::PRIVILEGED_MOVER_NOT_PERMITTED => {
-                crate::mover_settings::namespace_permits_privileged(&ctx.client, &ns).await
-            }
-            _ => false,
-        },
-        None => false,
-    };
+    // The workload's identity and the target's node are read only while a launch is possible;
+    // privileged settings read the namespace's opt-in only when they ask for it.
+    let mut mf = crate::mover_settings::MoverFacts::default();
+    let mut settings = None;
+    if let Some(rv) = &repo {
+        if matches!(status.phase, None | Some(RestorePhase::Pending | RestorePhase::Resolving)) && job.is_none() {
+            let claim = target_name(&restore).unwrap_or_default();
+            mf = crate::mover_pods::io::facts(
+                &ctx.client,
+                &ns,
+                rv.common().mover_defaults.as_ref(),
+                restore.spec.mover.as_ref(),
+                Some(claim.as_str()).filter(|c| !c.is_empty()),
+            )
+            .await;
+        }
+        let resolve = |mf: &crate::mover_settings::MoverFacts| {
+            crate::mover_settings::resolve_with(
+                rv.common().mover_defaults.as_ref(),
+                restore.spec.mover.as_ref(),
+                crate::mover_settings::MoverOp::Restore,
+                mf,
+            )
+        };
+        let mut r = resolve(&mf);
+        if matches!(&r, Err(e) if e.reason == kopiur_api::names::reason::PRIVILEGED_MOVER_NOT_PERMITTED)
+            && crate::mover_settings::namespace_permits_privileged(&ctx.client, &ns).await
+        {
+            mf.privileged_permitted = true;
+            r = resolve(&mf);
+        }
+        settings = Some(r);
+    }
     let facts = RestoreFacts {
         phase: status.phase.clone(),
         gate,
@@ -230,22 +248,20 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
         failure: status.failure.clone(),
         ready_reason: status.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()),
         reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
-        mover_refused: repo.as_ref().and_then(|rv| {
-            crate::mover_settings::resolve(
-                rv.common().mover_defaults.as_ref(),
-                restore.spec.mover.as_ref(),
-                crate::mover_settings::MoverOp::Restore,
-                privileged_permitted,
-            )
-            .err()
+        mover_refused: settings
+            .as_ref()
+            .and_then(|r| r.as_ref().err())
+            .map(|r| (r.reason, r.message.clone()))
+            // A filesystem repository's PVC must live in this namespace
+            // (`RepositoryVolumeNotInNamespace`): Stalled, no Job.
             .or_else(|| {
-                // A filesystem repository's PVC must live in this namespace
-                // (`RepositoryVolumeNotInNamespace`): Stalled, no Job.
+                let rv = repo.as_ref()?;
                 let home = rv.home_namespace(&ctx.config.namespace);
-                crate::repository::mounts::for_job(&rv.common().backend, &home, &ns).err().map(|e| e.refusal())
-            })
-            .map(|r| (r.reason, r.message))
-        }),
+                let r = crate::repository::mounts::for_job(&rv.common().backend, &home, &ns).err()?.refusal();
+                Some((r.reason, r.message))
+            }),
+        inherited_from: settings.as_ref().and_then(|r| r.as_ref().ok()).and_then(|s| s.inherited_from.clone()),
+        ownership: status.ownership.clone(),
     };
     let d = plan(&facts, now);
 
@@ -307,7 +323,7 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
             Step::Launch => {
                 let Some(rv) = &repo else { continue };
                 let pinned = next.resolved.clone();
-                let job = restore_job(&restore, &ctx, rv, pinned.as_ref(), &job_name, privileged_permitted)?;
+                let job = restore_job(&restore, &ctx, rv, pinned.as_ref(), &job_name, &mf)?;
                 ctx.ensure_mover_rbac(&ns).await?;
                 match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &job).await {
                     Ok(_) => ctx.metrics.jobs_created.inc(&["restore", &ns]),
@@ -361,9 +377,7 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
 }
 
 async fn create_pvc(ctx: &PipelineCtx, restore: &Restore) -> Result<(), Error> {
-    let RestoreTarget::Pvc(p) = &restore.spec.target else {
-        return Ok(());
-    };
+    let RestoreTarget::Pvc(p) = &restore.spec.target else { return Ok(()) };
     let ns = restore.namespace().unwrap_or_default();
     let modes: Vec<String> = p.access_modes.iter().map(|m| format!("{m:?}")).collect();
     let pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
@@ -387,11 +401,14 @@ fn restore_job(
     repo: &RepoView,
     pinned: Option<&RestoreResolved>,
     job_name: &str,
-    privileged_permitted: bool,
+    facts: &crate::mover_settings::MoverFacts,
 ) -> Result<Job, Error> {
     let ns = restore.namespace().unwrap_or_default();
-    let mounts =
-        crate::repository::mounts::for_job(&repo.common().backend, &repo.home_namespace(&ctx.config.namespace), &ns)?;
+    let mounts = crate::repository::mounts::for_job(
+        &repo.common().backend,
+        &repo.home_namespace(&ctx.config.namespace),
+        &ns,
+    )?;
     let target = target_name(restore).unwrap_or_default();
     let o = restore.spec.options.clone().unwrap_or_default();
     let (snapshot_id, resolve) = match (&restore.spec.source, pinned.and_then(|p| p.kopia_snapshot_id.clone())) {
@@ -505,11 +522,11 @@ fn restore_job(
     };
     let mut input = input;
     // A refusal was planned already (`mover_refused`); this is the same resolution.
-    crate::mover_settings::resolve(
+    crate::mover_settings::resolve_with(
         repo.common().mover_defaults.as_ref(),
         restore.spec.mover.as_ref(),
         crate::mover_settings::MoverOp::Restore,
-        privileged_permitted,
+        facts,
     )
     .map_err(Error::MoverRefused)?
     .apply(&mut input, true);

@@ -156,6 +156,8 @@ pub fn mover_env(config: &crate::config::Config) -> Vec<k8s_openapi::api::core::
 pub struct Built {
     pub job: Job,
     pub bytes: usize,
+    /// What `inheritSecurityContextFrom` gave, when the recipe inherits.
+    pub inherited_from: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -175,7 +177,7 @@ pub fn backup_job(
     recipe: &Recipe,
     repo: &RepoView,
     config: &crate::config::Config,
-    privileged_permitted: bool,
+    facts: &crate::mover_settings::MoverFacts,
 ) -> Result<Built, BuildError> {
     let ns = snap.namespace().unwrap_or_default();
     let mounts = backend_mounts(repo, &ns, config)?;
@@ -262,16 +264,16 @@ pub fn backup_job(
         extra_env: mover_env(config),
     };
     let mut input = input;
-    crate::mover_settings::resolve(
+    let settings = crate::mover_settings::resolve_with(
         repo.common().mover_defaults.as_ref(),
         p.mover.as_ref(),
         crate::mover_settings::MoverOp::Backup,
-        privileged_permitted,
+        facts,
     )
-    .map_err(BuildError::Refused)?
-    .apply(&mut input, true);
+    .map_err(BuildError::Refused)?;
+    settings.apply(&mut input, true);
     let job = build_job(&input).map_err(|e| BuildError::Invalid(e.to_string()))?;
-    Ok(Built { job, bytes })
+    Ok(Built { job, bytes, inherited_from: settings.inherited_from })
 }
 
 /// The batch delete Job for one `BatchSpec` of the dispatcher: one connect, then
