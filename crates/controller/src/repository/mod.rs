@@ -184,9 +184,15 @@ async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Action, Er
     if obj.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
+    // [next] fields (spec/api.md §1.9): a gating one stops here (Stalled, no Job).
+    let next = next::next_fields(obj);
+    if let Some(action) = next::refuse(obj, ctx, &next).await? {
+        return Ok(action);
+    }
     let now = chrono::Utc::now();
     let (facts, listing, ca) = observe::observe_with_ca(obj, ctx).await?;
     let mut decision = crate::health::plan(&facts, now);
+    decision.conditions.extend(next.advisory_condition());
     if let mounts::CaState::Missing { message } = &ca {
         missing_ca_bundle(&mut decision, message);
     }
