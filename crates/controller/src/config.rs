@@ -13,6 +13,10 @@ pub struct Config {
     /// `imagePullPolicy` of every mover container (`KOPIUR_MOVER_IMAGE_PULL_POLICY`); `None`
     /// leaves the kubelet's default.
     pub mover_image_pull_policy: Option<String>,
+    /// Secrets the mover ServiceAccount lists as `imagePullSecrets` in every namespace a mover
+    /// runs in (`KOPIUR_MOVER_IMAGE_PULL_SECRETS`, comma-separated names; each Secret must exist
+    /// in those namespaces).
+    pub mover_image_pull_secrets: Vec<String>,
     pub mover_rust_log: Option<String>,
     /// Passed to movers as `KOPIUR_KOPIA_BINARY` (test environments and auditing wrappers).
     pub mover_kopia_binary: Option<String>,
@@ -43,6 +47,31 @@ pub fn parse_pull_policy(raw: Option<&str>) -> Result<Option<String>, String> {
             "{MOVER_PULL_POLICY_ENV} must be Always, IfNotPresent or Never, got {other:?} (chart value mover.image.pullPolicy)"
         )),
     }
+}
+
+pub const MOVER_PULL_SECRETS_ENV: &str = "KOPIUR_MOVER_IMAGE_PULL_SECRETS";
+
+/// Comma-separated Secret names (DNS subdomains); unset or empty means none.
+pub fn parse_pull_secrets(raw: Option<&str>) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for name in raw.unwrap_or_default().split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let valid = name.len() <= 253
+            && name.split('.').all(|l| {
+                !l.is_empty()
+                    && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && !l.starts_with('-')
+                    && !l.ends_with('-')
+            });
+        if !valid {
+            return Err(format!(
+                "{MOVER_PULL_SECRETS_ENV} lists {name:?}, which is not a Secret name (chart value mover.imagePullSecrets)"
+            ));
+        }
+        if !out.iter().any(|n| n == name) {
+            out.push(name.to_string());
+        }
+    }
+    Ok(out)
 }
 
 pub const DEFAULT_RECONCILE_CONCURRENCY: u16 = 8;
@@ -86,8 +115,14 @@ impl Config {
                 errors.push(e);
                 None
             });
+        let mover_image_pull_secrets = parse_pull_secrets(std::env::var(MOVER_PULL_SECRETS_ENV).ok().as_deref())
+            .unwrap_or_else(|e| {
+                errors.push(e);
+                Vec::new()
+            });
         Config {
             mover_image_pull_policy,
+            mover_image_pull_secrets,
             max_concurrent_delete_jobs,
             reconcile_concurrency,
             errors,
@@ -138,6 +173,18 @@ mod tests {
             let e = parse_reconcile_concurrency(Some(bad)).unwrap_err();
             assert!(e.contains(RECONCILE_CONCURRENCY_ENV) && e.contains(bad), "{e}");
         }
+    }
+
+    #[test]
+    fn mover_pull_secrets_are_validated() {
+        assert_eq!(parse_pull_secrets(None), Ok(vec![]));
+        assert_eq!(parse_pull_secrets(Some(" ")), Ok(vec![]));
+        assert_eq!(
+            parse_pull_secrets(Some("regcred, other.cred,regcred")),
+            Ok(vec!["regcred".into(), "other.cred".into()])
+        );
+        let e = parse_pull_secrets(Some("ok,Bad_Name")).unwrap_err();
+        assert!(e.contains("\"Bad_Name\"") && e.contains("mover.imagePullSecrets"), "{e}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{LocalObjectReference, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
@@ -13,7 +13,14 @@ use crate::repository::Error;
 use crate::repository::apply::{FIELD_MANAGER, MOVER_CLUSTER_ROLE, MOVER_SERVICE_ACCOUNT};
 
 /// Applies the mover ServiceAccount and RoleBinding in `ns` unless `ready` already lists it.
-pub async fn ensure(client: &Client, ns: &str, ready: &Mutex<HashSet<String>>) -> Result<(), Error> {
+/// `pull_secrets` become the ServiceAccount's `imagePullSecrets`, so every mover pod in `ns`
+/// gets them (the ServiceAccount admission plugin copies them into the pod).
+pub async fn ensure(
+    client: &Client,
+    ns: &str,
+    ready: &Mutex<HashSet<String>>,
+    pull_secrets: &[String],
+) -> Result<(), Error> {
     if ready.lock().map(|s| s.contains(ns)).unwrap_or(false) {
         return Ok(());
     }
@@ -24,7 +31,12 @@ pub async fn ensure(client: &Client, ns: &str, ready: &Mutex<HashSet<String>>) -
         labels: Some(crate::snapshot::ctx::managed_labels()),
         ..Default::default()
     };
-    let sa = ServiceAccount { metadata: meta(), ..Default::default() };
+    let sa = ServiceAccount {
+        metadata: meta(),
+        image_pull_secrets: (!pull_secrets.is_empty())
+            .then(|| pull_secrets.iter().map(|n| LocalObjectReference { name: n.clone() }).collect()),
+        ..Default::default()
+    };
     Api::<ServiceAccount>::namespaced(client.clone(), ns).patch(MOVER_SERVICE_ACCOUNT, &pp, &Patch::Apply(&sa)).await?;
     let rb = RoleBinding {
         metadata: meta(),

@@ -314,6 +314,8 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         .args(["--set", "extraEnv[0].name=KOPIUR_STRICT_RETRY_BASE_SECONDS", "--set-string", "extraEnv[0].value=10"])
         .args(["--set", "extraEnv[1].name=KOPIUR_STRICT_RETRY_CAP_SECONDS", "--set-string", "extraEnv[1].value=20"])
         .args(["--set", "logLevel=info\\,kube=warn"])
+        // A pull secret for movers reaches every mover pod through the mover ServiceAccount.
+        .args(["--set", "mover.imagePullSecrets={kopiur-test-pull}"])
         .env("HELM_CACHE_HOME", helm_home.join("cache"))
         .env("HELM_CONFIG_HOME", helm_home.join("config"))
         .env("HELM_DATA_HOME", helm_home.join("data"))
@@ -516,7 +518,13 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     // which entries lost theirs, and how to keep them.
     let rf = Api::<Restore>::namespaced(client.clone(), &ns).get("restored-full").await?;
     let own = rf.status.as_ref().and_then(|s| s.ownership.clone()).context("status.ownership of restored-full")?;
-    let oc = condition(&rf, "OwnershipPreserved").cloned().context("OwnershipPreserved of restored-full")?;
+    let oc = rf
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter())
+        .find(|c| c.type_ == "OwnershipPreserved")
+        .cloned()
+        .context("OwnershipPreserved of restored-full")?;
     ensure!(!own.preserved && own.complete && own.not_preserved_count >= 3, "ownership: {own:?}");
     ensure!(oc.status == "False" && oc.reason == "OwnersNotPreserved", "{oc:?}");
     for want in [
@@ -537,7 +545,8 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         &ns,
         "data-inherit",
         "data",
-        json!({"inheritSecurityContextFrom": {"workloadSelector": {"podSelector": {"matchLabels": {"app": "db"}}}}}),
+        json!({"inheritSecurityContextFrom": {"workloadSelector": {"podSelector": {"matchLabels": {"app": "db"}}}},
+               "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}}}),
     )
     .await?;
     snapshot(&client, &ns, "inherited", "data-inherit").await?;
@@ -602,7 +611,15 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
             .any(|f| f.key == "metadata.name" && f.values.as_deref() == Some(&[config::NODE_NAME.to_string()][..]))),
         "the mover prefers the source's node: {pref:?}"
     );
+    // mover.resources are the container's cgroup limits: the mover logs what the kernel enforces.
+    let ilog = Api::<Pod>::namespaced(client.clone(), &ns).logs(&ipod.name_any(), &Default::default()).await?;
+    let start = ilog.lines().find(|l| l.contains("starting")).unwrap_or_default().to_string();
+    ensure!(
+        start.contains("536870912") && start.contains("50000 100000"),
+        "memory.max 512Mi and cpu.max 500m inside the mover's cgroup: {start}"
+    );
     println!("after Deployment db (uid 999) appeared: inherited Succeeded as uid 999, co-located; {}", ic.message);
+    println!("the mover's cgroup enforces its resources: {start}");
     Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), &ns)
         .delete("db", &DeleteParams::default())
         .await?;
@@ -661,7 +678,7 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let ro = Api::<Restore>::namespaced(client.clone(), &ns).get("restored-owned").await?;
     ensure!(
         ro.status.as_ref().and_then(|s| s.ownership.clone()).is_none()
-            && condition(&ro, "OwnershipPreserved").is_none(),
+            && ro.status.iter().flat_map(|s| s.conditions.iter()).all(|c| c.type_ != "OwnershipPreserved"),
         "a mover with CAP_CHOWN keeps owners and reports no loss: {:?}",
         ro.status.as_ref().and_then(|s| s.ownership.clone())
     );
@@ -828,6 +845,8 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         let spec = p.spec.as_ref().context("pod spec")?;
         let privileged = p.labels().get("job-name").is_some_and(|j| privileged_jobs.contains(&j.as_str()));
         ensure!(spec.node_name.as_deref() == Some(config::NODE_NAME), "{} ran on {:?}", p.name_any(), spec.node_name);
+        let pulls: Vec<String> = spec.image_pull_secrets.iter().flatten().map(|r| r.name.clone()).collect();
+        ensure!(pulls == ["kopiur-test-pull"], "{}: imagePullSecrets {pulls:?}", p.name_any());
         let pod_sc = spec.security_context.clone().unwrap_or_default();
         for c in &spec.containers {
             let sc = c.security_context.clone().unwrap_or_default();

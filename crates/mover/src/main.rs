@@ -102,7 +102,17 @@ async fn run() -> Exit {
             }
         },
     };
-    tracing::info!(op = spec.operation.label(), target = %spec.target_ref.name, "starting");
+    // The limits the container runs under, as the kernel enforces them (cgroup v2, read inside
+    // the container's cgroup namespace): `max` means none.
+    let cgroup = |f: &str| std::fs::read_to_string(format!("/sys/fs/cgroup/{f}")).map(|v| v.trim().to_string()).ok();
+    tracing::info!(
+        op = spec.operation.label(),
+        target = %spec.target_ref.name,
+        uid = kopiur_mover::permission::current_ids().map(|i| i.0).unwrap_or(u32::MAX),
+        memory_max = cgroup("memory.max").as_deref().unwrap_or("unknown"),
+        cpu_max = cgroup("cpu.max").as_deref().unwrap_or("unknown"),
+        "starting"
+    );
     let ctx = Ctx::new(spec, env, runner, sink, job_uid);
     let exit = ctx.execute().await;
     tracing::info!(exit = exit as i32, "finished");

@@ -98,7 +98,7 @@ impl RunCtx {
     /// The mover's ServiceAccount and RoleBinding in the run's namespace (server-side apply,
     /// once per namespace per process).
     pub async fn ensure_mover_rbac(&self, ns: &str) -> Result<(), Error> {
-        crate::mover_rbac::ensure(&self.client, ns, &self.mover_rbac_ready).await
+        crate::mover_rbac::ensure(&self.client, ns, &self.mover_rbac_ready, &self.config.mover_image_pull_secrets).await
     }
 }
 

@@ -177,7 +177,7 @@ async fn delete_job<K: RepoObject>(obj: &K, ctx: &Ctx, uid: &str) -> Result<(), 
 
 /// The mover's ServiceAccount and its RoleBinding to the shipped `kopiur-mover` ClusterRole.
 async fn ensure_mover_rbac(ctx: &Ctx, ns: &str) -> Result<(), Error> {
-    crate::mover_rbac::ensure(&ctx.client, ns, &ctx.mover_rbac_ready).await
+    crate::mover_rbac::ensure(&ctx.client, ns, &ctx.mover_rbac_ready, &ctx.config.mover_image_pull_secrets).await
 }
 
 fn mover_gate(g: CreateGate) -> MoverGate {

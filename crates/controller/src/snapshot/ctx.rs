@@ -182,7 +182,7 @@ impl PipelineCtx {
 
     /// The mover's ServiceAccount and RoleBinding in a consumer namespace.
     pub async fn ensure_mover_rbac(&self, ns: &str) -> Result<(), Error> {
-        crate::mover_rbac::ensure(&self.client, ns, &self.mover_rbac_ready).await
+        crate::mover_rbac::ensure(&self.client, ns, &self.mover_rbac_ready, &self.config.mover_image_pull_secrets).await
     }
 
     /// Stamps `reverify-requested-at=now` on a repository (the caller checked the spacing).

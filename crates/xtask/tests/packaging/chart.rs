@@ -109,6 +109,10 @@ fn controller_env_carries_namespace_lease_and_mover_settings() {
     assert_eq!(env(&c, "KOPIUR_RECONCILE_CONCURRENCY")["value"], "8");
     assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE")["value"], format!("kopiur-mover:{app_version}"));
     assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE_PULL_POLICY")["value"], "IfNotPresent");
+    assert!(
+        c["env"].as_array().unwrap().iter().all(|e| e["name"] != "KOPIUR_MOVER_IMAGE_PULL_SECRETS"),
+        "no mover pull secrets by default"
+    );
     assert_eq!(c["image"], format!("kopiur-controller:{app_version}"));
 
     let c = controller(&render(&[
@@ -119,7 +123,9 @@ fn controller_env_carries_namespace_lease_and_mover_settings() {
         "mover.image.pullPolicy=Always",
         "image.tag=v8",
         "leaderElection.leaseName=other-lease",
+        "mover.imagePullSecrets={regcred,mirror-cred}",
     ]));
+    assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE_PULL_SECRETS")["value"], "regcred,mirror-cred");
     assert_eq!(env(&c, "KOPIUR_MAX_CONCURRENT_DELETE_JOBS")["value"], "4");
     assert_eq!(env(&c, "KOPIUR_RECONCILE_CONCURRENCY")["value"], "32");
     assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE")["value"], "registry.example/mover:v9");
@@ -256,6 +262,7 @@ fn values_schema_rejects_bad_values() {
     rejected(&["reconcileConcurrency=2000"], "reconcileConcurrency");
     rejected(&["unknownTopLevelKey=1"], "unknownTopLevelKey");
     rejected(&["mover.image.pullPolicy=Sometimes"], "pullPolicy");
+    rejected(&["mover.imagePullSecrets={Bad_Name}"], "imagePullSecrets");
     rejected(&["image.digest=latest"], "digest");
     rejected(&["mover.image.digest=sha256:abc"], "digest");
     rejected(&["monitoring.prometheusRule.enabeld=true"], "enabeld");
