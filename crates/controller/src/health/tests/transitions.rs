@@ -470,3 +470,43 @@ fn missing_credentials_stall_pending_and_launch_nothing() {
     assert_eq!(cond(&d.conditions, "Ready").reason, "MissingCredentialsSecret");
     assert_eq!(cond(&d.conditions, "CredentialsAvailable").status, False);
 }
+
+fn certificate() -> ConnectResult {
+    ConnectResult::Failed { class: FailureClass::CertificateError, not_initialized: false, timed_out: false }
+}
+
+#[test]
+fn a_certificate_error_is_configuration_never_an_outage() {
+    // A probe at the threshold that meets a rejected certificate: terminal, no trip, no count.
+    let mut f = ready();
+    f.status.health.consecutive_probe_failures = 2;
+    f.job = Some(job(PROBE, certificate(), at(600)));
+    let d = plan(&f, at(601));
+    assert_eq!(d.status.phase, Some(Phase::Failed), "Stalled, not Degraded");
+    assert_eq!(d.status.health.breaker_opened_at, None);
+    assert_eq!(d.status.health.strict_retry, None, "no half-open loop");
+    assert_eq!(d.status.health.consecutive_probe_failures, 2, "not counted toward the breaker");
+    assert!(d.effects.is_empty(), "{:?}", d.effects);
+    let ready_cond = cond(&d.conditions, "Ready");
+    assert_eq!(ready_cond.reason, "CertificateError");
+    assert!(ready_cond.message.contains("caBundleRef"), "{}", ready_cond.message);
+    assert_kstatus(&d.conditions, False, False, True);
+
+    // The first strict connect of a new repository: terminal too (never retried on a holdoff).
+    let mut f = fresh();
+    f.status.phase = Some(Phase::Initializing);
+    f.job = Some(job(STRICT, certificate(), at(20)));
+    let d = plan(&f, at(21));
+    assert_eq!(d.status.phase, Some(Phase::Failed));
+    assert_eq!(d.status.health.strict_retry, None);
+    assert_eq!(cond(&d.conditions, "Ready").reason, "CertificateError");
+    assert_kstatus(&d.conditions, False, False, True);
+
+    // A pinned strict connect (a spec change on a Ready repository): terminal, no trip.
+    let mut f = ready();
+    f.spec.generation = 2;
+    f.job = Some(job(STRICT, certificate(), at(600)));
+    let d = plan(&f, at(601));
+    assert_eq!(d.status.phase, Some(Phase::Failed));
+    assert!(!d.effects.iter().any(|e| matches!(e, Effect::Trip { .. })), "{:?}", d.effects);
+}
