@@ -97,7 +97,12 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
         missing_secrets: missing,
         pod_recheck,
     };
-    let d = plan(&facts, now);
+    let mut d = plan(&facts, now);
+    // A gating [next] field (spec/api.md §1.9): Stalled FeatureNotImplemented, no Job.
+    if let Some(message) = crate::features::maintenance(&m.spec).gating_message() {
+        d.conditions = common::trio(common::Standing::Stalled, crate::features::FEATURE_NOT_IMPLEMENTED, message);
+        d.launch = None;
+    }
     let reference = m.object_ref(&());
 
     if let Some(raw) = &d.invalid_request

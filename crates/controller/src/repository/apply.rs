@@ -206,6 +206,12 @@ pub fn lease_host<K: RepoObject>(obj: &K) -> String {
 pub fn kopia_backend(b: &Backend) -> Result<kopiur_kopia::Backend, Error> {
     match b {
         Backend::S3(s) => {
+            // Refused, never ignored (spec/api.md §1.9): the movers have no workload identity yet.
+            if s.auth.as_ref().is_some_and(|a| a.workload_identity.is_some()) {
+                return Err(Error::InvalidSpec(
+                    "spec.backend.s3.auth.workloadIdentity is not implemented in this release".into(),
+                ));
+            }
             let tls = s.tls.clone().unwrap_or_default();
             let (endpoint, plain_http) = match s.endpoint.as_deref() {
                 Some(e) if e.starts_with("http://") => (Some(e.trim_start_matches("http://").to_string()), true),

@@ -7,10 +7,10 @@ use std::any::Any;
 use chrono::Utc;
 use kopiur_api::repository::RepositoryPhase;
 use kopiur_api::{ClusterRepository, Repository};
+use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::ResourceExt;
 
 use super::{Ctx, Error, RepoObject};
 use crate::features::{self, FEATURE_NOT_IMPLEMENTED, FEATURES_IGNORED, NextFields};

@@ -248,10 +248,11 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
         failure: status.failure.clone(),
         ready_reason: status.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()),
         reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
-        mover_refused: settings
-            .as_ref()
-            .and_then(|r| r.as_ref().err())
-            .map(|r| (r.reason, r.message.clone()))
+        // A gating [next] field (spec/api.md §1.9) first: Stalled FeatureNotImplemented, no Job.
+        mover_refused: crate::features::restore(&restore.spec)
+            .gating_message()
+            .map(|m| (crate::features::FEATURE_NOT_IMPLEMENTED, m))
+            .or_else(|| settings.as_ref().and_then(|r| r.as_ref().err()).map(|r| (r.reason, r.message.clone())))
             // A filesystem repository's PVC must live in this namespace
             // (`RepositoryVolumeNotInNamespace`): Stalled, no Job.
             .or_else(|| {

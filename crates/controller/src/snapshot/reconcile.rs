@@ -227,6 +227,12 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         }
         (None, None) => WorkSpecState::Invalid { message: "the repository is not known yet".into() },
     };
+    // A gating [next] field on the Snapshot or its policy (spec/api.md §1.9): Stalled
+    // FeatureNotImplemented, no Job; it heals when the field goes.
+    let work_spec = match policy.as_ref().and_then(|p| crate::features::snapshot_refusal(&snap.spec, &p.spec).err()) {
+        Some(message) => WorkSpecState::MoverRefused { reason: crate::features::FEATURE_NOT_IMPLEMENTED, message },
+        None => work_spec,
+    };
     let (preflight, preflight_timeout) = preflight_facts(ctx, policy.as_deref(), repo.as_ref(), now);
     let pod_startup_deadline = chrono::Duration::seconds(FailurePolicy::resolved_pod_startup_deadline_seconds(
         snap.spec.failure_policy.as_ref(),

@@ -41,6 +41,7 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
     let mut next = status.clone();
     next.observed_generation = policy.meta().generation;
     let mut conds = Vec::new();
+    let next_fields = crate::features::snapshot_policy(&policy.spec);
 
     let identity = resolve_identity(&name, &ns, policy.spec.identity.as_ref());
     let refs: Vec<_> = policy.spec.target.repositories().into_iter().cloned().collect();
@@ -75,7 +76,8 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
     let expansion = if selector && !ctx.stores.synced.pvcs.is_synced() {
         None
     } else {
-        Some(expand(&ns, &policy.spec.sources, &pvcs_in(&ctx.stores.pvcs, &ns)))
+        // A gating [next] field (spec/api.md §1.9) refuses the policy like a gated source.
+        Some(next_fields.refusal().and_then(|()| expand(&ns, &policy.spec.sources, &pvcs_in(&ctx.stores.pvcs, &ns))))
     };
     // The policy's Snapshots (the fork guard counts the Succeeded ones; retention groups them).
     let mine: Vec<_> = ctx
@@ -273,9 +275,15 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
         }
     }
     crate::preflight::apply_policy_conditions(&mut conds, &status.conditions, policy.spec.preflight.as_ref());
-    next.conditions =
-        crate::snapshot::ctx::merge(&status.conditions, &conds, policy.meta().generation.unwrap_or(0), now);
+    // Advisory [next] fields: FeaturesIgnored while set, one Warning per generation.
+    conds.extend(next_fields.advisory_condition());
+    let generation = policy.meta().generation.unwrap_or(0);
+    next.conditions = crate::snapshot::ctx::merge(&status.conditions, &conds, generation, now);
+    crate::features::drop_stale_features_ignored(&mut next.conditions, &conds);
     write_status(&ctx, &policy, &status, &next).await?;
+    if let Some(note) = next_fields.advisory_event(&status.conditions, generation) {
+        ctx.event(&policy.object_ref(&()), true, crate::features::FEATURES_IGNORED, note).await;
+    }
     if expansion.is_none() {
         return Ok(Action::requeue(std::time::Duration::from_secs(2)));
     }

@@ -191,7 +191,8 @@ fn select_policies(
     let mut selected = Vec::new();
     let mut skipped = Vec::new();
     for p in &policies {
-        match expand(ns, &p.spec.sources, &pvcs) {
+        // A policy with a gating [next] field (spec/api.md §1.9) gets no child, like a gated source.
+        match crate::features::snapshot_policy(&p.spec).refusal().and_then(|()| expand(ns, &p.spec.sources, &pvcs)) {
             Ok(e) if !e.sources.is_empty() => selected.push(super::plan::PolicyChildren {
                 policy: p.name_any(),
                 sources: e.sources.iter().map(|s| ChildSource { key: s.key(), source: s.snapshot_source() }).collect(),
@@ -252,7 +253,11 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         Some(sel) => sel.repo_tz.clone().ok().flatten(),
         None => ref_tz,
     };
-    let expansion = policy.as_ref().map(|p| expand(&ns, &p.spec.sources, &pvcs_in(&ctx.stores.pvcs, &ns)));
+    let expansion = policy.as_ref().map(|p| {
+        crate::features::snapshot_policy(&p.spec)
+            .refusal()
+            .and_then(|()| expand(&ns, &p.spec.sources, &pvcs_in(&ctx.stores.pvcs, &ns)))
+    });
     let sources = match (&selection, &expansion) {
         (Some(sel), _) => sel.sources.clone(),
         (None, expansion) => match expansion {
