@@ -5,7 +5,9 @@
 //!
 //! What this build applies: `resources`, `securityContext`, `podSecurityContext`, `cache`
 //! (`Ephemeral` with or without `capacity`, the two cache sizes), `nodeSelector`,
-//! `tolerations`, `affinity` and `ttlSecondsAfterFinished`.
+//! `tolerations`, `affinity` (plus `sourceColocation`, see [`crate::mover_pods`]),
+//! `ttlSecondsAfterFinished`, and for backups and restores `inheritSecurityContextFrom`
+//! (`workloadSelector`, `pvcConsumer`), whose identity sits between `moverDefaults` and the recipe.
 //!
 //! A mover is privileged when it would run as root, `privileged`, with privilege escalation,
 //! an added capability, a `capabilities.drop` without `ALL`, an unconfined seccomp profile, or
@@ -14,8 +16,8 @@
 //! kind, the run waits (`PrivilegedMoverNotPermitted`). `privilegedMode` runs the mover as uid
 //! 0 with every capability dropped except what the operation needs: `DAC_READ_SEARCH` for a
 //! backup (read every file), `CHOWN`, `FOWNER` and `DAC_OVERRIDE` for a restore (write files
-//! with their recorded owners and modes). Refused as not built: `inheritSecurityContextFrom`
-//! and the `Persistent` cache mode (`FeatureNotImplemented`).
+//! with their recorded owners and modes). Refused as not built: the `Persistent` cache mode, and
+//! inheritance on Job kinds other than backup and restore (`FeatureNotImplemented`).
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Namespace, PodSecurityContext, ResourceRequirements, SecurityContext, Toleration,
 };

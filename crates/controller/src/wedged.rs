@@ -16,6 +16,15 @@ use kube::ResourceExt;
 pub const WEDGE_REASONS: &[&str] =
     &["ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError", "CreateContainerError"];
 
+/// Warning Event reasons that keep a container in `ContainerCreating` without outside help
+/// (a ReadWriteOnce volume attached to another node, a mount that cannot succeed, a sandbox
+/// the runtime cannot create). `ContainerCreating` alone is not a wedge: an image may be big.
+pub const START_FAILURE_EVENTS: &[&str] = &["FailedAttachVolume", "FailedMount", "FailedCreatePodSandBox"];
+
+/// The Job-level Warning Event reason of a Job controller that cannot create its pod
+/// (a ResourceQuota, a LimitRange, an admission webhook).
+pub const JOB_CREATE_FAILURE_EVENT: &str = "FailedCreate";
+
 /// Longest container waiting message quoted in the verdict.
 const MAX_DETAIL_CHARS: usize = 300;
 
@@ -56,6 +65,9 @@ pub struct PodSummary {
     pub deleting: bool,
     pub scheduled: Option<Scheduled>,
     pub waiting: Vec<Waiting>,
+    /// Warning Events of the pod that explain a container stuck in `ContainerCreating`
+    /// (`FailedAttachVolume: Multi-Attach error ...`), newest last; read only when one is.
+    pub warnings: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,7 +131,26 @@ fn wedge_of(pod: &PodSummary) -> Option<Wedge> {
         };
         return Some(Wedge { start, what: format!("unschedulable (PodScheduled=False, {why})") });
     }
-    let w = pod.waiting.iter().find(|w| w.reason.as_deref().is_some_and(|r| WEDGE_REASONS.contains(&r)))?;
+    let creating = pod.waiting.iter().find(|w| w.reason.as_deref() == Some("ContainerCreating"));
+    let w = match pod.waiting.iter().find(|w| w.reason.as_deref().is_some_and(|r| WEDGE_REASONS.contains(&r))) {
+        Some(w) => w,
+        // Stuck creating the container, with a Warning that says why (Multi-Attach, a mount).
+        None => {
+            let c = creating.filter(|_| !pod.warnings.is_empty())?;
+            let scheduled_at = scheduled.filter(|s| s.status == "True").and_then(|s| s.since);
+            let start = match (pod.created, scheduled_at) {
+                (Some(c), Some(s)) => c.max(s),
+                (Some(c), None) => c,
+                (None, Some(s)) => s,
+                (None, None) => return None,
+            };
+            let last = pod.warnings.last().map(|m| clip(m)).unwrap_or_default();
+            return Some(Wedge {
+                start,
+                what: format!("container {} stuck in ContainerCreating ({last})", c.container),
+            });
+        }
+    };
     // A container can only wait on its image once the pod is on a node: the later of the pod's
     // creation and its PodScheduled=True transition is a safe (late) start. Containers of a
     // restartPolicy=Never mover pod never restart, so there is no later start to miss.
@@ -173,8 +204,35 @@ pub fn evaluate(
     deadline: Duration,
     pods: &[PodSummary],
 ) -> Verdict {
+    evaluate_job(job, job_created, now, deadline, pods, &[])
+}
+
+/// [`evaluate`] with the Job's own `FailedCreate` Warning Events (`job_warnings`, newest
+/// last): a Job past the deadline that has no pod and says why is wedged too.
+pub fn evaluate_job(
+    job: &str,
+    job_created: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    deadline: Duration,
+    pods: &[PodSummary],
+    job_warnings: &[String],
+) -> Verdict {
     if let Err(recheck_at) = job_due(job_created, now, deadline) {
         return Verdict::NotWedged { recheck_at };
+    }
+    if pods.is_empty()
+        && let (Some(created), Some(why)) = (job_created, job_warnings.last())
+    {
+        return Verdict::Wedged {
+            message: format!(
+                "Job {job} has created no mover pod in {}s, longer than the {}s pod startup deadline ({}), so it \
+                 is deleted. Check the namespace's ResourceQuota and LimitRange against the mover's resources \
+                 (kubectl describe job {job})",
+                (now - created).num_seconds(),
+                deadline.num_seconds(),
+                clip(why)
+            ),
+        };
     }
     // No pod yet (the Job controller is behind, or pod creation is refused): one may appear.
     let mut recheck_at = if pods.is_empty() { unstarted_recheck(now, deadline) } else { None };
@@ -250,6 +308,7 @@ pub fn summarize(pod: &Pod) -> PodSummary {
         deleting: pod.metadata.deletion_timestamp.is_some(),
         scheduled,
         waiting,
+        warnings: Vec::new(),
     }
 }
 
@@ -306,16 +365,50 @@ pub mod io {
             }
         };
         // Only pods this very Job owns (a same-named predecessor's pods may linger).
-        let summaries: Vec<_> = pods
+        let owned: Vec<&Pod> = pods
             .iter()
             .filter(|p| p.owner_references().iter().any(|o| Some(&o.uid) == job.metadata.uid.as_ref()))
-            .map(super::summarize)
             .collect();
-        let verdict = super::evaluate(&name, created, now, deadline, &summaries);
+        let mut summaries = Vec::with_capacity(owned.len());
+        for p in &owned {
+            let mut s = super::summarize(p);
+            // Events are read only for a container stuck creating (what keeps it there).
+            if s.waiting.iter().any(|w| w.reason.as_deref() == Some("ContainerCreating"))
+                && let Some(uid) = p.metadata.uid.as_deref()
+            {
+                s.warnings = warnings(client, &ns, uid, super::START_FAILURE_EVENTS).await;
+            }
+            summaries.push(s);
+        }
+        let job_warnings = match (summaries.is_empty(), job.metadata.uid.as_deref()) {
+            (true, Some(uid)) => warnings(client, &ns, uid, &[super::JOB_CREATE_FAILURE_EVENT]).await,
+            _ => Vec::new(),
+        };
+        let verdict = super::evaluate_job(&name, created, now, deadline, &summaries, &job_warnings);
         if let Verdict::Wedged { message } = &verdict {
             tracing::warn!(job = %name, namespace = %ns, %message, "mover pod wedged");
         }
         verdict
+    }
+
+    /// The Warning Events of one object (by uid) with one of `reasons`, oldest first, as
+    /// `Reason: message`. A failed LIST reads as none (not wedged; the next check retries).
+    async fn warnings(client: &Client, ns: &str, uid: &str, reasons: &[&str]) -> Vec<String> {
+        use k8s_openapi::api::core::v1::Event;
+        let lp = ListParams::default().fields(&format!("involvedObject.uid={uid},type=Warning")).limit(50);
+        let mut events = match Api::<Event>::namespaced(client.clone(), ns).list(&lp).await {
+            Ok(l) => l.items,
+            Err(e) => {
+                tracing::warn!(error = %e, namespace = %ns, "listing the mover's Warning Events failed");
+                return Vec::new();
+            }
+        };
+        events.retain(|e| e.reason.as_deref().is_some_and(|r| reasons.contains(&r)));
+        events.sort_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0).or(e.event_time.as_ref().map(|t| t.0)));
+        events
+            .into_iter()
+            .map(|e| format!("{}: {}", e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+            .collect()
     }
 
     /// Deletes a wedged mover Job (Background propagation, guarded by its uid). Already gone
@@ -368,6 +461,7 @@ mod tests {
                 reason: Some(reason.into()),
                 message: Some(format!("{reason} for x/mover:1")),
             }],
+            warnings: vec![],
         }
     }
 
@@ -457,6 +551,7 @@ mod tests {
             deleting: false,
             scheduled: scheduled("True", t0()),
             waiting: vec![],
+            warnings: vec![],
         };
         assert_eq!(eval(t0() + Duration::hours(5), &[p]), Verdict::NotWedged { recheck_at: None });
     }
@@ -621,5 +716,41 @@ mod tests {
         assert!(matches!(eval(t0() + Duration::seconds(303), std::slice::from_ref(&s)), Verdict::NotWedged { .. }));
         let msg = wedged_message(eval(t0() + Duration::seconds(304), &[s]));
         assert!(msg.contains("for 301s"), "{msg}");
+    }
+
+    #[test]
+    fn container_creating_is_a_wedge_only_with_a_warning_that_says_why() {
+        let past = t0() + deadline() + Duration::seconds(2);
+        let mut p = waiting_pod("ContainerCreating");
+        // A big image can take long: ContainerCreating alone is not a wedge.
+        assert!(matches!(evaluate(JOB, Some(t0()), past, deadline(), &[p.clone()]), Verdict::NotWedged { .. }));
+        p.warnings = vec![
+            "FailedAttachVolume: Multi-Attach error for volume \"pvc-1\" Volume is already used by pod(s) app-0".into(),
+        ];
+        assert!(matches!(
+            evaluate(JOB, Some(t0()), t0() + Duration::seconds(100), deadline(), &[p.clone()]),
+            Verdict::NotWedged { .. }
+        ));
+        let Verdict::Wedged { message } = evaluate(JOB, Some(t0()), past, deadline(), &[p]) else {
+            panic!("Multi-Attach past the deadline is wedged")
+        };
+        assert!(message.contains("stuck in ContainerCreating"), "{message}");
+        assert!(message.contains("Multi-Attach error for volume"), "{message}");
+    }
+
+    #[test]
+    fn a_job_without_pods_is_wedged_when_it_says_why() {
+        let past = t0() + deadline() + Duration::seconds(2);
+        assert!(matches!(evaluate_job(JOB, Some(t0()), past, deadline(), &[], &[]), Verdict::NotWedged { .. }));
+        let why = vec!["FailedCreate: Error creating: pods \"nightly-x-1\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1".to_string()];
+        assert!(matches!(
+            evaluate_job(JOB, Some(t0()), t0() + Duration::seconds(10), deadline(), &[], &why),
+            Verdict::NotWedged { .. }
+        ));
+        let Verdict::Wedged { message } = evaluate_job(JOB, Some(t0()), past, deadline(), &[], &why) else {
+            panic!("a quota-refused Job past the deadline is wedged")
+        };
+        assert!(message.contains("created no mover pod in 302s") && message.contains("exceeded quota"), "{message}");
+        assert!(message.contains("ResourceQuota"), "{message}");
     }
 }

@@ -464,6 +464,59 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
         maint_to_job_gone.as_secs_f64(),
         started.elapsed().as_secs_f64(),
     );
+    // A Job whose pods cannot be created (a ResourceQuota of zero pods): no pod ever exists, the
+    // Job controller says why in FailedCreate Events, and after the deadline the Snapshot fails
+    // MoverPodWedged quoting that cause, not after the Job's 48 h active deadline.
+    let quotas: Api<k8s_openapi::api::core::v1::ResourceQuota> = Api::namespaced(client.clone(), &ns);
+    apply(
+        &client,
+        &ns,
+        json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods", "namespace": ns},
+               "spec": {"hard": {"pods": "0"}}}),
+    )
+    .await?;
+    wait_for("the quota counted", Duration::from_secs(60), &log, || async {
+        let q = quotas.get("no-pods").await?;
+        Ok(q.status.and_then(|s| s.hard).is_some_and(|h| h.contains_key("pods")).then_some(()))
+    })
+    .await?;
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": "quota", "namespace": ns},
+            "spec": {"policyRef": {"name": "p"}, "failurePolicy": {"podStartupDeadlineSeconds": 1}}
+        }),
+    )
+    .await?;
+    let quota_created = Instant::now();
+    let refused = wait_for("the quota-refused Snapshot Failed", Duration::from_secs(180), &log, || async {
+        let s = snaps.get("quota").await?;
+        Ok((snap_phase(&s) == "Failed").then_some(s))
+    })
+    .await?;
+    let ready = snap_cond(&refused, "Ready").context("Ready")?;
+    assert_eq!(ready.reason, "MoverPodWedged", "{ready:?}");
+    assert!(
+        ready.message.contains("created no mover pod") && ready.message.contains("forbidden"),
+        "the cause is quoted: {}",
+        ready.message
+    );
+    assert!(ready.message.contains("ResourceQuota"), "{}", ready.message);
+    let quota_to_failed = quota_created.elapsed();
+    let by_quota = ListParams::default().labels("job-name=quota");
+    assert!(Api::<Pod>::namespaced(client.clone(), &ns).list(&by_quota).await?.items.is_empty(), "no pod ever ran");
+    wait_for("the quota-refused Job deleted", Duration::from_secs(60), &log, || async {
+        Ok(jobs.get_opt("quota").await?.is_none().then_some(()))
+    })
+    .await?;
+    quotas.delete("no-pods", &Default::default()).await?;
+    println!(
+        "quota: Snapshot applied -> Failed MoverPodWedged {:.1} s, Job deleted; {}",
+        quota_to_failed.as_secs_f64(),
+        ready.message
+    );
     drop(op);
     Ok(())
 }

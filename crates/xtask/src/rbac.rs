@@ -87,6 +87,9 @@ const CONTROLLER: &[Rule] = &[
     // The wedged mover pod check (spec §1.4): one bounded LIST by `job-name`, no watch, no
     // logs, no exec.
     Rule { group: "", resources: &["pods"], verbs: &["get", "list"], names: &[] },
+    // Why a wedged mover cannot start: the Warning Events of its pod (ContainerCreating) or of its
+    // Job (FailedCreate), read only for a Job past its pod startup deadline.
+    Rule { group: "", resources: &["events"], verbs: &["list"], names: &[] },
     Rule { group: "", resources: &["secrets"], verbs: &["list", "watch"], names: &[] },
     Rule { group: "", resources: &["namespaces"], verbs: &["get", "list", "watch"], names: &[] },
     Rule { group: "", resources: &["serviceaccounts"], verbs: &["get", "create", "patch"], names: &[] },

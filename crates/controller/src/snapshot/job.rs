@@ -406,4 +406,209 @@ mod tests {
         assert_eq!(r.identity.hostname, "elsewhere");
         assert_eq!(r.identity.source_path.as_deref(), Some("/new"));
     }
+
+    /// One row per mover setting of spec/api.md §2.6: the repository's `moverDefaults`, the
+    /// policy's `mover` and the cluster facts go in, and the backup Job's pod spec must show the
+    /// documented effect (merge order: hardened base < moverDefaults < inherited < recipe).
+    #[test]
+    fn every_mover_setting_reaches_the_pod_spec_in_merge_order() {
+        use crate::mover_pods::Inherited;
+        use crate::mover_settings::MoverFacts;
+        use k8s_openapi::api::core::v1::PodSpec;
+        use serde_json::json;
+        type Check = fn(&PodSpec, &k8s_openapi::api::batch::v1::JobSpec);
+        let inherited = MoverFacts {
+            inherited: Some(Ok(Inherited {
+                from: "pod db-0, container db".into(),
+                run_as_user: 999,
+                run_as_group: Some(998),
+                fs_group: Some(997),
+                supplemental_groups: Some(vec![5]),
+            })),
+            ..Default::default()
+        };
+        let on_node = MoverFacts { colocate_node: Some("node-a".into()), ..Default::default() };
+        let rows: Vec<(&str, serde_json::Value, serde_json::Value, MoverFacts, Check)> = vec![
+            ("hardened base", json!(null), json!(null), MoverFacts::default(), |p, _| {
+                let sc = p.containers[0].security_context.clone().unwrap();
+                assert_eq!(sc.run_as_non_root, Some(true));
+                assert_eq!(sc.allow_privilege_escalation, Some(false));
+                assert_eq!(sc.read_only_root_filesystem, Some(true));
+                assert_eq!(sc.capabilities.unwrap().drop, Some(vec!["ALL".to_string()]));
+                assert_eq!(sc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+                let ps = p.security_context.clone().unwrap();
+                assert_eq!((ps.run_as_user, ps.fs_group), (Some(65532), Some(65532)));
+            }),
+            (
+                "resources: the recipe replaces the defaults",
+                json!({"resources": {"limits": {"memory": "1Gi"}}}),
+                json!({"resources": {"limits": {"memory": "512Mi", "cpu": "500m"}}}),
+                MoverFacts::default(),
+                |p, _| {
+                    let l = p.containers[0].resources.clone().unwrap().limits.unwrap();
+                    assert_eq!(l["memory"].0, "512Mi");
+                    assert_eq!(l["cpu"].0, "500m");
+                },
+            ),
+            (
+                "securityContext field by field",
+                json!({"securityContext": {"runAsUser": 1234, "runAsGroup": 1234}}),
+                json!({"securityContext": {"runAsUser": 999}}),
+                MoverFacts::default(),
+                |p, _| {
+                    let sc = p.containers[0].security_context.clone().unwrap();
+                    assert_eq!((sc.run_as_user, sc.run_as_group), (Some(999), Some(1234)));
+                    assert_eq!(sc.read_only_root_filesystem, Some(true), "the base stays under the overlay");
+                },
+            ),
+            (
+                "podSecurityContext field by field",
+                json!({"podSecurityContext": {"fsGroup": 2000, "supplementalGroups": [7]}}),
+                json!({"podSecurityContext": {"fsGroup": 3000}}),
+                MoverFacts::default(),
+                |p, _| {
+                    let ps = p.security_context.clone().unwrap();
+                    assert_eq!((ps.fs_group, ps.supplemental_groups.clone()), (Some(3000), Some(vec![7])));
+                },
+            ),
+            (
+                "inherited identity over the defaults, under the recipe",
+                json!({"securityContext": {"runAsUser": 1234}, "podSecurityContext": {"fsGroup": 2000}}),
+                json!({"inheritSecurityContextFrom": {"workloadSelector": {"podSelector": {"matchLabels": {"app": "db"}}}},
+                       "securityContext": {"runAsGroup": 5}}),
+                inherited.clone(),
+                |p, _| {
+                    let sc = p.containers[0].security_context.clone().unwrap();
+                    assert_eq!((sc.run_as_user, sc.run_as_group), (Some(999), Some(5)));
+                    let ps = p.security_context.clone().unwrap();
+                    assert_eq!((ps.fs_group, ps.supplemental_groups.clone()), (Some(997), Some(vec![5])));
+                },
+            ),
+            (
+                "cache: capacity gives an ephemeral volume; sizes are kopia's",
+                json!({"cache": {"capacity": "2Gi", "storageClassName": "fast", "contentCacheSizeMb": 100}}),
+                json!({"cache": {"metadataCacheSizeMb": 50}}),
+                MoverFacts::default(),
+                |p, _| {
+                    let v =
+                        p.volumes.iter().flatten().find(|v| v.ephemeral.is_some()).expect("an ephemeral cache volume");
+                    let t = v.ephemeral.clone().unwrap().volume_claim_template.unwrap().spec;
+                    assert_eq!(t.storage_class_name.as_deref(), Some("fast"));
+                    assert_eq!(t.resources.unwrap().requests.unwrap()["storage"].0, "2Gi");
+                    let ws = p.containers[0]
+                        .env
+                        .iter()
+                        .flatten()
+                        .find(|e| e.name == "KOPIUR_WORK_SPEC")
+                        .and_then(|e| e.value.clone())
+                        .expect("work spec env");
+                    let ws: serde_json::Value = serde_json::from_str(&ws).unwrap();
+                    assert_eq!(ws["repository"]["cache"]["contentMb"], 100);
+                    assert_eq!(ws["repository"]["cache"]["metadataMb"], 50);
+                },
+            ),
+            (
+                "nodeSelector, tolerations, affinity from the repository",
+                json!({"nodeSelector": {"disk": "ssd"},
+                       "tolerations": [{"key": "backup", "operator": "Exists", "effect": "NoSchedule"}],
+                       "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                           {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}}}),
+                json!(null),
+                MoverFacts::default(),
+                |p, _| {
+                    assert_eq!(p.node_selector.clone().unwrap()["disk"], "ssd");
+                    assert_eq!(p.tolerations.clone().unwrap()[0].key.as_deref(), Some("backup"));
+                    let t = p
+                        .affinity
+                        .clone()
+                        .unwrap()
+                        .node_affinity
+                        .unwrap()
+                        .required_during_scheduling_ignored_during_execution
+                        .unwrap()
+                        .node_selector_terms;
+                    assert_eq!(t[0].match_expressions.clone().unwrap()[0].key, "zone");
+                },
+            ),
+            (
+                "sourceColocation Required joins the user's required terms",
+                json!({"sourceColocation": {"mode": "Required"},
+                       "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                           {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}}}),
+                json!(null),
+                on_node.clone(),
+                |p, _| {
+                    let t = p
+                        .affinity
+                        .clone()
+                        .unwrap()
+                        .node_affinity
+                        .unwrap()
+                        .required_during_scheduling_ignored_during_execution
+                        .unwrap()
+                        .node_selector_terms;
+                    assert_eq!(t[0].match_expressions.clone().unwrap()[0].key, "zone");
+                    assert_eq!(t[0].match_fields.clone().unwrap()[0].values, Some(vec!["node-a".to_string()]));
+                },
+            ),
+            ("sourceColocation Auto prefers the node", json!(null), json!(null), on_node.clone(), |p, _| {
+                let pref = p
+                    .affinity
+                    .clone()
+                    .unwrap()
+                    .node_affinity
+                    .unwrap()
+                    .preferred_during_scheduling_ignored_during_execution
+                    .unwrap();
+                assert_eq!(
+                    (pref[0].weight, pref[0].preference.match_fields.clone().unwrap()[0].key.as_str()),
+                    (100, "metadata.name")
+                );
+            }),
+            (
+                "ttlSecondsAfterFinished: the recipe over the defaults",
+                json!({"ttlSecondsAfterFinished": 60}),
+                json!({"ttlSecondsAfterFinished": 30}),
+                MoverFacts::default(),
+                |_, j| assert_eq!(j.ttl_seconds_after_finished, Some(30)),
+            ),
+            ("ttlSecondsAfterFinished resolved 3600", json!(null), json!(null), MoverFacts::default(), |_, j| {
+                assert_eq!(j.ttl_seconds_after_finished, Some(3600))
+            }),
+            (
+                "privilegedMode in an opted-in namespace: root with DAC_READ_SEARCH only",
+                json!(null),
+                json!({"privilegedMode": true}),
+                MoverFacts { privileged_permitted: true, ..Default::default() },
+                |p, _| {
+                    let sc = p.containers[0].security_context.clone().unwrap();
+                    assert_eq!((sc.run_as_user, sc.run_as_non_root), (Some(0), Some(false)));
+                    assert_eq!(sc.capabilities.unwrap().add, Some(vec!["DAC_READ_SEARCH".to_string()]));
+                },
+            ),
+        ];
+        let config = crate::config::Config::from_env();
+        for (name, defaults, mover, facts, check) in rows {
+            let mut repo = serde_json::json!({
+                "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+                "metadata": {"name": "r", "namespace": "apps", "uid": "u-r"},
+                "spec": {"backend": {"filesystem": {"path": "/repo"}},
+                         "encryption": {"passwordSecretRef": {"name": "pw", "key": "password"}}}
+            });
+            if !defaults.is_null() {
+                repo["spec"]["moverDefaults"] = defaults;
+            }
+            let repo: kopiur_api::Repository = serde_json::from_value(repo).unwrap();
+            let mut p = policy(serde_json::json!({}));
+            if !mover.is_null() {
+                p.spec.mover = Some(serde_json::from_value(mover).unwrap());
+            }
+            let r = recipe(&snap(), &p).unwrap();
+            let rv = RepoView::Namespaced(std::sync::Arc::new(repo));
+            let built = backup_job(&snap(), &p, &r, &rv, &config, &facts).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let js = built.job.spec.clone().unwrap();
+            let pod = js.template.spec.clone().unwrap();
+            check(&pod, &js);
+        }
+    }
 }
