@@ -175,11 +175,11 @@ pub fn repository(spec: &RepositoryCommonSpec) -> NextFields {
     if spec.schedule_defaults.as_ref().is_some_and(|s| s.jitter.is_some()) {
         n.advisory.push("spec.scheduleDefaults.jitter".into());
     }
+    // `moverDefaults.sourceColocation` is implemented (`mover_settings`), so not listed.
     if let Some(m) = &spec.mover_defaults {
         let set = [
             ("throttle", m.throttle.is_some()),
             ("scratch", m.scratch.is_some()),
-            ("sourceColocation", m.source_colocation.is_some()),
             ("podLabels", m.pod_labels.is_some()),
             ("podAnnotations", m.pod_annotations.is_some()),
         ];
@@ -283,6 +283,16 @@ pub fn maintenance(spec: &MaintenanceSpec) -> NextFields {
 pub fn snapshot_refusal(snap: &SnapshotSpec, policy: &SnapshotPolicySpec) -> Result<(), String> {
     snapshot(snap).refusal()?;
     snapshot_policy(policy).refusal().map_err(|m| format!("its SnapshotPolicy: {m}"))
+}
+
+/// X rule `CrossNamespaceReference` (spec/api.md §1.8): a Snapshot's or SnapshotSchedule's
+/// `policyRef.namespace` must be its own namespace (or absent). Some(message) when it is not.
+pub fn policy_ref_namespace(kind: &str, own: &str, namespace: Option<&str>) -> Option<String> {
+    let n = namespace.filter(|n| *n != own)?;
+    Some(format!(
+        "spec.policyRef.namespace is {n}, but a {kind} uses only a SnapshotPolicy of its own namespace {own}; \
+         remove the namespace or create the {kind} in {n}"
+    ))
 }
 
 #[cfg(test)]
@@ -405,7 +415,6 @@ mod tests {
                 "spec.scheduleDefaults.jitter",
                 "spec.moverDefaults.throttle",
                 "spec.moverDefaults.scratch",
-                "spec.moverDefaults.sourceColocation",
                 "spec.moverDefaults.podLabels",
                 "spec.moverDefaults.podAnnotations",
                 "spec.catalog.adoption",
@@ -492,6 +501,14 @@ mod tests {
             snapshot_policy(&policy(json!({"verification": {}}))).advisory_message().unwrap(),
             "spec.verification is not implemented in this release and is ignored"
         );
+    }
+
+    #[test]
+    fn policy_ref_must_stay_in_the_namespace() {
+        assert_eq!(policy_ref_namespace("Snapshot", "a", None), None);
+        assert_eq!(policy_ref_namespace("Snapshot", "a", Some("a")), None);
+        let m = policy_ref_namespace("SnapshotSchedule", "a", Some("b")).unwrap();
+        assert!(m.starts_with("spec.policyRef.namespace is b, but a SnapshotSchedule uses only"), "{m}");
     }
 
     #[test]

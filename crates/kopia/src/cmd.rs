@@ -202,6 +202,17 @@ pub struct PathPolicy {
     pub add_ignore: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ignore_file_errors: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_dir_errors: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_unknown_types: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_cache_dirs: Option<bool>,
+    /// `--add-never-compress` patterns.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub never_compress: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_parallel_snapshots: Option<u32>,
 }
 
 pub fn policy_set_path(source: &str, p: &PathPolicy) -> KopiaCommand {
@@ -216,6 +227,21 @@ pub fn policy_set_path(source: &str, p: &PathPolicy) -> KopiaCommand {
     }
     if let Some(b) = p.ignore_file_errors {
         c = c.arg(format!("--ignore-file-errors={b}"));
+    }
+    if let Some(b) = p.ignore_dir_errors {
+        c = c.arg(format!("--ignore-dir-errors={b}"));
+    }
+    if let Some(b) = p.ignore_unknown_types {
+        c = c.arg(format!("--ignore-unknown-types={b}"));
+    }
+    if let Some(b) = p.ignore_cache_dirs {
+        c = c.arg(format!("--ignore-cache-dirs={b}"));
+    }
+    for g in &p.never_compress {
+        c = c.arg(format!("--add-never-compress={g}"));
+    }
+    if let Some(n) = p.max_parallel_snapshots {
+        c = c.arg(format!("--max-parallel-snapshots={n}"));
     }
     c
 }
@@ -362,6 +388,16 @@ pub struct SyncOptions {
     pub parallel: Option<u32>,
     #[serde(default)]
     pub must_exist: bool,
+    /// `--times`: synchronize blob times where the storage supports it.
+    #[serde(default)]
+    pub times: bool,
+    /// `--[no-]update`; None keeps kopia's default (update).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_download_speed: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_upload_speed: Option<u64>,
 }
 
 /// `repository sync-to <provider> <dest flags>`; the destination's credentials come from
@@ -378,6 +414,20 @@ pub fn sync_to(dest: &Backend, o: &SyncOptions) -> Result<KopiaCommand, KopiaErr
     }
     if o.must_exist {
         c = c.arg("--must-exist");
+    }
+    if o.times {
+        c = c.arg("--times");
+    }
+    match o.update {
+        Some(true) => c = c.arg("--update"),
+        Some(false) => c = c.arg("--no-update"),
+        None => {}
+    }
+    if let Some(n) = o.max_download_speed {
+        c = c.arg(format!("--max-download-speed={n}"));
+    }
+    if let Some(n) = o.max_upload_speed {
+        c = c.arg(format!("--max-upload-speed={n}"));
     }
     Ok(c)
 }

@@ -130,3 +130,72 @@ fn json_parsing() {
         Err(KopiaError::BadJson { .. })
     ));
 }
+
+#[test]
+fn path_policy_flags_cover_every_policy_field() {
+    let p = cmd::PathPolicy {
+        ignore_identical_snapshots: true,
+        compression: Some("zstd".into()),
+        add_ignore: vec!["/tmp".into()],
+        ignore_file_errors: Some(true),
+        ignore_dir_errors: Some(false),
+        ignore_unknown_types: Some(true),
+        ignore_cache_dirs: Some(false),
+        never_compress: vec!["*.zip".into(), "*.gz".into()],
+        max_parallel_snapshots: Some(2),
+    };
+    assert_eq!(
+        cmd::policy_set_path("u@h:/data", &p).args,
+        [
+            "policy",
+            "set",
+            "u@h:/data",
+            "--ignore-identical-snapshots=true",
+            "--compression=zstd",
+            "--add-ignore=/tmp",
+            "--ignore-file-errors=true",
+            "--ignore-dir-errors=false",
+            "--ignore-unknown-types=true",
+            "--ignore-cache-dirs=false",
+            "--add-never-compress=*.zip",
+            "--add-never-compress=*.gz",
+            "--max-parallel-snapshots=2",
+        ]
+    );
+    // Absent knobs leave kopia's values alone.
+    assert_eq!(
+        cmd::policy_set_path("u@h:/data", &cmd::PathPolicy::default()).args,
+        ["policy", "set", "u@h:/data", "--ignore-identical-snapshots=false"]
+    );
+}
+
+#[test]
+fn sync_to_flags_cover_every_sync_field() {
+    let dest = Backend::Filesystem(FilesystemBackend { path: "/mirror".into() });
+    let o = cmd::SyncOptions {
+        delete: true,
+        parallel: Some(4),
+        must_exist: true,
+        times: true,
+        update: Some(false),
+        max_download_speed: Some(1000),
+        max_upload_speed: Some(2000),
+    };
+    let args = cmd::sync_to(&dest, &o).unwrap().args;
+    let tail: Vec<&str> = args.iter().map(String::as_str).skip_while(|a| *a != "--no-progress").collect();
+    assert_eq!(
+        tail,
+        [
+            "--no-progress",
+            "--delete",
+            "--parallel=4",
+            "--must-exist",
+            "--times",
+            "--no-update",
+            "--max-download-speed=1000",
+            "--max-upload-speed=2000"
+        ]
+    );
+    let plain = cmd::sync_to(&dest, &cmd::SyncOptions { update: Some(true), ..Default::default() }).unwrap().args;
+    assert_eq!(plain.last().map(String::as_str), Some("--update"));
+}

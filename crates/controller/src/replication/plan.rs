@@ -20,6 +20,9 @@ pub enum Destination {
     IsSource,
     /// A backend key this release does not implement (`FeatureNotImplemented`, Stalled).
     NotImplemented(String),
+    /// The destination's Secret is referenced in another namespace (`CrossNamespaceReference`,
+    /// Stalled): the mover reads only this CR's namespace.
+    CrossNamespace(String),
 }
 
 pub struct ReplFacts {
@@ -107,6 +110,10 @@ fn plan_inner(f: &ReplFacts, now: DateTime<Utc>) -> ReplDecision {
         }
         Destination::NotImplemented(m) => {
             d.conditions = trio(Standing::Stalled, reason::FEATURE_NOT_IMPLEMENTED, m.clone());
+            return d;
+        }
+        Destination::CrossNamespace(m) => {
+            d.conditions = trio(Standing::Stalled, reason::CROSS_NAMESPACE_REFERENCE, m.clone());
             return d;
         }
     }

@@ -108,6 +108,17 @@ fn destination_secret(b: &Backend) -> Option<String> {
     }
 }
 
+/// X (spec/api.md §11): the destination's Secret lives in this CR's namespace; Some(message)
+/// when `auth.secretRef.namespace` names another one.
+fn destination_secret_namespace(b: &Backend, ns: &str) -> Option<String> {
+    let Backend::S3(s) = b else { return None };
+    let other = s.auth.as_ref()?.secret_ref.as_ref()?.namespace.as_deref().filter(|n| *n != ns)?;
+    Some(format!(
+        "spec.destination.s3.auth.secretRef.namespace is {other}, but the replication mover runs in {ns} and reads \
+         the destination's Secret only from there; put the Secret in {ns} and remove the namespace"
+    ))
+}
+
 pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Result<Action, Error> {
     ctx.metrics.reconciliations.inc(&["RepositoryReplication"]);
     if r.meta().deletion_timestamp.is_some() {
@@ -128,6 +139,9 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
             Destination::NotImplemented(
                 crate::repository::mounts::destination_refusal(&r.spec.destination).unwrap_or_default(),
             )
+        }
+        (Ok(_), _) if destination_secret_namespace(&r.spec.destination, &ns).is_some() => {
+            Destination::CrossNamespace(destination_secret_namespace(&r.spec.destination, &ns).unwrap_or_default())
         }
         (Ok(_), Some(src)) if same_target(&src.common().backend, &r.spec.destination) => Destination::IsSource,
         (Ok(_), _) => Destination::Usable,
@@ -246,6 +260,10 @@ fn replication_job(r: &RepositoryReplication, ctx: &RunCtx, repo: &RepoView, l: 
                 delete: sync.delete_extra.unwrap_or(false),
                 parallel: sync.parallel.map(|p| p.max(1) as u32),
                 must_exist: sync.must_exist.unwrap_or(false),
+                times: sync.times.unwrap_or(false),
+                update: sync.update,
+                max_download_speed: sync.max_download_speed_bytes_per_second.map(|v| v.max(1) as u64),
+                max_upload_speed: sync.max_upload_speed_bytes_per_second.map(|v| v.max(1) as u64),
             },
         }),
         destination_secret: destination_secret(&r.spec.destination),

@@ -296,7 +296,13 @@ async fn launch<K: RepoObject>(
                 encryption: common.create.encryption.clone(),
                 block_hash: common.create.hash.clone(),
                 object_splitter: common.create.splitter.clone(),
-                ..CreateOptions::default()
+                ecc: common.create.ecc.as_ref().map(|e| e.algorithm.clone()),
+                ecc_overhead_percent: common
+                    .create
+                    .ecc
+                    .as_ref()
+                    .and_then(|e| e.overhead_percent)
+                    .map(|p| p.clamp(1, 100) as u32),
             },
         }),
     };

@@ -233,6 +233,22 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         Some(message) => WorkSpecState::MoverRefused { reason: crate::features::FEATURE_NOT_IMPLEMENTED, message },
         None => work_spec,
     };
+    // X (spec/api.md §1.8): the policy is looked up in this namespace only, so a policyRef into
+    // another namespace is refused rather than silently resolved here.
+    // A suspended policy (spec/api.md §6.1): new runs park with PolicySuspended, no Job; a run
+    // in flight finishes. Resumes when spec.suspend is false.
+    let work_spec = match policy.as_ref().filter(|p| p.spec.suspend) {
+        Some(p) => WorkSpecState::MoverRefused {
+            reason: "PolicySuspended",
+            message: format!("SnapshotPolicy {} is suspended (spec.suspend); this Snapshot waits until it is not", p.name_any()),
+        },
+        None => work_spec,
+    };
+    let policy_ns = snap.spec.policy_ref.as_ref().and_then(|p| p.namespace.as_deref());
+    let work_spec = match crate::features::policy_ref_namespace("Snapshot", &ns, policy_ns) {
+        Some(message) => WorkSpecState::MoverRefused { reason: reason::CROSS_NAMESPACE_REFERENCE, message },
+        None => work_spec,
+    };
     let (preflight, preflight_timeout) = preflight_facts(ctx, policy.as_deref(), repo.as_ref(), now);
     let pod_startup_deadline = chrono::Duration::seconds(FailurePolicy::resolved_pod_startup_deadline_seconds(
         snap.spec.failure_policy.as_ref(),

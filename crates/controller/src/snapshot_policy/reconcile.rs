@@ -165,7 +165,9 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
         });
     }
     let groups: Vec<RepoMembers> = groups.into_values().collect();
-    let rp = plan(policy.spec.retention.as_ref(), &groups);
+    // A suspended policy pauses retention (spec/api.md §6.1): counted, nothing pruned.
+    let retention = if policy.spec.suspend { None } else { policy.spec.retention.as_ref() };
+    let rp = plan(retention, &groups);
     let api = Api::namespaced(ctx.client.clone(), &ns);
     for victim in &rp.prune {
         stamp_and_delete(&api, victim, pruned_by::RETENTION).await?;

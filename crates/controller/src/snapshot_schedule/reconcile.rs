@@ -191,6 +191,10 @@ fn select_policies(
     let mut selected = Vec::new();
     let mut skipped = Vec::new();
     for p in &policies {
+        if p.spec.suspend {
+            skipped.push(format!("{}: suspended (spec.suspend)", p.name_any()));
+            continue;
+        }
         // A policy with a gating [next] field (spec/api.md §1.9) gets no child, like a gated source.
         match crate::features::snapshot_policy(&p.spec).refusal().and_then(|()| expand(ns, &p.spec.sources, &pvcs)) {
             Ok(e) if !e.sources.is_empty() => selected.push(super::plan::PolicyChildren {
@@ -253,11 +257,25 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         Some(sel) => sel.repo_tz.clone().ok().flatten(),
         None => ref_tz,
     };
-    let expansion = policy.as_ref().map(|p| {
-        crate::features::snapshot_policy(&p.spec)
-            .refusal()
-            .and_then(|()| expand(&ns, &p.spec.sources, &pvcs_in(&ctx.stores.pvcs, &ns)))
+    // X (spec/api.md §1.8): a policyRef into another namespace creates no child.
+    let cross_ns = match &sched.spec.target {
+        ScheduleTarget::PolicyRef(p) => {
+            crate::features::policy_ref_namespace("SnapshotSchedule", &ns, p.namespace.as_deref())
+        }
+        ScheduleTarget::PolicySelector(_) => None,
+    };
+    // A suspended policy (spec/api.md §6.1): schedules skip it, no child.
+    let suspended = policy.as_ref().filter(|p| p.spec.suspend).map(|p| {
+        format!("SnapshotPolicy {} is suspended (spec.suspend); slots create no child", p.name_any())
     });
+    let expansion = match cross_ns.as_ref().or(suspended.as_ref()) {
+        Some(m) => Some(Err(m.clone())),
+        None => policy.as_ref().map(|p| {
+            crate::features::snapshot_policy(&p.spec)
+                .refusal()
+                .and_then(|()| expand(&ns, &p.spec.sources, &pvcs_in(&ctx.stores.pvcs, &ns)))
+        }),
+    };
     let sources = match (&selection, &expansion) {
         (Some(sel), _) => sel.sources.clone(),
         (None, expansion) => match expansion {
@@ -329,6 +347,10 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         | Disposition::SkipNoSource { .. }
         | Disposition::Fire => {
             let (reason, msg) = match (&policy_name, &policy, &expansion) {
+                _ if cross_ns.is_some() => {
+                    (kopiur_api::names::reason::CROSS_NAMESPACE_REFERENCE.to_string(), cross_ns.clone().unwrap_or_default())
+                }
+                _ if suspended.is_some() => ("PolicySuspended".to_string(), suspended.clone().unwrap_or_default()),
                 (Some(p), Some(_), Some(Err(m))) => {
                     ("FeatureNotImplemented".to_string(), format!("SnapshotPolicy {p}: {m}; slots create no child"))
                 }
