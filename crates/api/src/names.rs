@@ -284,6 +284,7 @@ pub mod event {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const KUBE_API_ERROR: &str = "KubeApiError";
     pub const WORK_SPEC_TOO_LARGE: &str = "WorkSpecTooLarge";
+    pub const WORK_SPEC_INVALID: &str = "WorkSpecInvalid";
     pub const FEATURES_IGNORED: &str = "FeaturesIgnored";
 }
 

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-use kopiur_api::names::{event, reason};
+use kopiur_api::names::event;
 use kube::Resource;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -33,21 +33,22 @@ pub const CAP: usize = 4096;
 pub enum ErrorReason {
     KubeApiError,
     WorkSpecTooLarge,
+    /// A Job could not be built for another reason (the message says which).
+    WorkSpecInvalid,
     InvalidSpec,
-    PrivilegedMoverNotPermitted,
-    FeatureNotImplemented,
+    /// A refused mover: the refusal's own reason (`PrivilegedMoverNotPermitted`,
+    /// `FeatureNotImplemented`, `RepositoryVolumeNotInNamespace`, ...).
+    MoverRefused(&'static str),
 }
 
 impl ErrorReason {
     pub fn of(err: &Error) -> ErrorReason {
         match err {
             Error::Kube(_) => ErrorReason::KubeApiError,
-            Error::WorkSpec(_) => ErrorReason::WorkSpecTooLarge,
+            Error::WorkSpecTooLarge(_) => ErrorReason::WorkSpecTooLarge,
+            Error::WorkSpec(_) => ErrorReason::WorkSpecInvalid,
             Error::InvalidSpec(_) => ErrorReason::InvalidSpec,
-            Error::MoverRefused(r) if r.reason == reason::PRIVILEGED_MOVER_NOT_PERMITTED => {
-                ErrorReason::PrivilegedMoverNotPermitted
-            }
-            Error::MoverRefused(_) => ErrorReason::FeatureNotImplemented,
+            Error::MoverRefused(r) => ErrorReason::MoverRefused(r.reason),
         }
     }
 
@@ -55,9 +56,9 @@ impl ErrorReason {
         match self {
             ErrorReason::KubeApiError => event::KUBE_API_ERROR,
             ErrorReason::WorkSpecTooLarge => event::WORK_SPEC_TOO_LARGE,
+            ErrorReason::WorkSpecInvalid => event::WORK_SPEC_INVALID,
             ErrorReason::InvalidSpec => event::INVALID_SPEC,
-            ErrorReason::PrivilegedMoverNotPermitted => reason::PRIVILEGED_MOVER_NOT_PERMITTED,
-            ErrorReason::FeatureNotImplemented => reason::FEATURE_NOT_IMPLEMENTED,
+            ErrorReason::MoverRefused(r) => r,
         }
     }
 }
@@ -189,7 +190,19 @@ mod tests {
 
     #[test]
     fn reasons_follow_the_error_variant() {
-        assert_eq!(ErrorReason::of(&Error::WorkSpec("x".into())).as_str(), "WorkSpecTooLarge");
+        assert_eq!(ErrorReason::of(&Error::WorkSpecTooLarge("x".into())).as_str(), "WorkSpecTooLarge");
+        // Not every work-spec error is about its size (a restore without a pinned snapshot id).
+        assert_eq!(ErrorReason::of(&Error::WorkSpec("no pinned snapshot id".into())).as_str(), "WorkSpecInvalid");
+        let too_large =
+            kopiur_mover::job::JobError::WorkSpec(kopiur_mover::workspec::WorkSpecError::TooLarge { size: 1 });
+        assert_eq!(ErrorReason::of(&Error::from(too_large)).as_str(), "WorkSpecTooLarge");
+        let refused =
+            |r: &'static str| Error::MoverRefused(crate::mover_settings::Refusal { reason: r, message: String::new() });
+        assert_eq!(
+            ErrorReason::of(&refused("RepositoryVolumeNotInNamespace")).as_str(),
+            "RepositoryVolumeNotInNamespace"
+        );
+        assert_eq!(ErrorReason::of(&refused("PrivilegedMoverNotPermitted")).as_str(), "PrivilegedMoverNotPermitted");
         let refused = |reason| {
             Error::MoverRefused(crate::mover_settings::Refusal {
                 reason,

@@ -56,6 +56,10 @@ use support::{PASSWORD, condition, wait_for};
 const RELEASE: &str = "kopiur";
 const OP_NS: &str = "kopiur-system";
 
+fn pvcs_api(client: &Client, ns: &str) -> Api<PersistentVolumeClaim> {
+    Api::namespaced(client.clone(), ns)
+}
+
 async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
     kopiur_testenv::apply::apply_value(client, ns, &v).await
 }
@@ -516,15 +520,15 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     }
     // The unprivileged mover (uid 65532, no CAP_CHOWN) could not keep the owners: the Restore says
     // which entries lost theirs, and how to keep them.
-    let rf = Api::<Restore>::namespaced(client.clone(), &ns).get("restored-full").await?;
-    let own = rf.status.as_ref().and_then(|s| s.ownership.clone()).context("status.ownership of restored-full")?;
-    let oc = rf
-        .status
-        .iter()
-        .flat_map(|s| s.conditions.iter())
-        .find(|c| c.type_ == "OwnershipPreserved")
-        .cloned()
-        .context("OwnershipPreserved of restored-full")?;
+    // The mover writes status.ownership with Completed; the controller turns it into the condition.
+    let restores_api = Api::<Restore>::namespaced(client.clone(), &ns);
+    let (own, oc) = wait_for("restored-full OwnershipPreserved", Duration::from_secs(120), &log, || async {
+        let rf = restores_api.get("restored-full").await?;
+        let own = rf.status.as_ref().and_then(|s| s.ownership.clone());
+        let oc = rf.status.iter().flat_map(|s| s.conditions.iter()).find(|c| c.type_ == "OwnershipPreserved").cloned();
+        Ok(own.zip(oc))
+    })
+    .await?;
     ensure!(!own.preserved && own.complete && own.not_preserved_count >= 3, "ownership: {own:?}");
     ensure!(oc.status == "False" && oc.reason == "OwnersNotPreserved", "{oc:?}");
     for want in [
@@ -546,7 +550,8 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         "data-inherit",
         "data",
         json!({"inheritSecurityContextFrom": {"workloadSelector": {"podSelector": {"matchLabels": {"app": "db"}}}},
-               "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}}}),
+               "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}},
+               "cache": {"capacity": "256Mi"}}),
     )
     .await?;
     snapshot(&client, &ns, "inherited", "data-inherit").await?;
@@ -620,6 +625,18 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     );
     println!("after Deployment db (uid 999) appeared: inherited Succeeded as uid 999, co-located; {}", ic.message);
     println!("the mover's cgroup enforces its resources: {start}");
+    // cache.capacity: the kopia cache is a generic ephemeral volume, a PVC of that size bound for the pod.
+    let cache_pvc = pvcs_api(&client, &ns).get_opt(&format!("{}-kopia-cache", ipod.name_any())).await?;
+    let cache_pvc = cache_pvc.context("the mover's ephemeral cache PVC")?;
+    let req =
+        cache_pvc.spec.as_ref().and_then(|s| s.resources.as_ref()).and_then(|r| r.requests.clone()).unwrap_or_default();
+    ensure!(req.get("storage").map(|q| q.0.as_str()) == Some("256Mi"), "cache PVC requests {req:?}");
+    ensure!(
+        cache_pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"),
+        "cache PVC {:?}",
+        cache_pvc.status
+    );
+    println!("cache.capacity 256Mi: the mover's cache was PVC {} (256Mi, Bound)", cache_pvc.name_any());
     Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), &ns)
         .delete("db", &DeleteParams::default())
         .await?;

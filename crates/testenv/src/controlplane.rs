@@ -382,8 +382,8 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// The kcm controllers: what the process node agent needs, plus EndpointSlices for the
-    /// real node's kube-proxy.
+    /// The kcm controllers: what the process node agent needs, ResourceQuota usage and
+    /// ephemeral volumes, plus EndpointSlices for the real node's kube-proxy.
     fn kcm_controllers(&self) -> String {
         let mut c = vec![
             "garbage-collector-controller",
@@ -397,6 +397,10 @@ impl ControlPlane {
             "persistentvolume-protection-controller",
             "ttl-after-finished-controller",
             "root-ca-certificate-publisher-controller",
+            // ResourceQuota usage (a quota-refused mover is a tested wedge) and generic ephemeral
+            // volumes (a mover's `cache.capacity`).
+            "resourcequota-controller",
+            "ephemeral-volume-controller",
         ];
         if self.opts.cluster.is_some() {
             // The node lifecycle controller lifts the not-ready taint a kubelet registers with.

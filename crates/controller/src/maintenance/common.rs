@@ -345,7 +345,7 @@ pub fn build(m: MoverJob<'_>) -> Result<Job, Error> {
     )
     .map_err(Error::MoverRefused)?
     .apply(&mut input, true);
-    let mut job = build_job(&input).map_err(|e| Error::WorkSpec(e.to_string()))?;
+    let mut job = build_job(&input).map_err(Error::from)?;
     let labels = job.metadata.labels.get_or_insert_with(Default::default);
     labels.extend(m.labels.clone());
     if let Some(t) = job.spec.as_mut().and_then(|s| s.template.metadata.as_mut()) {

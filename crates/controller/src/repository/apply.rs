@@ -375,7 +375,7 @@ async fn launch<K: RepoObject>(
     crate::mover_settings::resolve(common.mover_defaults.as_ref(), None, crate::mover_settings::MoverOp::Other, false)
         .map_err(Error::MoverRefused)?
         .apply(&mut input, true);
-    let job = build_job(&input).map_err(|e| Error::WorkSpec(e.to_string()))?;
+    let job = build_job(&input).map_err(Error::from)?;
 
     // The result ConfigMap exists, empty, before the Job does.
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);

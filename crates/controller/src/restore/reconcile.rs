@@ -531,5 +531,5 @@ fn restore_job(
     )
     .map_err(Error::MoverRefused)?
     .apply(&mut input, true);
-    build_job(&input).map_err(|e| Error::WorkSpec(e.to_string()))
+    build_job(&input).map_err(Error::from)
 }

@@ -367,6 +367,7 @@ pub fn repo_object_ref(repo: &RepoView) -> k8s_openapi::api::core::v1::ObjectRef
 async fn create_batch(ctx: &PipelineCtx, repo: &RepoView, spec: &batch::BatchSpec) -> Result<(), Error> {
     let job = super::job::batch_delete_job(spec, repo, &ctx.config).map_err(|e| match e {
         super::job::BuildError::Refused(r) => Error::MoverRefused(r),
+        e @ super::job::BuildError::TooLarge(_) => Error::WorkSpecTooLarge(e.to_string()),
         e => Error::WorkSpec(e.to_string()),
     })?;
     let ns = repo.home_namespace(&ctx.config.namespace);
