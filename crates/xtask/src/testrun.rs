@@ -42,6 +42,7 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "mover_pod_wedged_e2e",    // 58 s
     "garage_kopia",            // 51 s
     "real_node",               // 37 s
+    "features_e2e",            // 35 s (measured alone)
     "controlplane",            // 32 s
     "node_agent",              // 31 s
     "cli_e2e",                 // 23 s
@@ -50,6 +51,8 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "job_in_cluster",          // 17 s
     "private_env",             // 14 s
     "node_restart",            // 13 s
+    "lifecycle_e2e",           // 11 s (measured alone)
+    "mover_signals",           // 2 s: real kopia, no cluster
 ];
 
 /// The environment binaries run at most this many at a time by default. They mostly wait on
