@@ -1,6 +1,7 @@
 //! The mover: the binary that runs kopia inside Jobs, and the controller<->mover contract
 //! (the versioned work spec, the result documents and the pure Job builder).
 pub mod job;
+pub mod limits;
 pub mod ops;
 pub mod ownership;
 pub mod permission;

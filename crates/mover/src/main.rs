@@ -102,15 +102,15 @@ async fn run() -> Exit {
             }
         },
     };
-    // The limits the container runs under, as the kernel enforces them (cgroup v2, read inside
-    // the container's cgroup namespace): `max` means none.
-    let cgroup = |f: &str| std::fs::read_to_string(format!("/sys/fs/cgroup/{f}")).map(|v| v.trim().to_string()).ok();
+    // The limits the container runs under, as the kernel enforces them (read inside the
+    // container: cgroup v2 `memory.max`/`cpu.max`, or the v1 equivalents in the same format).
+    let (memory_max, cpu_max) = kopiur_mover::limits::current();
     tracing::info!(
         op = spec.operation.label(),
         target = %spec.target_ref.name,
         uid = kopiur_mover::permission::current_ids().map(|i| i.0).unwrap_or(u32::MAX),
-        memory_max = cgroup("memory.max").as_deref().unwrap_or("unknown"),
-        cpu_max = cgroup("cpu.max").as_deref().unwrap_or("unknown"),
+        memory_max = memory_max.as_deref().unwrap_or("unknown"),
+        cpu_max = cpu_max.as_deref().unwrap_or("unknown"),
         "starting"
     );
     let ctx = Ctx::new(spec, env, runner, sink, job_uid);

@@ -57,7 +57,8 @@ pub struct Report {
 /// restored tree; an entry missing from the target is not counted (it was not restored).
 pub fn compare(target: &Path, rel: &str, entries: &[DirEntry], report: &mut Report) {
     for e in entries {
-        let (Some(uid), Some(gid)) = (e.uid, e.gid) else { continue };
+        // kopia omits a zero uid or gid (`omitempty`): absent means root.
+        let (uid, gid) = (e.uid.unwrap_or(0), e.gid.unwrap_or(0));
         let path = if rel.is_empty() { e.name.clone() } else { format!("{rel}/{}", e.name) };
         let Ok(meta) = std::fs::symlink_metadata(target.join(&path)) else { continue };
         let restored = (meta.uid(), meta.gid());
@@ -154,6 +155,11 @@ mod tests {
         r.directories_checked = 2;
         r.complete = true;
         assert_eq!(r.not_preserved, 1);
+        // A root-owned entry is recorded without uid and gid (kopia omits zeros).
+        let mut root = Report::default();
+        let rooted = DirEntry { uid: None, gid: None, ..e("db", 0, 0) };
+        compare(dir.path(), "", &[rooted], &mut root);
+        assert_eq!(root.not_preserved, u64::from((uid, gid) != (0, 0)));
         assert_eq!(r.examples[0], Mismatch { path: "db/pg".into(), recorded: (uid + 999, gid), restored: (uid, gid) });
         let s = r.status(65532);
         assert_eq!(s["preserved"], false);
