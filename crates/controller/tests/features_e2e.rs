@@ -4,7 +4,6 @@
 //! gone once the fields are); a Repository with a gating field (`s3.auth.workloadIdentity`) is
 //! `Pending`, `Stalled / FeatureNotImplemented`, with no Job, and proceeds to Ready once the field
 //! is removed.
-#[allow(dead_code)]
 #[path = "support/deletion_seed.rs"]
 mod seed;
 
