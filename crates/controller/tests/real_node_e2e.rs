@@ -641,6 +641,57 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         .delete("db", &DeleteParams::default())
         .await?;
 
+    // 4a'. A mover stuck in ContainerCreating: its source volume cannot be mounted (a hostPath PV
+    // whose directory does not exist, type Directory), so the kubelet keeps reporting FailedMount.
+    // Past podStartupDeadlineSeconds the Snapshot fails MoverPodWedged quoting the kubelet's
+    // Event, and the Job is deleted (the same path a Multi-Attach FailedAttachVolume takes).
+    let missing_dir = format!("/nonexistent/kopiur-{ns}");
+    apply(
+        &client,
+        "",
+        json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": format!("{ns}-broken")},
+               "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                        "persistentVolumeReclaimPolicy": "Retain",
+                        "hostPath": {"path": missing_dir, "type": "Directory"},
+                        "claimRef": {"namespace": ns, "name": "broken"}}}),
+    )
+    .await?;
+    apply(
+        &client,
+        &ns,
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "broken", "namespace": ns},
+               "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": format!("{ns}-broken"),
+                        "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .await?;
+    policy(&client, &ns, "broken", "broken", Value::Null).await?;
+    apply(
+        &client,
+        &ns,
+        json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+               "metadata": {"name": "stuck", "namespace": ns},
+               "spec": {"policyRef": {"name": "broken"}, "failurePolicy": {"podStartupDeadlineSeconds": 15}}}),
+    )
+    .await?;
+    let stuck_at = Instant::now();
+    let stuck = wait_snapshot_done(&snaps, "stuck", &log).await?;
+    let sr = condition(&stuck, "Ready").cloned().context("Ready of stuck")?;
+    ensure!(phase(&stuck) == "Failed" && sr.reason == "MoverPodWedged", "{} {sr:?}", phase(&stuck));
+    ensure!(
+        sr.message.contains("stuck in ContainerCreating") && sr.message.contains("FailedMount"),
+        "the kubelet's cause is quoted: {}",
+        sr.message
+    );
+    wait_for("the stuck Job deleted", Duration::from_secs(60), &log, || async {
+        Ok(Api::<Job>::namespaced(client.clone(), &ns).get_opt("stuck").await?.is_none().then_some(()))
+    })
+    .await?;
+    println!(
+        "a mover stuck in ContainerCreating failed MoverPodWedged {:.0} s after its Snapshot (deadline 15 s), Job deleted: {}",
+        stuck_at.elapsed().as_secs_f64(),
+        sr.message
+    );
+
     // 4b. Privileged movers: refused until the namespace opts in; then a backup reads everything
     // with DAC_READ_SEARCH only, and a restore keeps owners and modes with CHOWN, FOWNER and
     // DAC_OVERRIDE only.
@@ -854,8 +905,13 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     ensure!(ids.values().all(|id| !left.contains(id)), "the 12 manifests are gone from kopia");
 
     // 7. Every mover ran on the real node, hardened.
-    let mover_pods: Vec<Pod> =
-        seen.pods().into_iter().filter(|p| p.owner_references().iter().any(|o| o.kind == "Job")).collect();
+    // (The mover of 4a' never started a container: its volume could not be mounted.)
+    let mover_pods: Vec<Pod> = seen
+        .pods()
+        .into_iter()
+        .filter(|p| p.owner_references().iter().any(|o| o.kind == "Job"))
+        .filter(|p| p.labels().get("job-name").is_none_or(|j| j != "stuck"))
+        .collect();
     ensure!(mover_pods.len() >= 5, "mover pods seen: {}", mover_pods.len());
     let privileged_jobs = ["privileged", "restored-owned-restore"];
     for p in &mover_pods {

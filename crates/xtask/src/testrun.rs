@@ -37,6 +37,7 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "e2e_repository_faults",   // 164 s
     "pipeline_e2e",            // 121 s
     "maintenance_e2e",         // 115 s
+    "backend_mounts_e2e",      // 99 s (measured alone)
     "component",               // 103 s
     "catalog_e2e",             // 62 s
     "mover_pod_wedged_e2e",    // 58 s
