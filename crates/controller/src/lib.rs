@@ -20,6 +20,7 @@ pub mod mover_settings;
 pub mod preflight;
 pub mod replication;
 pub mod repository;
+pub mod resource_phase;
 pub mod restore;
 pub mod snapshot;
 pub mod snapshot_policy;

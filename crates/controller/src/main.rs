@@ -230,6 +230,11 @@ async fn run(arenas_capped: bool) -> anyhow::Result<()> {
     // Maintenance and RepositoryReplication, each over its own referent stores.
     let maintenance = kopiur_controller::maintenance::run(client.clone(), config.clone(), metrics.clone());
     let replication = kopiur_controller::replication::run(client.clone(), config.clone(), metrics.clone());
+    // `kopiur_resource_phase{kind="RepositoryReplication"}` (the pipeline publishes the others).
+    tokio::spawn(kopiur_controller::resource_phase::watch::<kopiur_api::RepositoryReplication>(
+        client.clone(),
+        metrics.clone(),
+    ));
     futures::join!(a, b, pipeline, maintenance, replication);
     // The controllers end only on SIGTERM/SIGINT (`shutdown_on_signal`); the signal task
     // (`leader::exit_on_signal`) releases the Lease and exits the process. Give it the time.

@@ -79,6 +79,10 @@ impl GaugeFamily {
     }
     fn render(&self, out: &mut String) {
         let _ = writeln!(out, "# HELP {} {}\n# TYPE {} gauge", self.name, self.help, self.name);
+        self.render_series(out);
+    }
+    /// The series lines only (for a family whose header another writer emits).
+    fn render_series(&self, out: &mut String) {
         if let Ok(m) = self.values.lock() {
             for (k, v) in m.iter() {
                 let _ = writeln!(out, "{}{} {v}", self.name, labels(self.labels, k));
@@ -136,6 +140,9 @@ pub struct Metrics {
     pub repo_index_blobs: GaugeFamily,
     pub repository_maintenance_configured: GaugeFamily,
     pub restore_duration_seconds: GaugeFamily,
+    /// `kopiur_resource_phase` of every kind but the repositories (`resource_phase.rs`),
+    /// keyed (kind, namespace, name, phase); each kind replaces its own slice.
+    pub resource_phase: GaugeFamily,
     durations: Mutex<BTreeMap<String, Hist>>,
     pub leader: std::sync::atomic::AtomicBool,
 }
@@ -281,6 +288,11 @@ impl Default for Metrics {
                 "kopiur_restore_duration_seconds",
                 "Duration of a finished Restore.",
                 &["namespace", "name"],
+            ),
+            resource_phase: GaugeFamily::new(
+                "kopiur_resource_phase",
+                "1 for the current phase of each object.",
+                &["kind", "namespace", "name", "phase"],
             ),
             durations: Mutex::new(BTreeMap::new()),
             leader: std::sync::atomic::AtomicBool::new(false),
@@ -448,6 +460,7 @@ impl Metrics {
                 );
             }
         }
+        self.resource_phase.render_series(&mut out);
         for (metric, get) in [
             (
                 "kopiur_repository_consecutive_backend_failures",

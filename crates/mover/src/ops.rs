@@ -113,6 +113,7 @@ impl<S: ResultSink> Ctx<S> {
             index_blob_count: None,
             snapshots: Vec::new(),
             snapshots_truncated: false,
+            snapshot_count: None,
             maintenance_owner: None,
         };
         match self.connect(false).await {
@@ -196,6 +197,7 @@ impl<S: ResultSink> Ctx<S> {
                 .and_then(|o| model::parse::<Vec<SnapshotManifest>>("snapshot list", &o.stdout))
             {
                 Ok(list) => {
+                    result.snapshot_count = Some(list.len() as u64);
                     let (entries, truncated) = catalog(list, op.catalog_limit, MAX_RESULT_BYTES / 2);
                     result.snapshots = entries;
                     result.snapshots_truncated = truncated;

@@ -105,6 +105,9 @@ pub struct BootstrapResult {
     pub snapshots: Vec<CatalogEntry>,
     #[serde(default)]
     pub snapshots_truncated: bool,
+    /// How many snapshots the listing found, before any truncation (`storageStats.snapshotCount`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_count: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance_owner: Option<String>,
 }

@@ -7,9 +7,14 @@ use kopiur_kopia::cmd::{CacheSizes, Identity};
 use kopiur_mover::job::{self, CacheVolume, ConnectKind, JobInput, PvcMount};
 use kopiur_mover::workspec::*;
 
-/// Secret values that live only in the (imaginary) Secrets of this fixture.
-const SECRETS: &[&str] =
-    &["s3cr3t-AKIA-ACCESS-KEY-0001", "s3cr3t-SECRET-ACCESS-KEY-0002", "s3cr3t-kopia-password-0003"];
+/// Secret values that live only in the Secrets this fixture's Jobs reference (`referenced`).
+const SECRETS: &[&str] = &[
+    "s3cr3t-AKIA-ACCESS-KEY-0001",
+    "s3cr3t-SECRET-ACCESS-KEY-0002",
+    "s3cr3t-kopia-password-0003",
+    "s3cr3t-DEST-ACCESS-KEY-0004",
+    "s3cr3t-DEST-SECRET-KEY-0005",
+];
 
 fn spec(op: Operation) -> WorkSpec {
     WorkSpec {
@@ -266,9 +271,83 @@ fn long_names_are_hashed() {
     assert_eq!(job::job_name("short"), "short");
 }
 
+/// The Secrets (and the CA bundle ConfigMap) a Job of this fixture references, with real
+/// values: what the kubelet would hand the mover.
+struct Referenced {
+    secrets: BTreeMap<String, BTreeMap<String, String>>,
+    config_maps: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+const CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIBs3cr3tCAbundleZm9yIGtvcGl1cg0004\n-----END CERTIFICATE-----\n";
+
+fn referenced() -> Referenced {
+    let m = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    Referenced {
+        secrets: BTreeMap::from([
+            ("repo-pw".to_string(), m(&[("KOPIA_PASSWORD", SECRETS[2])])),
+            ("s3-creds".to_string(), m(&[("AWS_ACCESS_KEY_ID", SECRETS[0]), ("AWS_SECRET_ACCESS_KEY", SECRETS[1])])),
+            ("dest-creds".to_string(), m(&[("AWS_ACCESS_KEY_ID", SECRETS[3]), ("AWS_SECRET_ACCESS_KEY", SECRETS[4])])),
+        ]),
+        config_maps: BTreeMap::from([("s3-ca".to_string(), m(&[("ca.crt", CA_PEM)]))]),
+    }
+}
+
+/// What the kubelet resolves for the mover container: its environment (`value`,
+/// `secretKeyRef`, `envFrom` with prefix) and its files from ConfigMap volumes.
+fn kubelet_view(
+    j: &k8s_openapi::api::batch::v1::Job,
+    r: &Referenced,
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let pod = j.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let c = &pod.containers[0];
+    let mut env = BTreeMap::new();
+    for e in c.env_from.iter().flatten() {
+        let name = &e.secret_ref.as_ref().expect("envFrom names a Secret").name;
+        let data = r.secrets.get(name).unwrap_or_else(|| panic!("envFrom Secret {name} is not a fixture"));
+        for (k, v) in data {
+            env.insert(format!("{}{k}", e.prefix.clone().unwrap_or_default()), v.clone());
+        }
+    }
+    for e in c.env.iter().flatten() {
+        let v = match (&e.value, e.value_from.as_ref().and_then(|f| f.secret_key_ref.as_ref())) {
+            (Some(v), _) => v.clone(),
+            (None, Some(k)) => r.secrets[&k.name][&k.key].clone(),
+            (None, None) => continue,
+        };
+        env.insert(e.name.clone(), v);
+    }
+    let mut files = BTreeMap::new();
+    for vm in c.volume_mounts.iter().flatten() {
+        let Some(cm) = pod.volumes.iter().flatten().find(|v| v.name == vm.name).and_then(|v| v.config_map.as_ref())
+        else {
+            continue;
+        };
+        let data = &r.config_maps[&cm.name];
+        for item in cm.items.iter().flatten() {
+            files.insert(format!("{}/{}", vm.mount_path.trim_end_matches('/'), item.path), data[&item.key].clone());
+        }
+    }
+    (env, files)
+}
+
+/// behavior.md §1.2: the Job and its work spec hold no Secret value. The inputs reference real
+/// Secrets (repository password, S3 keys, a replication destination's keys) and a CA bundle;
+/// the kubelet's view proves the values do reach the mover, by reference only, and the whole
+/// Job and work spec text (and the base64 a Secret's `data` would carry) holds none of them.
 #[test]
 fn no_secret_in_work_spec_or_job() {
-    // The Job only references Secrets by name; the spec holds locations and identities.
+    let refs = referenced();
+    let ca = job::ConfigMapFileMount {
+        config_map_name: "s3-ca".into(),
+        key: "ca.crt".into(),
+        dir: "/etc/kopiur/ca".into(),
+        file: "ca.pem".into(),
+    };
+    let b64 = |v: &str| {
+        let s = serde_json::to_string(&k8s_openapi::ByteString(v.as_bytes().to_vec())).unwrap();
+        s.trim_matches('"').to_string()
+    };
+    let values: Vec<String> = SECRETS.iter().map(|s| s.to_string()).chain([CA_PEM.to_string()]).collect();
     for op in [
         snapshot_op(),
         Operation::Replicate(ReplicateOp {
@@ -276,15 +355,42 @@ fn no_secret_in_work_spec_or_job() {
             sync: Default::default(),
         }),
     ] {
-        let mut i = input(spec(op));
-        i.destination_secret = Some("dest-creds".into());
-        let j = job::build_job(&i).unwrap();
-        let text = serde_json::to_string(&j).unwrap();
-        for s in SECRETS {
-            assert!(!text.contains(s), "secret {s} leaked into the Job");
+        let replicate = matches!(op, Operation::Replicate(_));
+        let mut ws = spec(op);
+        if let Backend::S3(b) = &mut ws.repository.backend {
+            b.root_ca_pem_path = Some(ca.path());
         }
-        let ef = j.spec.unwrap().template.spec.unwrap().containers[0].env_from.clone().unwrap();
-        assert!(ef.iter().any(|e| e.prefix.as_deref() == Some("KOPIUR_DEST_")));
+        let ws_text = ws.to_json().unwrap();
+        let mut i = input(ws);
+        i.env_from_secrets = vec!["s3-creds".into()];
+        i.ca_bundle = Some(ca.clone());
+        if replicate {
+            i.destination_secret = Some("dest-creds".into());
+        }
+        let j = job::build_job(&i).unwrap();
+
+        // The values reach the mover, through references only.
+        let (env, files) = kubelet_view(&j, &refs);
+        assert_eq!(env.get("KOPIA_PASSWORD").map(String::as_str), Some(SECRETS[2]));
+        assert_eq!(env.get("AWS_ACCESS_KEY_ID").map(String::as_str), Some(SECRETS[0]));
+        assert_eq!(env.get("AWS_SECRET_ACCESS_KEY").map(String::as_str), Some(SECRETS[1]));
+        assert_eq!(files.get(&ca.path()).map(String::as_str), Some(CA_PEM), "the CA bundle is a mounted file");
+        if replicate {
+            assert_eq!(env.get("KOPIUR_DEST_AWS_SECRET_ACCESS_KEY").map(String::as_str), Some(SECRETS[4]));
+            let ef = j.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].env_from.clone().unwrap();
+            assert!(ef.iter().any(|e| e.prefix.as_deref() == Some("KOPIUR_DEST_")));
+        }
+        // ...and appear nowhere in what the Job and the work spec say.
+        let job_text = serde_json::to_string(&j).unwrap();
+        assert!(job_text.contains("KOPIUR_WORK_SPEC"), "the work spec rides in the Job");
+        for v in &values {
+            for (what, text) in [("Job", &job_text), ("work spec", &ws_text)] {
+                assert!(!text.contains(v.as_str()), "a referenced value leaked into the {what}: {v:?}");
+                assert!(!text.contains(&b64(v)), "a referenced value leaked base64-encoded into the {what}: {v:?}");
+                let escaped = serde_json::to_string(v).unwrap();
+                assert!(!text.contains(escaped.trim_matches('"')), "a referenced value leaked into the {what}: {v:?}");
+            }
+        }
     }
 }
 

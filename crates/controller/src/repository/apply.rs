@@ -47,6 +47,16 @@ pub async fn apply<K: RepoObject>(
     if let Some(c) = cat.status {
         desired.catalog = Some(c);
     }
+    if let Some(n) = cat.snapshot_count {
+        let prev = desired.storage_stats.clone().unwrap_or_default();
+        if prev.snapshot_count != Some(n) {
+            desired.storage_stats = Some(kopiur_api::repository::StorageStats {
+                snapshot_count: Some(n),
+                last_observed_at: Some(now),
+                ..prev
+            });
+        }
+    }
     crate::features::drop_stale_features_ignored(&mut desired.conditions, &d.conditions);
     if current != Some(&desired) {
         let api = K::api(ctx.client.clone(), obj);

@@ -26,6 +26,26 @@ pub struct CatalogStep {
     pub status: Option<CatalogStatus>,
     /// When the launched Job lists snapshots: the request token it honors (may be empty).
     pub list: Option<String>,
+    /// `status.storageStats.snapshotCount` from a listing folded now (None: leave it).
+    pub snapshot_count: Option<i64>,
+}
+
+/// Pure: the snapshot count a listing reports, taken only from a successful connect to the
+/// pinned repository (like the catalog rows). A mover that predates the count reports it
+/// through an untruncated listing's length; a truncated one without it is unknown.
+pub fn listed_snapshot_count(r: &kopiur_mover::result::BootstrapResult, pinned: Option<&str>) -> Option<i64> {
+    let connected = match r.outcome {
+        BootstrapOutcome::Connected | BootstrapOutcome::Created => r.unique_id_hex.as_deref(),
+        BootstrapOutcome::Failed => None,
+    };
+    if connected.is_none() || connected != pinned {
+        return None;
+    }
+    match (r.snapshot_count, r.snapshots_truncated) {
+        (Some(n), _) => Some(n.min(i64::MAX as u64) as i64),
+        (None, false) => Some(r.snapshots.len() as i64),
+        (None, true) => None,
+    }
 }
 
 pub fn scan_facts<K: RepoObject>(obj: &K, st: &CatalogStatus) -> ScanFacts {
@@ -107,9 +127,11 @@ pub async fn step<K: RepoObject>(
     let mut st = before.clone();
 
     // 1. A listing folded in this reconcile (the breaker folds the same Job now).
+    let mut snapshot_count = None;
     if let Some(l) = listing
         && facts.job.as_ref().is_some_and(|j| j.uid == l.job_uid)
     {
+        snapshot_count = listed_snapshot_count(&l.result, d.status.unique_id.as_deref());
         fold_listing(obj, ctx, d, &l, &mut st, now).await;
     }
 
@@ -120,7 +142,7 @@ pub async fn step<K: RepoObject>(
         st.scan_request_attempt_at = Some(now);
     }
     let list = next.list;
-    CatalogStep { status: (st != before).then_some(st), list }
+    CatalogStep { status: (st != before).then_some(st), list, snapshot_count }
 }
 
 /// Whether the Job this decision launches lists, and whether that listing counts as a scan
@@ -377,6 +399,51 @@ mod tests {
         let mut d = crate::health::plan(&f, t(60));
         assert_eq!(d.plan, Plan::AwaitJob);
         assert_eq!(next_listing(&f, &mut d, &request("r1"), t(60)), NextListing::default());
+    }
+
+    #[test]
+    fn snapshot_count_comes_only_from_a_connect_to_the_pinned_repository() {
+        use kopiur_mover::result::BootstrapResult;
+        let r = |outcome: BootstrapOutcome, id: Option<&str>, count: Option<u64>, listed: usize, truncated: bool| {
+            let entry = kopiur_mover::result::CatalogEntry {
+                id: "k1".into(),
+                username: "u".into(),
+                hostname: "h".into(),
+                path: "/p".into(),
+                start_time: None,
+                end_time: None,
+                size: 1,
+                files: 1,
+                tags: Default::default(),
+            };
+            BootstrapResult {
+                job_uid: "j".into(),
+                outcome,
+                unique_id_hex: id.map(str::to_string),
+                failure: None,
+                create_blocked: None,
+                index_blob_count: None,
+                snapshots: vec![entry; listed],
+                snapshots_truncated: truncated,
+                snapshot_count: count,
+                maintenance_owner: None,
+            }
+        };
+        let pinned = Some("abc");
+        assert_eq!(
+            listed_snapshot_count(&r(BootstrapOutcome::Connected, pinned, Some(1500), 1000, true), pinned),
+            Some(1500)
+        );
+        assert_eq!(listed_snapshot_count(&r(BootstrapOutcome::Created, pinned, Some(0), 0, false), pinned), Some(0));
+        assert_eq!(listed_snapshot_count(&r(BootstrapOutcome::Connected, pinned, None, 3, false), pinned), Some(3));
+        assert_eq!(listed_snapshot_count(&r(BootstrapOutcome::Connected, pinned, None, 3, true), pinned), None);
+        // Another repository behind the same address, or a failed connect: nothing.
+        assert_eq!(
+            listed_snapshot_count(&r(BootstrapOutcome::Connected, Some("zzz"), Some(4), 4, false), pinned),
+            None
+        );
+        assert_eq!(listed_snapshot_count(&r(BootstrapOutcome::Failed, pinned, Some(4), 4, false), pinned), None);
+        assert_eq!(listed_snapshot_count(&r(BootstrapOutcome::Connected, pinned, Some(4), 4, false), None), None);
     }
 
     #[test]

@@ -264,6 +264,12 @@ pub async fn run(ctx: Arc<PipelineCtx>, restores: Store<Restore>) {
         metrics.repo_index_blobs.replace(repos.index_blobs);
         metrics.repository_maintenance_configured.replace(repos.maintenance_configured);
         metrics.restore_duration_seconds.replace(restore_durations(&restores.state()));
+        // `kopiur_resource_phase` of the kinds whose stores this pipeline holds.
+        crate::resource_phase::publish(&metrics, &snapshots);
+        crate::resource_phase::publish(&metrics, &restores.state());
+        crate::resource_phase::publish(&metrics, &ctx.stores.policies.state());
+        crate::resource_phase::publish(&metrics, &ctx.stores.schedules.state());
+        crate::resource_phase::publish(&metrics, &ctx.stores.maintenances.state());
     }
 }
 

@@ -298,10 +298,80 @@ pub fn plan(f: &ScheduleFacts, now: DateTime<Utc>) -> ScheduleDecision {
     ScheduleDecision { disposition, requeue_after: requeue_until(next.at, now), next: Some(next), fire }
 }
 
+/// The labels of a scheduled child (api.md §1.7, §13): its origin, schedule and policy, and
+/// `app.kubernetes.io/managed-by: kopiur` like everything else kopiur creates.
+pub fn child_labels(schedule: &str, policy: &str) -> std::collections::BTreeMap<String, String> {
+    use kopiur_api::names::label;
+    std::collections::BTreeMap::from([
+        (label::ORIGIN.to_string(), "scheduled".to_string()),
+        (label::SCHEDULE.to_string(), schedule.to_string()),
+        (label::CONFIG.to_string(), policy.to_string()),
+        (label::MANAGED_BY.to_string(), label::MANAGED_BY_VALUE.to_string()),
+    ])
+}
+
+/// How a scheduled child ended, for [`consecutive_failures`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Succeeded or Unchanged.
+    Success,
+    Failed,
+}
+
+/// `status.consecutiveFailures` (api.md §8): the trailing Failed runs among the terminal
+/// children, newest first by end time, up to the newest Succeeded or Unchanged one (which
+/// resets it to 0). `failedJobsHistoryLimit` prunes the oldest Failed runs, so while the
+/// newest run is still Failed the count never goes below the stored `prev`; with no terminal
+/// child (all pruned or not yet ended) `prev` stays.
+pub fn consecutive_failures(prev: i32, ended: &[(DateTime<Utc>, RunEnd)]) -> i32 {
+    let mut v: Vec<&(DateTime<Utc>, RunEnd)> = ended.iter().collect();
+    v.sort_by(|a, b| b.0.cmp(&a.0));
+    match v.first() {
+        None => prev,
+        Some((_, RunEnd::Success)) => 0,
+        Some((_, RunEnd::Failed)) => {
+            let trailing = v.iter().take_while(|(_, e)| *e == RunEnd::Failed).count() as i32;
+            // A success behind the streak is still kept: the streak is exact.
+            if v.iter().any(|(_, e)| *e == RunEnd::Success) { trailing } else { trailing.max(prev) }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use chrono::TimeZone;
+
+    #[test]
+    fn scheduled_children_carry_managed_by() {
+        let l = child_labels("nightly", "db");
+        assert_eq!(l.get("app.kubernetes.io/managed-by").map(String::as_str), Some("kopiur"));
+        assert_eq!(l.get(kopiur_api::names::label::ORIGIN).map(String::as_str), Some("scheduled"));
+        assert_eq!(l.get(kopiur_api::names::label::SCHEDULE).map(String::as_str), Some("nightly"));
+        assert_eq!(l.get(kopiur_api::names::label::CONFIG).map(String::as_str), Some("db"));
+        assert_eq!(l.len(), 4);
+    }
+
+    #[test]
+    fn consecutive_failures_count_the_trailing_failed_runs() {
+        use RunEnd::{Failed, Success};
+        assert_eq!(consecutive_failures(0, &[]), 0);
+        assert_eq!(consecutive_failures(4, &[]), 4, "nothing ended: kept");
+        // Order given is irrelevant: newest first by end time.
+        let runs = [(t(3, 0, 0), Failed), (t(1, 0, 0), Success), (t(2, 0, 0), Failed), (t(0, 30, 0), Failed)];
+        assert_eq!(consecutive_failures(0, &runs), 2, "the two after the success");
+        assert_eq!(consecutive_failures(9, &runs), 2, "a kept success makes the streak exact");
+        assert_eq!(consecutive_failures(5, &[(t(1, 0, 0), Failed), (t(2, 0, 0), Success)]), 0, "a success resets");
+        assert_eq!(
+            consecutive_failures(3, &[(t(2, 0, 0), Success), (t(3, 0, 0), Failed)]),
+            1,
+            "a failure after a success: 1"
+        );
+        // Every kept child Failed: older ones may have been pruned, so never below prev...
+        assert_eq!(consecutive_failures(12, &[(t(1, 0, 0), Failed), (t(2, 0, 0), Failed)]), 12);
+        // ...and it grows past prev when more are kept.
+        assert_eq!(consecutive_failures(1, &[(t(1, 0, 0), Failed), (t(2, 0, 0), Failed)]), 2);
+    }
 
     fn t(h: u32, m: u32, s: u32) -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 3, 1, h, m, s).unwrap()

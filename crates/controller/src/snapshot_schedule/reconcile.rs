@@ -1,12 +1,11 @@
 //! SnapshotSchedule reconciler: children from the Snapshot store, the pin from status,
 //! `plan::plan` decides the one disposition; apply creates the child (idempotent by name),
 //! replaces or prunes children (stamped before each DELETE), and writes status once.
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use kopiur_api::domain::cron::{Cron, effective_timezone};
-use kopiur_api::names::{annotation, label, pruned_by};
+use kopiur_api::names::{annotation, pruned_by};
 use kopiur_api::shared::status::NameRef;
 use kopiur_api::snapshot::{OnScheduleDelete, SnapshotPhase, SnapshotSpec};
 use kopiur_api::snapshot_schedule::{ScheduleRecord, ScheduleTarget, SnapshotScheduleStatus};
@@ -71,6 +70,27 @@ pub async fn stamp_and_delete(api: &Api<Snapshot>, name: &str, value: &str) -> R
 
 /// failedJobsHistoryLimit: the newest N Failed and, separately, the newest N Unchanged
 /// children stay; the rest are returned for pruning.
+/// The terminal children with their end time (creation time when absent), for
+/// [`super::plan::consecutive_failures`].
+pub fn run_ends(children: &[Arc<Snapshot>]) -> Vec<(DateTime<Utc>, super::plan::RunEnd)> {
+    use super::plan::RunEnd;
+    children
+        .iter()
+        .filter_map(|s| {
+            let st = s.status.as_ref()?;
+            let end = match st.phase.as_ref()? {
+                SnapshotPhase::Succeeded | SnapshotPhase::Unchanged => RunEnd::Success,
+                SnapshotPhase::Failed => RunEnd::Failed,
+                _ => return None,
+            };
+            let t = st.timing.as_ref().and_then(|t| t.end_time).or_else(|| {
+                s.meta().creation_timestamp.as_ref().and_then(|c| DateTime::<Utc>::from_timestamp(c.0.as_second(), 0))
+            })?;
+            Some((t, end))
+        })
+        .collect()
+}
+
 pub fn history_prunes(children: &[Arc<Snapshot>], limit: i32) -> Vec<String> {
     let limit = limit.max(0) as usize;
     let mut out = Vec::new();
@@ -438,11 +458,7 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
                 metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                     name: Some(c.name.clone()),
                     namespace: Some(ns.clone()),
-                    labels: Some(BTreeMap::from([
-                        (label::ORIGIN.to_string(), "scheduled".to_string()),
-                        (label::SCHEDULE.to_string(), name.clone()),
-                        (label::CONFIG.to_string(), pname.clone()),
-                    ])),
+                    labels: Some(super::plan::child_labels(&name, pname)),
                     owner_references: Some(vec![owner_of(sched.as_ref())]),
                     finalizers: Some(vec![kopiur_api::names::finalizer::SNAPSHOT_CLEANUP.to_string()]),
                     ..Default::default()
@@ -514,6 +530,8 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
             timezone: None,
         });
     }
+    // consecutiveFailures (api.md §8), before this pass prunes Failed history.
+    next.consecutive_failures = super::plan::consecutive_failures(status.consecutive_failures, &run_ends(&kids));
     // onScheduleDelete propagation to live children whose stamp differs.
     let desired = sched.spec.deletion.on_schedule_delete;
     for k in kids.iter().filter(|k| k.meta().deletion_timestamp.is_none()) {

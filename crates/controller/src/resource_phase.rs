@@ -1,0 +1,223 @@
+//! `kopiur_resource_phase{kind,namespace,name,phase}` for every kind besides the repositories
+//! (those are rendered from their own stores in `main.rs`): 1 for the current phase only.
+//!
+//! Recomputed from the reflector stores every [`PERIOD`]; each kind replaces its own slice of
+//! the family, so a deleted object's series disappears on the next pass (bounded by the
+//! number of live objects).
+//!
+//! Snapshot, Restore and RepositoryReplication report `status.phase`. SnapshotPolicy,
+//! SnapshotSchedule and Maintenance have no phase (api.md §1); their label is the kstatus
+//! state of their conditions: `Stalled`, `Reconciling`, `Ready` or `NotReady`. An object with
+//! neither (not reconciled yet) has no series.
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kopiur_api::shared::status::Condition;
+use kopiur_api::{Maintenance, RepositoryReplication, Restore, Snapshot, SnapshotPolicy, SnapshotSchedule};
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+
+use crate::metrics::Metrics;
+
+pub const PERIOD: Duration = Duration::from_secs(5);
+
+/// The kstatus state of a kind without `status.phase`: Stalled wins, then Reconciling, then
+/// Ready True/False. None when there is no Ready condition yet.
+pub fn kstatus_phase(conditions: &[Condition]) -> Option<&'static str> {
+    let is_true = |t: &str| conditions.iter().any(|c| c.type_ == t && c.status == "True");
+    let ready = conditions.iter().find(|c| c.type_ == "Ready")?;
+    Some(if is_true("Stalled") {
+        "Stalled"
+    } else if is_true("Reconciling") {
+        "Reconciling"
+    } else if ready.status == "True" {
+        "Ready"
+    } else {
+        "NotReady"
+    })
+}
+
+/// A kind whose objects have a phase label.
+pub trait Phased: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static {
+    const KIND: &'static str;
+    fn phase_label(&self) -> Option<String>;
+}
+
+impl Phased for Snapshot {
+    const KIND: &'static str = "Snapshot";
+    fn phase_label(&self) -> Option<String> {
+        self.status.as_ref()?.phase.as_ref().map(|p| p.as_str().to_string())
+    }
+}
+
+impl Phased for Restore {
+    const KIND: &'static str = "Restore";
+    fn phase_label(&self) -> Option<String> {
+        self.status.as_ref()?.phase.as_ref().map(|p| p.as_str().to_string())
+    }
+}
+
+impl Phased for RepositoryReplication {
+    const KIND: &'static str = "RepositoryReplication";
+    fn phase_label(&self) -> Option<String> {
+        self.status.as_ref()?.phase.as_ref().map(|p| p.as_str().to_string())
+    }
+}
+
+impl Phased for SnapshotPolicy {
+    const KIND: &'static str = "SnapshotPolicy";
+    fn phase_label(&self) -> Option<String> {
+        kstatus_phase(&self.status.as_ref()?.conditions).map(str::to_string)
+    }
+}
+
+impl Phased for SnapshotSchedule {
+    const KIND: &'static str = "SnapshotSchedule";
+    fn phase_label(&self) -> Option<String> {
+        kstatus_phase(&self.status.as_ref()?.conditions).map(str::to_string)
+    }
+}
+
+impl Phased for Maintenance {
+    const KIND: &'static str = "Maintenance";
+    fn phase_label(&self) -> Option<String> {
+        kstatus_phase(&self.status.as_ref()?.conditions).map(str::to_string)
+    }
+}
+
+/// The series of one kind: `[kind, namespace, name, phase] -> 1`, one per object with a phase.
+pub fn series<K: Phased>(objs: &[Arc<K>]) -> BTreeMap<Vec<String>, i64> {
+    objs.iter()
+        .filter_map(|o| {
+            let phase = o.phase_label()?;
+            Some((vec![K::KIND.to_string(), o.namespace().unwrap_or_default(), o.name_any(), phase], 1))
+        })
+        .collect()
+}
+
+/// Replaces kind `K`'s slice of `kopiur_resource_phase` from `objs`.
+pub fn publish<K: Phased>(metrics: &Metrics, objs: &[Arc<K>]) {
+    metrics.resource_phase.replace_slice(K::KIND, series(objs));
+}
+
+/// Publishes kind `K` from `store` every [`PERIOD`] for as long as the process runs.
+pub async fn run<K: Phased>(metrics: Arc<Metrics>, store: Store<K>) {
+    let mut tick = tokio::time::interval(PERIOD);
+    loop {
+        tick.tick().await;
+        publish(&metrics, &store.state());
+    }
+}
+
+/// For a kind whose controller keeps no store this module can borrow: a reflector of its own
+/// (one watch) feeding [`run`].
+pub async fn watch<K>(client: kube::Client, metrics: Arc<Metrics>)
+where
+    K: Phased + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    let (store, writer) = reflector::store::<K>();
+    let events = reflector::reflector(writer, watcher(kube::Api::<K>::all(client), watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
+    tokio::spawn(run(metrics, store));
+    let mut events = std::pin::pin!(events);
+    while events.next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj<K: serde::de::DeserializeOwned>(kind: &str, name: &str, status: serde_json::Value) -> Arc<K> {
+        let spec = match kind {
+            "Snapshot" => json!({"policyRef": {"name": "p"}}),
+            "Restore" => json!({"source": {"snapshotRef": {"name": "s"}}, "target": {"pvcRef": {"name": "d"}}}),
+            "SnapshotSchedule" => json!({"policyRef": {"name": "p"}, "schedule": {"cron": "0 * * * *"}}),
+            _ => json!({}),
+        };
+        let v = json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": kind,
+            "metadata": {"name": name, "namespace": "t"},
+            "spec": spec,
+            "status": status,
+        });
+        Arc::new(serde_json::from_value(v).unwrap_or_else(|e| panic!("{kind} fixture: {e}")))
+    }
+
+    fn cond(t: &str, s: &str) -> serde_json::Value {
+        json!({"type": t, "status": s, "reason": "R", "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    }
+
+    fn key(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn kstatus_state_prefers_stalled_then_reconciling_then_ready() {
+        let c = |v: serde_json::Value| -> Vec<Condition> { serde_json::from_value(v).unwrap() };
+        assert_eq!(kstatus_phase(&[]), None);
+        assert_eq!(kstatus_phase(&c(json!([cond("Stalled", "True")]))), None, "no Ready: not reconciled yet");
+        assert_eq!(kstatus_phase(&c(json!([cond("Ready", "True")]))), Some("Ready"));
+        assert_eq!(kstatus_phase(&c(json!([cond("Ready", "False"), cond("Stalled", "False")]))), Some("NotReady"));
+        assert_eq!(
+            kstatus_phase(&c(json!([cond("Ready", "False"), cond("Reconciling", "True")]))),
+            Some("Reconciling")
+        );
+        assert_eq!(
+            kstatus_phase(&c(json!([cond("Ready", "False"), cond("Reconciling", "True"), cond("Stalled", "True")]))),
+            Some("Stalled")
+        );
+    }
+
+    #[test]
+    fn one_series_per_object_with_its_current_phase_only() {
+        let restores: Vec<Arc<Restore>> = vec![
+            obj("Restore", "bad", json!({"phase": "Failed"})),
+            obj("Restore", "ok", json!({"phase": "Completed"})),
+            obj("Restore", "new", json!({})),
+        ];
+        assert_eq!(
+            series(&restores),
+            BTreeMap::from([
+                (key(&["Restore", "t", "bad", "Failed"]), 1),
+                (key(&["Restore", "t", "ok", "Completed"]), 1)
+            ])
+        );
+        let snaps: Vec<Arc<Snapshot>> = vec![obj("Snapshot", "s1", json!({"phase": "Succeeded"}))];
+        assert_eq!(series(&snaps), BTreeMap::from([(key(&["Snapshot", "t", "s1", "Succeeded"]), 1)]));
+        let scheds: Vec<Arc<SnapshotSchedule>> = vec![obj(
+            "SnapshotSchedule",
+            "h",
+            json!({"conditions": [cond("Ready", "True"), cond("Stalled", "False")]}),
+        )];
+        assert_eq!(series(&scheds), BTreeMap::from([(key(&["SnapshotSchedule", "t", "h", "Ready"]), 1)]));
+    }
+
+    #[test]
+    fn a_phase_change_replaces_the_series_and_a_deleted_object_loses_it() {
+        let m = Metrics::default();
+        m.leader.store(true, std::sync::atomic::Ordering::Relaxed);
+        publish(&m, &[obj::<Restore>("Restore", "r", json!({"phase": "Restoring"}))]);
+        publish(&m, &[obj::<Snapshot>("Snapshot", "s", json!({"phase": "Running"}))]);
+        publish(&m, &[obj::<Restore>("Restore", "r", json!({"phase": "Failed"}))]);
+        let out = m.render(&[]);
+        assert!(out.contains("kopiur_resource_phase{kind=\"Restore\",namespace=\"t\",name=\"r\",phase=\"Failed\"} 1"));
+        assert!(!out.contains("phase=\"Restoring\""), "only the current phase: {out}");
+        assert!(
+            out.contains("kopiur_resource_phase{kind=\"Snapshot\",namespace=\"t\",name=\"s\",phase=\"Running\"} 1")
+        );
+        assert_eq!(out.matches("# TYPE kopiur_resource_phase gauge").count(), 1, "one family: {out}");
+        // The Restore is deleted: its kind's slice is empty; the Snapshot's series stays.
+        publish::<Restore>(&m, &[]);
+        let out = m.render(&[]);
+        assert!(!out.contains("kind=\"Restore\""), "deleted objects lose their series: {out}");
+        assert!(out.contains("kind=\"Snapshot\""));
+        // A passive replica renders none of it.
+        m.leader.store(false, std::sync::atomic::Ordering::Relaxed);
+        assert!(!m.render(&[]).contains("kopiur_resource_phase{"));
+    }
+}
