@@ -81,6 +81,62 @@ pub fn repository_ready(
     }
 }
 
+/// The repository acting for itself (its batch-delete dispatcher, whose Jobs run in the
+/// repository's home namespace, the operator namespace for a ClusterRepository): the phase
+/// alone. Tenancy is never a question about the repository itself; it is asked of each
+/// consumer (`consumer_allowed`), per deleting Snapshot.
+pub fn own_phase_ready(phase: Option<&RepositoryPhase>) -> bool {
+    phase.is_some_and(RepositoryPhase::admits_consumers)
+}
+
+/// ClusterRepository tenancy for one consumer namespace (a namespaced Repository has none).
+pub fn consumer_allowed(
+    cluster: Option<&ClusterRepository>,
+    consumer_ns: &str,
+    namespace_labels: Option<&BTreeMap<String, String>>,
+) -> bool {
+    cluster.is_none_or(|c| namespace_allowed(&c.spec.allowed_namespaces, consumer_ns, namespace_labels))
+}
+
+/// Whether `allowed` admits namespaces by label: only then does a namespace's relabelling
+/// change a tenancy verdict.
+pub fn label_dependent(allowed: &AllowedNamespaces) -> bool {
+    matches!(allowed, AllowedNamespaces::Selector(_))
+}
+
+/// Remembers each namespace's labels as the Namespace watch last delivered them, so a mapper
+/// fans out to a namespace's consumers only when its labels changed (or it is seen for the
+/// first time: a consumer created before its namespace reached the store failed closed and
+/// must be re-evaluated). Status-only updates of a namespace fan out nothing.
+#[derive(Debug, Default)]
+pub struct NamespaceLabels {
+    seen: std::collections::HashMap<String, BTreeMap<String, String>>,
+}
+
+impl NamespaceLabels {
+    /// Records `labels` for `ns`; true when they differ from the last ones recorded.
+    pub fn changed(&mut self, ns: &str, labels: Option<&BTreeMap<String, String>>) -> bool {
+        let now = labels.cloned().unwrap_or_default();
+        match self.seen.get(ns) {
+            Some(prev) if *prev == now => false,
+            Some(_) | None => {
+                self.seen.insert(ns.to_string(), now);
+                true
+            }
+        }
+    }
+
+    pub fn forget(&mut self, ns: &str) {
+        self.seen.remove(ns);
+    }
+}
+
+/// Whether any ClusterRepository admits namespaces by label (else a relabelling changes no
+/// tenancy verdict and the Namespace mappers fan out nothing).
+pub fn any_label_dependent(crepos: &Store<ClusterRepository>) -> bool {
+    crepos.state().iter().any(|c| label_dependent(&c.spec.allowed_namespaces))
+}
+
 /// The tenancy gate with full LabelSelector semantics; fails closed for selectors when the
 /// namespace's labels are unknown.
 pub fn namespace_allowed(allowed: &AllowedNamespaces, ns: &str, labels: Option<&BTreeMap<String, String>>) -> bool {
@@ -116,6 +172,43 @@ mod tests {
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn namespace_labels_fan_out_only_on_a_change() {
+        let mut t = NamespaceLabels::default();
+        assert!(t.changed("a", Some(&labels(&[("team", "media")]))), "first sight re-evaluates");
+        assert!(!t.changed("a", Some(&labels(&[("team", "media")]))), "a status-only update is quiet");
+        assert!(t.changed("a", Some(&labels(&[("team", "other")]))), "a relabelling re-evaluates");
+        assert!(t.changed("a", None), "labels removed");
+        assert!(!t.changed("a", Some(&labels(&[]))), "no labels and empty labels are the same");
+        assert!(t.changed("b", None), "another namespace is tracked on its own");
+        t.forget("a");
+        assert!(t.changed("a", None));
+    }
+
+    #[test]
+    fn the_dispatcher_reads_the_phase_and_members_carry_tenancy() {
+        assert!(own_phase_ready(Some(&RepositoryPhase::Ready)));
+        assert!(!own_phase_ready(Some(&RepositoryPhase::Degraded)));
+        assert!(!own_phase_ready(None));
+        let c: ClusterRepository = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "ClusterRepository",
+            "metadata": {"name": "shared"},
+            "spec": {
+                "backend": {"s3": {"bucket": "b", "endpoint": "http://s3.invalid", "region": "garage"}},
+                "encryption": {"passwordSecretRef": {"name": "kopia"}},
+                "allowedNamespaces": {"list": ["tenant"]}
+            }
+        }))
+        .unwrap();
+        // The repository's own home (the operator namespace) is not a tenant: a gate asked
+        // there, as the dispatcher once did with namespace "", fails closed.
+        assert!(!consumer_allowed(Some(&c), "", None));
+        assert!(consumer_allowed(Some(&c), "tenant", None));
+        assert!(!consumer_allowed(Some(&c), "other", None));
+        assert!(consumer_allowed(None, "anything", None), "a namespaced Repository has no tenancy");
+        assert!(!label_dependent(&c.spec.allowed_namespaces));
     }
 
     #[test]

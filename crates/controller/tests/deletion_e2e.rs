@@ -12,6 +12,10 @@
 //! 8. namespace teardown: Orphan keeps the data, Delete with 20 Snapshots is held until acked;
 //! 9. the controller killed mid-batch deletes no snapshot twice and loses none.
 //!
+//! A second test, `cluster_repository_tenancy_end_to_end`, covers ClusterRepository tenancy
+//! on the same harness: batch deletes of an allowed namespace drain, a namespace outside
+//! `allowedNamespaces` keeps its data until allowed, and a `selector` follows relabelling.
+//!
 //! Seeding is direct (kopia CLI + API writes, see `support/deletion_seed.rs`), so the whole
 //! file runs in a few minutes on 2 cores. Every count is printed.
 use std::collections::{BTreeMap, BTreeSet};
@@ -152,6 +156,176 @@ async fn mass_deletion_protection_end_to_end() -> Result<()> {
     }
     h.stop_operator();
     res
+}
+
+/// ClusterRepository tenancy end to end (issue 16): the batch-delete dispatcher acts for the
+/// repository itself, so deleting a Snapshot of a ClusterRepository with
+/// `allowedNamespaces.list: [tenant]` drains through a batch Job in the operator namespace,
+/// while a Snapshot of a namespace that is not allowed keeps its kopia snapshot and parks
+/// `NamespaceNotAllowed` until the namespace is allowed. With `allowedNamespaces.selector`,
+/// relabelling a namespace flips its consumers (a Maintenance, a deleting Snapshot) between
+/// `NamespaceNotAllowed` and running within 10 s, without restarting anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_repository_tenancy_end_to_end() -> Result<()> {
+    let mut h = Harness::start().await?;
+    let res = tenancy(&mut h).await;
+    if let Err(e) = &res {
+        eprintln!("---- FAILED: {e:#}\n---- test environment logs ----\n{}", h.env.logs_summary(40));
+        eprintln!("---- operator log tail ----\n{}", kopiur_testenv::process::log_tail(&h.log(), 80));
+        h.env.keep_logs("deletion_e2e_tenancy");
+    }
+    h.stop_operator();
+    res
+}
+
+const TENANT_LABEL: &str = "deletion-e2e/tenant";
+
+fn ready_reason(s: &Snapshot) -> Option<String> {
+    condition(s, "Ready").map(|c| c.reason.clone())
+}
+
+async fn label_namespace(client: &Client, ns: &str, value: &str) -> Result<()> {
+    let body = json!({"metadata": {"labels": {TENANT_LABEL: value}}});
+    Api::<Namespace>::all(client.clone()).patch(ns, &PatchParams::default(), &Patch::Merge(&body)).await?;
+    Ok(())
+}
+
+async fn maintenance_ready(client: &Client, ns: &str, name: &str) -> Result<Option<(String, String)>> {
+    let m = Api::<kopiur_api::Maintenance>::namespaced(client.clone(), ns).get(name).await?;
+    Ok(m.status.and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Ready")).map(|c| (c.status, c.reason)))
+}
+
+async fn tenancy(h: &mut Harness) -> Result<()> {
+    let t0 = Instant::now();
+    let client = h.client.clone();
+    let tenant = h.env.namespace("tenant").await?;
+    let outsider = h.env.namespace("outsider").await?;
+    let labelled = h.env.namespace("labelled").await?;
+    label_namespace(&client, &labelled, "in").await?;
+
+    // Seed (operator not running): two kopia repositories, two ClusterRepositories over them,
+    // Succeeded Snapshots pinned to them in three namespaces.
+    let (k_list, k_sel) = futures::try_join!(h.kopia_repo("crlist/"), h.kopia_repo("crsel/"))?;
+    let tenant_names = names("tl", 2);
+    let out_names = names("to", 1);
+    let sel_names = names("ts", 1);
+    let list_all: Vec<String> = [tenant_names.clone(), out_names.clone()].concat();
+    let (list_ids, sel_ids) = futures::try_join!(k_list.seed(&list_all), k_sel.seed(&sel_names))?;
+    let c_list = h.cluster_repository("tenancy-list", "crlist/", json!({"list": [tenant]})).await?;
+    let c_sel = h
+        .cluster_repository("tenancy-sel", "crsel/", json!({"selector": {"matchLabels": {TENANT_LABEL: "in"}}}))
+        .await?;
+    let (pin_list, pin_sel) = (RepoPin::of_cluster(&c_list), RepoPin::of_cluster(&c_sel));
+    let tenant_uids = seed_snapshots(&client, &tenant, &pin_list, items(&tenant_names, &list_ids, "tl"), 4).await?;
+    let out_uids = seed_snapshots(&client, &outsider, &pin_list, items(&out_names, &list_ids, "to"), 4).await?;
+    let sel_uids = seed_snapshots(&client, &labelled, &pin_sel, items(&sel_names, &sel_ids, "ts"), 4).await?;
+    let (jobs, recorder) = JobRecorder::spawn(client.clone());
+    h.start_operator().await?;
+    h.wait_cluster_repository_ready("tenancy-list", Duration::from_secs(120)).await?;
+    h.wait_cluster_repository_ready("tenancy-sel", Duration::from_secs(120)).await?;
+    println!("[tenancy] seeded; both ClusterRepositories Ready after {:.1}s", t0.elapsed().as_secs_f64());
+
+    // ---- list: a tenant's deletion drains through a batch Job in the operator namespace; an
+    // outsider's deletion keeps its data and parks NamespaceNotAllowed.
+    let tenant_uid_set: BTreeSet<String> = tenant_uids.values().cloned().collect();
+    let out_uid_set: BTreeSet<String> = out_uids.values().cloned().collect();
+    let out_id = list_ids[&out_names[0]].clone();
+    delete_set(&client, &tenant, "tl").await?;
+    delete_set(&client, &outsider, "to").await?;
+    let took = wait_set_gone(h, &tenant, "tl", Duration::from_secs(120)).await?;
+    let tenant_jobs = jobs.touching(&tenant_uid_set);
+    println!(
+        "[tenancy list] tenant Snapshots drained in {:.1}s through {:?}",
+        took.as_secs_f64(),
+        tenant_jobs.iter().map(|j| (&j.namespace, &j.name, j.members.len())).collect::<Vec<_>>()
+    );
+    ensure!(!tenant_jobs.is_empty(), "no batch Job deleted the tenant's Snapshots");
+    ensure!(tenant_jobs.iter().all(|j| j.namespace == h.op_ns), "batch Jobs run in the operator namespace");
+    ensure!(tenant_jobs.iter().all(|j| j.repo_uid == pin_list.uid), "batch Jobs belong to the ClusterRepository");
+    let left = k_list.list().await?;
+    ensure!(tenant_names.iter().all(|n| !left.contains(&list_ids[n])), "the tenant's kopia snapshots deleted");
+    let snaps_out: Api<Snapshot> = Api::namespaced(client.clone(), &outsider);
+    let parked = wait_for("the outsider's Snapshot NamespaceNotAllowed", Duration::from_secs(60), &h.log(), || async {
+        let s = snaps_out.get(&out_names[0]).await?;
+        Ok((ready_reason(&s).as_deref() == Some("NamespaceNotAllowed")).then_some(s))
+    })
+    .await?;
+    println!(
+        "[tenancy list] outsider parked: {:?}",
+        condition(&parked, "Ready").map(|c| c.message.clone()).unwrap_or_default()
+    );
+    ensure!(parked.finalizers().iter().any(|f| f == FINALIZER), "the outsider's finalizer is kept");
+    ensure!(k_list.list().await?.contains(&out_id), "the outsider's kopia snapshot is kept");
+    ensure!(jobs.touching(&out_uid_set).is_empty(), "no batch Job for a namespace that is not allowed");
+
+    // Allowing the namespace releases it: the kept member joins a batch.
+    Api::<kopiur_api::ClusterRepository>::all(client.clone())
+        .patch(
+            "tenancy-list",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"allowedNamespaces": {"list": [tenant, outsider]}}})),
+        )
+        .await?;
+    let took = wait_set_gone(h, &outsider, "to", Duration::from_secs(120)).await?;
+    ensure!(!k_list.list().await?.contains(&out_id), "the outsider's kopia snapshot deleted once allowed");
+    ensure!(jobs.touching(&out_uid_set).iter().all(|j| j.namespace == h.op_ns), "its batch ran in the operator ns");
+    println!("[tenancy list] outsider allowed: drained {:.1}s after the edit", took.as_secs_f64());
+
+    // ---- selector: a Maintenance in the labelled namespace is admitted; relabelled out it
+    // parks NamespaceNotAllowed within 10 s, and back in it is admitted again.
+    kopiur_testenv::apply::apply_value(
+        &client,
+        &labelled,
+        &json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Maintenance",
+            "metadata": {"name": "m", "namespace": labelled},
+            // Yearly slots: nothing runs during the test.
+            "spec": {"repository": {"kind": "ClusterRepository", "name": "tenancy-sel"},
+                     "schedule": {"quick": {"cron": "0 0 1 1 *"}, "full": {"cron": "30 0 1 1 *"}}}
+        }),
+    )
+    .await?;
+    wait_for("m admitted (Ready=True)", Duration::from_secs(60), &h.log(), || async {
+        Ok((maintenance_ready(&client, &labelled, "m").await?.map(|x| x.0).as_deref() == Some("True")).then_some(()))
+    })
+    .await?;
+    label_namespace(&client, &labelled, "out").await?;
+    let relabelled = Instant::now();
+    wait_for("m NamespaceNotAllowed after the relabel", Duration::from_secs(10), &h.log(), || async {
+        let r = maintenance_ready(&client, &labelled, "m").await?;
+        Ok((r == Some(("False".into(), "NamespaceNotAllowed".into()))).then_some(()))
+    })
+    .await?;
+    println!("[tenancy selector] relabelled out: m parked after {:.1}s", relabelled.elapsed().as_secs_f64());
+    // A deletion while out keeps the data and parks.
+    let sel_uid_set: BTreeSet<String> = sel_uids.values().cloned().collect();
+    let sel_id = sel_ids[&sel_names[0]].clone();
+    delete_set(&client, &labelled, "ts").await?;
+    let snaps_sel: Api<Snapshot> = Api::namespaced(client.clone(), &labelled);
+    wait_for("the labelled Snapshot NamespaceNotAllowed", Duration::from_secs(60), &h.log(), || async {
+        let s = snaps_sel.get(&sel_names[0]).await?;
+        Ok((ready_reason(&s).as_deref() == Some("NamespaceNotAllowed")).then_some(()))
+    })
+    .await?;
+    // Past the quiet window: still nothing deleted.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    ensure!(snaps_sel.get_opt(&sel_names[0]).await?.is_some(), "a Snapshot outside the selector was released");
+    ensure!(k_sel.list().await?.contains(&sel_id), "a Snapshot outside the selector lost its data");
+    ensure!(jobs.touching(&sel_uid_set).is_empty(), "a batch Job for a namespace outside the selector");
+    label_namespace(&client, &labelled, "in").await?;
+    let relabelled = Instant::now();
+    wait_for("m admitted again after the relabel", Duration::from_secs(10), &h.log(), || async {
+        Ok((maintenance_ready(&client, &labelled, "m").await?.map(|x| x.0).as_deref() == Some("True")).then_some(()))
+    })
+    .await?;
+    println!("[tenancy selector] relabelled in: m admitted after {:.1}s", relabelled.elapsed().as_secs_f64());
+    let took = wait_set_gone(h, &labelled, "ts", Duration::from_secs(90)).await?;
+    ensure!(!k_sel.list().await?.contains(&sel_id), "the labelled Snapshot's kopia snapshot deleted once admitted");
+    ensure!(jobs.touching(&sel_uid_set).iter().all(|j| j.namespace == h.op_ns), "its batch ran in the operator ns");
+    println!("[tenancy selector] the parked deletion drained {:.1}s after the relabel", took.as_secs_f64());
+    recorder.abort();
+    println!("tenancy e2e total {:.1}s", t0.elapsed().as_secs_f64());
+    Ok(())
 }
 
 async fn scenarios(h: &mut Harness) -> Result<()> {

@@ -122,6 +122,7 @@ fn candidate(m: &M) -> FireCandidate {
         ns_terminating: m.ns_terminating,
         schedule: m.schedule,
         on_schedule_delete: m.on_schedule_delete,
+        namespace_allowed: true,
     }
 }
 

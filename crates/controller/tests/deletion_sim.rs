@@ -354,6 +354,7 @@ impl World {
                         },
                     },
                     on_schedule_delete: s.on_schedule_delete,
+                    namespace_allowed: true,
                 })
                 .collect();
             let ctx = FireContext {

@@ -3,7 +3,8 @@
 //! lease (Job Complete, status records it, LeaseOwned=True); a RepositoryReplication copies the
 //! repository's blobs into a second bucket; an idle object makes no writes; with the source
 //! Degraded behind the proxy both park (Pending / RepositoryNotReady, no Job) on a new
-//! `run-requested`, and both run once after recovery, resumed by the repository watch.
+//! `run-requested`, and both run once after recovery, resumed by the repository watch; a
+//! failed maintenance run stamps the repository's reverify nudge.
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -350,6 +351,48 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     let q = m.status.as_ref().and_then(|s| s.quick.clone()).unwrap_or_default();
     assert!(q.next_scheduled_at > q.last_handled_at, "the quick slot re-pinned forward: {q:?}");
     assert_eq!(q.next_scheduled_at.map(|t| t.timestamp() % 60), Some(0), "no jitter: a whole minute");
+
+    // A failed maintenance run nudges its repository (behavior §3.8, ADR-0007 §2): the run's
+    // Job exceeds a 1 s deadline (the proxy slows every chunk so it cannot finish in time);
+    // the replication is suspended so that only the Maintenance can stamp the repository.
+    const REVERIFY: &str = "kopiur.home-operations.com/reverify-requested-at";
+    repls.patch("rr", &pp, &Patch::Merge(&json!({"spec": {"suspend": true}}))).await?;
+    let failing = json!({"spec": {
+        "schedule": {"quick": {"cron": "0 0 1 1 *"}},
+        "failurePolicy": {"activeDeadlineSeconds": 1, "backoffLimit": 0}
+    }});
+    maints.patch("m", &pp, &Patch::Merge(&failing)).await?;
+    wait_for("cron runs settled", Duration::from_secs(60), &log, || async {
+        let active = jobs.list(&ListParams::default()).await?.items.into_iter().any(|j| {
+            (j.labels().contains_key("kopiur.home-operations.com/maintenance")
+                || j.labels().contains_key("kopiur.home-operations.com/replication"))
+                && j.status.as_ref().and_then(|s| s.conditions.as_ref()).is_none_or(|c| {
+                    !c.iter().any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+                })
+        });
+        Ok((!active).then_some(()))
+    })
+    .await?;
+    let before_nudge = repos.get("r").await?.annotations().get(REVERIFY).cloned();
+    proxy.set(Mode::Latency(Duration::from_millis(300)));
+    let third = "2026-01-03T00:00:00Z";
+    let requested = chrono::Utc::now() - chrono::Duration::seconds(1);
+    request_run(&client, &ns, "Maintenance", "m", third).await?;
+    wait_for("the third maintenance run Failed", Duration::from_secs(90), &log, || async {
+        Ok((maint_manual(&maints.get("m").await?) == Some((third.into(), "Failed".into()))).then_some(()))
+    })
+    .await?;
+    let nudged = wait_for("the repository nudged", Duration::from_secs(30), &log, || async {
+        let v = repos.get("r").await?.annotations().get(REVERIFY).cloned();
+        Ok(v.filter(|v| Some(v) != before_nudge.as_ref())
+            .and_then(|v| chrono::DateTime::parse_from_rfc3339(&v).ok().filter(|t| *t >= requested).map(|_| v)))
+    })
+    .await?;
+    proxy.set(Mode::Pass);
+    println!(
+        "[{:>5.1}s] a failed maintenance run nudged r: {REVERIFY}={nudged} (was {before_nudge:?})",
+        started.elapsed().as_secs_f64()
+    );
     println!("[{:>5.1}s] done", started.elapsed().as_secs_f64());
     drop(op);
     Ok(())

@@ -35,6 +35,9 @@ pub struct FireCandidate {
     pub ns_terminating: bool,
     pub schedule: ScheduleLink,
     pub on_schedule_delete: OnScheduleDelete,
+    /// ClusterRepository tenancy of the member's namespace (always true for a namespaced
+    /// Repository). The repository's own dispatcher is not a consumer; each member is.
+    pub namespace_allowed: bool,
 }
 
 /// Repository-wide facts for one selection.
@@ -76,6 +79,10 @@ pub enum Exclusion {
     /// The store shows its schedule gone, replaced or terminating under Retain: its own
     /// reconcile will cascade-retain it.
     ScheduleCascade,
+    /// Its namespace is not (or no longer) in the ClusterRepository's `allowedNamespaces`:
+    /// the kopia snapshot is kept and the member parks `NamespaceNotAllowed` until the
+    /// namespace is allowed again (never a delete on a guess).
+    NamespaceNotAllowed,
     RepositoryNotReady,
 }
 
@@ -149,6 +156,9 @@ pub fn classify(ctx: &FireContext<'_>, c: &FireCandidate) -> Result<String, Excl
         ) => return Err(Exclusion::ScheduleCascade),
         (ScheduleLink::OwnedStoreWarm(_), _, _, _) | (ScheduleLink::NotScheduleOwned, _, _, _) => {}
     }
+    if !c.namespace_allowed {
+        return Err(Exclusion::NamespaceNotAllowed);
+    }
     if !ctx.repo_ready {
         return Err(Exclusion::RepositoryNotReady);
     }
@@ -200,6 +210,7 @@ mod tests {
             ns_terminating: false,
             schedule: ScheduleLink::NotScheduleOwned,
             on_schedule_delete: OnScheduleDelete::Retain,
+            namespace_allowed: true,
         }
     }
 
@@ -317,6 +328,10 @@ mod tests {
         let mut x = cand("x11", 0);
         x.schedule = ScheduleLink::OwnedStoreWarm(ScheduleState::Replaced);
         cases.push((x, Exclusion::ScheduleCascade));
+        let mut x = cand("x12", 0);
+        x.namespace_allowed = false;
+        x.pruned_by = PrunedBy::Operator(PruneKind::Retention);
+        cases.push((x, Exclusion::NamespaceNotAllowed));
         for (cand, want) in &cases {
             assert_eq!(classify(&c, cand), Err(*want), "{}", cand.uid);
         }
@@ -337,5 +352,20 @@ mod tests {
         // Not Ready parks everything.
         let parked = FireContext { repo_ready: false, ..c };
         assert_eq!(classify(&parked, &cand("p", 0)), Err(Exclusion::RepositoryNotReady));
+    }
+
+    /// A ClusterRepository's dispatcher fires the members of allowed namespaces and keeps the
+    /// rest (the data stays; those members park until their namespace is allowed again), in
+    /// one selection: tenancy is per member, never a verdict on the whole repository.
+    #[test]
+    fn tenancy_is_per_member() {
+        let b = breaker(0, None);
+        let none = BTreeSet::new();
+        let mut outsider = cand("outsider", 1);
+        outsider.namespace_allowed = false;
+        let f = select(&ctx(&b, &none), &[cand("tenant-a", 2), outsider, cand("tenant-b", 3)]);
+        let uids: Vec<_> = f.members.iter().map(|m| m.uid.as_str()).collect();
+        assert_eq!(uids, ["tenant-a", "tenant-b"]);
+        assert_eq!(f.excluded, vec![("outsider".to_string(), Exclusion::NamespaceNotAllowed)]);
     }
 }

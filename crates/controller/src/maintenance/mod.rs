@@ -87,7 +87,30 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
         let mut crepos = r.crepos;
         tokio::spawn(async move {
             while let Some(repo) = crepos.next().await {
-                for x in parked(&s, RepositoryKind::ClusterRepository, None, &repo.name_any()) {
+                // Every Maintenance of a ClusterRepository: an `allowedNamespaces` edit may
+                // flip its tenancy either way (there are few of them per repository).
+                let name = repo.name_any();
+                let refs: Vec<ObjectRef<Maintenance>> = s
+                    .state()
+                    .iter()
+                    .filter(|m| refers_to(&m.spec.repository, "", RepositoryKind::ClusterRepository, None, &name))
+                    .map(|m| ObjectRef::from_obj(m.as_ref()))
+                    .collect();
+                for x in refs {
+                    let _ = tx.send(x).await;
+                }
+            }
+        });
+    }
+    // Namespace relabelled -> its Maintenances of a ClusterRepository (selector tenancy).
+    {
+        let (tx, s, crepos) = (tx.clone(), store.clone(), r.ctx.crepos.clone());
+        let mut namespaces = r.namespaces;
+        tokio::spawn(async move {
+            let mut seen = crate::gating::NamespaceLabels::default();
+            while let Some(n) = namespaces.next().await {
+                for x in runtime::relabelled_consumers(&mut seen, &n, &crepos, &s, |x: &Maintenance| &x.spec.repository)
+                {
                     let _ = tx.send(x).await;
                 }
             }

@@ -31,6 +31,8 @@ pub struct MaintFacts {
     pub missing_secrets: Vec<String>,
     /// How soon the active Job's wedged-pod check wants to run again (`common::check_pods`).
     pub pod_recheck: Option<std::time::Duration>,
+    /// The repository's `reverify-requested-at` (a failed run nudges it, spaced 60 s).
+    pub reverify_requested_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,6 +68,9 @@ pub struct MaintDecision {
     pub requeue: std::time::Duration,
     /// Jobs whose mover pod is wedged: deleted once the status write landed.
     pub delete_jobs: Vec<String>,
+    /// Stamp the reverify nudge on the repository: a run failed, not because its pod was
+    /// wedged (behavior §3.8, ADR-0007 §2).
+    pub nudge: bool,
 }
 
 fn mode_of(raw: Option<&str>) -> RunMode {
@@ -116,6 +121,7 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
         invalid_request: None,
         requeue: std::time::Duration::from_secs(300),
         delete_jobs: vec![],
+        nudge: false,
     };
     let (quick, full) = match &f.schedules {
         Ok(s) => s,
@@ -174,6 +180,15 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
             (true, true) => "yielded",
             (false, _) => {
                 t.consecutive_failures += 1;
+                // The Maintenance status carries no failure class: only the wedged verdict
+                // tells a local failure apart here.
+                d.nudge |= crate::snapshot::plan::failure_nudge(
+                    true,
+                    j.wedged().is_some(),
+                    None,
+                    f.reverify_requested_at,
+                    now,
+                );
                 "failed"
             }
         };
@@ -368,6 +383,7 @@ mod tests {
             takeover: TakeoverPolicy::Never,
             missing_secrets: vec![],
             pod_recheck: None,
+            reverify_requested_at: None,
         }
     }
 
@@ -417,6 +433,7 @@ mod tests {
             }]
         );
         assert_eq!(d.delete_jobs, vec!["m-quick-1".to_string()]);
+        assert!(!d.nudge, "a wedged pod is not the backend's fault");
         let quick = d.status.quick.as_ref().unwrap();
         assert_eq!((quick.consecutive_failures, quick.last_handled_at), (1, Some(t(6, 0))));
         assert_eq!(quick.last_run_at, None, "a wedged run is no successful run");
@@ -446,6 +463,40 @@ mod tests {
         // A wedged verdict on a Job that already finished is ignored.
         f.jobs[0].state = JobState::Complete { at: Some(t(4, 41)) };
         assert!(plan(&f, t(4, 42)).delete_jobs.is_empty());
+    }
+
+    #[test]
+    fn a_failed_run_nudges_the_repository_once_and_spaced() {
+        const REQ: &str = "2026-07-17T04:30:00Z";
+        // A manual run launched at 04:30 whose Job ended in `state`.
+        let ran = |state: JobState| {
+            let mut f = facts();
+            f.status = plan(&f, t(4, 0)).status;
+            f.request = RunRequest::Requested(REQ.into());
+            let l = plan(&f, t(4, 30));
+            assert!(l.launch.is_some() && !l.nudge, "a launch never nudges");
+            f.status = l.status;
+            f.jobs = vec![job("m-quick-3", "quick", t(4, 30), Some(REQ), state)];
+            f
+        };
+        let failed = || JobState::Failed { reason: "BackoffLimitExceeded".into() };
+        let mut f = ran(failed());
+        let d = plan(&f, t(4, 35));
+        assert_eq!(d.recorded.len(), 1);
+        assert_eq!(d.recorded[0].outcome, "failed");
+        assert!(d.nudge, "a failed maintenance run nudges its repository");
+        // Recorded once: the next reconcile neither re-records nor re-nudges.
+        f.status = d.status.clone();
+        let again = plan(&f, t(4, 36));
+        assert!(again.recorded.is_empty() && !again.nudge);
+        // Spaced: a stamp under 60 s old is not rewritten.
+        let mut g = ran(failed());
+        g.reverify_requested_at = Some(t(4, 35) - chrono::Duration::seconds(30));
+        assert!(!plan(&g, t(4, 35)).nudge);
+        // A successful run never nudges.
+        let d = plan(&ran(JobState::Complete { at: Some(t(4, 34)) }), t(4, 35));
+        assert_eq!(d.recorded[0].outcome, "succeeded");
+        assert!(!d.nudge);
     }
 
     #[test]

@@ -96,6 +96,7 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
         takeover: ownership.takeover_policy,
         missing_secrets: missing,
         pod_recheck,
+        reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
     };
     let mut d = plan(&facts, now);
     // A gating [next] field (spec/api.md §1.9): Stalled FeatureNotImplemented, no Job.
@@ -114,6 +115,13 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
     for r in &d.recorded {
         tracing::info!(maintenance = %name, namespace = %ns, job = %r.job, mode = %r.mode, outcome = r.outcome, "maintenance run recorded");
         ctx.metrics.maintenance_runs.inc(&[&ns, &name, &r.mode, r.outcome]);
+    }
+    // A failed run asks the repository to re-probe sooner (behavior §3.8); the probe decides.
+    if d.nudge
+        && let Some(rv) = &repo
+        && let Err(e) = ctx.nudge(rv, now).await
+    {
+        tracing::warn!(error = %e, maintenance = %name, "stamping reverify-requested-at failed");
     }
 
     let mut next = d.status.clone();

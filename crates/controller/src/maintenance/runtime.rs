@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Secret};
 use kopiur_api::shared::{RepositoryKind, RepositoryRef};
 use kopiur_api::{ClusterRepository, Repository};
 use kube::api::{Patch, PatchParams};
@@ -36,6 +36,8 @@ pub struct RunCtx {
     pub crepos: Store<ClusterRepository>,
     /// Metadata only: Secret values never reach the controller.
     pub secrets: Store<PartialObjectMeta<Secret>>,
+    /// Namespace metadata: ClusterRepository tenancy by label selector reads the labels.
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
     pub mover_rbac_ready: Mutex<HashSet<String>>,
 }
 
@@ -50,10 +52,14 @@ impl RunCtx {
         }
     }
 
-    /// `RepositoryReady(R)`; a ClusterRepository with a label selector fails closed (parks),
-    /// as for every other consumer, because Namespace labels are not watched here.
+    /// `RepositoryReady(R)`, with ClusterRepository tenancy read against the consumer
+    /// namespace's labels from the Namespace store (absent from the store: a selector fails
+    /// closed). A relabelled namespace re-enqueues its consumers (`maintenance::run`,
+    /// `replication::run`).
     pub fn gate(&self, consumer_ns: &str, r: &RepositoryRef) -> Gate {
-        repository_ready(&self.repos, &self.crepos, consumer_ns, None, r)
+        let labels =
+            self.namespaces.get(&ObjectRef::new(consumer_ns)).map(|n| n.metadata.labels.clone().unwrap_or_default());
+        repository_ready(&self.repos, &self.crepos, consumer_ns, labels.as_ref(), r)
     }
 
     /// Of `names`, those with no Secret in `ns`.
@@ -108,6 +114,8 @@ pub struct Referents {
     pub repos: BoxStream<'static, Arc<Repository>>,
     pub crepos: BoxStream<'static, Arc<ClusterRepository>>,
     pub secrets: BoxStream<'static, Arc<PartialObjectMeta<Secret>>>,
+    /// Must be polled: it drives the Namespace store the tenancy gate reads.
+    pub namespaces: BoxStream<'static, Arc<PartialObjectMeta<Namespace>>>,
 }
 
 fn ok_only<T: Send + 'static, E: Send + 'static>(
@@ -143,10 +151,15 @@ pub fn referents(client: &Client, config: &Config, metrics: Arc<Metrics>) -> Ref
             .map(|r| r.map(Arc::new));
     let (secrets, secret_w) = reflector::store();
     let secret_events =
-        reflector::reflector(secret_w, watcher(Api::<PartialObjectMeta<Secret>>::all(client.clone()), wc))
+        reflector::reflector(secret_w, watcher(Api::<PartialObjectMeta<Secret>>::all(client.clone()), wc.clone()))
             .default_backoff()
             .touched_objects()
             .map(|r| r.map(Arc::new));
+    let (namespaces, ns_w) = reflector::store();
+    let ns_events = reflector::reflector(ns_w, watcher(Api::<PartialObjectMeta<Namespace>>::all(client.clone()), wc))
+        .default_backoff()
+        .touched_objects()
+        .map(|r| r.map(Arc::new));
     let ctx = Arc::new(RunCtx {
         client: client.clone(),
         config: config.clone(),
@@ -159,6 +172,7 @@ pub fn referents(client: &Client, config: &Config, metrics: Arc<Metrics>) -> Ref
         repos,
         crepos,
         secrets,
+        namespaces,
         mover_rbac_ready: Mutex::new(Default::default()),
     });
     Referents {
@@ -167,6 +181,7 @@ pub fn referents(client: &Client, config: &Config, metrics: Arc<Metrics>) -> Ref
         repos: ok_only(repo_events),
         crepos: ok_only(crepo_events),
         secrets: ok_only(secret_events),
+        namespaces: ok_only(ns_events),
     }
 }
 
@@ -201,4 +216,31 @@ pub fn refers_to(
         RepositoryKind::Repository => r.namespace.as_deref().unwrap_or(consumer_ns) == repo_ns.unwrap_or_default(),
         RepositoryKind::ClusterRepository => true,
     }
+}
+
+/// The consumers of one namespace to re-evaluate after a Namespace event: those referencing a
+/// ClusterRepository, when the namespace's labels changed and some ClusterRepository admits
+/// namespaces by selector (`tracker` remembers the labels last seen).
+pub fn relabelled_consumers<K>(
+    tracker: &mut crate::gating::NamespaceLabels,
+    ns: &PartialObjectMeta<Namespace>,
+    crepos: &Store<ClusterRepository>,
+    store: &Store<K>,
+    repository: impl Fn(&K) -> &RepositoryRef,
+) -> Vec<ObjectRef<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    use kube::ResourceExt;
+    let name = ns.name_any();
+    if !tracker.changed(&name, ns.metadata.labels.as_ref()) || !crate::gating::any_label_dependent(crepos) {
+        return Vec::new();
+    }
+    store
+        .state()
+        .iter()
+        .filter(|x| x.namespace().as_deref() == Some(name.as_str()))
+        .filter(|x| repository(x).kind == RepositoryKind::ClusterRepository)
+        .map(|x| ObjectRef::from_obj(x.as_ref()))
+        .collect()
 }

@@ -84,7 +84,35 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
         let mut crepos = r.crepos;
         tokio::spawn(async move {
             while let Some(repo) = crepos.next().await {
-                for x in parked(&s, RepositoryKind::ClusterRepository, None, &repo.name_any()) {
+                // Every replication of a ClusterRepository: an `allowedNamespaces` edit may
+                // flip its tenancy either way (there are few of them per repository).
+                let name = repo.name_any();
+                let refs: Vec<ObjectRef<RepositoryReplication>> = s
+                    .state()
+                    .iter()
+                    .filter(|r| refers_to(&r.spec.source_ref, "", RepositoryKind::ClusterRepository, None, &name))
+                    .map(|r| ObjectRef::from_obj(r.as_ref()))
+                    .collect();
+                for x in refs {
+                    let _ = tx.send(x).await;
+                }
+            }
+        });
+    }
+    // Namespace relabelled -> its RepositoryReplications of a ClusterRepository (selector tenancy).
+    {
+        let (tx, s, crepos) = (tx.clone(), store.clone(), r.ctx.crepos.clone());
+        let mut namespaces = r.namespaces;
+        tokio::spawn(async move {
+            let mut seen = crate::gating::NamespaceLabels::default();
+            while let Some(n) = namespaces.next().await {
+                for x in crate::maintenance::runtime::relabelled_consumers(
+                    &mut seen,
+                    &n,
+                    &crepos,
+                    &s,
+                    |x: &RepositoryReplication| &x.spec.source_ref,
+                ) {
                     let _ = tx.send(x).await;
                 }
             }

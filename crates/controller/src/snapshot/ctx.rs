@@ -150,10 +150,27 @@ impl PipelineCtx {
         }
     }
 
-    /// `RepositoryReady(R)`. Namespace labels are not watched here, so a ClusterRepository
-    /// with a label selector fails closed (parks) rather than admitting a namespace blindly.
+    /// `RepositoryReady(R)`, with ClusterRepository tenancy read against the consumer
+    /// namespace's labels from the Namespace store (a namespace the store does not hold fails
+    /// closed for a selector). A relabelled namespace re-enqueues its consumers (`runtime.rs`).
     pub fn gate(&self, consumer_ns: &str, r: &RepositoryRef) -> Gate {
-        repository_ready(&self.stores.repos, &self.stores.crepos, consumer_ns, None, r)
+        let labels = self.namespace_labels(consumer_ns);
+        repository_ready(&self.stores.repos, &self.stores.crepos, consumer_ns, labels.as_ref(), r)
+    }
+
+    /// A namespace's labels from the store; None when the store does not hold it.
+    pub fn namespace_labels(&self, ns: &str) -> Option<std::collections::BTreeMap<String, String>> {
+        self.stores.namespaces.get(&ObjectRef::new(ns)).map(|n| n.metadata.labels.clone().unwrap_or_default())
+    }
+
+    /// ClusterRepository tenancy of one consumer namespace against `repo` (always true for a
+    /// namespaced Repository).
+    pub fn tenancy_allows(&self, repo: &RepoView, consumer_ns: &str) -> bool {
+        let cluster = match repo {
+            RepoView::Namespaced(_) => None,
+            RepoView::Cluster(c) => Some(c.as_ref()),
+        };
+        crate::gating::consumer_allowed(cluster, consumer_ns, self.namespace_labels(consumer_ns).as_ref())
     }
 
     /// Of `names`, those with no Secret in `ns`.

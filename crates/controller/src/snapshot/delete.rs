@@ -128,6 +128,17 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
         let pns = pr.namespace.clone().unwrap_or_else(|| ns.clone());
         ctx.stores.policies.get(&ObjectRef::new(&pr.name).within(&pns)).map(|p| p.spec.default_deletion_policy)
     });
+    // ClusterRepository tenancy (api.md §5): a Snapshot whose namespace is not (or no longer)
+    // allowed never joins a batch. Its decision is recorded as usual, the kopia snapshot is
+    // kept, and it parks NamespaceNotAllowed until the namespace is allowed again (or
+    // `skip-snapshot-cleanup` orphans it): never a delete on a guess, never a silent release.
+    let tenancy_denied = repo.as_ref().filter(|rv| !ctx.tenancy_allows(rv, &ns)).map(|rv| {
+        format!(
+            "this namespace is not in allowedNamespaces of ClusterRepository {}; the kopia snapshot is kept and deleted once the namespace is allowed again (annotate {} to release this Snapshot and keep the data)",
+            rv.name(),
+            annotation::SKIP_SNAPSHOT_CLEANUP
+        )
+    });
     let (presence, member, on_ns_delete) = match &repo {
         None => (RepoPresence::Gone, MemberBreaker::quiet(), Default::default()),
         Some(rv) => {
@@ -217,6 +228,12 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
             status: CondStatus::False,
             reason: "DeletionHeld".into(),
             message: "the deletion is held by the repository's mass-deletion breaker".into(),
+        },
+        (_, _) if tenancy_denied.is_some() => Cond {
+            type_: condition::READY,
+            status: CondStatus::False,
+            reason: kopiur_api::names::reason::NAMESPACE_NOT_ALLOWED.into(),
+            message: tenancy_denied.clone().unwrap_or_default(),
         },
         (_, true) => Cond {
             type_: condition::READY,

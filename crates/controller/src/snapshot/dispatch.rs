@@ -11,7 +11,6 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use kopiur_api::Snapshot;
 use kopiur_api::names::{annotation, condition, label};
-use kopiur_api::shared::RepositoryKind;
 use kopiur_api::snapshot::DeletionDecision;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::runtime::reflector::ObjectRef;
@@ -245,6 +244,13 @@ pub async fn pass(
                         crate::deletion::messages::batch_failed(&b.name, b.members.len()),
                     )
                     .await;
+                    // No member was released; the repository re-probes sooner (behavior
+                    // §3.8, §6.4). A batch Job reports no failure class: the probe decides.
+                    if crate::snapshot::plan::failure_nudge(true, false, None, repo.reverify_requested_at(), now)
+                        && let Err(e) = ctx.nudge(repo, now).await
+                    {
+                        tracing::warn!(repository = %rr.display(), error = %e, "stamping reverify-requested-at failed");
+                    }
                 }
             }
             let holding = |m: &str| dels.iter().any(|s| s.uid().as_deref() == Some(m) && observe::finalizer_present(s));
@@ -271,23 +277,11 @@ pub async fn pass(
         }
         // The fire set and its batches.
         let in_flight = batch::in_flight_members(&all_jobs);
-        let gate = crate::gating::repository_ready(
-            &ctx.stores.repos,
-            &ctx.stores.crepos,
-            &repo.namespace().unwrap_or_default(),
-            None,
-            &kopiur_api::shared::RepositoryRef {
-                name: repo.name(),
-                kind: match repo {
-                    RepoView::Namespaced(_) => RepositoryKind::Repository,
-                    RepoView::Cluster(_) => RepositoryKind::ClusterRepository,
-                },
-                namespace: repo.namespace(),
-            },
-        );
+        // The dispatcher acts for the repository itself (its Jobs run in the repository's home
+        // namespace): its phase alone decides. Tenancy is asked of each member below.
         let fctx = FireContext {
             repo_uid: &uid,
-            repo_ready: gate == crate::gating::Gate::Open,
+            repo_ready: crate::gating::own_phase_ready(status_common(repo).and_then(|s| s.phase.as_ref())),
             on_namespace_delete: repo.common().on_namespace_delete,
             breaker: &state,
             in_flight: &in_flight,
@@ -309,6 +303,7 @@ pub async fn pass(
                     ns_terminating: ns_terminating(ctx, &s.namespace().unwrap_or_default()),
                     schedule: schedule_link(ctx, s, schedules_warm),
                     on_schedule_delete: observe::on_schedule_delete(s),
+                    namespace_allowed: ctx.tenancy_allows(repo, &s.namespace().unwrap_or_default()),
                 })
             })
             .collect();

@@ -224,6 +224,28 @@ pub fn nudge_due(current: Option<DateTime<Utc>>, now: DateTime<Utc>) -> bool {
     current.is_none_or(|t| now - t >= Duration::seconds(REVERIFY_SPACING_SECONDS))
 }
 
+/// Whether a mover failure of this kopia error class says anything about the backend: a file
+/// the mover may not read (`PermissionDenied`) is the source's business and a rejected
+/// certificate (`CertificateError`) is configuration a human fixes; neither nudges. An unknown
+/// class (a Job that reported none) nudges: the probe is the one sensor that decides.
+pub fn class_nudges(class: Option<&str>) -> bool {
+    !matches!(class, Some("PermissionDenied" | "CertificateError"))
+}
+
+/// Whether a recorded mover run stamps the reverify nudge on its repository (behavior §3.8,
+/// ADR-0007 §2), the same rule for backup, Maintenance and batch-delete Jobs: it failed, its
+/// pod was not wedged (a node problem, never the backend), its class is not local
+/// (`class_nudges`), and the last stamp is at least 60 s old.
+pub fn failure_nudge(
+    failed: bool,
+    wedged: bool,
+    class: Option<&str>,
+    current: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> bool {
+    failed && !wedged && class_nudges(class) && nudge_due(current, now)
+}
+
 /// The run path (spec order): discovered rows, finalizer, one-shot terminal heal, the Job in
 /// flight, then the gates and the launch.
 pub fn plan(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
@@ -355,7 +377,8 @@ fn running(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
             // own reason, and no reverify nudge (it must not move the repository breaker).
             let denied = failure.kopia_error_class.as_deref() == Some("PermissionDenied");
             let reason = if denied { reason::PERMISSION_DENIED } else { "SnapshotFailed" };
-            failed_terminal(f, reason, failure, !denied, now)
+            let nudge = class_nudges(failure.kopia_error_class.as_deref());
+            failed_terminal(f, reason, failure, nudge, now)
         }
         JobState::Complete { at } => {
             let waited = at.map(|t| now - t).unwrap_or_else(Duration::zero);
@@ -765,6 +788,35 @@ mod tests {
         assert_eq!(reason(&d), "PermissionDenied");
         assert!(d.conditions.iter().any(|c| c.message == msg), "the mover's message is the condition's");
         assert!(!d.nudge, "a local file permission is not a backend failure");
+    }
+
+    #[test]
+    fn a_certificate_error_fails_without_a_nudge_and_a_backend_class_nudges() {
+        let failed = |class: &str| {
+            let mut f = facts();
+            f.phase = Some(SnapshotPhase::Running);
+            f.job = JobState::Failed { reason: "PodFailurePolicy".into() };
+            f.failure = Some(Failure { kopia_error_class: Some(class.into()), ..Failure::default() });
+            plan(&f, now())
+        };
+        let d = failed("CertificateError");
+        assert_eq!((d.phase.clone(), reason(&d)), (Some(SnapshotPhase::Failed), "SnapshotFailed"));
+        assert!(!d.nudge, "a rejected certificate is configuration, not an outage");
+        for class in ["RepositoryUnavailable", "AuthFailure", "Unknown"] {
+            assert!(failed(class).nudge, "{class} nudges");
+        }
+    }
+
+    #[test]
+    fn one_nudge_rule_for_every_mover_failure() {
+        let t = now();
+        assert!(failure_nudge(true, false, None, None, t), "a failure without a class nudges");
+        assert!(!failure_nudge(false, false, None, None, t), "a success never nudges");
+        assert!(!failure_nudge(true, true, None, None, t), "a wedged pod never nudges");
+        assert!(!failure_nudge(true, false, Some("PermissionDenied"), None, t));
+        assert!(!failure_nudge(true, false, Some("CertificateError"), None, t));
+        assert!(!failure_nudge(true, false, None, Some(t - Duration::seconds(59)), t), "spaced 60 s");
+        assert!(failure_nudge(true, false, None, Some(t - Duration::seconds(60)), t));
     }
 
     #[test]

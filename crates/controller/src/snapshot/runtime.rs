@@ -218,6 +218,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     let (sched_tx, sched_rx) = mpsc::unbounded_channel::<ObjectRef<SnapshotSchedule>>();
     let (policy_tx, policy_rx) = mpsc::unbounded_channel::<ObjectRef<SnapshotPolicy>>();
     let pvc_policy_tx = policy_tx.clone();
+    let ns_policy_tx = policy_tx.clone();
     let (snapshots, snapshots_synced, snap_trigger) = decoupled::<Snapshot>(&client, &wc, move |s: &Snapshot| {
         let ns = s.namespace().unwrap_or_default();
         for o in s.owner_references().iter().filter(|o| o.controller == Some(true) && o.kind == "SnapshotSchedule") {
@@ -359,7 +360,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     // PVC -> Snapshots waiting for their source, Restores waiting for their target, and the
     // policies of its namespace with a pvcSelector (their `resolved.sources` expansion).
     {
-        let (stx, rtx, s, r) = (snap_tx.clone(), restore_tx, snapshots.clone(), restores.clone());
+        let (stx, rtx, s, r) = (snap_tx.clone(), restore_tx.clone(), snapshots.clone(), restores.clone());
         let policies = ctx.stores.policies.clone();
         tokio::spawn(async move {
             let mut ev = std::pin::pin!(pvc_events);
@@ -383,21 +384,47 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
         });
     }
     tokio::spawn(super::gauges::run(ctx.clone(), restores.clone()));
-    // Namespace -> its deleting Snapshots (the onNamespaceDelete axis).
+    // Namespace -> its deleting Snapshots (the onNamespaceDelete axis); and, when its labels
+    // changed while some ClusterRepository admits namespaces by selector, the consumers whose
+    // tenancy verdict may flip (api.md §5): Snapshots not yet launched or being deleted,
+    // Restores not past the gate, and the namespace's SnapshotPolicies.
     {
-        let (stx, s) = (snap_tx.clone(), snapshots.clone());
+        let (stx, rtx, s, r) = (snap_tx.clone(), restore_tx.clone(), snapshots.clone(), restores.clone());
+        let (policies, crepos) = (ctx.stores.policies.clone(), ctx.stores.crepos.clone());
         tokio::spawn(async move {
+            let mut seen = crate::gating::NamespaceLabels::default();
             let mut ev = std::pin::pin!(ns_events);
             while let Some(e) = ev.next().await {
                 let Ok(n) = e else { continue };
-                if n.metadata.deletion_timestamp.is_none() {
+                let ns = n.name_any();
+                let relabelled = seen.changed(&ns, n.metadata.labels.as_ref());
+                if n.metadata.deletion_timestamp.is_some() {
+                    for x in s.state().iter().filter(|x| x.namespace().as_deref() == Some(ns.as_str())) {
+                        if x.meta().deletion_timestamp.is_some() {
+                            let _ = stx.send(ObjectRef::from_obj(x.as_ref())).await;
+                        }
+                    }
                     continue;
                 }
-                let ns = n.name_any();
+                if !relabelled || !crate::gating::any_label_dependent(&crepos) {
+                    continue;
+                }
+                tracing::debug!(namespace = %ns, "namespace labels changed; re-evaluating tenancy of its consumers");
                 for x in s.state().iter().filter(|x| x.namespace().as_deref() == Some(ns.as_str())) {
-                    if x.meta().deletion_timestamp.is_some() {
+                    let waiting = x.meta().deletion_timestamp.is_some()
+                        || matches!(
+                            x.status.as_ref().and_then(|st| st.phase.as_ref()),
+                            None | Some(SnapshotPhase::Pending)
+                        );
+                    if waiting {
                         let _ = stx.send(ObjectRef::from_obj(x.as_ref())).await;
                     }
+                }
+                for x in parked_restores(&r, Some(ns.as_str())) {
+                    let _ = rtx.send(x).await;
+                }
+                for x in policies.state().iter().filter(|x| x.namespace().as_deref() == Some(ns.as_str())) {
+                    let _ = ns_policy_tx.send(ObjectRef::from_obj(x.as_ref()));
                 }
             }
         });

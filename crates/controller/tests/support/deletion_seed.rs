@@ -382,6 +382,8 @@ pub struct SeedSnap {
 /// The pin every seeded Snapshot carries.
 #[derive(Clone, Debug)]
 pub struct RepoPin {
+    /// `Repository` or `ClusterRepository` (whose namespace is empty).
+    pub kind: &'static str,
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -389,7 +391,21 @@ pub struct RepoPin {
 
 impl RepoPin {
     pub fn of(r: &Repository) -> RepoPin {
-        RepoPin { namespace: r.namespace().unwrap_or_default(), name: r.name_any(), uid: r.uid().unwrap_or_default() }
+        RepoPin {
+            kind: "Repository",
+            namespace: r.namespace().unwrap_or_default(),
+            name: r.name_any(),
+            uid: r.uid().unwrap_or_default(),
+        }
+    }
+
+    pub fn of_cluster(c: &kopiur_api::ClusterRepository) -> RepoPin {
+        RepoPin {
+            kind: "ClusterRepository",
+            namespace: String::new(),
+            name: c.name_any(),
+            uid: c.uid().unwrap_or_default(),
+        }
     }
 }
 
@@ -420,7 +436,9 @@ pub async fn seed_snapshots(
                 meta["ownerReferences"] = json!([o]);
             }
             let mut spec = json!({"policyRef": {"name": ABSENT_POLICY}, "deletionPolicy": "Delete"});
-            if pin.namespace != ns {
+            if pin.kind == "ClusterRepository" {
+                spec["repository"] = json!({"kind": "ClusterRepository", "name": pin.name});
+            } else if pin.namespace != ns {
                 spec["repository"] = json!({"name": pin.name, "namespace": pin.namespace});
             } else {
                 spec["repository"] = json!({"name": pin.name});
@@ -440,7 +458,11 @@ pub async fn seed_snapshots(
                 "observedGeneration": created.metadata.generation,
                 "snapshot": {"kopiaSnapshotID": s.kopia_id},
                 "resolved": {
-                    "repository": {"kind": "Repository", "namespace": pin.namespace, "name": pin.name, "uid": pin.uid},
+                    "repository": if pin.kind == "ClusterRepository" {
+                        json!({"kind": "ClusterRepository", "name": pin.name, "uid": pin.uid})
+                    } else {
+                        json!({"kind": "Repository", "namespace": pin.namespace, "name": pin.name, "uid": pin.uid})
+                    },
                     "deletionPolicy": "Delete",
                 },
                 "completionRecordedAt": now,
@@ -547,6 +569,38 @@ impl Harness {
             "metadata": {"name": name, "namespace": ns}, "spec": spec,
         }))?;
         Ok(Api::<Repository>::namespaced(self.client.clone(), ns).create(&PostParams::default(), &obj).await?)
+    }
+
+    /// A ClusterRepository over the existing kopia repository at `prefix`, admitting
+    /// `allowed` (`{"list": [...]}` or `{"selector": {...}}`); its `kopia` Secret lives in the
+    /// operator namespace (an absent Secret namespace means the operator's).
+    pub async fn cluster_repository(
+        &self,
+        name: &str,
+        prefix: &str,
+        allowed: Value,
+    ) -> Result<kopiur_api::ClusterRepository> {
+        self.secret(&self.op_ns).await?;
+        let obj: kopiur_api::ClusterRepository = serde_json::from_value(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "ClusterRepository",
+            "metadata": {"name": name},
+            "spec": {
+                "backend": {"s3": {"bucket": self.garage.bucket(), "endpoint": format!("http://{}", self.garage.s3_addr()), "region": self.garage.region(), "prefix": prefix}},
+                "encryption": {"passwordSecretRef": {"name": "kopia"}},
+                "allowedNamespaces": allowed
+            },
+        }))?;
+        Ok(Api::<kopiur_api::ClusterRepository>::all(self.client.clone()).create(&PostParams::default(), &obj).await?)
+    }
+
+    pub async fn wait_cluster_repository_ready(&self, name: &str, timeout: Duration) -> Result<()> {
+        let repos: Api<kopiur_api::ClusterRepository> = Api::all(self.client.clone());
+        wait_for(&format!("ClusterRepository {name} Ready"), timeout, &self.log(), || async {
+            let r = repos.get(name).await?;
+            let phase = r.status.as_ref().and_then(|s| s.common.phase.as_ref()).map(|p| p.as_str().to_string());
+            Ok((phase.as_deref() == Some("Ready")).then_some(()))
+        })
+        .await
     }
 
     pub async fn wait_repository_ready(&self, ns: &str, name: &str, timeout: Duration) -> Result<()> {
