@@ -97,7 +97,7 @@ fn cache(out: &mut Vec<Rule>, kinds: &'static [&'static str], p: &str) {
         r("storageClassName", "storage_class_name: u.storage_class_name"),
         r("metadataCacheSizeMb", "c.metadata_cache_size_mb"),
         r("contentCacheSizeMb", "c.content_cache_size_mb"),
-        // `Persistent` is refused there (FeatureNotImplemented).
+        // `Persistent`: the policy's cache PVC for backups; refused for other Job kinds.
         r("mode", "CacheMode::Persistent"),
     ]);
 }

@@ -16,8 +16,9 @@
 //! kind, the run waits (`PrivilegedMoverNotPermitted`). `privilegedMode` runs the mover as uid
 //! 0 with every capability dropped except what the operation needs: `DAC_READ_SEARCH` for a
 //! backup (read every file), `CHOWN`, `FOWNER` and `DAC_OVERRIDE` for a restore (write files
-//! with their recorded owners and modes). Refused as not built: the `Persistent` cache mode, and
-//! inheritance on Job kinds other than backup and restore (`FeatureNotImplemented`).
+//! with their recorded owners and modes). A `Persistent` cache is a PVC per SnapshotPolicy,
+//! reused by its backups. Refused as not built: the `Persistent` cache mode and inheritance on
+//! the other Job kinds (`FeatureNotImplemented`).
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Namespace, PodSecurityContext, ResourceRequirements, SecurityContext, Toleration,
 };
@@ -140,6 +141,8 @@ pub struct MoverSettings {
     pub ttl_seconds_after_finished: Option<i64>,
     /// What `inheritSecurityContextFrom` gave (`uid 999, gid 999 from pod db-0, container db`).
     pub inherited_from: Option<String>,
+    /// The PVC of a `Persistent` cache, to be applied before the Job is created.
+    pub cache_claim: Option<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
 }
 
 /// The mover's own uid/gid, named so `runAsNonRoot` is verifiable without image metadata.
@@ -176,7 +179,7 @@ pub fn resolve(
 }
 
 /// What the cluster says about one run, read before its Job is built (see [`crate::mover_pods`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct MoverFacts {
     /// The namespace opts in to privileged movers (`permits_privileged`).
     pub privileged_permitted: bool,
@@ -185,6 +188,8 @@ pub struct MoverFacts {
     pub inherited: Option<Result<crate::mover_pods::Inherited, String>>,
     /// The node where the run's ReadWriteOnce volume is in use (`sourceColocation`).
     pub colocate_node: Option<String>,
+    /// Where a `cache.mode: Persistent` cache lives for this Job kind; `None` refuses the mode.
+    pub cache_claim: Option<CacheClaim>,
 }
 
 /// [`resolve`] with the facts read from the cluster: the inherited identity sits between
@@ -251,6 +256,7 @@ pub fn resolve_with(
             None => defaults.and_then(|d| d.affinity.clone()),
         },
         inherited_from: inherited.as_ref().map(crate::mover_pods::Inherited::describe),
+        cache_claim: None,
         ttl_seconds_after_finished: recipe
             .and_then(|r| r.ttl_seconds_after_finished)
             .or_else(|| defaults.and_then(|d| d.ttl_seconds_after_finished)),
@@ -287,15 +293,81 @@ pub fn resolve_with(
             add: Some(op.privileged_capabilities().iter().map(|c| c.to_string()).collect()),
         });
     }
-    if s.cache.as_ref().is_some_and(|c| c.mode == Some(CacheMode::Persistent)) {
-        return Err(Refusal {
-            reason: reason::FEATURE_NOT_IMPLEMENTED,
-            message: "cache.mode Persistent is not supported by this version, so no Job is created; remove it to \
-                      use an emptyDir cache, or set cache.capacity for an ephemeral volume of that size"
-                .into(),
-        });
+    let recipe_persistent = recipe.and_then(|r| r.cache.as_ref()).and_then(|c| c.mode) == Some(CacheMode::Persistent);
+    if facts.cache_claim.is_none()
+        && !recipe_persistent
+        && let Some(c) = s.cache.as_mut()
+        && c.mode == Some(CacheMode::Persistent)
+    {
+        // The repository's default reaches every Job it spawns; Job kinds without a kept cache
+        // (probe, bootstrap, batch delete, maintenance, replication, restore) use an emptyDir
+        // (or the ephemeral volume of `capacity`), as documented.
+        c.mode = Some(CacheMode::Ephemeral);
+    }
+    if let Some(c) = s.cache.as_ref().filter(|c| c.mode == Some(CacheMode::Persistent)) {
+        let Some(claim) = &facts.cache_claim else {
+            return Err(Refusal {
+                reason: reason::FEATURE_NOT_IMPLEMENTED,
+                message: "cache.mode Persistent is built for backups only in this version (one cache PVC per \
+                          SnapshotPolicy), so no Job is created; remove it here to use an emptyDir cache, or set \
+                          cache.capacity for an ephemeral volume of that size"
+                    .into(),
+            });
+        };
+        s.cache_claim = Some(persistent_cache_claim(claim, c));
     }
     Ok(s)
+}
+
+/// Where a `Persistent` cache lives: the PVC's name and the object that owns it (it is
+/// deleted with that object, and reused by each of its runs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CacheClaim {
+    pub name: String,
+    pub owner: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+}
+
+/// Default size of a `Persistent` cache PVC without `cache.capacity`.
+pub const DEFAULT_PERSISTENT_CACHE_CAPACITY: &str = "2Gi";
+
+/// The cache PVC name for a recipe object (`<name>-kopia-cache`, shortened with a hash when the
+/// name would exceed 253 characters).
+pub fn cache_claim_name(recipe_name: &str) -> String {
+    let full = format!("{recipe_name}-kopia-cache");
+    if full.len() <= 253 {
+        return full;
+    }
+    // FNV-1a: stable across builds, so the same policy always finds its cache.
+    let h =
+        recipe_name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    format!("{}-{h:016x}-kopia-cache", &recipe_name[..200])
+}
+
+/// The PVC a `Persistent` cache uses (namespace set by the Job's builder): ReadWriteOnce,
+/// `capacity` (default [`DEFAULT_PERSISTENT_CACHE_CAPACITY`]) of `storageClassName`, owned by
+/// the recipe object so it goes with it.
+fn persistent_cache_claim(claim: &CacheClaim, c: &CacheSpec) -> k8s_openapi::api::core::v1::PersistentVolumeClaim {
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let capacity = c.capacity.clone().unwrap_or_else(|| DEFAULT_PERSISTENT_CACHE_CAPACITY.into());
+    PersistentVolumeClaim {
+        metadata: kube::api::ObjectMeta {
+            name: Some(claim.name.clone()),
+            owner_references: Some(vec![claim.owner.clone()]),
+            labels: Some(crate::snapshot::ctx::managed_labels()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: c.storage_class_name.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some([("storage".to_string(), Quantity(capacity))].into()),
+                limits: None,
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }
 }
 
 /// What makes the merged settings privileged (spec/api.md §2.6 "Privileged movers"), plus
@@ -347,7 +419,9 @@ impl MoverSettings {
         input.pod_security_context =
             merge_pod_overlays([input.pod_security_context.as_ref(), self.pod_security_context.as_ref()]);
         if let Some(c) = &self.cache {
-            if let Some(capacity) = &c.capacity {
+            if let Some(claim) = &self.cache_claim {
+                input.cache = CacheVolume::Persistent { claim_name: claim.metadata.name.clone().unwrap_or_default() };
+            } else if let Some(capacity) = &c.capacity {
                 input.cache = CacheVolume::Ephemeral {
                     capacity: capacity.clone(),
                     storage_class_name: c.storage_class_name.clone(),
@@ -611,13 +685,44 @@ mod tests {
     }
 
     #[test]
-    fn persistent_cache_is_refused() {
+    fn a_persistent_cache_is_a_pvc_owned_by_the_recipe_or_refused() {
         let d = MoverDefaults {
-            cache: Some(CacheSpec { mode: Some(CacheMode::Persistent), ..Default::default() }),
+            cache: Some(CacheSpec {
+                mode: Some(CacheMode::Persistent),
+                storage_class_name: Some("fast".into()),
+                content_cache_size_mb: Some(64),
+                ..Default::default()
+            }),
             ..Default::default()
         };
-        let e = resolve(Some(&d), None, MoverOp::Other, false).unwrap_err();
+        // Where no claim is named (this Job kind does not keep one), a recipe's Persistent is
+        // refused; the repository's default falls back to an ephemeral cache for that Job.
+        let r = MoverSpec { cache: d.cache.clone(), ..Default::default() };
+        let e = resolve(None, Some(&r), MoverOp::Other, false).unwrap_err();
         assert_eq!(e.reason, "FeatureNotImplemented");
         assert!(e.message.contains("cache.mode Persistent"), "{}", e.message);
+        let probe = resolve(Some(&d), None, MoverOp::Other, false).unwrap();
+        assert_eq!(probe.cache_claim, None);
+        assert_eq!(probe.cache.unwrap().mode, Some(CacheMode::Ephemeral));
+        let owner = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "kopiur.home-operations.com/v1alpha1".into(),
+            kind: "SnapshotPolicy".into(),
+            name: "p".into(),
+            uid: "u-p".into(),
+            ..Default::default()
+        };
+        let f = MoverFacts {
+            cache_claim: Some(CacheClaim { name: cache_claim_name("p"), owner: owner.clone() }),
+            ..Default::default()
+        };
+        let s = resolve_with(Some(&d), None, MoverOp::Backup, &f).unwrap();
+        let pvc = s.cache_claim.clone().expect("a cache PVC");
+        assert_eq!(pvc.metadata.name.as_deref(), Some("p-kopia-cache"));
+        assert_eq!(pvc.metadata.owner_references, Some(vec![owner]));
+        let spec = pvc.spec.clone().unwrap();
+        assert_eq!(spec.access_modes, Some(vec!["ReadWriteOnce".to_string()]));
+        assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));
+        assert_eq!(spec.resources.unwrap().requests.unwrap()["storage"].0, "2Gi");
+        assert!(cache_claim_name(&"x".repeat(253)).len() <= 253);
     }
 }

@@ -641,6 +641,46 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         .delete("db", &DeleteParams::default())
         .await?;
 
+    // 4a''. cache.mode Persistent: the policy's cache PVC is created once, owned by the policy,
+    // and every backup of the policy mounts it (the second run finds the first run's cache).
+    policy(&client, &ns, "cached", "plain", json!({"cache": {"mode": "Persistent", "capacity": "128Mi"}})).await?;
+    for run in ["cached-1", "cached-2"] {
+        snapshot(&client, &ns, run, "cached").await?;
+        let done = wait_snapshot_done(&snaps, run, &log).await?;
+        ensure!(
+            phase(&done) == "Succeeded",
+            "{run}: {} {:?}",
+            phase(&done),
+            done.status.as_ref().and_then(|s| s.failure.clone())
+        );
+        if run == "cached-1" {
+            let dir = pvc_dir(&client, &ns, "cached-kopia-cache", &node_dir, &log).await?;
+            let entries = std::fs::read_dir(&dir)?.count();
+            ensure!(entries > 0, "the first backup filled the persistent cache at {}", dir.display());
+        }
+    }
+    let cache = pvcs_api(&client, &ns).get("cached-kopia-cache").await?;
+    ensure!(
+        cache.owner_references().iter().any(|o| o.kind == "SnapshotPolicy" && o.name == "cached"),
+        "the cache PVC belongs to the policy: {:?}",
+        cache.owner_references()
+    );
+    for run in ["cached-1", "cached-2"] {
+        let pod = seen
+            .pods()
+            .into_iter()
+            .find(|p| p.labels().get("job-name").is_some_and(|j| j == run))
+            .with_context(|| format!("{run} mover pod"))?;
+        let claim = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .find(|v| v.name == "kopia-cache")
+            .and_then(|v| v.persistent_volume_claim.as_ref().map(|c| c.claim_name.clone()));
+        ensure!(claim.as_deref() == Some("cached-kopia-cache"), "{run} cache volume {claim:?}");
+    }
+    println!("cache.mode Persistent: cached-1 and cached-2 Succeeded on PVC cached-kopia-cache (owned by the policy)");
+
     // 4a'. A mover stuck in ContainerCreating: its source volume cannot be mounted (a hostPath PV
     // whose directory does not exist, type Directory), so the kubelet keeps reporting FailedMount.
     // Past podStartupDeadlineSeconds the Snapshot fails MoverPodWedged quoting the kubelet's

@@ -158,6 +158,8 @@ pub struct Built {
     pub bytes: usize,
     /// What `inheritSecurityContextFrom` gave, when the recipe inherits.
     pub inherited_from: Option<String>,
+    /// The `Persistent` cache PVC (namespaced), applied before the Job is created.
+    pub cache_claim: Option<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -278,7 +280,11 @@ pub fn backup_job(
     .map_err(BuildError::Refused)?;
     settings.apply(&mut input, true);
     let job = build_job(&input).map_err(|e| BuildError::Invalid(e.to_string()))?;
-    Ok(Built { job, bytes, inherited_from: settings.inherited_from })
+    let cache_claim = settings.cache_claim.map(|mut c| {
+        c.metadata.namespace = snap.namespace();
+        c
+    });
+    Ok(Built { job, bytes, inherited_from: settings.inherited_from, cache_claim })
 }
 
 /// The batch delete Job for one `BatchSpec` of the dispatcher: one connect, then
@@ -510,6 +516,25 @@ mod tests {
                     let ws: serde_json::Value = serde_json::from_str(&ws).unwrap();
                     assert_eq!(ws["repository"]["cache"]["contentMb"], 100);
                     assert_eq!(ws["repository"]["cache"]["metadataMb"], 50);
+                },
+            ),
+            (
+                "cache Persistent: the policy's own PVC, reused by its backups",
+                json!({"cache": {"mode": "Persistent", "capacity": "1Gi"}}),
+                json!(null),
+                MoverFacts {
+                    cache_claim: Some(crate::mover_settings::CacheClaim {
+                        name: crate::mover_settings::cache_claim_name("p"),
+                        owner: Default::default(),
+                    }),
+                    ..Default::default()
+                },
+                |p, _| {
+                    let v = p.volumes.iter().flatten().find(|v| v.name == "kopia-cache").unwrap();
+                    assert_eq!(
+                        v.persistent_volume_claim.as_ref().map(|c| c.claim_name.as_str()),
+                        Some("p-kopia-cache")
+                    );
                 },
             ),
             (

@@ -192,6 +192,11 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     let built = if let (Some(p), Some(r), Some(rv)) = (&policy, &rec, &repo) {
         // The workload's identity and the volume's node are read only while a launch is possible.
         let mut mf = crate::mover_settings::MoverFacts::default();
+        // A `Persistent` cache is one PVC per policy, reused by each of its backups.
+        let cache_claim = crate::mover_settings::CacheClaim {
+            name: crate::mover_settings::cache_claim_name(&p.name_any()),
+            owner: super::job::owner_of(p.as_ref()),
+        };
         if matches!(phase, None | Some(SnapshotPhase::Pending)) && job.is_none() {
             mf = crate::mover_pods::io::facts(
                 &ctx.client,
@@ -202,6 +207,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
             )
             .await;
         }
+        mf.cache_claim = Some(cache_claim);
         let first = backup_job(snap, p, r, rv, &ctx.config, &mf);
         // Privileged settings: read the namespace's opt-in only when they ask for it.
         Some(match first {
@@ -240,7 +246,10 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     let work_spec = match policy.as_ref().filter(|p| p.spec.suspend) {
         Some(p) => WorkSpecState::MoverRefused {
             reason: "PolicySuspended",
-            message: format!("SnapshotPolicy {} is suspended (spec.suspend); this Snapshot waits until it is not", p.name_any()),
+            message: format!(
+                "SnapshotPolicy {} is suspended (spec.suspend); this Snapshot waits until it is not",
+                p.name_any()
+            ),
         },
         None => work_spec,
     };
@@ -303,6 +312,20 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         && let Some(Ok(b)) = built
     {
         ctx.ensure_mover_rbac(&ns).await?;
+        if let Some(pvc) = &b.cache_claim {
+            // The policy's cache PVC: created once, then reused as it is (a PVC's class and size
+            // are not edited in place; delete it to resize).
+            match Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns)
+                .create(&PostParams::default(), pvc)
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(snapshot = %name, namespace = %ns, pvc = %pvc.name_any(), "created the policy's kopia cache PVC")
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &b.job).await {
             Ok(_) => {
                 ctx.metrics.jobs_created.inc(&["backup", &ns]);
