@@ -175,6 +175,8 @@ async fn catalog_discovers_expires_and_rediscovers() -> Result<()> {
     assert_eq!(cat.scan_request_honored.as_deref(), Some("scan-1"));
     assert_eq!(cat.discovered_backup_count, Some(3));
     assert!(cat.last_refresh_at.is_some());
+    let count = |r: &kopiur_api::Repository| r.status.as_ref().and_then(|s| s.storage_stats.as_ref()?.snapshot_count);
+    assert_eq!(count(&r), Some(all.len() as i64), "storageStats.snapshotCount from the listing");
 
     // Deleting a row by hand deletes the CR only: kopia still has the snapshot.
     let by_hand = seeded[0].clone();
@@ -207,6 +209,7 @@ async fn catalog_discovers_expires_and_rediscovers() -> Result<()> {
     let cat = r.status.as_ref().and_then(|s| s.catalog.clone()).context("status.catalog")?;
     assert_eq!(cat.scan_request_honored.as_deref(), Some("scan-2"));
     assert_eq!(cat.discovered_backup_count, Some(2));
+    assert_eq!(count(&r), Some(remaining.len() as i64), "snapshotCount follows the listing");
     // Nothing deleted kopia data along the way: only the out-of-band delete did.
     assert_eq!(kopia_ids(&k).await?, remaining);
     println!("[{:?}] expired and rediscovered", started.elapsed());

@@ -308,6 +308,26 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
     assert_eq!(restore_phase(&rstill), "Failed");
     assert_eq!(restore_cond(&rstill, "Ready").map(|c| c.reason).as_deref(), Some("MoverPodWedged"));
     assert!(jobs.get_opt("wedged-restore").await?.is_none(), "no restore Job is launched again");
+    // The operator exports the Failed Restore as the series `KopiurRestoreFailed` selects
+    // (`kopiur_resource_phase{kind="Restore",phase="Failed"}`), and the wedged Snapshot's phase.
+    let series = |kind: &str, name: &str, phase: &str| {
+        format!("kopiur_resource_phase{{kind=\"{kind}\",namespace=\"{ns}\",name=\"{name}\",phase=\"{phase}\"}} 1")
+    };
+    let (restore_failed, snapshot_failed) =
+        (series("Restore", "wedged", "Failed"), series("Snapshot", "wedged", "Failed"));
+    let text = wait_for("the Failed Restore's phase series", Duration::from_secs(30), &log, || async {
+        let t = op.metrics().await?;
+        Ok((t.lines().any(|l| l == restore_failed) && t.lines().any(|l| l == snapshot_failed)).then_some(t))
+    })
+    .await?;
+    let of_wedged: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("kopiur_resource_phase{kind=\"Restore\"")
+                && l.contains(&format!("namespace=\"{ns}\",name=\"wedged\""))
+        })
+        .collect();
+    assert_eq!(of_wedged, [restore_failed.as_str()], "one series, for the current phase only");
     assert_eq!(
         repos.get("r").await?.annotations().get(annotation::REVERIFY_REQUESTED_AT),
         nudge_before.as_ref(),
@@ -434,6 +454,19 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
     let target = pvcs.get("restored").await?;
     let out = kopiur_testenv::node::provisioner::pv_dir(&env.node_state_dir(), &target.uid().context("uid")?);
     assert_eq!(std::fs::read(out.join("state.txt"))?, b"backed up once the Secret copy is fixed\n");
+    // The completed Restore's series replaces nothing of the others'; deleting the Failed one
+    // removes its series (bounded cardinality), and the Maintenance has one too.
+    restores.delete("wedged", &Default::default()).await?;
+    let completed = series("Restore", "after", "Completed");
+    let maintenance_prefix =
+        format!("kopiur_resource_phase{{kind=\"Maintenance\",namespace=\"{ns}\",name=\"m\",phase=");
+    wait_for("the deleted Restore's series gone, the Completed one there", Duration::from_secs(60), &log, || async {
+        let t = op.metrics().await?;
+        let gone = !t.lines().any(|l| l.contains(&format!("kind=\"Restore\",namespace=\"{ns}\",name=\"wedged\"")));
+        let there = t.lines().any(|l| l == completed) && t.lines().any(|l| l.starts_with(&maintenance_prefix));
+        Ok((gone && there).then_some(()))
+    })
+    .await?;
     let (wedged_after, _) = occurrences(&client, &ns, "after", "MoverPodWedged").await?;
     assert_eq!(wedged_after, 0, "a healthy pod is never taken for a wedged one");
     assert_eq!(
