@@ -197,6 +197,80 @@ mod tests {
         assert_eq!(series(&scheds), BTreeMap::from([(key(&["SnapshotSchedule", "t", "h", "Ready"]), 1)]));
     }
 
+    /// The label matchers of `metric{...}` in a PromQL expression (equality and `=~` with
+    /// plain alternatives, which is all the shipped rules use).
+    fn matchers(expr: &str, metric: &str) -> Vec<(String, bool, Vec<String>)> {
+        let start = expr.find(&format!("{metric}{{")).expect("the rule selects the metric") + metric.len() + 1;
+        let body = &expr[start..start + expr[start..].find('}').expect("closing brace")];
+        body.split(',')
+            .map(|m| {
+                let (k, regex, v) = match m.split_once("=~") {
+                    Some((k, v)) => (k, true, v),
+                    None => {
+                        let (k, v) = m.split_once('=').expect("an equality matcher");
+                        (k, false, v)
+                    }
+                };
+                let v = v.trim().trim_matches('"');
+                (k.trim().to_string(), regex, v.split('|').map(str::to_string).collect())
+            })
+            .collect()
+    }
+
+    fn labels_of(line: &str) -> BTreeMap<String, String> {
+        let inner = &line[line.find('{').unwrap() + 1..line.rfind('}').unwrap()];
+        inner
+            .split("\",")
+            .map(|kv| {
+                let (k, v) = kv.split_once("=\"").unwrap();
+                (k.to_string(), v.trim_end_matches('"').to_string())
+            })
+            .collect()
+    }
+
+    /// behavior.md §10.3: `KopiurRestoreFailed` (both shipped copies of the rules) selects the
+    /// series the controller renders for a Failed Restore, and nothing else it renders.
+    #[test]
+    fn the_restore_failed_alert_selects_the_exported_series() {
+        let m = Metrics::default();
+        m.leader.store(true, std::sync::atomic::Ordering::Relaxed);
+        publish(
+            &m,
+            &[
+                obj::<Restore>("Restore", "bad", json!({"phase": "Failed"})),
+                obj::<Restore>("Restore", "ok", json!({"phase": "Completed"})),
+            ],
+        );
+        publish(&m, &[obj::<Snapshot>("Snapshot", "s", json!({"phase": "Failed"}))]);
+        let out = m.render(&[]);
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        for rules in ["deploy/prometheus/kopiur-rules.yaml", "deploy/helm/kopiur/prometheus/kopiur-rules.yaml"] {
+            let text = std::fs::read_to_string(root.join(rules)).unwrap();
+            let v: serde_json::Value = serde_yaml::from_str(&text).unwrap();
+            let expr = v["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|g| g["rules"].as_array().unwrap().iter())
+                .find(|r| r["alert"] == "KopiurRestoreFailed")
+                .and_then(|r| r["expr"].as_str())
+                .unwrap_or_else(|| panic!("{rules}: KopiurRestoreFailed"))
+                .to_string();
+            let ms = matchers(&expr, "kopiur_resource_phase");
+            let selected: Vec<BTreeMap<String, String>> = out
+                .lines()
+                .filter(|l| l.starts_with("kopiur_resource_phase{"))
+                .map(labels_of)
+                .filter(|l| ms.iter().all(|(k, _, vs)| l.get(k).is_some_and(|x| vs.contains(x))))
+                .collect();
+            assert_eq!(selected.len(), 1, "{rules}: {expr} selects exactly the Failed Restore in:\n{out}");
+            let l = &selected[0];
+            assert_eq!((l["kind"].as_str(), l["name"].as_str(), l["phase"].as_str()), ("Restore", "bad", "Failed"));
+            // The alert groups by (namespace, name): both labels are on the series.
+            assert!(expr.contains("by (namespace, name)") && l.contains_key("namespace") && l.contains_key("name"));
+        }
+    }
+
     #[test]
     fn a_phase_change_replaces_the_series_and_a_deleted_object_loses_it() {
         let m = Metrics::default();
