@@ -209,6 +209,7 @@ async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
         let owner = c.owner_references().first().cloned().context("owner")?;
         assert_eq!(owner.kind, "SnapshotSchedule");
         assert_eq!(owner.controller, Some(true));
+        assert_eq!(c.labels().get("app.kubernetes.io/managed-by").map(String::as_str), Some("kopiur"), "api.md §1.7");
         assert_eq!(c.spec.on_schedule_delete, Some(kopiur_api::snapshot::OnScheduleDelete::Retain));
         let slot: i64 = c.name_any().rsplit('-').next().unwrap().parse()?;
         assert_eq!(slot % 60, 0, "children are named by their minute slot: {}", c.name_any());
@@ -216,6 +217,7 @@ async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
     let sched: kopiur_api::SnapshotSchedule = Api::namespaced(client.clone(), &ns).get("every-minute").await?;
     let next = sched.status.as_ref().and_then(|s| s.next_schedule.clone()).context("nextSchedule pinned")?;
     assert!(next.slot.is_some() && next.at.is_some());
+    assert_eq!(sched.status.as_ref().map(|s| s.consecutive_failures), Some(0), "no failed run: consecutiveFailures 0");
 
     // Retention keepLatest 2 over manual-1 plus the scheduled children: the oldest go, each
     // stamped before its delete; their kopia manifests are removed through a delete Job.
