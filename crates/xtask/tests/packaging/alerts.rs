@@ -139,6 +139,106 @@ fn every_alert_has_promtool_tests() {
     }
 }
 
+/// The labels of `kopiur_resource_phase` as the controller renders them (behavior.md §10.1;
+/// the controller's unit test `resource_phase::the_restore_failed_alert_selects_the_exported_series`
+/// renders a Failed Restore and matches it against these same rule files).
+const PHASE_LABELS: [&str; 4] = ["kind", "namespace", "name", "phase"];
+
+/// `metric{a="b",...}` of a promtool input series as a label map (the metric name is dropped).
+fn series_labels(series: &str) -> (String, std::collections::BTreeMap<String, String>) {
+    let (name, rest) = series.split_once('{').unwrap_or((series, "}"));
+    let labels = rest
+        .trim_end_matches('}')
+        .split(',')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').expect("label=value");
+            (k.trim().to_string(), v.trim().trim_matches('"').to_string())
+        })
+        .collect();
+    (name.to_string(), labels)
+}
+
+/// `KopiurRestoreFailed` selects what the controller exports for a Failed Restore: its
+/// `kopiur_resource_phase` matchers use only the family's labels, name the Restore CRD's kind and
+/// a value of its `status.phase` enum, and the promtool case where it fires feeds it a series
+/// with exactly the controller's label set (and not a Completed Restore's or a Repository's).
+#[test]
+fn restore_failed_selects_the_series_the_controller_exports() {
+    let crd = yaml_file("deploy/crds/restores.kopiur.home-operations.com.yaml");
+    let kind = crd["spec"]["names"]["kind"].as_str().expect("CRD kind").to_string();
+    let phases: Vec<String> =
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["phase"]["enum"]
+            .as_array()
+            .expect("status.phase enum")
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect();
+    for file in ["deploy/prometheus/kopiur-rules.yaml", "deploy/helm/kopiur/prometheus/kopiur-rules.yaml"] {
+        let doc = yaml_file(file);
+        let expr = doc["groups"]
+            .as_array()
+            .expect("groups")
+            .iter()
+            .flat_map(|g| g["rules"].as_array().expect("rules").iter())
+            .find(|r| r["alert"] == "KopiurRestoreFailed")
+            .and_then(|r| r["expr"].as_str())
+            .unwrap_or_else(|| panic!("{file}: KopiurRestoreFailed"))
+            .to_string();
+        let sels = super::promql::selectors(&expr, "kopiur_resource_phase");
+        assert_eq!(sels.len(), 1, "{file}: one kopiur_resource_phase selector in {expr}");
+        let ms = &sels[0];
+        for m in ms {
+            assert!(
+                PHASE_LABELS.contains(&m.label.as_str()),
+                "{file}: matcher on a label the controller never sets: {m:?}"
+            );
+        }
+        let kind_m = ms.iter().find(|m| m.label == "kind").expect("the alert selects a kind");
+        assert_eq!((kind_m.op.as_str(), kind_m.value.as_str()), ("=", kind.as_str()), "{file}: the Restore CRD kind");
+        let phase_m = ms.iter().find(|m| m.label == "phase").expect("the alert selects a phase");
+        assert!(phase_m.op == "=" && phases.contains(&phase_m.value), "{file}: {phase_m:?} not in {phases:?}");
+        assert_eq!(phase_m.value, "Failed");
+        // What the controller renders for a Failed and a Completed Restore, and a Failed Repository.
+        let exported = |kind: &str, phase: &str| {
+            let l: std::collections::BTreeMap<String, String> = PHASE_LABELS
+                .iter()
+                .zip([kind, "media", "restore-db", phase])
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            l
+        };
+        assert!(ms.iter().all(|m| m.matches(&exported(&kind, "Failed"))), "{file}: selects the Failed Restore");
+        assert!(!ms.iter().all(|m| m.matches(&exported(&kind, "Completed"))), "{file}: not a Completed one");
+        assert!(!ms.iter().all(|m| m.matches(&exported("Repository", "Failed"))), "{file}: not a Repository");
+    }
+    // The promtool case in which it fires feeds it series in the controller's label set.
+    let tests = yaml_file("deploy/prometheus/tests/backups.yaml");
+    let case = tests["tests"]
+        .as_array()
+        .expect("tests")
+        .iter()
+        .find(|t| {
+            t["alert_rule_test"].as_array().into_iter().flatten().any(|a| {
+                a["alertname"] == "KopiurRestoreFailed" && a["exp_alerts"].as_array().is_some_and(|x| !x.is_empty())
+            })
+        })
+        .expect("a promtool case where KopiurRestoreFailed fires");
+    let mut restore_series = 0;
+    for s in case["input_series"].as_array().expect("input_series") {
+        let (name, labels) = series_labels(s["series"].as_str().expect("series"));
+        if name != "kopiur_resource_phase" {
+            continue;
+        }
+        let keys: Vec<&str> = labels.keys().map(String::as_str).collect();
+        let mut want = PHASE_LABELS.to_vec();
+        want.sort();
+        assert_eq!(keys, want, "promtool input {labels:?} is not in the controller's label set");
+        restore_series += usize::from(labels["kind"] == kind);
+    }
+    assert!(restore_series >= 2, "a Failed and a Completed Restore are fed to the alert");
+}
+
 #[test]
 fn promtool_checks_and_unit_tests_pass() {
     let script = repo_root().join("deploy/prometheus/test.sh");

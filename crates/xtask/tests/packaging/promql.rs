@@ -103,9 +103,81 @@ fn skip_until(chars: &[char], open: usize, close: char) -> usize {
     i + 1
 }
 
+/// One label matcher of a selector: `name op "value"`, op one of `=`, `!=`, `=~`, `!~`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Matcher {
+    pub label: String,
+    pub op: String,
+    pub value: String,
+}
+
+impl Matcher {
+    /// Whether a series with `labels` passes this matcher (an absent label reads as "").
+    /// Regexes are anchored alternations of literals, all the shipped rules use.
+    pub fn matches(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        let v = labels.get(&self.label).map(String::as_str).unwrap_or("");
+        match self.op.as_str() {
+            "=" => v == self.value,
+            "!=" => v != self.value,
+            "=~" => self.value.split('|').any(|a| a == v),
+            "!~" => !self.value.split('|').any(|a| a == v),
+            op => panic!("unknown matcher op {op}"),
+        }
+    }
+}
+
+/// The matchers of every `metric{...}` selector in `expr` (one list per occurrence).
+pub fn selectors(expr: &str, metric: &str) -> Vec<Vec<Matcher>> {
+    let open = format!("{metric}{{");
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find(&open) {
+        let body_start = at + open.len();
+        let chars: Vec<char> = rest[body_start..].chars().collect();
+        let mut ms = Vec::new();
+        let mut i = 0;
+        loop {
+            while i < chars.len() && (chars[i] == ',' || chars[i].is_whitespace()) {
+                i += 1;
+            }
+            if i >= chars.len() || chars[i] == '}' {
+                break;
+            }
+            let name_start = i;
+            while chars[i].is_alphanumeric() || chars[i] == '_' {
+                i += 1;
+            }
+            let label: String = chars[name_start..i].iter().collect();
+            let op_start = i;
+            while matches!(chars[i], '=' | '!' | '~') {
+                i += 1;
+            }
+            let op: String = chars[op_start..i].iter().collect();
+            assert_eq!(chars[i], '"', "a quoted matcher value in {expr}");
+            let end = skip_string(&chars, i);
+            let value: String = chars[i + 1..end - 1].iter().collect();
+            ms.push(Matcher { label, op, value });
+            i = end;
+        }
+        out.push(ms);
+        let consumed: usize = chars[..i].iter().map(|c| c.len_utf8()).sum();
+        rest = &rest[body_start + consumed..];
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::metric_names;
+
+    #[test]
+    fn selectors_list_each_matcher() {
+        let s = super::selectors(r#"max by (kind) (m{kind=~"A|B",phase="F"}) == 1 or m{x!="y"}"#, "m");
+        let flat: Vec<Vec<(String, String, String)>> =
+            s.into_iter().map(|ms| ms.into_iter().map(|m| (m.label, m.op, m.value)).collect()).collect();
+        let t = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
+        assert_eq!(flat, [vec![t("kind", "=~", "A|B"), t("phase", "=", "F")], vec![t("x", "!=", "y")]]);
+    }
 
     fn names(e: &str) -> Vec<String> {
         metric_names(e).into_iter().collect()
