@@ -173,6 +173,8 @@ pub struct DeleteBatchReport {
 /// One report.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "kind", content = "body")]
+// One report per Job step, built once and serialized: the variants' size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Report {
     /// For the result ConfigMap.
     Bootstrap(BootstrapResult),

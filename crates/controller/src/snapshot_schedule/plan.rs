@@ -325,7 +325,7 @@ pub enum RunEnd {
 /// child (all pruned or not yet ended) `prev` stays.
 pub fn consecutive_failures(prev: i32, ended: &[(DateTime<Utc>, RunEnd)]) -> i32 {
     let mut v: Vec<&(DateTime<Utc>, RunEnd)> = ended.iter().collect();
-    v.sort_by(|a, b| b.0.cmp(&a.0));
+    v.sort_by_key(|e| std::cmp::Reverse(e.0));
     match v.first() {
         None => prev,
         Some((_, RunEnd::Success)) => 0,
