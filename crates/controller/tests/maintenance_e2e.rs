@@ -242,6 +242,14 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     .await?;
     let rst = rr.status.clone().unwrap_or_default();
     assert_eq!(repl_phase(&rr), "Succeeded");
+    // `kopiur_resource_phase` exports the replication's phase (its own watch in the operator).
+    let series = format!(
+        "kopiur_resource_phase{{kind=\"RepositoryReplication\",namespace=\"{ns}\",name=\"rr\",phase=\"Succeeded\"}} 1"
+    );
+    wait_for("the replication's phase series", Duration::from_secs(30), &log, || async {
+        Ok(op.metrics().await?.lines().any(|l| l == series).then_some(()))
+    })
+    .await?;
     assert!(rst.last_replicated.is_some());
     assert_eq!(ready(&rst.conditions), Some(("True".into(), "Replicated".into())));
     let copied = g.list_objects(MIRROR, "copy/").await?;
