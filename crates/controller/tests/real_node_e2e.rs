@@ -602,7 +602,25 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let isc = ispec.containers[0].security_context.clone().unwrap_or_default();
     ensure!((isc.run_as_user, isc.run_as_group) == (Some(999), Some(999)), "mover ran as {:?}", isc.run_as_user);
     // The RWO source is in use on the node: the mover prefers that node (sourceColocation Auto).
-    let pref = ispec
+    // The first run may have been planned while the db pod was not yet scheduled (no node to
+    // prefer), so a second run, once db is Running, shows it.
+    wait_for("the db pod Running", Duration::from_secs(120), &log, || async {
+        let l = Api::<Pod>::namespaced(client.clone(), &ns).list(&ListParams::default().labels("app=db")).await?;
+        Ok(l.items.iter().any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).then_some(()))
+    })
+    .await?;
+    snapshot(&client, &ns, "inherited-2", "data-inherit").await?;
+    let second = wait_snapshot_done(&snaps, "inherited-2", &log).await?;
+    ensure!(phase(&second) == "Succeeded", "inherited-2: {:?}", second.status.as_ref().and_then(|s| s.failure.clone()));
+    let ipod2 = seen
+        .pods()
+        .into_iter()
+        .find(|p| p.labels().get("job-name").is_some_and(|j| j == "inherited-2"))
+        .context("the inherited-2 mover pod")?;
+    let pref = ipod2
+        .spec
+        .clone()
+        .unwrap_or_default()
         .affinity
         .and_then(|a| a.node_affinity)
         .and_then(|n| n.preferred_during_scheduling_ignored_during_execution)
@@ -704,6 +722,23 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
                         "resources": {"requests": {"storage": "1Gi"}}}}),
     )
     .await?;
+    // This cluster's binder is the environment's provisioner, which binds only the claims it
+    // provisions: bind the static pair the way the PV controller would.
+    {
+        use kube::api::{Patch, PatchParams};
+        let pv_name = format!("{ns}-broken");
+        let bind = json!({"metadata": {"annotations": {"pv.kubernetes.io/bind-completed": "yes"}}});
+        pvcs_api(&client, &ns).patch("broken", &PatchParams::default(), &Patch::Merge(&bind)).await?;
+        let claim_uid = pvcs_api(&client, &ns).get("broken").await?.uid().context("claim uid")?;
+        let pvs = Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone());
+        let claim_ref = json!({"spec": {"claimRef": {"namespace": ns, "name": "broken", "uid": claim_uid}}});
+        pvs.patch(&pv_name, &PatchParams::default(), &Patch::Merge(&claim_ref)).await?;
+        let bound = json!({"status": {"phase": "Bound"}});
+        pvs.patch_status(&pv_name, &PatchParams::default(), &Patch::Merge(&bound)).await?;
+        let claim_bound =
+            json!({"status": {"phase": "Bound", "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"]}});
+        pvcs_api(&client, &ns).patch_status("broken", &PatchParams::default(), &Patch::Merge(&claim_bound)).await?;
+    }
     policy(&client, &ns, "broken", "broken", Value::Null).await?;
     apply(
         &client,
@@ -718,7 +753,9 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let sr = condition(&stuck, "Ready").cloned().context("Ready of stuck")?;
     ensure!(phase(&stuck) == "Failed" && sr.reason == "MoverPodWedged", "{} {sr:?}", phase(&stuck));
     ensure!(
-        sr.message.contains("stuck in ContainerCreating") && sr.message.contains("FailedMount"),
+        sr.message.contains("stuck in ContainerCreating")
+            && sr.message.contains("FailedMount")
+            && sr.message.contains(&missing_dir),
         "the kubelet's cause is quoted: {}",
         sr.message
     );

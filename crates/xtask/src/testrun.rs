@@ -32,8 +32,8 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "pipeline_outage_e2e",     // 830 s: the outage replay, the critical path
     "pipeline_acceptance_e2e", // 342 s
     "e2e_repository",          // 304 s
+    "real_node_e2e",           // 277 s (measured alone)
     "deletion_e2e",            // 243 s
-    "real_node_e2e",           // 189 s
     "e2e_repository_faults",   // 164 s
     "pipeline_e2e",            // 121 s
     "maintenance_e2e",         // 115 s
