@@ -240,6 +240,16 @@ impl World {
             .sum())
     }
 
+    /// The count of an Event that must exist: a reconcile writes its status before it publishes
+    /// its Events, so a reader that saw the status waits (up to 10 s) for the first occurrence.
+    async fn event_recorded(&self, ns: &str, name: &str, reason: &str) -> Result<i32> {
+        self.wait(&format!("{name}: {reason} recorded"), Duration::from_secs(10), || async {
+            let n = self.events(ns, name, reason).await?;
+            Ok((n > 0).then_some(n))
+        })
+        .await
+    }
+
     async fn objects(&self, prefix: &str) -> Result<usize> {
         Ok(self.g.list_objects(self.g.bucket(), prefix).await?.len())
     }
@@ -307,7 +317,7 @@ async fn alert_mode(w: &World, op: &Operator, ns: &str, proxy: &FaultProxy) -> R
     ensure!(streak(&r) >= 2 && streak(&r) >= r.spec.common.health.probe.failure_threshold, "past the threshold");
     assert_eq!(cond_status(&r, "Ready").0, "True", "still Ready=True");
     assert_eq!(cond_status(&r, "BackendReachable"), ("False", "BackendUnreachable"));
-    assert_eq!(w.events(ns, "alert", "RepositoryProbeFailed").await?, 1, "one Event per failure episode");
+    assert_eq!(w.event_recorded(ns, "alert", "RepositoryProbeFailed").await?, 1, "one Event per failure episode");
     assert_eq!(w.events(ns, "alert", "RepositoryBreakerOpened").await?, 0, "Alert never opens the breaker");
     assert_eq!(op.metric(&series("kopiur_repository_breaker_trips_total", ns, "alert")).await, None);
     // Back up: the next probe heals the condition.
@@ -418,7 +428,7 @@ async fn wiped_storage(w: &World, ns: &str) -> Result<()> {
     ensure!(w.objects("wipe/").await? > 0, "re-created");
     let jobs = w.jobs.since(ns, &before);
     ensure!(jobs.len() == 1 && jobs[0].gate == "AllowedViaReinitAck", "one ack'd strict Job: {jobs:?}");
-    assert_eq!(w.events(ns, "wipe", "RepositoryReinitialized").await?, 1);
+    assert_eq!(w.event_recorded(ns, "wipe", "RepositoryReinitialized").await?, 1);
     w.say(format!("wipe: re-created {pin1} -> {pin2}"));
 
     // The annotation still names the old id: a second wipe ends blocked again, and the stale
@@ -635,7 +645,8 @@ async fn repository_faults_end_to_end() -> Result<()> {
         let healed = w.wait_phase(&ns_out, "out", "Ready", Duration::from_secs(120)).await?;
         assert_eq!(streak(&healed), 0);
         assert!(strict_retry(&healed).is_none());
-        assert_eq!(w.events(&ns_out, "out", "RepositoryBreakerClosed").await?, 1);
+        let closed = w.event_recorded(&ns_out, "out", "RepositoryBreakerClosed").await?;
+        assert_eq!(closed, 1, "exactly one RepositoryBreakerClosed");
         let gauge = format!("{}}}", series("kopiur_repository_consecutive_backend_failures", &ns_out, "out"));
         let g = w.wait("b's gauge", Duration::from_secs(10), || async { Ok(b.metric(&gauge).await) }).await?;
         assert_eq!(g, 0.0);
