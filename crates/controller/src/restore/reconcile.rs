@@ -405,11 +405,8 @@ fn restore_job(
     facts: &crate::mover_settings::MoverFacts,
 ) -> Result<Job, Error> {
     let ns = restore.namespace().unwrap_or_default();
-    let mounts = crate::repository::mounts::for_job(
-        &repo.common().backend,
-        &repo.home_namespace(&ctx.config.namespace),
-        &ns,
-    )?;
+    let mounts =
+        crate::repository::mounts::for_job(&repo.common().backend, &repo.home_namespace(&ctx.config.namespace), &ns)?;
     let target = target_name(restore).unwrap_or_default();
     let o = restore.spec.options.clone().unwrap_or_default();
     let (snapshot_id, resolve) = match (&restore.spec.source, pinned.and_then(|p| p.kopia_snapshot_id.clone())) {

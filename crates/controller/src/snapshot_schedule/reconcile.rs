@@ -285,9 +285,10 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         ScheduleTarget::PolicySelector(_) => None,
     };
     // A suspended policy (spec/api.md §6.1): schedules skip it, no child.
-    let suspended = policy.as_ref().filter(|p| p.spec.suspend).map(|p| {
-        format!("SnapshotPolicy {} is suspended (spec.suspend); slots create no child", p.name_any())
-    });
+    let suspended = policy
+        .as_ref()
+        .filter(|p| p.spec.suspend)
+        .map(|p| format!("SnapshotPolicy {} is suspended (spec.suspend); slots create no child", p.name_any()));
     let expansion = match cross_ns.as_ref().or(suspended.as_ref()) {
         Some(m) => Some(Err(m.clone())),
         None => policy.as_ref().map(|p| {
@@ -367,9 +368,10 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         | Disposition::SkipNoSource { .. }
         | Disposition::Fire => {
             let (reason, msg) = match (&policy_name, &policy, &expansion) {
-                _ if cross_ns.is_some() => {
-                    (kopiur_api::names::reason::CROSS_NAMESPACE_REFERENCE.to_string(), cross_ns.clone().unwrap_or_default())
-                }
+                _ if cross_ns.is_some() => (
+                    kopiur_api::names::reason::CROSS_NAMESPACE_REFERENCE.to_string(),
+                    cross_ns.clone().unwrap_or_default(),
+                ),
                 _ if suspended.is_some() => ("PolicySuspended".to_string(), suspended.clone().unwrap_or_default()),
                 (Some(p), Some(_), Some(Err(m))) => {
                     ("FeatureNotImplemented".to_string(), format!("SnapshotPolicy {p}: {m}; slots create no child"))
