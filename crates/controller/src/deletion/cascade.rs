@@ -94,8 +94,9 @@ pub struct ChildStamp {
     pub stamp: Option<OnScheduleDelete>,
 }
 
-/// The children whose `spec.onScheduleDelete` must be patched to `desired`. Children already
-/// being deleted keep the stamp they were deleted under: D9 reads it after the schedule is gone.
+/// The children whose `spec.onScheduleDelete` must be patched to `desired` (the SnapshotSchedule
+/// reconciler's propagation pass, T43). Children already being deleted keep the stamp they were
+/// deleted under: D9 reads it after the schedule is gone.
 pub fn propagation_targets(desired: OnScheduleDelete, children: &[ChildStamp]) -> Vec<String> {
     children.iter().filter(|c| !c.being_deleted && c.stamp != Some(desired)).map(|c| c.name.clone()).collect()
 }

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use kopiur_api::domain::cron::{Cron, effective_timezone};
 use kopiur_api::names::{annotation, pruned_by};
 use kopiur_api::shared::status::NameRef;
-use kopiur_api::snapshot::{OnScheduleDelete, SnapshotPhase, SnapshotSpec};
+use kopiur_api::snapshot::{SnapshotPhase, SnapshotSpec};
 use kopiur_api::snapshot_schedule::{ScheduleRecord, ScheduleTarget, SnapshotScheduleStatus};
 use kopiur_api::{Snapshot, SnapshotSchedule};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -534,14 +534,24 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
     }
     // consecutiveFailures (api.md §8), before this pass prunes Failed history.
     next.consecutive_failures = super::plan::consecutive_failures(status.consecutive_failures, &run_ends(&kids));
-    // onScheduleDelete propagation to live children whose stamp differs.
+    // onScheduleDelete propagation (T43): live children whose stamp differs get the
+    // schedule's value; a child already being deleted keeps the stamp it was deleted under.
     let desired = sched.spec.deletion.on_schedule_delete;
-    for k in kids.iter().filter(|k| k.meta().deletion_timestamp.is_none()) {
-        if k.spec.on_schedule_delete.unwrap_or(OnScheduleDelete::Retain) != desired
-            || k.spec.on_schedule_delete.is_none()
-        {
-            let body = serde_json::json!({"spec": {"onScheduleDelete": desired}});
-            snaps.patch(&k.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await?;
+    let stamps: Vec<crate::deletion::cascade::ChildStamp> = kids
+        .iter()
+        .map(|k| crate::deletion::cascade::ChildStamp {
+            name: k.name_any(),
+            being_deleted: k.meta().deletion_timestamp.is_some(),
+            stamp: k.spec.on_schedule_delete,
+        })
+        .collect();
+    for child in crate::deletion::cascade::propagation_targets(desired, &stamps) {
+        let body = serde_json::json!({"spec": {"onScheduleDelete": desired}});
+        match snaps.patch(&child, &PatchParams::default(), &Patch::Merge(&body)).await {
+            Ok(_) => {}
+            // Gone since the store was read: nothing to stamp.
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
         }
     }
     // failedJobsHistoryLimit.
