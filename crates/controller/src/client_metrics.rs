@@ -16,7 +16,11 @@ pub fn classify(method: &Method, path: &str, query: Option<&str>) -> (&'static s
     let (group, rest): (String, &[&str]) = match segs.as_slice() {
         ["api", _v, rest @ ..] => (String::new(), rest),
         ["apis", g, _v, rest @ ..] => ((*g).to_string(), rest),
-        _ => (String::new(), &[]),
+        // Not a resource path, spelled out so a new API prefix is a decision: the root, one
+        // segment (`/version`, `/healthz`, the `/api` and `/apis` discovery roots), a group's
+        // discovery document (`/apis/<group>`), and any other non-resource path (`/openapi/v3`,
+        // `/.well-known/...`). None has a resource: resource "" and group "".
+        [] | [_] | ["apis", _] | [_, _, ..] => (String::new(), &[]),
     };
     let rest = match rest {
         ["namespaces", _ns, tail @ ..] if !tail.is_empty() => tail,
@@ -89,5 +93,12 @@ mod tests {
         assert_eq!(c(Method::GET, "/api/v1/namespaces/t", None), ("get".into(), "".into(), "namespaces".into()));
         assert_eq!(c(Method::POST, "/api/v1/namespaces/t/events", None).0, "create");
         assert!(is_write("patch") && !is_write("watch"));
+        // Non-resource paths carry no group and no resource.
+        for p in ["/", "/version", "/api", "/apis", "/apis/batch", "/openapi/v3", "/.well-known/openid-configuration"] {
+            assert_eq!(c(Method::GET, p, None), ("list".into(), "".into(), "".into()), "{p}");
+        }
+        assert_eq!(c(Method::GET, "/api/v1", None), ("list".into(), "".into(), "".into()), "core discovery");
+        assert_eq!(c(Method::GET, "/apis/batch/v1", None), ("list".into(), "batch".into(), "".into()));
+        assert_eq!(c(Method::OPTIONS, "/api/v1/pods", None).0, "other");
     }
 }

@@ -24,10 +24,48 @@ pub enum Gate {
     },
 }
 
+/// The `phase` a [`Gate::NotReady`] carries when the referenced repository does not exist.
+pub const ABSENT: &str = "absent";
+
+/// The readiness gate's three states (ADR-0007; api.md §9): none is terminal for the consumer,
+/// and each resumes by itself through the repository watch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    /// The repository is Ready (a ReadOnly one included).
+    Go,
+    /// Pending, Initializing or Degraded: the repository heals by itself (Reconciling).
+    Wait,
+    /// Failed or absent, or the namespace is not admitted: a human is needed (Stalled), with
+    /// this Ready reason.
+    Blocked { reason: &'static str },
+}
+
 impl Gate {
+    /// Go, Wait or Blocked, from the gate's verdict.
+    pub fn readiness(&self) -> Readiness {
+        use kopiur_api::names::reason;
+        match self {
+            Gate::Open => Readiness::Go,
+            Gate::NotReady { phase, .. } if phase == ABSENT => {
+                Readiness::Blocked { reason: reason::REPOSITORY_NOT_FOUND }
+            }
+            Gate::NotReady { phase, .. } if phase == RepositoryPhase::Failed.as_str() => {
+                Readiness::Blocked { reason: reason::REPOSITORY_NOT_READY }
+            }
+            Gate::NotReady { .. } => Readiness::Wait,
+            Gate::NamespaceNotAllowed { .. } => Readiness::Blocked { reason: reason::NAMESPACE_NOT_ALLOWED },
+        }
+    }
+
     pub fn message(&self) -> String {
         match self {
             Gate::Open => String::new(),
+            Gate::NotReady { repository, phase } if phase == ABSENT => format!(
+                "repository {repository} does not exist; create it (or reference an existing one): this resumes by itself once it is Ready"
+            ),
+            Gate::NotReady { repository, phase } if phase == RepositoryPhase::Failed.as_str() => format!(
+                "repository {repository} is Failed and needs a human (see its Ready condition); this resumes by itself once it is Ready"
+            ),
             Gate::NotReady { repository, phase } => {
                 format!("repository {repository} is {phase}; waiting for it to become Ready")
             }
@@ -63,13 +101,13 @@ pub fn repository_ready(
             let obj = repos.get(&ObjectRef::new(&r.name).within(&ns));
             match obj {
                 Some(o) => phase_gate(display, o.status.as_ref().and_then(|s| s.phase.as_ref())),
-                None => Gate::NotReady { repository: display, phase: "absent".into() },
+                None => Gate::NotReady { repository: display, phase: ABSENT.into() },
             }
         }
         RepositoryKind::ClusterRepository => {
             let display = r.name.clone();
             match crepos.get(&ObjectRef::new(&r.name)) {
-                None => Gate::NotReady { repository: display, phase: "absent".into() },
+                None => Gate::NotReady { repository: display, phase: ABSENT.into() },
                 Some(o) => {
                     if !namespace_allowed(&o.spec.allowed_namespaces, consumer_ns, namespace_labels) {
                         return Gate::NamespaceNotAllowed { repository: display };
@@ -147,18 +185,49 @@ pub fn namespace_allowed(allowed: &AllowedNamespaces, ns: &str, labels: Option<&
     }
 }
 
+/// The operators of a `LabelSelectorRequirement`. Parsed once, then matched exhaustively: a
+/// new operator is a new variant the matcher must decide, never a silent catch-all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SelectorOperator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+    /// An operator this version does not know (it admits nothing: fail closed).
+    Unknown,
+}
+
+impl SelectorOperator {
+    pub const KNOWN: [SelectorOperator; 4] = [Self::In, Self::NotIn, Self::Exists, Self::DoesNotExist];
+
+    pub fn as_str(self) -> Option<&'static str> {
+        match self {
+            Self::In => Some("In"),
+            Self::NotIn => Some("NotIn"),
+            Self::Exists => Some("Exists"),
+            Self::DoesNotExist => Some("DoesNotExist"),
+            Self::Unknown => None,
+        }
+    }
+
+    /// Exact, case-sensitive (as the apiserver compares them).
+    pub fn parse(s: &str) -> Self {
+        Self::KNOWN.into_iter().find(|k| k.as_str() == Some(s)).unwrap_or(Self::Unknown)
+    }
+}
+
 pub fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
     let labels_ok = sel.match_labels.as_ref().is_none_or(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)));
     let exprs_ok = sel.match_expressions.as_ref().is_none_or(|exprs| {
         exprs.iter().all(|e| {
             let vals = e.values.clone().unwrap_or_default();
-            match e.operator.as_str() {
-                "In" => labels.get(&e.key).is_some_and(|v| vals.contains(v)),
-                "NotIn" => labels.get(&e.key).is_none_or(|v| !vals.contains(v)),
-                "Exists" => labels.contains_key(&e.key),
-                "DoesNotExist" => !labels.contains_key(&e.key),
+            match SelectorOperator::parse(&e.operator) {
+                SelectorOperator::In => labels.get(&e.key).is_some_and(|v| vals.contains(v)),
+                SelectorOperator::NotIn => labels.get(&e.key).is_none_or(|v| !vals.contains(v)),
+                SelectorOperator::Exists => labels.contains_key(&e.key),
+                SelectorOperator::DoesNotExist => !labels.contains_key(&e.key),
                 // An operator this version does not know admits nothing (fail closed).
-                _ => false,
+                SelectorOperator::Unknown => false,
             }
         })
     });
@@ -169,6 +238,7 @@ pub fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) 
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+    use kube::runtime::reflector;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -209,6 +279,63 @@ mod tests {
         assert!(!consumer_allowed(Some(&c), "other", None));
         assert!(consumer_allowed(None, "anything", None), "a namespaced Repository has no tenancy");
         assert!(!label_dependent(&c.spec.allowed_namespaces));
+    }
+
+    #[test]
+    fn selector_operators_parse_exactly_and_unknown_fails_closed() {
+        for op in SelectorOperator::KNOWN {
+            assert_eq!(SelectorOperator::parse(op.as_str().unwrap()), op);
+        }
+        assert_eq!(SelectorOperator::parse("in"), SelectorOperator::Unknown, "case-sensitive");
+        assert_eq!(SelectorOperator::parse("Gt"), SelectorOperator::Unknown);
+        let sel = |op: &str| LabelSelector {
+            match_labels: None,
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "team".into(),
+                operator: op.into(),
+                values: Some(vec!["media".into()]),
+            }]),
+        };
+        let l = labels(&[("team", "media")]);
+        assert!(selector_matches(&sel("In"), &l));
+        assert!(selector_matches(&sel("Exists"), &l));
+        assert!(!selector_matches(&sel("NotIn"), &l));
+        assert!(!selector_matches(&sel("DoesNotExist"), &l));
+        assert!(!selector_matches(&sel("Gt"), &l), "an unknown operator admits nothing");
+    }
+
+    #[test]
+    fn readiness_is_go_wait_or_blocked() {
+        use kopiur_api::names::reason;
+        let nr = |phase: &str| Gate::NotReady { repository: "t/r".into(), phase: phase.into() };
+        assert_eq!(Gate::Open.readiness(), Readiness::Go);
+        for p in [RepositoryPhase::Pending, RepositoryPhase::Initializing, RepositoryPhase::Degraded] {
+            assert_eq!(nr(p.as_str()).readiness(), Readiness::Wait, "{p:?} heals by itself");
+        }
+        assert_eq!(nr("Failed").readiness(), Readiness::Blocked { reason: reason::REPOSITORY_NOT_READY });
+        assert_eq!(nr(ABSENT).readiness(), Readiness::Blocked { reason: reason::REPOSITORY_NOT_FOUND });
+        // A phase from a newer operator is never read as terminal: Wait.
+        assert_eq!(nr("Hibernating").readiness(), Readiness::Wait);
+        assert_eq!(
+            Gate::NamespaceNotAllowed { repository: "shared".into() }.readiness(),
+            Readiness::Blocked { reason: reason::NAMESPACE_NOT_ALLOWED }
+        );
+        assert!(nr(ABSENT).message().contains("t/r does not exist"), "{}", nr(ABSENT).message());
+        assert!(nr("Failed").message().contains("needs a human"));
+    }
+
+    #[test]
+    fn an_absent_repository_gates_not_found() {
+        let repos: Store<Repository> = reflector::store().0;
+        let crepos: Store<ClusterRepository> = reflector::store().0;
+        let r = RepositoryRef { name: "gone".into(), kind: RepositoryKind::Repository, namespace: None };
+        let g = repository_ready(&repos, &crepos, "t", None, &r);
+        assert_eq!(g, Gate::NotReady { repository: "t/gone".into(), phase: ABSENT.into() });
+        let c = RepositoryRef { name: "gone".into(), kind: RepositoryKind::ClusterRepository, namespace: None };
+        assert_eq!(
+            repository_ready(&repos, &crepos, "t", None, &c).readiness(),
+            Readiness::Blocked { reason: kopiur_api::names::reason::REPOSITORY_NOT_FOUND }
+        );
     }
 
     #[test]

@@ -132,13 +132,30 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn obj<K: serde::de::DeserializeOwned>(kind: &str, name: &str, status: serde_json::Value) -> Arc<K> {
-        let spec = match kind {
-            "Snapshot" => json!({"policyRef": {"name": "p"}}),
-            "Restore" => json!({"source": {"snapshotRef": {"name": "s"}}, "target": {"pvcRef": {"name": "d"}}}),
-            "SnapshotSchedule" => json!({"policyRef": {"name": "p"}, "schedule": {"cron": "0 * * * *"}}),
-            _ => json!({}),
-        };
+    /// A minimal valid spec per kind: a kind used in a fixture must say what its spec is (no
+    /// catch-all that would hand a new kind an empty spec).
+    trait Fixture: Phased + serde::de::DeserializeOwned {
+        fn spec() -> serde_json::Value;
+    }
+    impl Fixture for Snapshot {
+        fn spec() -> serde_json::Value {
+            json!({"policyRef": {"name": "p"}})
+        }
+    }
+    impl Fixture for Restore {
+        fn spec() -> serde_json::Value {
+            json!({"source": {"snapshotRef": {"name": "s"}}, "target": {"pvcRef": {"name": "d"}}})
+        }
+    }
+    impl Fixture for SnapshotSchedule {
+        fn spec() -> serde_json::Value {
+            json!({"policyRef": {"name": "p"}, "schedule": {"cron": "0 * * * *"}})
+        }
+    }
+
+    fn obj<K: Fixture>(kind: &str, name: &str, status: serde_json::Value) -> Arc<K> {
+        assert_eq!(kind, K::KIND, "the fixture's kind is the type's");
+        let spec = K::spec();
         let v = json!({
             "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": kind,
             "metadata": {"name": name, "namespace": "t"},

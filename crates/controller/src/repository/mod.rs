@@ -233,16 +233,44 @@ fn missing_ca_bundle(d: &mut crate::health::Decision, message: &str) {
     };
     let mut out: Vec<crate::health::kstatus::Cond> = Vec::with_capacity(d.conditions.len());
     for c in d.conditions.drain(..) {
-        out.push(match c.type_ {
-            "Ready" => set("Ready", CondStatus::False, message),
-            "Reconciling" => set("Reconciling", CondStatus::False, ""),
-            "Stalled" => set("Stalled", CondStatus::True, message),
-            "CredentialsAvailable" => set("CredentialsAvailable", CondStatus::False, message),
-            _ => c,
+        out.push(match CaOverride::of(c.type_) {
+            Some(CaOverride::Ready) => set("Ready", CondStatus::False, message),
+            Some(CaOverride::Reconciling) => set("Reconciling", CondStatus::False, ""),
+            Some(CaOverride::Stalled) => set("Stalled", CondStatus::True, message),
+            Some(CaOverride::CredentialsAvailable) => set("CredentialsAvailable", CondStatus::False, message),
+            // Every other condition (Bootstrapped, BackendReachable, ...) keeps what the plan said.
+            None => c,
         });
     }
     d.conditions = out;
     d.requeue_after = Some(chrono::Duration::seconds(30).min(d.requeue_after.unwrap_or(chrono::Duration::seconds(30))));
+}
+
+/// The conditions a missing CA bundle rewrites, matched exhaustively in `missing_ca_bundle`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CaOverride {
+    Ready,
+    Reconciling,
+    Stalled,
+    CredentialsAvailable,
+}
+
+impl CaOverride {
+    const ALL: [CaOverride; 4] = [Self::Ready, Self::Reconciling, Self::Stalled, Self::CredentialsAvailable];
+
+    fn type_(self) -> &'static str {
+        use kopiur_api::names::condition;
+        match self {
+            Self::Ready => condition::READY,
+            Self::Reconciling => condition::RECONCILING,
+            Self::Stalled => condition::STALLED,
+            Self::CredentialsAvailable => condition::CREDENTIALS_AVAILABLE,
+        }
+    }
+
+    fn of(type_: &str) -> Option<CaOverride> {
+        Self::ALL.into_iter().find(|o| o.type_() == type_)
+    }
 }
 
 pub fn error_policy<K: RepoObject>(obj: Arc<K>, err: &Error, ctx: Arc<Ctx>) -> Action {
@@ -251,4 +279,52 @@ pub fn error_policy<K: RepoObject>(obj: Arc<K>, err: &Error, ctx: Arc<Ctx>) -> A
     ctx.metrics.reconcile_errors.inc(&[K::KIND.as_str(), class.label()]);
     tracing::warn!(kind = K::KIND.as_str(), error = %err, class = class.label(), "reconcile failed");
     Action::requeue(class.requeue())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::kstatus::{Cond, CondStatus};
+
+    fn c(type_: &'static str, status: CondStatus, reason: &str) -> Cond {
+        Cond { type_, status, reason: reason.into(), message: "m".into() }
+    }
+
+    #[test]
+    fn a_missing_ca_bundle_rewrites_the_trio_and_credentials_only() {
+        for o in CaOverride::ALL {
+            assert_eq!(CaOverride::of(o.type_()), Some(o));
+        }
+        assert_eq!(CaOverride::of("BackendReachable"), None);
+        let mut d = crate::health::Decision {
+            plan: crate::health::Plan::Idle,
+            status: Default::default(),
+            conditions: vec![
+                c("Ready", CondStatus::True, "Connected"),
+                c("Reconciling", CondStatus::True, "Bootstrapping"),
+                c("Stalled", CondStatus::False, "Connected"),
+                c("CredentialsAvailable", CondStatus::True, "Found"),
+                c("BackendReachable", CondStatus::True, "Reachable"),
+            ],
+            events: vec![],
+            effects: vec![],
+            requeue_after: Some(chrono::Duration::seconds(300)),
+            warned_ack: None,
+        };
+        missing_ca_bundle(&mut d, "ConfigMap ca has no key ca.crt");
+        let got: Vec<(&str, CondStatus, &str)> =
+            d.conditions.iter().map(|c| (c.type_, c.status, c.reason.as_str())).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("Ready", CondStatus::False, "MissingCaBundle"),
+                ("Reconciling", CondStatus::False, "MissingCaBundle"),
+                ("Stalled", CondStatus::True, "MissingCaBundle"),
+                ("CredentialsAvailable", CondStatus::False, "MissingCaBundle"),
+                ("BackendReachable", CondStatus::True, "Reachable"),
+            ]
+        );
+        assert_eq!(d.conditions[2].message, "ConfigMap ca has no key ca.crt");
+        assert_eq!(d.requeue_after, Some(chrono::Duration::seconds(30)));
+    }
 }

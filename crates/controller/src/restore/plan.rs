@@ -5,7 +5,7 @@ use chrono::{DateTime, Duration, Utc};
 use kopiur_api::restore::{OnMissingSnapshot, RestorePhase};
 use kopiur_api::shared::status::Failure;
 
-use crate::gating::Gate;
+use crate::gating::{Gate, Readiness};
 use crate::health::kstatus::{Cond, CondStatus};
 use crate::snapshot::plan::JobState;
 pub use crate::wedged::Verdict;
@@ -44,6 +44,50 @@ pub enum TargetState {
     NotImplemented { what: &'static str },
 }
 
+/// The credentials the restore Job would read, checked in the Job's namespace (the Restore's)
+/// before any Job exists (behavior.md §1.2): a mover reads Secrets only from the namespace it
+/// runs in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Credentials {
+    /// Every Secret is there and the password Secret holds its key.
+    Found,
+    /// Not looked at (no repository known yet, or no launch is possible).
+    NotChecked,
+    /// Secrets absent from the namespace (names only).
+    MissingSecrets { names: Vec<String> },
+    /// The password Secret exists but has no such key.
+    MissingKey { secret: String, key: String },
+}
+
+impl Credentials {
+    /// From observation: the Secrets absent from the namespace, and, when the password Secret
+    /// is present, whether it holds `key` (None: its data could not be read; the mover's own
+    /// error then tells, nothing is refused on a guess).
+    pub fn observe(missing: Vec<String>, password: (&str, &str), has_key: Option<bool>) -> Credentials {
+        if !missing.is_empty() {
+            return Credentials::MissingSecrets { names: missing };
+        }
+        match has_key {
+            Some(false) => Credentials::MissingKey { secret: password.0.to_string(), key: password.1.to_string() },
+            Some(true) | None => Credentials::Found,
+        }
+    }
+
+    /// The actionable message of a missing credential, None when nothing is missing.
+    pub fn missing_message(&self, ns: &str) -> Option<String> {
+        match self {
+            Credentials::Found | Credentials::NotChecked => None,
+            Credentials::MissingSecrets { names } => Some(format!(
+                "Secret {} does not exist in namespace {ns}; the restore mover reads the repository's credentials from its own namespace: create a copy there (kubectl get secret <name> -n <repository namespace> -o yaml, change the namespace, apply); the Restore starts by itself once it exists",
+                names.join(", ")
+            )),
+            Credentials::MissingKey { secret, key } => Some(format!(
+                "Secret {secret} in namespace {ns} has no key {key} (the repository's encryption.passwordSecretRef.key); add the key; the Restore starts by itself once it is there"
+            )),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct RestoreFacts {
     pub phase: Option<RestorePhase>,
@@ -72,6 +116,10 @@ pub struct RestoreFacts {
     pub inherited_from: Option<String>,
     /// `status.ownership`, written by a mover that could not chown.
     pub ownership: Option<kopiur_api::restore::RestoreOwnership>,
+    /// The Restore's namespace (for messages).
+    pub namespace: String,
+    /// The credentials Secrets in the Job's namespace, checked before a Job is created.
+    pub credentials: Credentials,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -227,17 +275,20 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
         }
         Some(RestorePhase::Pending | RestorePhase::Resolving) | None => {}
     }
-    // G1: parked while the repository is not Ready; no timer starts.
-    match &f.gate {
-        Gate::Open => {}
-        Gate::NotReady { .. } => {
+    // G1, the readiness gate (ADR-0007, api.md §9): parked while the repository is not Ready and
+    // no timer starts. Wait heals by itself (Reconciling); Blocked (Failed, absent, or a namespace
+    // not admitted) needs a human (Stalled). Neither is terminal: the repository watch resumes it.
+    match f.gate.readiness() {
+        Readiness::Go => {}
+        Readiness::Wait => {
             let mut d = decision(RestorePhase::Pending, CondStatus::False, "RepositoryNotReady", f.gate.message());
             d.requeue_after = Some(Duration::seconds(300));
             return d;
         }
-        Gate::NamespaceNotAllowed { .. } => {
-            let mut d = decision(RestorePhase::Pending, CondStatus::False, "NamespaceNotAllowed", f.gate.message());
-            d.conditions[2] = cond("Stalled", CondStatus::True, "NamespaceNotAllowed", f.gate.message());
+        Readiness::Blocked { reason } => {
+            let mut d = decision(RestorePhase::Pending, CondStatus::False, reason, f.gate.message());
+            d.conditions[1] = cond("Reconciling", CondStatus::False, reason, "");
+            d.conditions[2] = cond("Stalled", CondStatus::True, reason, f.gate.message());
             d.requeue_after = Some(Duration::seconds(300));
             return d;
         }
@@ -279,6 +330,27 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
         d.conditions[1] = cond("Reconciling", CondStatus::False, reason, "");
         d.conditions[2] = cond("Stalled", CondStatus::True, reason, message.clone());
         // Re-checked every minute: the namespace's opt-in may appear.
+        d.requeue_after = Some(Duration::seconds(60));
+        return d;
+    }
+    // The credentials the Job would read (behavior.md §1.2): a missing Secret or key parks the
+    // Restore with CredentialsAvailable=False / MissingCredentialsSecret and no Job, nothing
+    // pinned or provisioned; the Secret watch resumes it once the Secret is there. A structural
+    // gate (api.md §7.4): a human creates the Secret, so Stalled.
+    if f.job == JobState::Absent
+        && let Some(message) = f.credentials.missing_message(&f.namespace)
+    {
+        let reason = kopiur_api::names::reason::MISSING_CREDENTIALS_SECRET;
+        let mut d = decision(RestorePhase::Pending, CondStatus::False, reason, message.clone());
+        d.conditions[1] = cond("Reconciling", CondStatus::False, reason, "");
+        d.conditions[2] = cond("Stalled", CondStatus::True, reason, message.clone());
+        d.conditions.push(cond(
+            kopiur_api::names::condition::CREDENTIALS_AVAILABLE,
+            CondStatus::False,
+            reason,
+            message,
+        ));
+        // The Secret watch is the trigger; this is the safety net for a missed event.
         d.requeue_after = Some(Duration::seconds(60));
         return d;
     }
@@ -339,6 +411,14 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     }
     let mut d = decision(RestorePhase::Restoring, CondStatus::False, "Restoring", "the restore Job was created");
     d.conditions.push(cond("Resolved", CondStatus::True, "SnapshotResolved", ""));
+    if f.credentials == Credentials::Found {
+        d.conditions.push(cond(
+            kopiur_api::names::condition::CREDENTIALS_AVAILABLE,
+            CondStatus::True,
+            "Found",
+            "the repository's Secrets are in this namespace",
+        ));
+    }
     d.steps = steps;
     d.wait_started_at = Some(started);
     d
@@ -373,6 +453,8 @@ mod tests {
             mover_refused: None,
             inherited_from: None,
             ownership: None,
+            namespace: "t".into(),
+            credentials: Credentials::Found,
         }
     }
 
@@ -529,6 +611,69 @@ mod tests {
         // Written by an older version without a reason: RestoreFailed.
         f.ready_reason = None;
         assert_eq!(reason(&plan(&f, now())), "RestoreFailed");
+    }
+
+    #[test]
+    fn missing_credentials_park_stalled_with_no_job_then_launch_once_found() {
+        for (creds, needle) in [
+            (
+                Credentials::observe(vec!["kopia".into()], ("kopia", "KOPIA_PASSWORD"), None),
+                "Secret kopia does not exist in namespace t",
+            ),
+            (
+                Credentials::observe(vec![], ("kopia", "KOPIA_PASSWORD"), Some(false)),
+                "Secret kopia in namespace t has no key KOPIA_PASSWORD",
+            ),
+        ] {
+            let mut f = facts();
+            f.credentials = creds;
+            let d = plan(&f, now());
+            assert_eq!(d.phase, Some(RestorePhase::Pending));
+            assert!(d.steps.is_empty(), "no pin, no PVC, no Job: {:?}", d.steps);
+            assert_eq!(reason(&d), "MissingCredentialsSecret");
+            assert!(d.conditions[0].message.contains(needle), "{}", d.conditions[0].message);
+            let st = |t: &str| d.conditions.iter().find(|c| c.type_ == t).map(|c| c.status);
+            assert_eq!(st("Stalled"), Some(CondStatus::True));
+            assert_eq!(st("Reconciling"), Some(CondStatus::False));
+            let ca = d.conditions.iter().find(|c| c.type_ == "CredentialsAvailable").expect("CredentialsAvailable");
+            assert_eq!((ca.status, ca.reason.as_str()), (CondStatus::False, "MissingCredentialsSecret"));
+            assert!(d.requeue_after.is_some(), "a safety requeue besides the Secret watch");
+        }
+        // The Secret appears: the same Restore launches, CredentialsAvailable=True/Found.
+        let f = facts();
+        let d = plan(&f, now());
+        assert_eq!(d.steps, vec![Step::Pin, Step::CreatePvc, Step::Launch]);
+        let ca = d.conditions.iter().find(|c| c.type_ == "CredentialsAvailable").expect("CredentialsAvailable");
+        assert_eq!((ca.status, ca.reason.as_str()), (CondStatus::True, "Found"));
+        // Unreadable data is no reason to refuse (the mover's error tells).
+        assert_eq!(Credentials::observe(vec![], ("kopia", "k"), None), Credentials::Found);
+        // A Job already running is never second-guessed.
+        let mut f = restoring();
+        f.credentials = Credentials::MissingSecrets { names: vec!["kopia".into()] };
+        assert_eq!(reason(&plan(&f, now())), "Restoring");
+    }
+
+    #[test]
+    fn blocked_repository_is_stalled_and_wait_is_reconciling() {
+        let st = |d: &RestoreDecision, t: &str| d.conditions.iter().find(|c| c.type_ == t).map(|c| c.status);
+        let mut f = facts();
+        f.gate = Gate::NotReady { repository: "t/gone".into(), phase: crate::gating::ABSENT.into() };
+        let d = plan(&f, now());
+        assert_eq!((d.phase.clone(), reason(&d)), (Some(RestorePhase::Pending), "RepositoryNotFound"));
+        assert_eq!((st(&d, "Stalled"), st(&d, "Reconciling")), (Some(CondStatus::True), Some(CondStatus::False)));
+        assert!(d.steps.is_empty() && d.wait_started_at.is_none());
+        f.gate = Gate::NotReady { repository: "t/r".into(), phase: "Failed".into() };
+        let d = plan(&f, now());
+        assert_eq!(reason(&d), "RepositoryNotReady");
+        assert_eq!((st(&d, "Stalled"), st(&d, "Reconciling")), (Some(CondStatus::True), Some(CondStatus::False)));
+        f.gate = Gate::NotReady { repository: "t/r".into(), phase: "Degraded".into() };
+        let d = plan(&f, now());
+        assert_eq!(reason(&d), "RepositoryNotReady");
+        assert_eq!((st(&d, "Stalled"), st(&d, "Reconciling")), (Some(CondStatus::False), Some(CondStatus::True)));
+        f.gate = Gate::NamespaceNotAllowed { repository: "shared".into() };
+        let d = plan(&f, now());
+        assert_eq!(reason(&d), "NamespaceNotAllowed");
+        assert_eq!((st(&d, "Stalled"), st(&d, "Reconciling")), (Some(CondStatus::True), Some(CondStatus::False)));
     }
 
     #[test]

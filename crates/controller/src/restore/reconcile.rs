@@ -24,7 +24,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
-use super::plan::{Candidate, RestoreFacts, Step, TargetState, Verdict, plan};
+use super::plan::{Candidate, Credentials, RestoreFacts, Step, TargetState, Verdict, plan};
 use crate::repository::Error;
 use crate::repository::apply::MOVER_SERVICE_ACCOUNT;
 use crate::snapshot::ctx::{PipelineCtx, RepoView};
@@ -227,6 +227,21 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
         }
         settings = Some(r);
     }
+    // The credentials the Job would read, only while a launch is possible (behavior.md §1.2).
+    let credentials = match &repo {
+        Some(rv)
+            if matches!(status.phase, None | Some(RestorePhase::Pending | RestorePhase::Resolving))
+                && job.is_none() =>
+        {
+            let pw = &rv.common().encryption.password_secret_ref;
+            let (pw_name, key) = (pw.name.clone(), pw.resolved_key().to_string());
+            let missing = ctx.missing_secrets(&ns, &rv.secret_names());
+            let has_key =
+                if missing.is_empty() { secret_has_key(&ctx.client, &ns, &pw_name, &key).await } else { None };
+            Credentials::observe(missing, (&pw_name, &key), has_key)
+        }
+        Some(_) | None => Credentials::NotChecked,
+    };
     let facts = RestoreFacts {
         phase: status.phase.clone(),
         gate,
@@ -263,6 +278,8 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
             }),
         inherited_from: settings.as_ref().and_then(|r| r.as_ref().ok()).and_then(|s| s.inherited_from.clone()),
         ownership: status.ownership.clone(),
+        namespace: ns.clone(),
+        credentials,
     };
     let d = plan(&facts, now);
 
@@ -375,6 +392,28 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
         Some(a) => Action::requeue(a.to_std().unwrap_or_default().max(std::time::Duration::from_secs(1))),
         None => Action::requeue(std::time::Duration::from_secs(300)),
     })
+}
+
+/// Whether Secret `name` in `ns` holds `key` (in `data`). The operator may list Secrets, not
+/// get them, so this is a list narrowed to the one name; only the key names are looked at and
+/// the object is dropped at once (no value is kept, logged or copied anywhere). None when the
+/// list fails: nothing is refused on a guess.
+async fn secret_has_key(client: &kube::Client, ns: &str, name: &str, key: &str) -> Option<bool> {
+    use k8s_openapi::api::core::v1::Secret;
+    let lp = kube::api::ListParams::default().fields(&format!("metadata.name={name}"));
+    match Api::<Secret>::namespaced(client.clone(), ns).list(&lp).await {
+        Ok(list) => {
+            let s = list.items.into_iter().find(|s| s.metadata.name.as_deref() == Some(name))?;
+            Some(
+                s.data.as_ref().is_some_and(|d| d.contains_key(key))
+                    || s.string_data.as_ref().is_some_and(|d| d.contains_key(key)),
+            )
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, secret = %name, "reading the password Secret's keys failed");
+            None
+        }
+    }
 }
 
 async fn create_pvc(ctx: &PipelineCtx, restore: &Restore) -> Result<(), Error> {

@@ -55,6 +55,50 @@ fn parked_on(snaps: &Store<Snapshot>, kind: &str, ns: Option<&str>, name: &str) 
 }
 
 /// Restores not yet past the gate, in a namespace (or everywhere for a ClusterRepository).
+/// The kopiur kinds that own mover Jobs. Matched exhaustively where a Job event is routed, so
+/// a new owning kind must be routed (or said to be watched elsewhere) to compile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobOwner {
+    Snapshot,
+    Restore,
+    Repository,
+    ClusterRepository,
+    Maintenance,
+    RepositoryReplication,
+}
+
+impl JobOwner {
+    pub const ALL: [JobOwner; 6] = [
+        Self::Snapshot,
+        Self::Restore,
+        Self::Repository,
+        Self::ClusterRepository,
+        Self::Maintenance,
+        Self::RepositoryReplication,
+    ];
+
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::Snapshot => "Snapshot",
+            Self::Restore => "Restore",
+            Self::Repository => "Repository",
+            Self::ClusterRepository => "ClusterRepository",
+            Self::Maintenance => "Maintenance",
+            Self::RepositoryReplication => "RepositoryReplication",
+        }
+    }
+
+    /// The owner reference's kind, when its API group is kopiur's (a `Snapshot` of another
+    /// group, such as a VolumeSnapshot's, is not ours).
+    pub fn of(api_version: &str, kind: &str) -> Option<JobOwner> {
+        let group = api_version.split_once('/').map(|(g, _)| g).unwrap_or("");
+        if group != kopiur_api::names::GROUP {
+            return None;
+        }
+        Self::ALL.into_iter().find(|o| o.kind() == kind)
+    }
+}
+
 fn parked_restores(restores: &Store<Restore>, ns: Option<&str>) -> Vec<ObjectRef<Restore>> {
     restores
         .state()
@@ -281,10 +325,18 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
                 let Ok(job) = ev else { continue };
                 let ns = job.namespace().unwrap_or_default();
                 for o in job.owner_references() {
-                    match o.kind.as_str() {
-                        "Snapshot" => drop(stx.send(ObjectRef::new(&o.name).within(&ns)).await),
-                        "Restore" => drop(rtx.send(ObjectRef::new(&o.name).within(&ns)).await),
-                        _ => {}
+                    match JobOwner::of(&o.api_version, &o.kind) {
+                        Some(JobOwner::Snapshot) => drop(stx.send(ObjectRef::new(&o.name).within(&ns)).await),
+                        Some(JobOwner::Restore) => drop(rtx.send(ObjectRef::new(&o.name).within(&ns)).await),
+                        // Their own controllers watch these Jobs.
+                        Some(
+                            JobOwner::Repository
+                            | JobOwner::ClusterRepository
+                            | JobOwner::Maintenance
+                            | JobOwner::RepositoryReplication,
+                        ) => {}
+                        // Not a kopiur kind (another controller's Job).
+                        None => {}
                     }
                 }
             }
@@ -341,9 +393,10 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
             }
         });
     }
-    // Secret -> Snapshots not yet launched in its namespace (MissingCredentialsSecret).
+    // Secret -> Snapshots not yet launched and Restores not past the gate in its namespace
+    // (MissingCredentialsSecret; a changed Secret may now hold the password key).
     {
-        let (stx, s) = (snap_tx.clone(), snapshots.clone());
+        let (stx, rtx, s, r) = (snap_tx.clone(), restore_tx.clone(), snapshots.clone(), restores.clone());
         tokio::spawn(async move {
             let mut ev = std::pin::pin!(secret_events);
             while let Some(e) = ev.next().await {
@@ -353,6 +406,11 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
                     matches!(x.status.as_ref().and_then(|st| st.phase.as_ref()), None | Some(SnapshotPhase::Pending))
                 }) {
                     let _ = stx.send(ObjectRef::from_obj(x.as_ref())).await;
+                }
+                if let Some(ns) = ns.as_deref() {
+                    for x in parked_restores(&r, Some(ns)) {
+                        let _ = rtx.send(x).await;
+                    }
                 }
             }
         });
@@ -458,4 +516,20 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
         .run(crate::restore::reconcile::reconcile, error_policy::<Restore>, ctx.clone())
         .for_each(crate::error_events::settle);
     futures::join!(a, b, c, d);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::JobOwner;
+
+    #[test]
+    fn job_owners_are_kopiur_kinds_only() {
+        for o in JobOwner::ALL {
+            assert_eq!(JobOwner::of("kopiur.home-operations.com/v1alpha1", o.kind()), Some(o));
+        }
+        assert_eq!(JobOwner::of("snapshot.storage.k8s.io/v1", "Snapshot"), None, "another group's Snapshot");
+        assert_eq!(JobOwner::of("batch/v1", "CronJob"), None);
+        assert_eq!(JobOwner::of("v1", "Restore"), None);
+        assert_eq!(JobOwner::of("kopiur.home-operations.com/v1alpha1", "Unknown"), None);
+    }
 }
