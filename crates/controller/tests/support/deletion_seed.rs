@@ -95,10 +95,19 @@ impl Audit {
         std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666))?;
         let wrapper = dir.join("kopia-audit");
         // One line before and one after each call: `S pid ppid host args…` / `E pid host rc`.
-        // Not `exec`, so the exit code is recorded.
+        // Not `exec`, so the exit code is recorded. A `snapshot delete` naming an id with a
+        // `fail-delete-<id>` marker in the directory consumes the marker (one `rm` wins) and
+        // fails without calling kopia: a one-shot fault for exactly that batch.
         let script = format!(
-            "#!/bin/sh\nL='{log}'\necho \"S $$ $PPID ${{HOSTNAME:-?}} $*\" >> \"$L\"\n'{kopia}' \"$@\"\nrc=$?\necho \"E $$ ${{HOSTNAME:-?}} $rc\" >> \"$L\"\nexit $rc\n",
+            "#!/bin/sh\nL='{log}'\nD='{dir}'\necho \"S $$ $PPID ${{HOSTNAME:-?}} $*\" >> \"$L\"\n\
+             if [ \"$1\" = snapshot ] && [ \"$2\" = delete ]; then\n\
+             for a in \"$@\"; do\n\
+             if rm \"$D/fail-delete-$a\" 2>/dev/null; then\n\
+             echo \"kopiur test fault: snapshot delete refused for $a\" >&2\n\
+             echo \"E $$ ${{HOSTNAME:-?}} 1\" >> \"$L\"\nexit 1\nfi\ndone\nfi\n\
+             '{kopia}' \"$@\"\nrc=$?\necho \"E $$ ${{HOSTNAME:-?}} $rc\" >> \"$L\"\nexit $rc\n",
             log = log.display(),
+            dir = dir.display(),
             kopia = kopia.display()
         );
         std::fs::write(&wrapper, script)?;
@@ -133,6 +142,22 @@ impl Audit {
             }
         }
         calls
+    }
+
+    /// Arms a one-shot fault: the next mover `snapshot delete` naming manifest `id` fails
+    /// (exit 1, an unclassified kopia error, so the batch Job fails without a retry) and
+    /// deletes nothing. Later calls run kopia again.
+    pub fn fail_next_delete_of(&self, id: &str) -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let marker = self.dir.join(format!("fail-delete-{id}"));
+        std::fs::write(&marker, b"")?;
+        std::fs::set_permissions(&marker, std::fs::Permissions::from_mode(0o666))?;
+        Ok(())
+    }
+
+    /// Whether the fault armed for `id` is still waiting (not yet consumed by a delete).
+    pub fn fault_armed(&self, id: &str) -> bool {
+        self.dir.join(format!("fail-delete-{id}")).exists()
     }
 
     /// Calls at or after `mark` (a previous `calls().len()`).
@@ -279,7 +304,8 @@ impl KopiaRepo {
     }
 }
 
-/// A batch delete Job as first seen.
+/// A batch delete Job as first seen (one per Job object: a retry under the same name is
+/// another entry).
 #[derive(Clone, Debug)]
 pub struct SeenJob {
     pub namespace: String,
@@ -290,72 +316,105 @@ pub struct SeenJob {
     pub first_seen: Instant,
     pub ttl: Option<i32>,
     pub completed: bool,
+    /// The Job reached `Failed=True` at some point.
+    pub failed: bool,
     pub gone: bool,
 }
 
-/// Records every batch delete Job (label `op=snapshot-delete-batch` or name `snapdel-*`)
-/// in every namespace, polling every 250 ms: Jobs are reaped, so a final listing is not
-/// enough to count them.
+/// Whether `j` is a batch delete Job (label `op=snapshot-delete-batch` or name `snapdel-*`).
+fn is_batch_job(j: &Job) -> bool {
+    j.name_any().starts_with("snapdel-")
+        || j.labels().get("kopiur.home-operations.com/op").map(String::as_str) == Some("snapshot-delete-batch")
+}
+
+/// One entry per Job object: a failed batch's retry reuses the name, never the uid.
+fn job_key(j: &Job) -> String {
+    j.uid().unwrap_or_else(|| format!("{}/{}", j.namespace().unwrap_or_default(), j.name_any()))
+}
+
+fn job_condition(j: &Job, type_: &str) -> bool {
+    j.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == type_ && c.status == "True"))
+}
+
+/// Records every batch delete Job in every namespace from a watch (kube::runtime::watcher):
+/// every ADDED/MODIFIED/DELETED event is applied, so a Job that lives for less than any
+/// polling period is still counted, and its `Complete`/`Failed` transitions are never
+/// missed. A re-list after a broken watch marks Jobs absent from it as gone. Jobs are
+/// reaped, so a final listing would not be enough to count them.
 #[derive(Clone, Default)]
 pub struct JobRecorder(pub Arc<Mutex<BTreeMap<String, SeenJob>>>);
 
 impl JobRecorder {
     pub fn spawn(client: Client) -> (JobRecorder, tokio::task::JoinHandle<()>) {
+        use kube::runtime::watcher;
         let rec = JobRecorder::default();
         let r2 = rec.clone();
         let h = tokio::spawn(async move {
             let api: Api<Job> = Api::all(client);
-            loop {
-                if let Ok(l) = api.list(&ListParams::default()).await {
-                    let mut m = r2.0.lock().unwrap();
-                    let live: BTreeSet<String> = l
-                        .items
-                        .iter()
-                        .filter(|j| {
-                            j.name_any().starts_with("snapdel-")
-                                || j.labels().get("kopiur.home-operations.com/op").map(String::as_str)
-                                    == Some("snapshot-delete-batch")
-                        })
-                        .map(|j| {
-                            let key = format!("{}/{}", j.namespace().unwrap_or_default(), j.name_any());
-                            let completed = j
-                                .status
-                                .as_ref()
-                                .and_then(|s| s.conditions.as_ref())
-                                .is_some_and(|c| c.iter().any(|c| c.type_ == "Complete" && c.status == "True"));
-                            let e = m.entry(key.clone()).or_insert_with(|| SeenJob {
-                                namespace: j.namespace().unwrap_or_default(),
-                                name: j.name_any(),
-                                members: j
-                                    .annotations()
-                                    .get(DELETE_MEMBERS)
-                                    .map(|v| v.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect())
-                                    .unwrap_or_default(),
-                                repo_uid: j.labels().get(DELETE_REPO).cloned().unwrap_or_default(),
-                                managed_by: j.labels().get("app.kubernetes.io/managed-by").cloned(),
-                                first_seen: Instant::now(),
-                                ttl: j.spec.as_ref().and_then(|s| s.ttl_seconds_after_finished),
-                                completed: false,
-                                gone: false,
-                            });
-                            e.completed |= completed;
-                            key
-                        })
-                        .collect();
-                    for (k, v) in m.iter_mut() {
-                        if !live.contains(k) {
-                            v.gone = true;
+            let mut relisted: Option<BTreeSet<String>> = None;
+            let mut stream = watcher(api, watcher::Config::default()).boxed();
+            while let Some(ev) = stream.next().await {
+                let ev = match ev {
+                    Ok(ev) => ev,
+                    // The watcher re-lists by itself after an error.
+                    Err(_) => continue,
+                };
+                let mut m = r2.0.lock().unwrap();
+                match ev {
+                    watcher::Event::Init => relisted = Some(BTreeSet::new()),
+                    watcher::Event::InitApply(j) | watcher::Event::Apply(j) if is_batch_job(&j) => {
+                        let key = job_key(&j);
+                        if let Some(r) = relisted.as_mut() {
+                            r.insert(key.clone());
+                        }
+                        let e = m.entry(key).or_insert_with(|| SeenJob {
+                            namespace: j.namespace().unwrap_or_default(),
+                            name: j.name_any(),
+                            members: j
+                                .annotations()
+                                .get(DELETE_MEMBERS)
+                                .map(|v| v.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect())
+                                .unwrap_or_default(),
+                            repo_uid: j.labels().get(DELETE_REPO).cloned().unwrap_or_default(),
+                            managed_by: j.labels().get("app.kubernetes.io/managed-by").cloned(),
+                            first_seen: Instant::now(),
+                            ttl: j.spec.as_ref().and_then(|s| s.ttl_seconds_after_finished),
+                            completed: false,
+                            failed: false,
+                            gone: false,
+                        });
+                        e.completed |= job_condition(&j, "Complete");
+                        e.failed |= job_condition(&j, "Failed");
+                    }
+                    watcher::Event::InitApply(_) | watcher::Event::Apply(_) => {}
+                    watcher::Event::Delete(j) => {
+                        if let Some(e) = m.get_mut(&job_key(&j)) {
+                            e.gone = true;
+                        }
+                    }
+                    watcher::Event::InitDone => {
+                        if let Some(seen) = relisted.take() {
+                            for (k, v) in m.iter_mut() {
+                                if !seen.contains(k) {
+                                    v.gone = true;
+                                }
+                            }
                         }
                     }
                 }
-                tokio::time::sleep(Duration::from_millis(250)).await;
             }
         });
         (rec, h)
     }
 
+    /// Every Job seen, in the order first seen.
     pub fn all(&self) -> Vec<SeenJob> {
-        self.0.lock().unwrap().values().cloned().collect()
+        let mut v: Vec<SeenJob> = self.0.lock().unwrap().values().cloned().collect();
+        v.sort_by_key(|j| j.first_seen);
+        v
     }
 
     /// Jobs any of whose members is in `uids`.
@@ -612,6 +671,15 @@ impl Harness {
         .await
     }
 
+    /// Annotates the ClusterRepository with `allow-mass-deletion=<value>` (overwriting).
+    pub async fn ack_cluster(&self, name: &str, value: &str) -> Result<()> {
+        let body = json!({"metadata": {"annotations": {ALLOW_MASS_DELETION: value}}});
+        Api::<kopiur_api::ClusterRepository>::all(self.client.clone())
+            .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+            .await?;
+        Ok(())
+    }
+
     /// Annotates the repository with `allow-mass-deletion=<value>` (overwriting).
     pub async fn ack(&self, ns: &str, name: &str, value: &str) -> Result<()> {
         let body = json!({"metadata": {"annotations": {ALLOW_MASS_DELETION: value}}});
@@ -653,6 +721,21 @@ pub fn metric(text: &str, family: &str, ns: &str, name: &str) -> Option<f64> {
                 && labels.split(',').any(|kv| kv.trim_start_matches(&format!("{family}{{")) == want_name)
         })
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// The value of the sample of `family` whose labels include every `(key, value)` of `want`
+/// (other labels ignored), in a Prometheus text exposition; None when no sample matches.
+pub fn sample(text: &str, family: &str, want: &[(&str, &str)]) -> Option<f64> {
+    let prefix = format!("{family}{{");
+    text.lines().filter_map(|l| l.strip_prefix(&prefix)).find_map(|rest| {
+        let (labels, value) = rest.split_once('}')?;
+        let pairs: Vec<(&str, &str)> = labels
+            .split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.trim(), v.trim_matches('"')))
+            .collect();
+        want.iter().all(|w| pairs.contains(w)).then(|| value.trim().parse().ok()).flatten()
+    })
 }
 
 /// Snapshots in `ns` with label `SET=set`.
