@@ -14,6 +14,7 @@ pub mod repository_replication;
 pub mod restore;
 pub mod snapshot;
 pub mod snapshot_policy;
+pub mod snapshot_replication;
 pub mod snapshot_schedule;
 
 pub mod domain;
@@ -28,6 +29,7 @@ pub use repository_replication::{RepositoryReplication, RepositoryReplicationSpe
 pub use restore::{Restore, RestoreSpec};
 pub use snapshot::{Snapshot, SnapshotSpec};
 pub use snapshot_policy::{SnapshotPolicy, SnapshotPolicySpec};
+pub use snapshot_replication::{SnapshotReplication, SnapshotReplicationSpec};
 pub use snapshot_schedule::{SnapshotSchedule, SnapshotScheduleSpec};
 
 /// Every CRD this crate defines, in a stable order (used by CRD generation and tests).
@@ -42,5 +44,6 @@ pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensi
         Restore::crd(),
         Maintenance::crd(),
         RepositoryReplication::crd(),
+        SnapshotReplication::crd(),
     ]
 }

@@ -20,6 +20,7 @@ fn every_kind_has_category_short_name_status_and_printer_columns() {
         ("Restore", "restores", "kopiarestore", "Namespaced"),
         ("Maintenance", "maintenances", "kopiamaint", "Namespaced"),
         ("RepositoryReplication", "repositoryreplications", "kopiarepl", "Namespaced"),
+        ("SnapshotReplication", "snapshotreplications", "kopiasrepl", "Namespaced"),
     ];
     let crds = kopiur_api::crds();
     assert_eq!(crds.len(), expected.len());
