@@ -3,7 +3,8 @@
 //! lease (Job Complete, status records it, LeaseOwned=True); a RepositoryReplication copies the
 //! repository's blobs into a second bucket; an idle object makes no writes; with the source
 //! Degraded behind the proxy both park (Pending / RepositoryNotReady, no Job) on a new
-//! `run-requested`, and both run once after recovery, resumed by the repository watch; a
+//! `run-requested` (every version watched, no Job), and both run once after recovery, each Job
+//! within 10 s of Ready (T10, G3), resumed by the repository watch; a
 //! failed maintenance run stamps the repository's reverify nudge.
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -19,8 +20,13 @@ use kopiur_testenv::operator::Operator;
 use kopiur_testenv::proxy::{FaultProxy, Mode};
 use kopiur_testenv::wait::wait_for;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
+
+#[path = "support/recorder.rs"]
+mod recorder;
+use recorder::Recorder;
 
 const MIRROR: &str = "kopiur-mirror";
 
@@ -66,22 +72,6 @@ async fn request_run(client: &Client, ns: &str, kind: &str, name: &str, at: &str
         }
     }
     Ok(())
-}
-
-/// Names of the maintenance and replication Jobs in `ns`.
-async fn run_jobs(jobs: &Api<Job>) -> Result<BTreeSet<String>> {
-    Ok(jobs
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .filter(|j| {
-            let l = j.labels();
-            l.contains_key("kopiur.home-operations.com/maintenance")
-                || l.contains_key("kopiur.home-operations.com/replication")
-        })
-        .map(|j| j.name_any())
-        .collect())
 }
 
 fn job_complete(j: &Job) -> bool {
@@ -269,55 +259,88 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     assert_eq!(maints.get("m").await?.resource_version(), mrv, "an idle Maintenance is not written");
     assert_eq!(repls.get("rr").await?.resource_version(), rrv, "an idle replication is not written");
 
-    // Outage: the breaker opens at the first failed probe.
-    let before = run_jobs(&jobs).await?;
+    // Outage: the breaker opens at the first failed probe. From here watches record every
+    // version of r, m, rr and of every maintenance or replication Job.
+    let field = |n: &str| watcher::Config::default().fields(&format!("metadata.name={n}"));
+    let repo_rec = Recorder::start(repos.clone(), field("r")).await?;
+    let maint_rec = Recorder::start(maints.clone(), field("m")).await?;
+    let repl_rec = Recorder::start(repls.clone(), field("rr")).await?;
+    let job_rec = Recorder::start(jobs.clone(), watcher::Config::default()).await?;
+    // Maintenance and replication Job uids with the name and the instant each was first seen.
+    let sightings = |seen: &[recorder::Seen<Job>]| {
+        let mut m = std::collections::BTreeMap::<String, (String, Instant)>::new();
+        for v in seen {
+            let l = v.obj.labels();
+            if l.contains_key("kopiur.home-operations.com/maintenance")
+                || l.contains_key("kopiur.home-operations.com/replication")
+            {
+                m.entry(v.uid()).or_insert((v.name(), v.at));
+            }
+        }
+        m
+    };
+    let job_sightings = || sightings(&job_rec.all());
+    let before: BTreeSet<String> = job_sightings().into_keys().collect();
     proxy.set(Mode::Refuse);
-    wait_for("r Degraded", Duration::from_secs(150), &log, || async {
-        Ok((repo_phase(&repos.get("r").await?) == "Degraded").then_some(()))
-    })
-    .await?;
+    let cut = Instant::now();
+    repo_rec
+        .wait("r Degraded", Duration::from_secs(150), &log, |seen| {
+            Ok(seen.iter().any(|v| v.at >= cut && repo_phase(&v.obj) == "Degraded").then_some(()))
+        })
+        .await?;
     println!("[{:>5.1}s] r Degraded", started.elapsed().as_secs_f64());
     let second = "2026-01-02T00:00:00Z";
     request_run(&client, &ns, "Maintenance", "m", second).await?;
     request_run(&client, &ns, "RepositoryReplication", "rr", second).await?;
-    let until = Instant::now() + Duration::from_secs(15);
-    let mut parked = false;
-    while Instant::now() < until {
-        let m = maints.get("m").await?;
-        let r = repls.get("rr").await?;
-        let mc = m.status.clone().unwrap_or_default().conditions;
-        let rc = r.status.clone().unwrap_or_default().conditions;
-        assert_ne!(maint_manual(&m).map(|x| x.1).as_deref(), Some("Failed"));
-        assert_ne!(repl_phase(&r), "Failed", "gating never fails a replication");
-        if maint_manual(&m) == Some((second.into(), "Pending".into()))
-            && ready(&mc) == Some(("False".into(), "RepositoryNotReady".into()))
-            && repl_phase(&r) == "Pending"
-            && ready(&rc) == Some(("False".into(), "RepositoryNotReady".into()))
-        {
-            parked = true;
-        }
-        assert_eq!(run_jobs(&jobs).await?, before, "no maintenance or replication Job while Degraded");
-        tokio::time::sleep(Duration::from_secs(1)).await;
+    // 15 s parked: every version of both is checked, and no Job appears.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let (mut m_parked, mut r_parked) = (false, false);
+    for v in maint_rec.all() {
+        assert_ne!(maint_manual(&v.obj).map(|x| x.1).as_deref(), Some("Failed"), "gating never fails a run");
+        let mc = v.obj.status.clone().unwrap_or_default().conditions;
+        m_parked |= maint_manual(&v.obj) == Some((second.into(), "Pending".into()))
+            && ready(&mc) == Some(("False".into(), "RepositoryNotReady".into()));
     }
-    assert!(parked, "both parked Pending with RepositoryNotReady");
-    println!("[{:>5.1}s] both parked", started.elapsed().as_secs_f64());
+    for v in repl_rec.all() {
+        assert_ne!(repl_phase(&v.obj), "Failed", "gating never fails a replication");
+        let rc = v.obj.status.clone().unwrap_or_default().conditions;
+        r_parked |=
+            repl_phase(&v.obj) == "Pending" && ready(&rc) == Some(("False".into(), "RepositoryNotReady".into()));
+    }
+    let during: Vec<String> =
+        job_sightings().into_iter().filter(|(u, _)| !before.contains(u)).map(|(_, (n, _))| n).collect();
+    assert!(during.is_empty(), "no maintenance or replication Job while Degraded: {during:?}");
+    assert!(m_parked && r_parked, "both parked Pending with RepositoryNotReady (m {m_parked}, rr {r_parked})");
+    println!(
+        "[{:>5.1}s] both parked ({} Maintenance and {} replication versions watched)",
+        started.elapsed().as_secs_f64(),
+        maint_rec.all().len(),
+        repl_rec.all().len()
+    );
 
-    // Recovery: each runs exactly once, promptly.
+    // Recovery: each runs exactly once, promptly (T10/G3: a Job within 10 s of Ready).
     proxy.set(Mode::Pass);
-    wait_for("r Ready again", Duration::from_secs(120), &log, || async {
-        Ok((repo_phase(&repos.get("r").await?) == "Ready").then_some(()))
-    })
-    .await?;
-    let ready_at = Instant::now();
+    let healed = Instant::now();
+    let ready_at = repo_rec
+        .wait("r Ready again", Duration::from_secs(120), &log, |seen| {
+            Ok(seen.iter().find(|v| v.at >= healed && repo_phase(&v.obj) == "Ready").map(|v| v.at))
+        })
+        .await?;
     println!("[{:>5.1}s] r Ready again", started.elapsed().as_secs_f64());
-    let new_jobs = wait_for("both Jobs after recovery", Duration::from_secs(60), &log, || async {
-        let now: BTreeSet<String> = run_jobs(&jobs).await?.difference(&before).cloned().collect();
-        Ok((now.len() >= 2).then_some(now))
-    })
-    .await?;
-    let latency = ready_at.elapsed();
-    println!("jobs {new_jobs:?} created {:.1} s after Ready", latency.as_secs_f64());
-    assert!(latency < Duration::from_secs(30), "resumed by the repository watch, not the safety requeue");
+    let new_jobs = job_rec
+        .wait("both Jobs after recovery", Duration::from_secs(60), &log, |seen| {
+            let now: Vec<(String, Instant)> =
+                sightings(seen).into_iter().filter(|(u, _)| !before.contains(u)).map(|(_, j)| j).collect();
+            Ok((now.len() >= 2).then_some(now))
+        })
+        .await?;
+    let latency = new_jobs.iter().map(|(_, at)| at.saturating_duration_since(ready_at)).max().unwrap_or_default();
+    println!(
+        "jobs {:?} seen within {:.1} s of Ready (both on watches)",
+        new_jobs.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        latency.as_secs_f64()
+    );
+    assert!(latency <= Duration::from_secs(10), "T10/G3: each Job within 10 s of Ready ({latency:?})");
     wait_for("both second runs Succeeded", Duration::from_secs(120), &log, || async {
         let m = maints.get("m").await?;
         let r = repls.get("rr").await?;
@@ -326,8 +349,10 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
         .then_some(()))
     })
     .await?;
-    let after: BTreeSet<String> = run_jobs(&jobs).await?.difference(&before).cloned().collect();
-    assert_eq!(after.len(), 2, "exactly one Job each after recovery: {after:?}");
+    let after: Vec<String> =
+        job_sightings().into_iter().filter(|(u, _)| !before.contains(u)).map(|(_, (n, _))| n).collect();
+    assert_eq!(after.len(), 2, "exactly one Job (uid) each after recovery: {after:?}");
+    drop((repo_rec, maint_rec, repl_rec, job_rec));
 
     // The cron path: minutely schedules fire by themselves (the edit re-pins), one Job per slot.
     let pp = PatchParams::default();

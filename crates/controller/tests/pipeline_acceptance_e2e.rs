@@ -2,8 +2,12 @@
 //! Garage, the fault proxy and the real mover; every figure is printed:
 //! - retention keepLatest 3 after 6 runs leaves exactly 3 kopia snapshots (`kopia snapshot
 //!   list`), each pruned Snapshot stamped `pruned-by: retention`; a pinned Snapshot survives;
-//! - failedJobsHistoryLimit 2 with 5 failed scheduled runs keeps 2 Failed Snapshots, the
-//!   pruned ones stamped `pruned-by: failed-history`;
+//! - T31: on a repository with mass-deletion threshold 1, failedJobsHistoryLimit 2 with 6 Failed
+//!   children keeps 2; exactly 4 are stamped `pruned-by: failed-history` and gone within 30 s,
+//!   none held;
+//! - T19: a Snapshot failing against a cut backend stamps `reverify-requested-at` on its
+//!   repository, which launches one reverify probe within 10 s and records `lastReverifyAt`
+//!   equal to the stamp; a second failure within 60 s stamps nothing and launches no probe;
 //! - a preflight on `repository.backendReachable` (repository in Alert mode, backend cut)
 //!   holds a Snapshot Pending without a Job, then fails it at the timeout;
 //! - deleting Snapshots: Delete removes the kopia snapshot; Retain keeps it and the catalog
@@ -45,6 +49,11 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
+
+#[path = "support/recorder.rs"]
+mod recorder;
+use kopiur_api::names::condition as names_cond;
+use recorder::Recorder;
 
 const PASSWORD: &str = "acceptance e2e correct horse";
 
@@ -288,6 +297,8 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
     ))
     .await?;
     w.apply(repo("down", down_proxy.endpoint(), json!({"health": {"probe": {"failureThreshold": 1}}}))).await?;
+    // hist: the mass-deletion breaker at threshold 1 (T31: failed history is never held).
+    w.apply(repo("hist", g.s3_addr().to_string(), json!({"deletionProtection": {"threshold": 1}}))).await?;
     for pvc in ["a", "b", "c", "d", "e"] {
         let labels = if pvc == "c" || pvc == "d" { json!({"tier": "gold"}) } else { json!({}) };
         w.apply(json!({
@@ -309,13 +320,13 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
         std::fs::write(dir.join("data.txt"), format!("pvc {pvc}\n"))?;
         host.insert(pvc, dir);
     }
-    for r in ["r", "alert", "down"] {
+    for r in ["r", "alert", "down", "hist"] {
         wait_for(&format!("{r} Ready"), Duration::from_secs(300), &w.log, || async {
             Ok((repo_phase(&w.repo(r).await?) == "Ready").then_some(()))
         })
         .await?;
     }
-    w.say("repositories r, alert and down Ready");
+    w.say("repositories r, alert, down and hist Ready");
     let policy = |name: &str, repo: &str, pvc: &str, extra: Value| {
         let mut spec =
             json!({"repository": {"name": repo}, "copyMethod": "Direct", "sources": [{"pvc": {"name": pvc}}]});
@@ -329,14 +340,6 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
     w.apply(policy("pin", "r", "b", json!({"retention": {"keepLatest": 1}}))).await?;
     w.apply(policy("plain", "r", "a", json!({}))).await?;
     w.apply(policy(
-        "never",
-        "r",
-        "a",
-        json!({"preflight": {"checks": [{"name": "impossible", "expr": "repository.snapshotCount < 0",
-                                          "message": "this check never passes"}], "timeout": "1s"}}),
-    ))
-    .await?;
-    w.apply(policy(
         "pf",
         "alert",
         "a",
@@ -345,6 +348,7 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
     ))
     .await?;
     w.apply(policy("dp", "down", "a", json!({}))).await?;
+    w.apply(policy("nudge", "alert", "a", json!({}))).await?;
     w.apply(json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
                    "metadata": {"name": "sel", "namespace": ns},
                    "spec": {"repository": {"name": "r"}, "copyMethod": "Direct",
@@ -358,7 +362,7 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
     let (sel, ret, hist, pre, del, idle, fk, psel) = tokio::join!(
         selector(&w, &k_r),
         retention(&w, &k_r, &host, &pruned),
-        failed_history(&w, &pruned),
+        failed_history(&w),
         preflight_backend(&w, &alert_proxy),
         deletions(&w, &op, &k_r, dir.path(), &g, &down_proxy),
         idle_policies(&w),
@@ -494,71 +498,232 @@ async fn retention(
     Ok(())
 }
 
-/// failedJobsHistoryLimit 2 with 5 failed scheduled runs.
-async fn failed_history(w: &World, pruned: &Mutex<BTreeMap<String, Option<String>>>) -> Result<()> {
+/// T31 — failed history is never held: on repository `hist` with `deletionProtection.threshold:
+/// 1`, a schedule with `failedJobsHistoryLimit: 2` ends with 6 Failed children; exactly 4 are
+/// stamped `pruned-by: failed-history` before their delete and are gone within 30 s of the sixth
+/// failure, the 2 kept are never older than a pruned one, and nothing is held (no
+/// `DeletionHeld=True` on any version, no `SnapshotDeletionHeld` Event, `MassDeletionHeld` never
+/// True on the repository). The 6 children come from one slot: a `policySelector` schedule with
+/// `runOnCreate` fans out to 6 policies whose preflight can never pass (timeout 1 s), so the six
+/// failures take seconds rather than six cron minutes. Every version is recorded by watches.
+async fn failed_history(w: &World) -> Result<()> {
+    let snaps = w.snaps();
+    let lp = watcher::Config::default().labels(&format!("{}=fails", label::SCHEDULE));
+    let kids = Recorder::start(snaps.clone(), lp).await?;
+    let repos: Api<Repository> = Api::namespaced(w.client.clone(), &w.ns);
+    let repo = Recorder::start(repos, watcher::Config::default().fields("metadata.name=hist")).await?;
+    for i in 0..6 {
+        w.apply(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+            "metadata": {"name": format!("hist-{i}"), "namespace": w.ns, "labels": {"t31": "fails"}},
+            "spec": {"repository": {"name": "hist"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "a"}}],
+                     "preflight": {"checks": [{"name": "impossible", "expr": "repository.snapshotCount < 0",
+                                               "message": "this check never passes"}], "timeout": "1s"}}
+        }))
+        .await?;
+    }
     w.apply(json!({
         "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
         "metadata": {"name": "fails", "namespace": w.ns},
-        "spec": {"policyRef": {"name": "never"}, "schedule": {"cron": "* * * * *"}, "failedJobsHistoryLimit": 2}
+        "spec": {"policySelector": {"matchLabels": {"t31": "fails"}},
+                 "schedule": {"cron": "0 0 1 1 *", "runOnCreate": true}, "failedJobsHistoryLimit": 2}
     }))
     .await?;
-    let snaps = w.snaps();
-    let lp = ListParams::default().labels(&format!("{}=fails", label::SCHEDULE));
-    let failed_seen = Arc::new(Mutex::new(BTreeSet::new()));
-    let max_failed_present = Arc::new(Mutex::new(0usize));
-    wait_for("5 failed scheduled runs", Duration::from_secs(480), &w.log, || async {
-        let l = snaps.list(&lp).await?;
-        let failed: Vec<&Snapshot> = l.items.iter().filter(|s| phase(s) == "Failed").collect();
-        for s in &failed {
+    // Each child's first version seen Failed.
+    let failed_at = |seen: &[recorder::Seen<Snapshot>]| -> Result<BTreeMap<String, Instant>> {
+        let mut m = BTreeMap::new();
+        for v in seen.iter().filter(|v| phase(&v.obj) == "Failed") {
             ensure!(
-                ready_reason(s).as_deref() == Some("PreflightTimeout"),
+                ready_reason(&v.obj).as_deref() == Some("PreflightTimeout"),
                 "{} failed for another reason: {:?}",
-                s.name_any(),
-                ready_reason(s)
+                v.name(),
+                ready_reason(&v.obj)
             );
-            failed_seen.lock().unwrap().insert(s.name_any());
+            m.entry(v.name()).or_insert(v.at);
         }
-        let present = failed.iter().filter(|s| s.metadata.deletion_timestamp.is_none()).count();
-        let mut m = max_failed_present.lock().unwrap();
-        *m = (*m).max(present);
-        Ok((failed_seen.lock().unwrap().len() >= 5).then_some(()))
-    })
-    .await?;
-    // Let the history prune of the fifth failure land.
-    let kept = wait_for("2 Failed kept", Duration::from_secs(60), &w.log, || async {
-        let l = snaps.list(&lp).await?;
-        let f: BTreeSet<String> = l
-            .items
-            .iter()
-            .filter(|s| phase(s) == "Failed" && s.metadata.deletion_timestamp.is_none())
-            .map(|s| s.name_any())
-            .collect();
-        Ok((f.len() == 2).then_some(f))
-    })
-    .await?;
-    let seen = failed_seen.lock().unwrap().clone();
-    let gone: Vec<String> = seen.difference(&kept).cloned().collect();
-    let stamps = pruned.lock().unwrap().clone();
-    w.say(format!(
-        "[history] {} failed runs seen, {} Failed kept {kept:?}, pruned {gone:?}; at most {} Failed present at once",
-        seen.len(),
-        kept.len(),
-        max_failed_present.lock().unwrap()
-    ));
-    ensure!(gone.len() >= 3, "at least 3 of the failed runs were pruned: {gone:?}");
-    for n in &gone {
-        ensure!(
-            stamps.get(n).map(|v| v.as_deref()) == Some(Some("failed-history")),
-            "{n} pruned with pruned-by: failed-history (saw {:?})",
-            stamps.get(n)
-        );
+        Ok(m)
+    };
+    let sixth = kids
+        .wait("6 Failed children of fails", Duration::from_secs(180), &w.log, |seen| {
+            let f = failed_at(seen)?;
+            Ok((f.len() >= 6).then(|| f.values().max().copied()).flatten())
+        })
+        .await?;
+    let gone = kids
+        .wait("4 of the 6 Failed children gone", Duration::from_secs(60), &w.log, |seen| {
+            let gone: BTreeMap<String, Instant> = seen.iter().filter(|v| v.deleted).map(|v| (v.name(), v.at)).collect();
+            Ok((gone.len() >= 4).then_some(gone))
+        })
+        .await?;
+    // A fifth deletion would show within the same window: wait it out before counting.
+    tokio::time::sleep(Duration::from_secs(30).saturating_sub(sixth.elapsed())).await;
+    let seen = kids.all();
+    let failed = failed_at(&seen)?;
+    let stamped: BTreeSet<String> = seen
+        .iter()
+        .filter(|v| v.obj.annotations().get(annotation::PRUNED_BY).map(String::as_str) == Some("failed-history"))
+        .map(|v| v.name())
+        .collect();
+    let deleted: BTreeSet<String> = seen.iter().filter(|v| v.deleted).map(|v| v.name()).collect();
+    // The stamp on each child's first version carrying a deletionTimestamp: written before the delete.
+    let mut first_deleting = BTreeMap::<String, Option<String>>::new();
+    for v in seen.iter().filter(|v| v.obj.metadata.deletion_timestamp.is_some() || v.deleted) {
+        first_deleting.entry(v.name()).or_insert_with(|| v.obj.annotations().get(annotation::PRUNED_BY).cloned());
     }
-    let newest: Vec<String> = seen.iter().rev().take(2).cloned().collect();
-    ensure!(
-        kept.iter().all(|k| newest.contains(k)),
-        "the 2 newest failures are kept: kept {kept:?}, newest {newest:?}"
-    );
+    let held: BTreeSet<String> = seen
+        .iter()
+        .filter(|v| {
+            v.obj.status.as_ref().is_some_and(|st| {
+                st.conditions.iter().any(|c| c.type_ == names_cond::DELETION_HELD && c.status == "True")
+            })
+        })
+        .map(|v| v.name())
+        .collect();
+    let mut held_events = 0;
+    for n in failed.keys() {
+        held_events += w.events(n, "SnapshotDeletionHeld").await?;
+    }
+    let repo_held = repo.all().iter().any(|v| {
+        v.obj.status.as_ref().is_some_and(|st| {
+            st.conditions.iter().any(|c| c.type_ == names_cond::MASS_DELETION_HELD && c.status == "True")
+        })
+    });
+    let kept: BTreeSet<String> = failed.keys().filter(|n| !deleted.contains(*n)).cloned().collect();
+    let latest = kids.latest();
+    let end = |n: &str| -> Option<chrono::DateTime<Utc>> {
+        seen.iter().rev().filter(|v| v.name() == n).find_map(|v| v.obj.status.as_ref()?.timing.as_ref()?.end_time)
+    };
+    let slowest = gone.values().map(|t| t.saturating_duration_since(sixth)).max().unwrap_or_default();
+    w.say(format!(
+        "[history] T31 threshold 1, failedJobsHistoryLimit 2: {} Failed children {:?}; stamped failed-history \
+         {stamped:?}; deleted {deleted:?} (last gone {:.1}s after the sixth failure); kept {kept:?}; DeletionHeld on \
+         {held:?}, SnapshotDeletionHeld Events {held_events}, repository MassDeletionHeld ever True: {repo_held}",
+        failed.len(),
+        failed.keys().collect::<Vec<_>>(),
+        slowest.as_secs_f64()
+    ));
+    ensure!(failed.len() == 6, "6 Failed children: {failed:?}");
+    ensure!(stamped.len() == 4, "exactly 4 stamped failed-history: {stamped:?}");
+    ensure!(deleted == stamped, "the 4 stamped are the 4 gone: deleted {deleted:?}, stamped {stamped:?}");
+    for (n, stamp) in &first_deleting {
+        ensure!(stamp.as_deref() == Some("failed-history"), "{n} was deleted before its stamp ({stamp:?})");
+    }
+    ensure!(slowest <= Duration::from_secs(30), "gone within 30 s of the sixth failure ({slowest:?})");
+    ensure!(held.is_empty() && held_events == 0 && !repo_held, "failed history is never held");
+    ensure!(kept.len() == 2, "2 Failed kept: {kept:?}");
+    for k in &kept {
+        let obj = latest.get(k).with_context(|| format!("{k} present"))?;
+        ensure!(phase(obj) == "Failed" && obj.metadata.deletion_timestamp.is_none(), "{k} stays, Failed");
+        for p in &deleted {
+            ensure!(end(k) >= end(p), "the kept {k} is not older than the pruned {p}");
+        }
+    }
     Api::<SnapshotSchedule>::namespaced(w.client.clone(), &w.ns).delete("fails", &DeleteParams::default()).await?;
+    Ok(())
+}
+
+/// T19 — the reverify nudge, from a failed Snapshot (nobody writes the annotation by hand).
+/// Repository `alert` (probe interval 30m by default, so no periodic probe runs during the
+/// test) has its backend cut: the manual Snapshot `nudge-1` fails, the controller stamps
+/// `reverify-requested-at` on the repository, one reverify probe Job starts within 10 s of the
+/// stamp, and `status.lastReverifyAt` equals the stamp. `nudge-2` then fails within 60 s of the
+/// stamp: the stamp is not rewritten, no probe Job starts in the 10 s after, and the streak stays
+/// 1. The repository is in Alert mode: under Degrade a streak of 1 re-probes after the shortened
+/// strict-retry base (10 s in this binary), which would launch a probe for another reason; in
+/// Alert mode the only probe is the nudge's.
+async fn reverify_nudge(w: &World) -> Result<()> {
+    const REVERIFY: &str = annotation::REVERIFY_REQUESTED_AT;
+    let repos: Api<Repository> = Api::namespaced(w.client.clone(), &w.ns);
+    let uid = w.repo("alert").await?.uid().context("uid")?;
+    let repo = Recorder::start(repos, watcher::Config::default().fields("metadata.name=alert")).await?;
+    let probe_cfg = watcher::Config::default().labels("kopiur.home-operations.com/connect-kind=probe");
+    let jobs = Recorder::start(Api::<Job>::namespaced(w.client.clone(), &w.ns), probe_cfg).await?;
+    // Probe Jobs of `alert` (by owner uid), first sighting of each uid.
+    let probes = |seen: &[recorder::Seen<Job>]| -> Vec<(String, Instant, String)> {
+        let mut out: Vec<(String, Instant, String)> = Vec::new();
+        for v in seen.iter().filter(|v| v.obj.owner_references().iter().any(|o| o.uid == uid)) {
+            if !out.iter().any(|(u, _, _)| *u == v.uid()) {
+                let kind =
+                    v.obj.annotations().get("kopiur.home-operations.com/probe-kind").cloned().unwrap_or_default();
+                out.push((v.uid(), v.at, kind));
+            }
+        }
+        out
+    };
+    let stamp_of = |r: &Repository| r.annotations().get(REVERIFY).cloned();
+    let before = repo.latest().get("alert").and_then(|r| stamp_of(&**r));
+    let probes_before = probes(&jobs.all()).len();
+    let snaps = w.snaps();
+    let failed = |name: &'static str| {
+        let snaps = snaps.clone();
+        async move {
+            wait_for(&format!("{name} Failed"), Duration::from_secs(180), &w.log, || async {
+                let s = snaps.get(name).await?;
+                ensure!(phase(&s) != "Succeeded", "{name} succeeded against a cut backend");
+                Ok((phase(&s) == "Failed").then_some(s))
+            })
+            .await
+        }
+    };
+    w.snapshot("nudge-1", "nudge", json!({})).await?;
+    let f1 = failed("nudge-1").await?;
+    let (stamp, stamped_at) = repo
+        .wait("alert stamped reverify-requested-at", Duration::from_secs(30), &w.log, |seen| {
+            Ok(seen.iter().find_map(|v| stamp_of(&*v.obj).filter(|s| Some(s) != before.as_ref()).map(|s| (s, v.at))))
+        })
+        .await?;
+    let (_, probe_at, kind) = jobs
+        .wait("the reverify probe Job", Duration::from_secs(30), &w.log, |seen| {
+            Ok(probes(seen).into_iter().nth(probes_before))
+        })
+        .await?;
+    let latency = probe_at.saturating_duration_since(stamped_at);
+    let stamp_t = chrono::DateTime::parse_from_rfc3339(&stamp).context("the stamp is RFC 3339")?.timestamp();
+    let folded = repo
+        .wait("lastReverifyAt recorded and the probe folded", Duration::from_secs(120), &w.log, |seen| {
+            let r = &seen.last().context("a version")?.obj;
+            let st = r.status.clone().unwrap_or_default();
+            let streak = st.health.as_ref().map(|h| h.consecutive_probe_failures).unwrap_or(0);
+            let reachable = cond(r, "BackendReachable").map(|c| c.status.clone());
+            Ok((st.last_reverify_at.is_some() && streak >= 1 && reachable.as_deref() == Some("False"))
+                .then_some((st.last_reverify_at.map(|t| t.timestamp()), streak)))
+        })
+        .await?;
+    w.say(format!(
+        "[nudge] T19: nudge-1 Failed ({:?}); alert stamped {REVERIFY}={stamp}; probe Job (probe-kind {kind}) seen \
+         {:.1}s after the stamp; lastReverifyAt {:?}; streak {}",
+        f1.status.as_ref().and_then(|s| s.failure.as_ref()).and_then(|f| f.kopia_error_class.clone()),
+        latency.as_secs_f64(),
+        folded.0,
+        folded.1
+    ));
+    ensure!(kind == "reverify", "the probe was launched by the nudge (probe-kind {kind})");
+    ensure!(latency <= Duration::from_secs(10), "the probe starts within 10 s of the stamp ({latency:?})");
+    ensure!(folded.0 == Some(stamp_t), "lastReverifyAt {:?} equals the stamp {stamp}", folded.0);
+    ensure!(folded.1 == 1, "one failed probe: streak {}", folded.1);
+
+    // A second failure within 60 s of the stamp: no new stamp, no probe.
+    w.snapshot("nudge-2", "nudge", json!({})).await?;
+    failed("nudge-2").await?;
+    let second_at = Utc::now().timestamp();
+    ensure!(
+        second_at - stamp_t < 60,
+        "nudge-2 failed {} s after the stamp, outside the 60 s this check needs",
+        second_at - stamp_t
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let r = repo.latest().get("alert").cloned().context("alert")?;
+    let streak = r.status.as_ref().and_then(|s| s.health.as_ref()).map(|h| h.consecutive_probe_failures);
+    let all_probes = probes(&jobs.all());
+    w.say(format!(
+        "[nudge] nudge-2 Failed {} s after the stamp; 10 s later: stamp {:?}, probe Jobs since nudge-1 {}, streak {streak:?}",
+        second_at - stamp_t,
+        stamp_of(&*r),
+        all_probes.len() - probes_before
+    ));
+    ensure!(stamp_of(&*r).as_deref() == Some(stamp.as_str()), "the stamp is not rewritten within 60 s");
+    ensure!(all_probes.len() - probes_before == 1, "the second failure launched no probe: {all_probes:?}");
+    ensure!(streak == Some(1), "the streak stays 1: {streak:?}");
     Ok(())
 }
 
@@ -566,7 +731,8 @@ async fn failed_history(w: &World, pruned: &Mutex<BTreeMap<String, Option<String
 /// `repository.backendReachable` parks the Snapshot and fails it at the timeout, without a Job.
 async fn preflight_backend(w: &World, proxy: &FaultProxy) -> Result<()> {
     proxy.set(Mode::Refuse);
-    w.nudge("alert").await?;
+    // The failed Snapshot's nudge makes the probe that turns BackendReachable False.
+    reverify_nudge(w).await?;
     wait_for("alert: BackendReachable=False", Duration::from_secs(120), &w.log, || async {
         let r = w.repo("alert").await?;
         ensure!(repo_phase(&r) == "Ready", "Alert mode stays Ready: {:?}", r.status);
@@ -666,23 +832,16 @@ async fn deletions(w: &World, op: &Operator, k_r: &Kopia, dir: &Path, g: &Garage
         Ok((repo_phase(&w.repo("down").await?) == "Degraded").then_some(()))
     })
     .await?;
-    // Every batch delete Job against `down` (label delete-repo=<uid>), seen by a poller: Jobs
-    // for other repositories (retention prunes on r) run concurrently and must not count.
+    // Every batch delete Job against `down` (label delete-repo=<uid>), seen by a watch: Jobs
+    // for other repositories (retention prunes on r) run concurrently and must not count, and a
+    // Job created and reaped between two polls would be missed by a poll.
     let down_uid = w.repo("down").await?.uid().context("uid")?;
-    let seen_jobs = Arc::new(Mutex::new(BTreeSet::<String>::new()));
-    let poller = {
-        let jobs: Api<Job> = Api::namespaced(w.client.clone(), &w.ns);
-        let lp = ListParams::default().labels(&format!("{}={down_uid}", label::DELETE_REPO));
-        let seen = seen_jobs.clone();
-        tokio::spawn(async move {
-            loop {
-                if let Ok(l) = jobs.list(&lp).await {
-                    seen.lock().unwrap().extend(l.items.iter().map(|j| j.name_any()));
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        })
-    };
+    let down_jobs_rec = Recorder::start(
+        Api::<Job>::namespaced(w.client.clone(), &w.ns),
+        watcher::Config::default().labels(&format!("{}={down_uid}", label::DELETE_REPO)),
+    )
+    .await?;
+    let down_jobs_seen = || down_jobs_rec.all().iter().map(|v| v.uid()).collect::<BTreeSet<String>>().len();
     let jobs_before = batch_jobs_created(op).await?;
     let t = Instant::now();
     snaps.delete("skip-1", &DeleteParams::default()).await?;
@@ -700,7 +859,7 @@ async fn deletions(w: &World, op: &Operator, k_r: &Kopia, dir: &Path, g: &Garage
         "a Delete parks while the repository is Degraded"
     );
     let jobs_during = batch_jobs_created(op).await?;
-    let down_jobs_during = seen_jobs.lock().unwrap().len();
+    let down_jobs_during = down_jobs_seen();
     w.say(format!(
         "[delete] while Degraded: delete Jobs against down {down_jobs_during} (all repositories: {jobs_before} -> \
          {jobs_during}); del-down parked with Ready reason {:?}",
@@ -714,8 +873,7 @@ async fn deletions(w: &World, op: &Operator, k_r: &Kopia, dir: &Path, g: &Garage
         Ok(snaps.get_opt("del-down").await?.is_none().then_some(()))
     })
     .await?;
-    poller.abort();
-    let down_jobs = seen_jobs.lock().unwrap().len();
+    let down_jobs = down_jobs_seen();
     w.say(format!("[delete] del-down drained after recovery through {down_jobs} batch Job(s)"));
     ensure!(down_jobs >= 1, "the parked Delete ran through a batch Job once the repository was Ready");
     let k_down = Kopia::connect(dir, g, "down/").await?;

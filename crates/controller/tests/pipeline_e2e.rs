@@ -17,8 +17,13 @@ use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
 use kopiur_testenv::wait::wait_for;
 use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
+
+#[path = "support/recorder.rs"]
+mod recorder;
+use recorder::Recorder;
 
 const PASSWORD: &str = "pipeline-e2e correct horse";
 
@@ -178,6 +183,8 @@ async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
     assert_eq!(std::fs::read(out.join("nested/blob.bin"))?, blob, "restored bytes match");
     println!("restore into PVC restored matched {} + {} bytes", 28, blob.len());
 
+    // From here on every version of every Snapshot is recorded (for the retention check below).
+    let rec = Recorder::start(snaps.clone(), watcher::Config::default()).await?;
     // A schedule fires every minute; its children succeed too.
     apply(
         &client,
@@ -220,35 +227,33 @@ async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
     assert_eq!(sched.status.as_ref().map(|s| s.consecutive_failures), Some(0), "no failed run: consecutiveFailures 0");
 
     // Retention keepLatest 2 over manual-1 plus the scheduled children: the oldest go, each
-    // stamped before its delete; their kopia manifests are removed through a delete Job.
-    let watcher_snaps = snaps.clone();
-    let stamped = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::<String, Option<String>>::new()));
-    let st2 = stamped.clone();
-    let ns2 = ns.clone();
-    let observer = tokio::spawn(async move {
-        // Record the pruned-by annotation of every Snapshot seen deleting.
-        loop {
-            if let Ok(l) = watcher_snaps.list(&ListParams::default()).await {
-                for s in l.items.iter().filter(|s| s.metadata.deletion_timestamp.is_some()) {
-                    st2.lock()
-                        .unwrap()
-                        .insert(s.name_any(), s.annotations().get("kopiur.home-operations.com/pruned-by").cloned());
-                }
-            }
-            let _ = &ns2;
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    });
-    wait_for("manual-1 pruned by retention", Duration::from_secs(240), &log, || async {
-        Ok(snaps.get_opt("manual-1").await?.is_none().then_some(()))
+    // stamped before its delete; their kopia manifests are removed through a delete Job. A watch
+    // records every version of every Snapshot, the DELETED one included, so a prune stamped,
+    // deleted and gone between two polls is still seen.
+    rec.wait("manual-1 pruned by retention", Duration::from_secs(240), &log, |seen| {
+        Ok(seen.iter().any(|s| s.deleted && s.name() == "manual-1").then_some(()))
     })
     .await?;
-    observer.abort();
-    let seen = stamped.lock().unwrap().clone();
-    println!("deleted while observed: {seen:?}");
-    assert!(seen.contains_key("manual-1"), "manual-1 was seen deleting");
+    let versions = rec.all();
+    // Per Snapshot seen deleting: the pruned-by stamp on its first version carrying a
+    // deletionTimestamp (the stamp must be written before the delete).
+    let mut seen = BTreeMap::<String, Option<String>>::new();
+    for v in &versions {
+        if (v.obj.metadata.deletion_timestamp.is_some() || v.deleted) && !seen.contains_key(&v.name()) {
+            seen.insert(v.name(), v.obj.annotations().get("kopiur.home-operations.com/pruned-by").cloned());
+        }
+    }
+    let gone: Vec<String> = versions.iter().filter(|v| v.deleted).map(|v| v.name()).collect();
+    println!(
+        "deleted while watched ({} versions, {} list(s)): first deleting version's stamp {seen:?}; DELETED events {gone:?}",
+        versions.len(),
+        rec.starts()
+    );
+    assert_eq!(rec.starts(), 1, "the watch never re-listed, so no version was missed");
+    drop(rec);
+    assert!(gone.contains(&"manual-1".to_string()), "manual-1 was seen deleted");
     for (name, v) in &seen {
-        assert_eq!(v.as_deref(), Some("retention"), "{name} was pruned without its stamp");
+        assert_eq!(v.as_deref(), Some("retention"), "{name} was deleted without its pruned-by stamp");
     }
     // Batch Jobs are reaped once their members drain, so count creations on /metrics.
     let delete_jobs = batch_jobs_created(&op).await?;

@@ -42,6 +42,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
+#[path = "support/recorder.rs"]
+mod recorder;
+use recorder::Recorder;
+
 async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
     kopiur_testenv::apply::apply_value(client, ns, &v).await
 }
@@ -103,7 +107,10 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
         &op_ns,
         // Base 2 s: after a first failed probe the next ones follow 2 s and 4 s later, so the
         // breaker opens well inside one minute tick of the replay (see the module comment).
-        &[("KOPIUR_STRICT_RETRY_BASE_SECONDS", "2"), ("KOPIUR_STRICT_RETRY_CAP_SECONDS", "20")],
+        &[
+            ("KOPIUR_STRICT_RETRY_BASE_SECONDS", STRICT_BASE.to_string().as_str()),
+            ("KOPIUR_STRICT_RETRY_CAP_SECONDS", STRICT_CAP.to_string().as_str()),
+        ],
     )
     .await?;
     let log = op.log_path().to_path_buf();
@@ -169,29 +176,44 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
     const OPEN_SINCE: &str = "kopiur_repository_breaker_open_since_timestamp_seconds";
     let trips_before: f64 = samples(&op.metrics().await?, TRIPS, &rl).iter().sum();
 
-    // Outage: the breaker opens after three failed probes; the streak gauge rises meanwhile.
+    // Outage: the breaker opens after three failed probes; the streak rises meanwhile. A watch
+    // on `r` records every status version, so each streak value and each phase is seen (a
+    // Ready -> Initializing -> Degraded flap between two polls would not be).
+    let repo_rec = Recorder::start(repos.clone(), watcher::Config::default().fields("metadata.name=r")).await?;
     step("r Ready; first outage");
     proxy.set(Mode::Refuse);
-    let mut streaks: Vec<f64> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(420);
-    loop {
-        if let Some(v) = sample(&op.metrics().await.unwrap_or_default(), STREAK, &rl)
-            && streaks.last() != Some(&v)
-        {
-            streaks.push(v);
-        }
-        if repo_phase(&repos.get("r").await?) == "Degraded" {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("timed out waiting for r Degraded\n{}", kopiur_testenv::process::log_tail(&log, 60));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let cut1 = Instant::now();
+    let open_idx = repo_rec
+        .wait("r Degraded", Duration::from_secs(420), &log, |seen| {
+            for (i, v) in seen.iter().enumerate().filter(|(_, v)| v.at >= cut1) {
+                let p = repo_phase(&v.obj);
+                if p == "Degraded" {
+                    return Ok(Some(i));
+                }
+                if p != "Ready" {
+                    bail!("only Ready until the breaker opens, saw {p}");
+                }
+            }
+            Ok(None)
+        })
+        .await?;
     step("r Degraded");
-    println!("consecutive backend failures during the outage: {streaks:?}");
+    let versions = repo_rec.all();
+    let streak_of = |r: &Repository| {
+        r.status.as_ref().and_then(|s| s.health.as_ref()).map(|h| h.consecutive_probe_failures).unwrap_or(0)
+    };
+    // The streak of the last version before the cut, then of every version up to the open.
+    let first = versions.iter().rposition(|v| v.at < cut1).unwrap_or(0);
+    let mut streaks: Vec<i32> = Vec::new();
+    for v in &versions[first..=open_idx] {
+        if streaks.last() != Some(&streak_of(&v.obj)) {
+            streaks.push(streak_of(&v.obj));
+        }
+    }
+    println!("consecutive backend failures during the outage, every value on the watch: {streaks:?}");
     assert!(streaks.windows(2).all(|w| w[0] <= w[1]), "the streak only rises during the outage: {streaks:?}");
-    assert!(streaks.len() >= 2 && streaks.last().copied().unwrap_or(0.0) >= 1.0, "the streak rose: {streaks:?}");
+    assert_eq!(streaks.first(), Some(&0), "the streak starts at 0: {streaks:?}");
+    assert_eq!(streaks.last(), Some(&3), "the breaker opens at the third failure (failureThreshold 3): {streaks:?}");
     let open = wait_for("breaker metrics of the open breaker", Duration::from_secs(15), &log, || async {
         let text = op.metrics().await?;
         Ok(sample(&text, OPEN_SINCE, &rl).is_some().then_some(text))
@@ -199,10 +221,19 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
     .await?;
     let trips: f64 = samples(&open, TRIPS, &rl).iter().sum();
     assert_eq!(trips, trips_before + 1.0, "one trip for the episode:\n{open}");
-    assert!(sample(&open, STREAK, &rl).unwrap_or(0.0) >= *streaks.last().unwrap(), "the streak is kept while open");
+    assert_eq!(sample(&open, STREAK, &rl), Some(3.0), "the streak gauge shows the 3 failures while open");
 
     let snaps: Api<Snapshot> = Api::namespaced(client.clone(), &ns);
     let restores: Api<Restore> = Api::namespaced(client.clone(), &ns);
+    // Every version of the two consumers and every backup or restore Job, from watches.
+    let field = |n: &str| watcher::Config::default().fields(&format!("metadata.name={n}"));
+    let snap_rec = Recorder::start(snaps.clone(), field("during-outage")).await?;
+    let restore_rec = Recorder::start(restores.clone(), field("back")).await?;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let ops = watcher::Config::default().labels("kopiur.home-operations.com/op in (backup,restore)");
+    let job_rec = Recorder::start(jobs.clone(), ops).await?;
+    let jobs_at_start = job_rec.latest().len();
+    assert_eq!(jobs_at_start, 0, "no backup or restore Job before the first outage");
     apply(
         &client,
         &ns,
@@ -225,35 +256,31 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
         }),
     )
     .await?;
-    // Parked, for 40 s of the outage: Pending / RepositoryNotReady, no Jobs, nothing Failed.
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let watch_until = Instant::now() + Duration::from_secs(40);
-    let mut parked_seen = false;
-    while Instant::now() < watch_until {
-        let s = snaps.get("during-outage").await?;
-        let r = restores.get("back").await?;
-        assert_ne!(snap_phase(&s), "Failed", "a parked Snapshot never fails");
-        let rst = r.status.clone().unwrap_or_default();
+    // Parked, for 40 s of the outage: Pending / RepositoryNotReady, no Jobs, nothing Failed, on
+    // every version the watches delivered.
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    let mut snap_parked = false;
+    for v in snap_rec.all() {
+        assert_ne!(snap_phase(&v.obj), "Failed", "a parked Snapshot never fails");
+        snap_parked |= snap_phase(&v.obj) == "Pending"
+            && ready_reason(&v.obj.status.clone().unwrap_or_default().conditions).as_deref()
+                == Some("RepositoryNotReady");
+    }
+    let mut restore_parked = false;
+    for v in restore_rec.all() {
+        let rst = v.obj.status.clone().unwrap_or_default();
         assert_ne!(rst.phase.as_ref().map(|p| p.as_str().to_string()).as_deref(), Some("Failed"));
         assert!(rst.wait_started_at.is_none(), "the Restore's wait window does not start while parked");
-        if snap_phase(&s) == "Pending"
-            && ready_reason(&s.status.clone().unwrap_or_default().conditions).as_deref() == Some("RepositoryNotReady")
-            && ready_reason(&rst.conditions).as_deref() == Some("RepositoryNotReady")
-        {
-            parked_seen = true;
-        }
-        let ops: Vec<String> = jobs
-            .list(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .filter_map(|j| j.labels().get("kopiur.home-operations.com/op").cloned())
-            .filter(|op| op == "backup" || op == "restore")
-            .collect();
-        assert!(ops.is_empty(), "no backup or restore Job while Degraded: {ops:?}");
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        restore_parked |= ready_reason(&rst.conditions).as_deref() == Some("RepositoryNotReady");
     }
-    assert!(parked_seen, "both consumers parked with RepositoryNotReady");
+    let launched: Vec<String> = job_rec.all().iter().map(|v| v.name()).collect();
+    println!(
+        "first outage, 40 s parked: {} Snapshot and {} Restore versions watched; backup/restore Jobs seen {launched:?}",
+        snap_rec.all().len(),
+        restore_rec.all().len()
+    );
+    assert!(launched.is_empty(), "no backup or restore Job while Degraded: {launched:?}");
+    assert!(snap_parked && restore_parked, "both consumers parked with RepositoryNotReady");
     // The parked Snapshot is counted by kopiur_snapshot_gated (recomputed every 5 s).
     let gated = wait_for("kopiur_snapshot_gated 1", Duration::from_secs(15), &log, || async {
         let text = op.metrics().await?;
@@ -271,24 +298,30 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
     // Recovery: the breaker closes, the parked Snapshot launches once and succeeds.
     step("first outage: consumers parked; backend back");
     proxy.set(Mode::Pass);
-    wait_for("r Ready again", Duration::from_secs(300), &log, || async {
-        Ok((repo_phase(&repos.get("r").await?) == "Ready").then_some(()))
-    })
-    .await?;
-    let ready_at = Instant::now();
+    let healed1 = Instant::now();
+    let ready_at = repo_rec
+        .wait("r Ready again", Duration::from_secs(300), &log, |seen| {
+            Ok(seen.iter().find(|v| v.at >= healed1 && repo_phase(&v.obj) == "Ready").map(|v| v.at))
+        })
+        .await?;
     // After recovery: no open_since series, and the streak's 0 is visible.
     wait_for("closed-breaker metrics", Duration::from_secs(15), &log, || async {
         let text = op.metrics().await?;
         Ok((sample(&text, OPEN_SINCE, &rl).is_none() && sample(&text, STREAK, &rl) == Some(0.0)).then_some(()))
     })
     .await?;
-    wait_for("backup Job after recovery", Duration::from_secs(60), &log, || async {
-        Ok(jobs.get_opt("during-outage").await?.map(|_| ()))
-    })
-    .await?;
-    let latency = ready_at.elapsed();
-    println!("backup Job created {:.1} s after the repository was seen Ready", latency.as_secs_f64());
-    assert!(latency < Duration::from_secs(30), "resumed by a watch, not the 300 s safety requeue");
+    // G3: the parked Snapshot's Job, first seen on the Job watch.
+    let job_at = job_rec
+        .wait("backup Job after recovery", Duration::from_secs(60), &log, |seen| {
+            Ok(seen.iter().find(|v| v.name() == "during-outage").map(|v| v.at))
+        })
+        .await?;
+    let latency = job_at.saturating_duration_since(ready_at);
+    println!("backup Job seen {:.1} s after the repository was seen Ready (both on watches)", latency.as_secs_f64());
+    assert!(
+        latency <= Duration::from_secs(10),
+        "G3: the parked Snapshot's Job exists within 10 s of Ready ({latency:?})"
+    );
     let done = wait_for("during-outage Succeeded", Duration::from_secs(300), &log, || async {
         let s = snaps.get("during-outage").await?;
         assert_ne!(snap_phase(&s), "Failed", "{:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
@@ -310,9 +343,14 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
     let target = pvcs.get("restored").await?;
     let out = kopiur_testenv::node::provisioner::pv_dir(&env.node_state_dir(), &target.uid().context("uid")?);
     assert_eq!(std::fs::read(out.join("state.txt"))?, b"written before the outage\n");
-    let backup_jobs =
-        jobs.list(&ListParams::default().labels("kopiur.home-operations.com/op=backup")).await?.items.len();
-    assert_eq!(backup_jobs, 1, "exactly one backup Job over the first outage and recovery");
+    let backup_jobs: BTreeSet<String> = job_rec
+        .all()
+        .iter()
+        .filter(|v| v.obj.labels().get("kopiur.home-operations.com/op").map(String::as_str) == Some("backup"))
+        .map(|v| v.uid())
+        .collect();
+    assert_eq!(backup_jobs.len(), 1, "exactly one backup Job (uid) over the first outage and recovery");
+    drop((snap_rec, restore_rec, job_rec));
 
     // T07 (with T09 and T10's Restore): the outage replay, in `outage_replay` below.
     step("first outage done; outage replay");
@@ -328,6 +366,8 @@ struct JobRec {
     name: String,
     op: String,
     created: DateTime<Utc>,
+    /// When the watch first delivered it (sub-second, unlike `created`).
+    seen: DateTime<Utc>,
     failed: bool,
 }
 
@@ -360,6 +400,7 @@ impl JobLog {
                     name: job.name_any(),
                     op: job.labels().get("kopiur.home-operations.com/op").cloned().unwrap_or_default(),
                     created,
+                    seen: Utc::now(),
                     failed,
                 };
                 let mut m = out.0.lock().unwrap();
@@ -389,6 +430,10 @@ fn slot_of(child: &str) -> i64 {
     child.rsplit('-').next().and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
+/// The operator's strict-retry knobs in this binary (seconds); see the module comment.
+const STRICT_BASE: i64 = 2;
+const STRICT_CAP: i64 = 20;
+
 /// The replay's cron and its period: a tick at the start of every minute.
 const CRON: &str = "* * * * *";
 const TICK_SECONDS: i64 = 60;
@@ -403,12 +448,13 @@ fn restore_phase(r: &Restore) -> String {
     r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
 }
 
-fn schedule(ns: &str, name: &str, policy: &str) -> Value {
+/// A `* * * * *` schedule of policy `p` without jitter; `run_on_create` fires one child at once.
+fn schedule(ns: &str, name: &str, policy: &str, run_on_create: bool) -> Value {
     json!({
         "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
         "metadata": {"name": name, "namespace": ns},
         "spec": {"policyRef": {"name": "p"},
-                 "schedule": {"cron": CRON, "jitter": "0s", "concurrencyPolicy": policy}}
+                 "schedule": {"cron": CRON, "jitter": "0s", "concurrencyPolicy": policy, "runOnCreate": run_on_create}}
     })
 }
 
@@ -435,13 +481,21 @@ async fn outage_replay(
     let restores: Api<Restore> = Api::namespaced(client.clone(), ns);
     let scheds: Api<SnapshotSchedule> = Api::namespaced(client.clone(), ns);
     let jobs = JobLog::start(client.clone(), ns);
+    // Every version of the repository, of every Snapshot, of the replay's Restore and of every
+    // strict connect Job, from watches started before the schedule exists.
+    let field = |n: &str| watcher::Config::default().fields(&format!("metadata.name={n}"));
+    let repo_rec = Recorder::start(repos.clone(), field("r")).await?;
+    let snap_rec = Recorder::start(snaps.clone(), watcher::Config::default()).await?;
+    let restore_rec = Recorder::start(restores.clone(), field("during-replay")).await?;
+    let strict = watcher::Config::default().labels("kopiur.home-operations.com/connect-kind=strict");
+    let strict_rec = Recorder::start(Api::<Job>::namespaced(client.clone(), ns), strict).await?;
     let forbid_lp = ListParams::default().labels("kopiur.home-operations.com/schedule=forbid");
     let allow_lp = ListParams::default().labels("kopiur.home-operations.com/schedule=allowed");
     const SKIPPED: &str = "kopiur_schedule_slots_skipped_total";
     let skip_labels = [("namespace", ns), ("name", "forbid"), ("reason", "active_run")];
 
-    // One prior success.
-    apply(client, ns, schedule(ns, "forbid", "Forbid")).await?;
+    // One prior success, fired at creation (runOnCreate) rather than at the next minute.
+    apply(client, ns, schedule(ns, "forbid", "Forbid", true)).await?;
     let prior = wait_for("the Forbid schedule's first child Succeeded", Duration::from_secs(420), log, || async {
         let items = snaps.list(&forbid_lp).await?.items;
         for s in &items {
@@ -485,98 +539,120 @@ async fn outage_replay(
     let skipped_before: f64 = samples(&op.metrics().await?, SKIPPED, &skip_labels).iter().sum();
     proxy.set(Mode::Refuse);
     let cut = Utc::now();
+    let cut_at = Instant::now();
     step("replay: backend cut");
     println!("backend cut at {cut}, {:.1} s before the tick {tick0}", (tick0 - cut).num_milliseconds() as f64 / 1000.0);
 
     // 8 ticks after tick0 (8 min), plus 20 s for the last one to be seen skipped.
     let last_tick = tick0 + chrono::Duration::seconds(8 * TICK_SECONDS);
     let restore_at = last_tick + chrono::Duration::seconds(20);
-    let mut opened: Option<DateTime<Utc>> = None;
-    let mut at_open: BTreeSet<String> = BTreeSet::new();
+    // The breaker must open before the second tick, or a second backup Job is doomed (the
+    // failed-Job count below says so); give up after 4 ticks.
+    let give_up = (tick0 + chrono::Duration::seconds(4 * TICK_SECONDS) - Utc::now()).to_std().unwrap_or_default();
+    let open_idx = repo_rec
+        .wait("the breaker open after the cut", give_up, log, |seen| {
+            Ok(seen.iter().position(|v| v.at >= cut_at && repo_phase(&v.obj) == "Degraded"))
+        })
+        .await
+        .context("the breaker did not open within 4 ticks of the cut")?;
+    let open_version = repo_rec.all()[open_idx].clone();
+    let (opened, open_at) = (open_version.wall, open_version.at);
+    let breaker_opened_at = open_version
+        .obj
+        .status
+        .as_ref()
+        .and_then(|s| s.health.as_ref())
+        .and_then(|h| h.breaker_opened_at.as_ref())
+        .map(|t| t.timestamp())
+        .context("status.health.breakerOpenedAt of the open")?;
+    // The Snapshots present when the open was seen.
+    let state_at = |until: Instant| -> BTreeMap<String, Arc<Snapshot>> {
+        let mut m = BTreeMap::new();
+        for v in snap_rec.all().iter().filter(|v| v.at <= until) {
+            if v.deleted {
+                m.remove(&v.name());
+            } else {
+                m.insert(v.name(), v.obj.clone());
+            }
+        }
+        m
+    };
+    let at_open: BTreeSet<String> = state_at(open_at).into_keys().collect();
+    println!("breaker open {:.0} s after the cut", (opened - cut).num_milliseconds() as f64 / 1000.0);
+    // Created only now, so neither can launch a Job doomed by the outage.
+    apply(client, ns, schedule(ns, "allowed", "Allow", false)).await?;
+    let allow_created = Utc::now();
+    apply(
+        client,
+        ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
+            "metadata": {"name": "during-replay", "namespace": ns},
+            "spec": {"source": {"fromPolicy": {"name": "p"}},
+                     "target": {"pvc": {"name": "restored-replay", "capacity": "1Gi"}},
+                     "policy": {"waitTimeout": "30m"}}
+        }),
+    )
+    .await?;
+    // The rest of the outage: the watches record every version meanwhile; it is all checked below.
+    tokio::time::sleep((restore_at - Utc::now()).to_std().unwrap_or_default()).await;
+    let end_at = Instant::now();
+
+    // Every repository version from the open on is Degraded.
+    let phases_open: Vec<String> = repo_rec.all()[open_idx..].iter().map(|v| repo_phase(&v.obj)).collect();
+    assert!(
+        phases_open.iter().all(|p| p == "Degraded"),
+        "the breaker stays open while the backend is cut: {phases_open:?}"
+    );
+    // Every Snapshot version seen while open.
     let mut minted_forbid_while_open: BTreeSet<String> = BTreeSet::new();
     let mut failed_minted_after_open: BTreeSet<String> = BTreeSet::new();
-    let mut max_forbid_active = 0;
-    let mut restore_parked_seen = false;
-    let mut allow_created: Option<DateTime<Utc>> = None;
-    while Utc::now() < restore_at {
-        let phase = repo_phase(&repos.get("r").await?);
-        let now = Utc::now();
-        match opened {
-            None if phase == "Degraded" => {
-                opened = Some(now);
-                at_open = snaps.list(&ListParams::default()).await?.items.iter().map(|s| s.name_any()).collect();
-                println!("breaker open {:.0} s after the cut", (now - cut).num_milliseconds() as f64 / 1000.0);
-                // Created only now, so neither can launch a Job doomed by the outage.
-                apply(client, ns, schedule(ns, "allowed", "Allow")).await?;
-                allow_created = Some(Utc::now());
-                apply(
-                    client,
-                    ns,
-                    json!({
-                        "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
-                        "metadata": {"name": "during-replay", "namespace": ns},
-                        "spec": {"source": {"fromPolicy": {"name": "p"}},
-                                 "target": {"pvc": {"name": "restored-replay", "capacity": "1Gi"}},
-                                 "policy": {"waitTimeout": "30m"}}
-                    }),
-                )
-                .await?;
-            }
-            None => {
-                // The breaker must open before the second tick, or a second backup Job is doomed
-                // (the failed-Job count below says so); give up after 4 ticks.
-                if now > tick0 + chrono::Duration::seconds(4 * TICK_SECONDS) {
-                    bail!("the breaker did not open within 4 ticks of the cut (phase {phase})");
-                }
-            }
-            Some(_) => assert_eq!(phase, "Degraded", "the breaker stays open while the backend is cut"),
+    for v in snap_rec.all().iter().filter(|v| v.at >= open_at && v.at <= end_at) {
+        let n = v.name();
+        if at_open.contains(&n) {
+            continue;
         }
-        let all = snaps.list(&ListParams::default()).await?.items;
-        if let Some(o) = opened {
-            for s in &all {
-                let n = s.name_any();
-                if at_open.contains(&n) {
-                    continue;
-                }
-                if snap_phase(s) == "Failed" {
-                    failed_minted_after_open.insert(n.clone());
-                }
-                if n.starts_with("forbid-") {
-                    minted_forbid_while_open.insert(n.clone());
-                }
-                if n.starts_with("allowed-") {
-                    assert!(
-                        matches!(snap_phase(s).as_str(), "Pending" | ""),
-                        "an Allow child minted while open parks: {n}"
-                    );
-                }
-            }
-            // No backup or restore Job is created once the open was seen.
-            let launched: Vec<String> =
-                jobs.all().into_iter().filter(|(_, j)| j.created > o).map(|(_, j)| j.name).collect();
-            assert!(launched.is_empty(), "no backup or restore Job while the breaker is open: {launched:?}");
-            if let Some(r) = restores.get_opt("during-replay").await? {
-                let st = r.status.clone().unwrap_or_default();
-                assert_ne!(restore_phase(&r), "Failed", "{:?}", st.failure);
-                assert!(st.wait_started_at.is_none(), "the Restore's wait window does not start while parked");
-                if restore_phase(&r) == "Pending"
-                    && ready_reason(&st.conditions).as_deref() == Some("RepositoryNotReady")
-                {
-                    restore_parked_seen = true;
-                }
-            }
+        if snap_phase(&v.obj) == "Failed" {
+            failed_minted_after_open.insert(n.clone());
         }
-        let forbid_active = all
-            .iter()
-            .filter(|s| {
-                s.name_any().starts_with("forbid-") && matches!(snap_phase(s).as_str(), "Pending" | "Running" | "")
-            })
-            .count();
-        max_forbid_active = max_forbid_active.max(forbid_active);
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        if n.starts_with("forbid-") {
+            minted_forbid_while_open.insert(n.clone());
+        }
+        if n.starts_with("allowed-") {
+            assert!(
+                matches!(snap_phase(&v.obj).as_str(), "Pending" | ""),
+                "an Allow child minted while open parks: {n}"
+            );
+        }
     }
-    let opened = opened.context("the breaker opened")?;
-    let allow_created = allow_created.context("Allow schedule created")?;
+    // Forbid never has two active children, replaying every version from the cut.
+    let mut live = state_at(cut_at);
+    let active = |m: &BTreeMap<String, Arc<Snapshot>>| {
+        m.iter()
+            .filter(|(n, s)| n.starts_with("forbid-") && matches!(snap_phase(s).as_str(), "Pending" | "Running" | ""))
+            .count()
+    };
+    let mut max_forbid_active = active(&live);
+    for v in snap_rec.all().iter().filter(|v| v.at > cut_at && v.at <= end_at) {
+        if v.deleted {
+            live.remove(&v.name());
+        } else {
+            live.insert(v.name(), v.obj.clone());
+        }
+        max_forbid_active = max_forbid_active.max(active(&live));
+    }
+    // No backup or restore Job is created once the open was seen.
+    let launched: Vec<String> =
+        jobs.all().into_iter().filter(|(_, j)| j.created > opened).map(|(_, j)| j.name).collect();
+    assert!(launched.is_empty(), "no backup or restore Job while the breaker is open: {launched:?}");
+    let mut restore_parked_seen = false;
+    for v in restore_rec.all().iter().filter(|v| v.at <= end_at) {
+        let st = v.obj.status.clone().unwrap_or_default();
+        assert_ne!(restore_phase(&v.obj), "Failed", "{:?}", st.failure);
+        assert!(st.wait_started_at.is_none(), "the Restore's wait window does not start while parked");
+        restore_parked_seen |=
+            restore_phase(&v.obj) == "Pending" && ready_reason(&st.conditions).as_deref() == Some("RepositoryNotReady");
+    }
 
     // The state at the end of the outage, before the backend returns.
     let all = snaps.list(&ListParams::default()).await?.items;
@@ -606,11 +682,13 @@ async fn outage_replay(
     step("replay: backend back");
     proxy.set(Mode::Pass);
     let healed = Utc::now();
-    wait_for("r Ready after the outage replay", Duration::from_secs(600), log, || async {
-        Ok((repo_phase(&repos.get("r").await?) == "Ready").then_some(()))
-    })
-    .await?;
-    let ready = Utc::now();
+    let healed_at = Instant::now();
+    // Ready as first seen on the repository watch (the close's status write).
+    let ready = repo_rec
+        .wait("r Ready after the outage replay", Duration::from_secs(600), log, |seen| {
+            Ok(seen.iter().find(|v| v.at >= healed_at && repo_phase(&v.obj) == "Ready").map(|v| v.wall))
+        })
+        .await?;
     let allow_parked_at_end = allow_parked.len();
     // Allow children minted between the backend's return and Ready parked too.
     let allow_parked: Vec<String> = {
@@ -723,12 +801,51 @@ async fn outage_replay(
     // Jobs per parked child, and failures over the whole outage and recovery.
     let per_child: Vec<(String, usize)> =
         std::iter::once(&parked).chain(allow_parked.iter()).map(|n| (n.clone(), jobs.backups_of(n))).collect();
+    // G3: the parked child's Job as first seen on the Job watch, against Ready on the repository
+    // watch (both the test's own sightings, so neither is rounded to a second).
     let parked_job_after_ready = jobs
         .all()
         .into_iter()
         .find(|(_, j)| j.op == "backup" && j.name == parked)
-        .map(|(_, j)| (j.created - ready).num_seconds())
+        .map(|(_, j)| (j.seen - ready).num_milliseconds() as f64 / 1000.0)
         .context("the parked child's Job")?;
+    // The strict connect Jobs of the episode (creation second, uid), from the open to Ready.
+    let mut strict_jobs: Vec<(i64, String)> = Vec::new();
+    for v in strict_rec.all() {
+        let created = v.obj.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0);
+        if created >= breaker_opened_at
+            && created <= ready.timestamp()
+            && !strict_jobs.iter().any(|(_, u)| *u == v.uid())
+        {
+            strict_jobs.push((created, v.uid()));
+        }
+    }
+    strict_jobs.sort();
+    // Each strict Job starts no earlier than its holdoff after the previous one (the first one
+    // after the open): holdoff(n) = min(base × 2^(n−1), cap), stamped after the previous fold.
+    let holdoff = |n: u32| (STRICT_BASE << (n - 1).min(20)).min(STRICT_CAP);
+    let mut prev = breaker_opened_at;
+    let mut gaps = Vec::new();
+    for (i, (created, _)) in strict_jobs.iter().enumerate() {
+        gaps.push((created - prev, holdoff(i as u32 + 1)));
+        prev = *created;
+    }
+    // The most strict Jobs the persisted schedule allows between the open and Ready.
+    let (mut allowed, mut t) = (0u32, breaker_opened_at);
+    while t + holdoff(allowed + 1) <= ready.timestamp() {
+        allowed += 1;
+        t += holdoff(allowed);
+    }
+    println!(
+        "strict Jobs from the open ({breaker_opened_at}) to Ready: {} (the schedule of base {STRICT_BASE} s, cap \
+         {STRICT_CAP} s allows at most {allowed}); (gap, holdoff) per Job: {gaps:?}",
+        strict_jobs.len()
+    );
+    for (i, (gap, h)) in gaps.iter().enumerate() {
+        // Creation times are whole seconds: allow 1 s of rounding.
+        assert!(gap + 1 >= *h, "strict Job {} started {gap} s after the previous, before its {h} s holdoff", i + 1);
+    }
+    assert!(!strict_jobs.is_empty(), "the close came from a strict Job");
     let failed_total: BTreeSet<String> = jobs.failed_backups().difference(&failed_before).cloned().collect();
     let failed_snaps: Vec<String> = snaps
         .list(&ListParams::default())
@@ -739,7 +856,7 @@ async fn outage_replay(
         .map(|s| s.name_any())
         .collect();
     println!(
-        "recovery: the parked Forbid child's Job created {parked_job_after_ready} s after Ready was seen; jobs per parked child {per_child:?}; restore resolved {:?}; cadence resumed with {resumed} {:.0} s \
+        "recovery: the parked Forbid child's Job seen {parked_job_after_ready:.1} s after Ready was seen; jobs per parked child {per_child:?}; restore resolved {:?}; cadence resumed with {resumed} {:.0} s \
          after Ready; failed backup Jobs outage+recovery {}; Failed Snapshots {failed_snaps:?}; snapshot_gated after \
          {gated_after:?}",
         resolved.kopia_snapshot_id,
@@ -750,7 +867,10 @@ async fn outage_replay(
         assert_eq!(*count, 1, "the parked child {n} launched exactly one Job");
     }
     assert!(failed_total.len() <= 1, "at most 1 failed backup Job: {failed_total:?}");
-    assert!(parked_job_after_ready <= 30, "the parked child launched on the close, not a safety requeue");
+    assert!(
+        parked_job_after_ready <= 10.0,
+        "G3/T07: the parked child's Job exists within 10 s of Ready ({parked_job_after_ready:.1} s)"
+    );
     assert!(failed_snaps.len() <= 1, "at most 1 Failed Snapshot: {failed_snaps:?}");
     for name in ["forbid", "allowed"] {
         scheds.delete(name, &kube::api::DeleteParams::default()).await?;
