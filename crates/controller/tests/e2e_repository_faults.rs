@@ -3,13 +3,20 @@
 //! replicas under the generated RBAC. One environment; independent scenarios run concurrently
 //! on their own namespaces, prefixes and proxies, with the operator's timing knobs shortened:
 //!
-//! - `onFailure: Alert` (T17): an outage keeps the repository Ready with BackendReachable=False
-//!   while `kopiur_repository_health_probe_failures_total` rises; one RepositoryProbeFailed.
-//! - Wrong password (T15): Failed (Stalled) after exactly one strict Job, no retry loop; fixing
-//!   the Secret's value re-opens it to Ready through the Secret watch.
+//! - A backup before any fault (T45): Ready=True within 1 s of the mover's terminal PATCH,
+//!   `kopiur_snapshots_completed_total{result="succeeded"}` +1, no Secret value in the Job.
+//! - `onFailure: Alert` (T17): an outage keeps the repository Ready (every version on a watch)
+//!   with BackendReachable=False while `kopiur_repository_health_probe_failures_total` rises;
+//!   one RepositoryProbeFailed; a manual Snapshot created mid-outage launches its Job.
+//! - Wrong password (T15): Failed (Stalled) after exactly one strict Job and no retry loop for
+//!   the rest of the test; fixing the Secret's value re-opens it to Ready through the Secret
+//!   watch within 10 s.
 //! - Wiped storage (T11–T13): Degraded, then Failed/RepositoryReinitializeBlocked with nothing
 //!   re-created; `allow-reinitialize=<uniqueId>` re-creates once and pins a new id; the now-stale
-//!   ack is ignored with InvalidReinitializeAck and a second wipe ends blocked again.
+//!   ack is ignored with InvalidReinitializeAck, a second wipe ends blocked again, and nothing
+//!   is launched or re-created until the test ends.
+//! - Create disabled (T14): Failed/RepositoryNotInitialized with the exact §3.4 message, one
+//!   strict Job that may not create, nothing written, and no retry until the test ends.
 //! - An outage during a re-bootstrap opens the breaker from the strict connect (T16).
 //! - Two replicas: the leader is killed mid-outage; the standby takes the Lease, keeps the
 //!   stamped strict-retry holdoff (no early launch, no reset to the base) and reconciling
@@ -27,12 +34,13 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kopiur_api::Repository;
 use kopiur_api::names::annotation;
 use kopiur_api::repository::StrictRetry;
+use kopiur_api::{Repository, Snapshot};
 use kopiur_testenv::TestEnv;
 use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
@@ -41,6 +49,10 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
+
+#[path = "support/phase_watch.rs"]
+mod phase_watch;
+use phase_watch::PhaseWatch;
 
 const PASSWORD: &str = "faults correct horse";
 /// Operator timing knobs: strict retries 10 s doubling to 40 s, reverify nudges 5 s apart.
@@ -61,6 +73,8 @@ struct JobRec {
     kind: String,
     /// The `create-gate` annotation.
     gate: String,
+    /// The `op` label (`bootstrap`, `backup`, …).
+    op: String,
     created: DateTime<Utc>,
 }
 
@@ -89,6 +103,7 @@ impl JobLog {
                     uid,
                     kind: ann.get("kopiur.home-operations.com/probe-kind").cloned().unwrap_or_default(),
                     gate: ann.get("kopiur.home-operations.com/create-gate").cloned().unwrap_or_default(),
+                    op: job.labels().get("kopiur.home-operations.com/op").cloned().unwrap_or_default(),
                     created: job
                         .metadata
                         .creation_timestamp
@@ -283,32 +298,129 @@ fn series(metric: &str, ns: &str, name: &str) -> String {
     format!("{metric}{{kind=\"Repository\",namespace=\"{ns}\",name=\"{name}\"")
 }
 
-/// T17: Alert mode stays Ready through an outage; only the condition, one Event and the
-/// probe-failure counter show it.
+fn snap_phase(s: &Snapshot) -> String {
+    s.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+}
+
+fn snap_ready(s: &Snapshot) -> Option<&Condition> {
+    s.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// A PVC with a few files (written straight into its host directory) and a Direct policy `p`
+/// over it, backing up to repository `repo`.
+async fn backup_source(w: &World, node_dir: &std::path::Path, ns: &str, repo: &str) -> Result<()> {
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "data", "namespace": ns},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    }))?;
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(w.client.clone(), ns);
+    pvcs.create(&PostParams::default(), &pvc).await?;
+    let bound = w
+        .wait(&format!("{ns}: PVC Bound"), Duration::from_secs(60), || async {
+            let p = pvcs.get("data").await?;
+            Ok((p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")).then_some(p))
+        })
+        .await?;
+    let host = kopiur_testenv::node::provisioner::pv_dir(node_dir, &bound.uid().context("pvc uid")?);
+    std::fs::create_dir_all(&host)?;
+    std::fs::write(host.join("hello.txt"), b"hello from the faults e2e\n")?;
+    kopiur_testenv::apply::apply_value(
+        &w.client,
+        ns,
+        &json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+            "metadata": {"name": "p", "namespace": ns},
+            "spec": {"repository": {"name": repo}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "data"}}]}
+        }),
+    )
+    .await
+}
+
+async fn manual_snapshot(w: &World, ns: &str, name: &str) -> Result<()> {
+    let s: Snapshot = serde_json::from_value(json!({
+        "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"policyRef": {"name": "p"}}
+    }))?;
+    Api::<Snapshot>::namespaced(w.client.clone(), ns).create(&PostParams::default(), &s).await?;
+    Ok(())
+}
+
+/// T45 on the alert repository before its outage: a manual Snapshot reaches Succeeded with a
+/// 32-hex id; Ready=True follows within 1 s of the mover's terminal PATCH (both seen on one
+/// watch of the Snapshot); `kopiur_snapshots_completed_total{result="succeeded"}` rises by
+/// exactly 1; the Job carries no Secret value.
+async fn backup_heals(w: &World, op: &Operator, ns: &str) -> Result<()> {
+    let snaps: Api<Snapshot> = Api::namespaced(w.client.clone(), ns);
+    let watch = PhaseWatch::start(snaps.clone(), "pre", snap_phase);
+    let completed = format!("kopiur_snapshots_completed_total{{namespace=\"{ns}\",policy=\"p\",result=\"succeeded\"}}");
+    let before = op.metric(&completed).await.unwrap_or(0.0);
+    manual_snapshot(w, ns, "pre").await?;
+    let patched = watch
+        .wait_since("pre: the mover's terminal PATCH", 0, Duration::from_secs(240), |s| {
+            let p = snap_phase(s);
+            p == "Succeeded" || p == "Failed"
+        })
+        .await?;
+    ensure!(patched.phase == "Succeeded", "pre: {:?}", patched.object.status);
+    ensure!(snap_ready(&patched.object).is_none(), "the mover's PATCH writes no Ready condition");
+    let healed = watch.wait_since("pre: Ready=True", 0, Duration::from_secs(30), |s| snap_ready(s).is_some()).await?;
+    let lag = healed.at.saturating_duration_since(patched.at);
+    w.say(format!("pre: Ready=True {lag:?} after the mover's PATCH"));
+    ensure!(lag <= Duration::from_secs(1), "T45: Ready=True {lag:?} after the mover's PATCH (spec: 1 s)");
+    assert_eq!(snap_ready(&healed.object).map(|c| c.reason.as_str()), Some("SnapshotCreated"));
+    let st = healed.object.status.clone().context("status")?;
+    let id = st.snapshot.as_ref().and_then(|x| x.kopia_snapshot_id.clone()).context("kopiaSnapshotID")?;
+    ensure!(id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit()), "snapshot id {id}");
+    let after = w
+        .wait("pre: completed_total counted", Duration::from_secs(10), || async {
+            Ok(op.metric(&completed).await.filter(|v| *v > before))
+        })
+        .await?;
+    assert_eq!(after - before, 1.0, "completed_total{{result=\"succeeded\"}} rises by exactly 1");
+    let job = Api::<Job>::namespaced(w.client.clone(), ns).get("pre").await?;
+    let text = serde_json::to_string(&job)?;
+    ensure!(!text.contains(PASSWORD) && !text.contains(w.g.secret_key()), "a Secret value leaked into the Job");
+    Ok(())
+}
+
+/// T17: Alert mode stays Ready through an outage (every version on a watch); only the
+/// condition, one Event and the probe-failure counter show it, and a manual Snapshot created
+/// mid-outage launches its Job.
 async fn alert_mode(w: &World, op: &Operator, ns: &str, proxy: &FaultProxy) -> Result<()> {
     let repos = w.repos(ns);
     let failures = series("kopiur_repository_health_probe_failures_total", ns, "alert");
+    backup_heals(w, op, ns).await?;
+    w.say("alert: a backup before the outage Succeeded");
+    let watch = PhaseWatch::start(repos.clone(), "alert", phase);
+    watch.wait_since("alert: watch synced", 0, Duration::from_secs(10), |_| true).await?;
     proxy.set(Mode::Refuse);
     w.nudge(ns, "alert").await?;
-    let first = w
-        .wait("alert: first failed probe folded", Duration::from_secs(120), || async {
-            let r = repos.get("alert").await?;
-            ensure!(phase(&r) == "Ready", "Alert mode left Ready: {:?}", r.status);
-            Ok((cond_status(&r, "BackendReachable").0 == "False").then_some(r))
+    let first = watch
+        .wait_since("alert: first failed probe folded", 0, Duration::from_secs(120), |r| {
+            cond_status(r, "BackendReachable").0 == "False"
         })
-        .await?;
+        .await?
+        .object;
     w.say(format!("alert: first probe failed, streak {}", streak(&first)));
     let c1 = w
         .wait("alert: probe-failure counter", Duration::from_secs(10), || async { Ok(op.metric(&failures).await) })
         .await?;
     ensure!(c1 >= 1.0, "probe failures counted: {c1}");
+    // T17: a manual Snapshot created mid-outage launches a Job: Alert mode gates nothing.
+    let before = w.jobs.uids(ns);
+    manual_snapshot(w, ns, "mid").await?;
+    let launched = w
+        .wait("alert: the mid-outage Snapshot's Job", Duration::from_secs(30), || async {
+            Ok(w.jobs.since(ns, &before).into_iter().find(|j| j.op == "backup"))
+        })
+        .await?;
+    w.say(format!("alert: mid-outage Snapshot launched {launched:?}"));
     // A second nudge (5 s spacing) re-probes: the counter rises, the phase holds.
     tokio::time::sleep(Duration::from_secs(6)).await;
     w.nudge(ns, "alert").await?;
     let c2 = w
         .wait("alert: the counter rises", Duration::from_secs(120), || async {
-            let r = repos.get("alert").await?;
-            ensure!(phase(&r) == "Ready", "Alert mode left Ready: {:?}", r.status);
             Ok(op.metric(&failures).await.filter(|c| *c > c1))
         })
         .await?;
@@ -324,46 +436,95 @@ async fn alert_mode(w: &World, op: &Operator, ns: &str, proxy: &FaultProxy) -> R
     proxy.set(Mode::Pass);
     tokio::time::sleep(Duration::from_secs(6)).await;
     w.nudge(ns, "alert").await?;
-    w.wait("alert: BackendReachable again", Duration::from_secs(120), || async {
-        let r = repos.get("alert").await?;
-        ensure!(phase(&r) == "Ready");
-        Ok((cond_status(&r, "BackendReachable").0 == "True" && streak(&r) == 0).then_some(()))
-    })
-    .await?;
-    w.say("alert: done");
+    watch
+        .wait_since("alert: BackendReachable again", 0, Duration::from_secs(120), |r| {
+            cond_status(r, "BackendReachable").0 == "True" && streak(r) == 0
+        })
+        .await?;
+    let phases = watch.phases_since(0);
+    ensure!(phases.iter().all(|p| p == "Ready"), "Alert mode left Ready during the outage: {phases:?}");
+    w.say(format!("alert: done ({} versions, all Ready)", phases.len()));
     Ok(())
 }
 
-/// T15: a wrong password is terminal after one strict Job; fixing the Secret re-opens it.
-async fn wrong_password(w: &World, op: &Operator, ns: &str) -> Result<()> {
+/// T14: `create.enabled: false` on an empty prefix ends Failed/RepositoryNotInitialized with
+/// the exact §3.4 message (it names `spec.create.enabled: true`, never `allow-reinitialize`),
+/// after one strict Job that may not create, and nothing written to storage.
+async fn create_disabled(w: &World, ns: &str, watch: &PhaseWatch<Repository>) -> Result<Repository> {
+    let failed =
+        watch.wait_since("nocreate: Failed", 0, Duration::from_secs(240), |r| phase(r) == "Failed").await?.object;
+    let phases = watch.transitions_since(0);
+    ensure!(
+        phases.iter().all(|p| p.is_empty() || p == "Pending" || p == "Initializing" || p == "Failed"),
+        "nocreate: never Ready nor Degraded: {phases:?}"
+    );
+    assert_eq!(cond_status(&failed, "Ready"), ("False", "RepositoryNotInitialized"));
+    assert_eq!(cond_status(&failed, "Stalled").0, "True");
+    let msg = condition(&failed, "Ready").map(|c| c.message.clone()).unwrap_or_default();
+    let want = format!(
+        "no kopia repository exists at s3://{}/nocreate/ and spec.create.enabled is false; set spec.create.enabled: \
+         true to create one, or point spec.backend at an existing repository",
+        w.g.bucket()
+    );
+    assert_eq!(msg, want, "the §3.4 RepositoryNotInitialized message");
+    ensure!(!msg.contains("allow-reinitialize"), "no reinitialize advice: {msg}");
+    assert!(unique_id(&failed).is_empty(), "nothing pinned");
+    let jobs = w.jobs.in_ns(ns);
+    ensure!(
+        jobs.len() == 1 && jobs[0].kind == "strict" && jobs[0].gate == "DisabledBySpec",
+        "one strict Job that may not create: {jobs:?}"
+    );
+    assert_eq!(w.objects("nocreate/").await?, 0, "0 creates: nothing written under the prefix");
+    w.say("nocreate: Failed/RepositoryNotInitialized");
+    Ok(failed)
+}
+
+/// The state T15's second half starts from.
+struct PwFailed {
+    before: BTreeSet<String>,
+    pin: String,
+    mark: usize,
+    at: Instant,
+}
+
+/// T15, first half: a wrong password is terminal after one strict Job, never Degraded.
+async fn wrong_password(w: &World, op: &Operator, ns: &str, watch: &PhaseWatch<Repository>) -> Result<PwFailed> {
     let repos = w.repos(ns);
     let pin = unique_id(&repos.get("pw").await?);
     let before = w.jobs.uids(ns);
+    let mark = watch.mark().saturating_sub(1);
     w.set_password(ns, "battery staple").await?;
-    let failed = w
-        .wait("pw: Failed after the password change", Duration::from_secs(120), || async {
-            let r = repos.get("pw").await?;
-            ensure!(phase(&r) != "Degraded", "an auth failure is not an outage: {:?}", r.status);
-            Ok((phase(&r) == "Failed").then_some(r))
-        })
+    let failed = watch
+        .wait_since("pw: Failed after the password change", mark, Duration::from_secs(120), |r| phase(r) == "Failed")
         .await?;
+    let phases = watch.transitions_since(mark);
+    assert_eq!(phases, ["Ready", "Failed"], "an auth failure is not an outage");
     w.say("pw: Failed");
-    assert_eq!(cond_status(&failed, "Ready"), ("False", "AuthFailure"));
-    assert_eq!(cond_status(&failed, "Stalled").0, "True");
-    assert_ne!(cond_status(&failed, "Reconciling").0, "True");
-    // No retry loop: over a window of several strict-retry bases, still the one Job.
-    tokio::time::sleep(Duration::from_secs(3 * BASE as u64)).await;
-    let r = repos.get("pw").await?;
-    assert_eq!(phase(&r), "Failed", "sticky");
+    let r = &failed.object;
+    assert_eq!(cond_status(r, "Ready"), ("False", "AuthFailure"));
+    assert_eq!(cond_status(r, "Stalled").0, "True");
+    assert_ne!(cond_status(r, "Reconciling").0, "True");
     let jobs = w.jobs.since(ns, &before);
     ensure!(jobs.len() == 1 && jobs[0].kind == "strict", "exactly one strict connect Job, got {jobs:?}");
     assert_eq!(op.metric(&series("kopiur_repository_breaker_trips_total", ns, "pw")).await, None, "no trip");
-    // Fix the value: the Secret watch re-opens the terminal gate at once.
+    Ok(PwFailed { before, pin, mark: watch.mark().saturating_sub(1), at: failed.at })
+}
+
+/// T15, second half, once every other scenario is over (the leader handover included): no
+/// retry loop over that whole window (every version of `pw` on the watch is Failed, and still
+/// the one Job); fixing the Secret's value re-opens the gate through the Secret watch (≤ 10 s).
+async fn password_fixed(w: &World, ns: &str, watch: &PhaseWatch<Repository>, f: PwFailed) -> Result<()> {
+    let window = f.at.elapsed();
+    let phases = watch.phases_since(f.mark);
+    ensure!(phases.iter().all(|p| p == "Failed"), "pw: sticky Failed over {window:?}: {phases:?}");
+    let jobs = w.jobs.since(ns, &f.before);
+    ensure!(jobs.len() == 1, "pw: no retry loop over {window:?}: {jobs:?}");
+    w.say(format!("pw: one Job and Failed throughout {window:?}"));
     let fixed_at = Utc::now();
     w.set_password(ns, PASSWORD).await?;
     let ready = w.wait_phase(ns, "pw", "Ready", Duration::from_secs(120)).await?;
-    assert_eq!(unique_id(&ready), pin, "the same repository");
-    let jobs = w.jobs.since(ns, &before);
+    assert_eq!(unique_id(&ready), f.pin, "the same repository");
+    let jobs = w.jobs.since(ns, &f.before);
     ensure!(jobs.len() == 2, "one more strict Job after the fix: {jobs:?}");
     let lag = (jobs[1].created - fixed_at).num_seconds();
     ensure!(lag <= 10, "the fix re-opened the gate {lag}s later (≤ 10 s)");
@@ -403,13 +564,15 @@ async fn wipe_until_blocked(w: &World, ns: &str, pin: &str) -> Result<Repository
 }
 
 /// T11–T13: a wiped repository is never re-created without the ack; the ack re-creates once
-/// and expires by itself.
-async fn wiped_storage(w: &World, ns: &str) -> Result<()> {
+/// and expires by itself. Returns the Jobs seen once blocked the second time, for T11's "no
+/// bootstrap Job afterwards" check at the end of the test.
+async fn wiped_storage(w: &World, ns: &str) -> Result<BTreeSet<String>> {
     let repos = w.repos(ns);
     let pin1 = unique_id(&repos.get("wipe").await?);
     let before = w.jobs.uids(ns);
     wipe_until_blocked(w, ns, &pin1).await?;
     w.say("wipe: blocked");
+    // A short absence window here (the ack follows); the second block's runs to the test's end.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(w.objects("wipe/").await?, 0, "storage not re-created");
     let jobs = w.jobs.since(ns, &before);
@@ -450,7 +613,7 @@ async fn wiped_storage(w: &World, ns: &str) -> Result<()> {
         .await?;
     assert_eq!(invalid, 1, "once per value");
     w.say("wipe: stale ack ignored");
-    Ok(())
+    Ok(w.jobs.uids(ns))
 }
 
 /// T16: an outage during a re-bootstrap opens the breaker from the strict connect.
@@ -492,22 +655,35 @@ async fn repository_faults_end_to_end() -> Result<()> {
     w.logs.push(b.log_path().to_path_buf());
     w.say("replica a leads; b started");
 
-    let [ns_alert, ns_pw, ns_wipe, ns_out, ns_idle] = [
+    let [ns_alert, ns_pw, ns_wipe, ns_out, ns_idle, ns_nocreate] = [
         env.namespace("alert").await?,
         env.namespace("pw").await?,
         env.namespace("wipe").await?,
         env.namespace("out").await?,
         env.namespace("idle").await?,
+        env.namespace("nocreate").await?,
     ];
-    for ns in [&ns_alert, &ns_pw, &ns_wipe, &ns_out, &ns_idle] {
+    for ns in [&ns_alert, &ns_pw, &ns_wipe, &ns_out, &ns_idle, &ns_nocreate] {
         w.create_secret(ns, PASSWORD).await?;
     }
+    let nocreate_watch = PhaseWatch::start(w.repos(&ns_nocreate), "nocreate", phase);
+    let pw_watch = PhaseWatch::start(w.repos(&ns_pw), "pw", phase);
     let alert_health = json!({"probe": {"onFailure": "Alert", "failureThreshold": 1}});
     w.create_repo(&ns_alert, "alert", &alert_proxy.endpoint(), "alert/", alert_health).await?;
     w.create_repo(&ns_pw, "pw", &direct, "pw/", Value::Null).await?;
     w.create_repo(&ns_wipe, "wipe", &direct, "wipe/", json!({"probe": {"failureThreshold": 1}})).await?;
     w.create_repo(&ns_out, "out", &out_proxy.endpoint(), "out/", Value::Null).await?;
     w.create_repo(&ns_idle, "idle", &direct, "idle/", Value::Null).await?;
+    // T14's repository: create disabled from its first version, on an empty prefix.
+    let nocreate: Repository = serde_json::from_value(json!({
+        "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+        "metadata": {"name": "nocreate", "namespace": ns_nocreate},
+        "spec": {"backend": {"s3": {"bucket": w.g.bucket(), "endpoint": format!("http://{direct}"),
+                                    "region": w.g.region(), "prefix": "nocreate/"}},
+                 "encryption": {"passwordSecretRef": {"name": "kopia"}}, "create": {"enabled": false}}
+    }))?;
+    w.repos(&ns_nocreate).create(&PostParams::default(), &nocreate).await?;
+    backup_source(&w, &env.node_state_dir(), &ns_alert, "alert").await?;
     let t = Duration::from_secs(240);
     let scenarios_done = AtomicBool::new(false);
 
@@ -570,12 +746,14 @@ async fn repository_faults_end_to_end() -> Result<()> {
         w.say("four scenario repositories Ready");
 
         // Phase 1, concurrently on separate namespaces, prefixes and proxies.
-        tokio::try_join!(
+        let ((), pw_failed, wipe_blocked, (), nocreate_failed) = tokio::try_join!(
             alert_mode(&w, &a, &ns_alert, &alert_proxy),
-            wrong_password(&w, &a, &ns_pw),
+            wrong_password(&w, &a, &ns_pw, &pw_watch),
             wiped_storage(&w, &ns_wipe),
             outage_opens(&w, &a, &ns_out, &out_proxy),
+            create_disabled(&w, &ns_nocreate, &nocreate_watch),
         )?;
+        let nocreate_mark = nocreate_watch.mark().saturating_sub(1);
         w.say("phase 1 done");
 
         // Phase 2: kill the leader mid-outage, right after a strict failure stamped a holdoff
@@ -651,6 +829,23 @@ async fn repository_faults_end_to_end() -> Result<()> {
         let g = w.wait("b's gauge", Duration::from_secs(10), || async { Ok(b.metric(&gauge).await) }).await?;
         assert_eq!(g, 0.0);
         w.say("out: healed under b");
+
+        // Absence windows that ran through phase 2 and the handover, watched, not slept:
+        // T11, a blocked wiped repository launched nothing more and re-created nothing;
+        // T14, the create-disabled repository stayed Failed after its one Job.
+        let late = w.jobs.since(&ns_wipe, &wipe_blocked);
+        ensure!(late.is_empty(), "wipe: Jobs after the block: {late:?}");
+        assert_eq!(w.objects("wipe/").await?, 0, "wipe: nothing re-created");
+        assert_eq!(phase(&w.repos(&ns_wipe).get("wipe").await?), "Failed", "wipe: sticky");
+        let phases = nocreate_watch.phases_since(nocreate_mark);
+        ensure!(phases.iter().all(|p| p == "Failed"), "nocreate: sticky Failed: {phases:?}");
+        let jobs = w.jobs.in_ns(&ns_nocreate);
+        ensure!(jobs.len() == 1, "nocreate: no retry: {jobs:?}");
+        assert_eq!(w.objects("nocreate/").await?, 0, "nocreate: 0 creates");
+        assert_eq!(unique_id(&nocreate_failed), "");
+        w.say("wipe and nocreate: nothing launched to the end");
+        // T15's second half.
+        password_fixed(&w, &ns_pw, &pw_watch, pw_failed).await?;
         scenarios_done.store(true, Ordering::Relaxed);
         Ok::<_, anyhow::Error>(())
     };
