@@ -665,13 +665,17 @@ async fn reverify_nudge(w: &World) -> Result<()> {
             .await
         }
     };
+    let t1 = Instant::now();
     w.snapshot("nudge-1", "nudge", json!({})).await?;
     let f1 = failed("nudge-1").await?;
+    let fail_secs = t1.elapsed().as_secs_f64();
     let (stamp, stamped_at) = repo
         .wait("alert stamped reverify-requested-at", Duration::from_secs(30), &w.log, |seen| {
             Ok(seen.iter().find_map(|v| stamp_of(&*v.obj).filter(|s| Some(s) != before.as_ref()).map(|s| (s, v.at))))
         })
         .await?;
+    // The second failure must land within 60 s of the stamp: its Snapshot starts at once.
+    w.snapshot("nudge-2", "nudge", json!({})).await?;
     let (_, probe_at, kind) = jobs
         .wait("the reverify probe Job", Duration::from_secs(30), &w.log, |seen| {
             Ok(probes(seen).into_iter().nth(probes_before))
@@ -690,7 +694,7 @@ async fn reverify_nudge(w: &World) -> Result<()> {
         })
         .await?;
     w.say(format!(
-        "[nudge] T19: nudge-1 Failed ({:?}); alert stamped {REVERIFY}={stamp}; probe Job (probe-kind {kind}) seen \
+        "[nudge] T19: nudge-1 Failed {fail_secs:.1}s after its creation ({:?}); alert stamped {REVERIFY}={stamp}; probe Job (probe-kind {kind}) seen \
          {:.1}s after the stamp; lastReverifyAt {:?}; streak {}",
         f1.status.as_ref().and_then(|s| s.failure.as_ref()).and_then(|f| f.kopia_error_class.clone()),
         latency.as_secs_f64(),
@@ -703,7 +707,6 @@ async fn reverify_nudge(w: &World) -> Result<()> {
     ensure!(folded.1 == 1, "one failed probe: streak {}", folded.1);
 
     // A second failure within 60 s of the stamp: no new stamp, no probe.
-    w.snapshot("nudge-2", "nudge", json!({})).await?;
     failed("nudge-2").await?;
     let second_at = Utc::now().timestamp();
     ensure!(
