@@ -39,6 +39,7 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "maintenance_e2e",         // 115 s
     "backend_mounts_e2e",      // 99 s (measured alone)
     "component",               // 103 s
+    "conditions_e2e",          // ~70 s (estimate, measured alone once tools exist)
     "catalog_e2e",             // 62 s
     "mover_pod_wedged_e2e",    // 58 s
     "garage_kopia",            // 51 s

@@ -89,6 +89,27 @@ async fn request_catalog_scan(ctx: &PipelineCtx, repo: &RepoView, now: DateTime<
     }
 }
 
+/// The kstatus trio of a Snapshot whose finalizer is still pending (api.md §7.3, phase
+/// `Deleting`): `Reconciling` while the deletion proceeds by itself (waiting for a batch, for
+/// the repository, or for the namespace's tenancy), `Stalled` while `DeletionHeld=True` (the
+/// mass-deletion breaker needs a human's ack). Ready is always False, carrying `ready`'s reason
+/// and message; exactly one of the three is True.
+pub fn deleting_trio(held: bool, ready: Cond) -> [Cond; 3] {
+    let (reconciling, stalled) =
+        if held { (CondStatus::False, CondStatus::True) } else { (CondStatus::True, CondStatus::False) };
+    let msg = |s: CondStatus| if s == CondStatus::True { ready.message.clone() } else { String::new() };
+    [
+        Cond {
+            type_: condition::RECONCILING,
+            status: reconciling,
+            reason: ready.reason.clone(),
+            message: msg(reconciling),
+        },
+        Cond { type_: condition::STALLED, status: stalled, reason: ready.reason.clone(), message: msg(stalled) },
+        Cond { status: CondStatus::False, ..ready },
+    ]
+}
+
 pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Result<Action, Error> {
     if !observe::finalizer_present(snap) {
         return Ok(Action::await_change());
@@ -248,7 +269,8 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
             message: "waiting for a batch delete Job to remove the kopia snapshot".into(),
         },
     };
-    conds.push(ready);
+    let held = matches!(p.action, plan::Action::Held);
+    conds.extend(deleting_trio(held, ready));
     next.conditions = super::ctx::merge(&status.conditions, &conds, snap.meta().generation.unwrap_or(0), now);
     let api: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &ns);
     write_status(&api, snap, &status, &next).await?;
@@ -260,6 +282,54 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
         // Released by the repository watch (ack annotation) or the dispatcher's replan.
         plan::Action::Held | plan::Action::Orphan(_) | plan::Action::Release(_) | plan::Action::Wait => {
             Ok(Action::requeue(std::time::Duration::from_secs(300)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready(reason: &str) -> Cond {
+        Cond { type_: condition::READY, status: CondStatus::False, reason: reason.into(), message: "why".into() }
+    }
+
+    fn trio(held: bool, reason: &str) -> Vec<(&'static str, CondStatus, String)> {
+        let mut v: Vec<_> =
+            deleting_trio(held, ready(reason)).into_iter().map(|c| (c.type_, c.status, c.reason)).collect();
+        v.sort_by_key(|x| x.0);
+        v
+    }
+
+    #[test]
+    fn deleting_is_reconciling_and_held_is_stalled() {
+        use CondStatus::{False, True};
+        // api.md §7.3: Deleting -> Reconciling; Stalled while DeletionHeld=True.
+        assert_eq!(
+            trio(true, "DeletionHeld"),
+            vec![
+                ("Ready", False, "DeletionHeld".into()),
+                ("Reconciling", False, "DeletionHeld".into()),
+                ("Stalled", True, "DeletionHeld".into()),
+            ]
+        );
+        for reason in ["DeletionPending", "RepositoryNotReady", "NamespaceNotAllowed"] {
+            assert_eq!(
+                trio(false, reason),
+                vec![
+                    ("Ready", False, reason.into()),
+                    ("Reconciling", True, reason.into()),
+                    ("Stalled", False, reason.into())
+                ],
+                "{reason}: the deletion proceeds by itself"
+            );
+        }
+        // Exactly one True, and it carries the message.
+        for held in [true, false] {
+            let t = deleting_trio(held, ready("R"));
+            let trues: Vec<_> = t.iter().filter(|c| c.status == CondStatus::True).collect();
+            assert_eq!(trues.len(), 1);
+            assert_eq!(trues[0].message, "why");
         }
     }
 }

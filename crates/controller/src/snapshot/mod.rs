@@ -7,4 +7,5 @@ pub mod gauges;
 pub mod job;
 pub mod plan;
 pub mod reconcile;
+pub mod refusal;
 pub mod runtime;

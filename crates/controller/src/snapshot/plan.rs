@@ -87,6 +87,9 @@ pub enum PolicyState {
     NotFound { name: String },
     /// No `policyRef` at all: nothing to run.
     NoPolicyRef,
+    /// The recipe is known but this Snapshot breaks a rule against it (`SourceRequired`,
+    /// `RepositoryNotInPolicy`: `super::refusal`): Failed with the reason, no Job.
+    Refused { reason: &'static str, message: String },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -485,6 +488,10 @@ fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
             let failure =
                 Failure { message: Some("spec.policyRef is required to run a backup".into()), ..Failure::default() };
             return failed_terminal(f, "InvalidSpec", failure, false, now);
+        }
+        PolicyState::Refused { reason, message } => {
+            let failure = Failure { message: Some(message.clone()), ..Failure::default() };
+            return failed_terminal(f, reason, failure, false, now);
         }
     }
     match &f.gate {
@@ -1057,6 +1064,21 @@ mod tests {
             assert!(d.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == CondStatus::True));
             assert!(d.conditions[0].message.contains("SnapshotPolicy p has an invalid preflight check"));
             assert!(d.conditions[0].message.contains("boom"));
+        }
+    }
+
+    #[test]
+    fn a_refused_snapshot_fails_with_its_reason_and_never_launches() {
+        for reason in ["SourceRequired", "RepositoryNotInPolicy"] {
+            let mut f = facts();
+            f.policy = PolicyState::Refused { reason, message: format!("{reason}: why") };
+            let d = plan(&f, now());
+            assert_eq!(d.phase, Some(SnapshotPhase::Failed));
+            assert_eq!(d.step, Step::Idle, "no Job");
+            assert_eq!(d.conditions[0].reason, reason);
+            assert!(d.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == CondStatus::True));
+            assert_eq!(d.failure.as_ref().and_then(|x| x.message.as_deref()), Some(format!("{reason}: why").as_str()));
+            assert!(!d.nudge, "a refusal is not the backend's fault");
         }
     }
 

@@ -171,7 +171,15 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
 
     let policy_state = match (&snap.spec.policy_ref, &policy) {
         (None, _) => PolicyState::NoPolicyRef,
-        (Some(_), Some(_)) => PolicyState::Known,
+        // X/R rules against the recipe (api.md §7.1): a Snapshot that could never run as
+        // written fails with the rule's reason.
+        (Some(pr), Some(p)) => {
+            let expanded = p.status.as_ref().and_then(|s| s.resolved.as_ref()).map(|r| r.sources.as_slice());
+            match super::refusal::refusal(&snap.spec, &ns, &pr.name, &p.spec, expanded.unwrap_or(&[])) {
+                Some((reason, message)) => PolicyState::Refused { reason, message },
+                None => PolicyState::Known,
+            }
+        }
         (Some(p), None) => PolicyState::NotFound { name: p.name.clone() },
     };
     let mut rec: Option<Recipe> = None;

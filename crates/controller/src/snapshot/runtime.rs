@@ -41,7 +41,8 @@ fn parked_on(snaps: &Store<Snapshot>, kind: &str, ns: Option<&str>, name: &str) 
         .filter(|s| {
             let st = s.status.as_ref();
             let waiting = s.meta().deletion_timestamp.is_some()
-                || matches!(st.and_then(|x| x.phase.as_ref()), None | Some(SnapshotPhase::Pending));
+                || matches!(st.and_then(|x| x.phase.as_ref()), None | Some(SnapshotPhase::Pending))
+                || super::pin::outstanding(s);
             if !waiting {
                 return false;
             }
@@ -354,7 +355,10 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
                 for x in parked_on(&s, "Repository", ns.as_deref(), &repo.name_any()) {
                     let _ = stx.send(x).await;
                 }
-                for x in parked_restores(&r, ns.as_deref()) {
+                // A Restore may reference a Repository in another namespace (api.md §1.8), so
+                // parked Restores everywhere are looked at (a Blocked RepositoryNotFound one
+                // resumes when the Repository appears).
+                for x in parked_restores(&r, None) {
                     let _ = rtx.send(x).await;
                 }
             }

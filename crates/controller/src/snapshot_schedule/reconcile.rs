@@ -347,18 +347,7 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
     let mut conds: Vec<Cond> = Vec::new();
     match &d.disposition {
         Disposition::Invalid { message } => {
-            conds.push(Cond {
-                type_: "Ready",
-                status: CondStatus::False,
-                reason: "InvalidSchedule".into(),
-                message: message.clone(),
-            });
-            conds.push(Cond {
-                type_: "Stalled",
-                status: CondStatus::True,
-                reason: "InvalidSchedule".into(),
-                message: message.clone(),
-            });
+            conds.extend(super::kstatus::trio(kopiur_api::names::reason::INVALID_SCHEDULE, message));
         }
         Disposition::Wait
         | Disposition::SkipSuspended
@@ -403,14 +392,9 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
                     ),
                 },
             };
-            let ok = reason == "Scheduled";
-            conds.push(Cond {
-                type_: "Ready",
-                status: if ok { CondStatus::True } else { CondStatus::False },
-                reason: reason.clone(),
-                message: msg,
-            });
-            conds.push(Cond { type_: "Stalled", status: CondStatus::False, reason, message: String::new() });
+            // The kstatus trio (api.md §1.6, §8), Suspended while spec.schedule.suspend.
+            let (reason, msg) = super::kstatus::ready_reason(reason, msg, sched.spec.schedule.suspend);
+            conds.extend(super::kstatus::trio(&reason, &msg));
         }
     }
 
@@ -579,7 +563,7 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
             Err(m) => Cond {
                 type_: "TimezoneDefaultAmbiguous",
                 status: CondStatus::True,
-                reason: "RepositoriesDisagree".into(),
+                reason: kopiur_api::names::reason::REPOSITORY_DEFAULTS_DISAGREE.into(),
                 message: m.clone(),
             },
             Ok(_) => Cond {

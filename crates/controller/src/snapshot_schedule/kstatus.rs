@@ -1,0 +1,148 @@
+//! The kstatus trio of a SnapshotSchedule (api.md §1.6, §8): exactly one of Ready, Reconciling
+//! and Stalled is True. Ready True `Scheduled` or `Suspended`; Stalled when only a spec change
+//! helps (`InvalidSchedule`, `CrossNamespaceReference`, `FeatureNotImplemented`,
+//! `FanoutTooLarge`); Reconciling for a wait that heals by itself once another object appears
+//! or changes (`PolicyNotFound`, `PolicySuspended`, `NoSourceMatched`, `NoPolicyMatched`).
+use kopiur_api::names::reason;
+
+use crate::health::kstatus::{Cond, CondStatus};
+
+/// The Ready reasons a schedule writes, matched exhaustively by [`ScheduleReason::standing`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScheduleReason {
+    Scheduled,
+    Suspended,
+    InvalidSchedule,
+    CrossNamespaceReference,
+    FeatureNotImplemented,
+    FanoutTooLarge,
+    PolicyNotFound,
+    PolicySuspended,
+    NoSourceMatched,
+    NoPolicyMatched,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    Ready,
+    Waiting,
+    Stalled,
+}
+
+impl ScheduleReason {
+    pub const ALL: [ScheduleReason; 10] = [
+        Self::Scheduled,
+        Self::Suspended,
+        Self::InvalidSchedule,
+        Self::CrossNamespaceReference,
+        Self::FeatureNotImplemented,
+        Self::FanoutTooLarge,
+        Self::PolicyNotFound,
+        Self::PolicySuspended,
+        Self::NoSourceMatched,
+        Self::NoPolicyMatched,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Scheduled => reason::SCHEDULED,
+            Self::Suspended => reason::SUSPENDED,
+            Self::InvalidSchedule => reason::INVALID_SCHEDULE,
+            Self::CrossNamespaceReference => reason::CROSS_NAMESPACE_REFERENCE,
+            Self::FeatureNotImplemented => reason::FEATURE_NOT_IMPLEMENTED,
+            Self::FanoutTooLarge => reason::FANOUT_TOO_LARGE,
+            Self::PolicyNotFound => reason::POLICY_NOT_FOUND,
+            Self::PolicySuspended => reason::POLICY_SUSPENDED,
+            Self::NoSourceMatched => "NoSourceMatched",
+            Self::NoPolicyMatched => "NoPolicyMatched",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ScheduleReason> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    pub fn standing(self) -> Standing {
+        match self {
+            Self::Scheduled | Self::Suspended => Standing::Ready,
+            Self::InvalidSchedule
+            | Self::CrossNamespaceReference
+            | Self::FeatureNotImplemented
+            | Self::FanoutTooLarge => Standing::Stalled,
+            Self::PolicyNotFound | Self::PolicySuspended | Self::NoSourceMatched | Self::NoPolicyMatched => {
+                Standing::Waiting
+            }
+        }
+    }
+}
+
+/// The trio for a Ready `reason` and `message`. A reason this version does not know is a wait
+/// (Reconciling): never Stalled on a guess.
+pub fn trio(reason: &str, message: &str) -> [Cond; 3] {
+    let standing = ScheduleReason::parse(reason).map_or(Standing::Waiting, ScheduleReason::standing);
+    let is = |s: Standing| if standing == s { CondStatus::True } else { CondStatus::False };
+    let msg = |s: Standing| if standing == s { message.to_string() } else { String::new() };
+    [
+        Cond { type_: "Ready", status: is(Standing::Ready), reason: reason.to_string(), message: message.to_string() },
+        Cond {
+            type_: "Reconciling",
+            status: is(Standing::Waiting),
+            reason: reason.to_string(),
+            message: msg(Standing::Waiting),
+        },
+        Cond {
+            type_: "Stalled",
+            status: is(Standing::Stalled),
+            reason: reason.to_string(),
+            message: msg(Standing::Stalled),
+        },
+    ]
+}
+
+/// `Scheduled` becomes `Suspended` while `spec.schedule.suspend` is true (api.md §8).
+pub fn ready_reason(reason: String, message: String, suspended: bool) -> (String, String) {
+    if suspended && reason == reason::SCHEDULED {
+        return (reason::SUSPENDED.to_string(), "spec.schedule.suspend is true; no slot fires".to_string());
+    }
+    (reason, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn statuses(reason: &str) -> (CondStatus, CondStatus, CondStatus) {
+        let t = trio(reason, "m");
+        (t[0].status, t[1].status, t[2].status)
+    }
+
+    #[test]
+    fn exactly_one_of_the_trio_is_true() {
+        use CondStatus::{False, True};
+        for r in ScheduleReason::ALL {
+            assert_eq!(ScheduleReason::parse(r.as_str()), Some(r));
+            let t = trio(r.as_str(), "m");
+            assert_eq!(t.iter().filter(|c| c.status == True).count(), 1, "{r:?}");
+        }
+        assert_eq!(statuses("Scheduled"), (True, False, False));
+        assert_eq!(statuses("Suspended"), (True, False, False));
+        assert_eq!(statuses("InvalidSchedule"), (False, False, True));
+        assert_eq!(statuses("CrossNamespaceReference"), (False, False, True));
+        assert_eq!(statuses("FanoutTooLarge"), (False, False, True));
+        assert_eq!(statuses("PolicyNotFound"), (False, True, False), "heals once the policy exists");
+        assert_eq!(statuses("PolicySuspended"), (False, True, False));
+        assert_eq!(statuses("NoSourceMatched"), (False, True, False));
+        assert_eq!(statuses("SomethingNewer"), (False, True, False), "unknown: a wait, never Stalled");
+        let t = trio("InvalidSchedule", "minute 61 out of range 0-59");
+        assert_eq!(t[2].message, "minute 61 out of range 0-59");
+        assert_eq!(t[1].message, "");
+    }
+
+    #[test]
+    fn a_suspended_schedule_is_ready_suspended() {
+        let (r, m) = ready_reason("Scheduled".into(), "next slot".into(), true);
+        assert_eq!((r.as_str(), m.as_str()), ("Suspended", "spec.schedule.suspend is true; no slot fires"));
+        assert_eq!(ready_reason("Scheduled".into(), "next slot".into(), false).0, "Scheduled");
+        assert_eq!(ready_reason("PolicyNotFound".into(), "x".into(), true).0, "PolicyNotFound", "the problem wins");
+    }
+}

@@ -1,0 +1,418 @@
+//! Conditions and pre-checks end to end (spec/api.md §1.6, §7.3–§7.4, §8, §9, §15), on one
+//! private control plane with Garage, real kopia and the operator, every state read from a
+//! watch (every version the apiserver reports, not samples):
+//!
+//! 1. **Held, then Deleting.** An external delete against a repository with
+//!    `deletionProtection.threshold: 1` is held: phase `Deleting`, `DeletionHeld=True`, and the
+//!    kstatus trio `Stalled=True` (Reconciling and Ready False). After the ack it is `Deleting`
+//!    with `Reconciling=True` (Stalled False) until its batch Job deletes it. Every version the
+//!    deletion path writes has exactly one of the trio True.
+//! 2. **NamespaceNotAllowed is Stalled** (§15): a Snapshot of a policy on a ClusterRepository
+//!    that does not admit the namespace is `Pending`, `Stalled=True / NamespaceNotAllowed`, no
+//!    Job; admitting the namespace moves it on by itself within 10 s.
+//! 3. **Refusals** (§7.1, §15): a manual Snapshot of a three-PVC policy without `spec.source`
+//!    ends `Failed / SourceRequired` listing sourceIndex 0–2; one naming a repository outside
+//!    its policy ends `Failed / RepositoryNotInPolicy`; neither gets a Job.
+//! 4. **The Restore's readiness gate and credentials pre-check** (§9, behavior.md §1.2): a
+//!    Restore naming an absent Repository is Blocked (`Pending`, `Stalled=True /
+//!    RepositoryNotFound`); once the Repository exists and is Ready, the Restore, whose namespace
+//!    has no `kopia` Secret, is `Stalled / MissingCredentialsSecret` with
+//!    `CredentialsAvailable=False` and no Job; a Secret without the password key says so; adding
+//!    the key launches the restore Job within 10 s (the Secret watch, not the 60 s requeue), with
+//!    `CredentialsAvailable=True / Found`.
+//! 5. **SnapshotSchedule kstatus** (§8): a schedule of a missing policy is `Reconciling /
+//!    PolicyNotFound`; a cron of minute 61 is `Stalled / InvalidSchedule`; a suspended schedule
+//!    is `Ready / Suspended`; a selector over two policies whose repositories' time zones differ
+//!    has `TimezoneDefaultAmbiguous=True / RepositoryDefaultsDisagree`.
+#[path = "support/phase_watch.rs"]
+mod phase_watch;
+#[path = "support/deletion_seed.rs"]
+mod seed;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, ensure};
+use k8s_openapi::api::core::v1::Secret;
+use kopiur_api::shared::status::Condition;
+use kopiur_api::{Restore, Snapshot, SnapshotSchedule};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use phase_watch::{JobWatch, PhaseWatch};
+use seed::{Harness, RepoPin, items, names, seed_snapshots};
+use serde_json::json;
+
+fn cond<'a>(cs: &'a [Condition], t: &str) -> Option<&'a Condition> {
+    cs.iter().find(|c| c.type_ == t)
+}
+
+fn is(cs: &[Condition], t: &str, status: &str) -> bool {
+    cond(cs, t).is_some_and(|c| c.status == status)
+}
+
+/// `Ready=False/Reason` style summary of the trio, for failure messages.
+fn trio(cs: &[Condition]) -> String {
+    ["Ready", "Reconciling", "Stalled"]
+        .iter()
+        .map(|t| cond(cs, t).map_or(format!("{t}=?"), |c| format!("{t}={}/{}", c.status, c.reason)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Exactly one of the trio True (api.md §1.6).
+fn one_true(cs: &[Condition]) -> bool {
+    ["Ready", "Reconciling", "Stalled"].iter().filter(|t| is(cs, t, "True")).count() == 1
+}
+
+fn snap_conds(s: &Snapshot) -> Vec<Condition> {
+    s.status.as_ref().map(|x| x.conditions.clone()).unwrap_or_default()
+}
+
+fn snap_phase(s: &Snapshot) -> String {
+    s.status.as_ref().and_then(|x| x.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+}
+
+fn snap_state(s: &Snapshot) -> String {
+    format!("{} {}", snap_phase(s), trio(&snap_conds(s)))
+}
+
+fn restore_conds(r: &Restore) -> Vec<Condition> {
+    r.status.as_ref().map(|x| x.conditions.clone()).unwrap_or_default()
+}
+
+fn restore_phase(r: &Restore) -> String {
+    r.status.as_ref().and_then(|x| x.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+}
+
+fn restore_state(r: &Restore) -> String {
+    let ca = cond(&restore_conds(r), "CredentialsAvailable").map(|c| format!("{}/{}", c.status, c.reason));
+    format!("{} {} CredentialsAvailable={}", restore_phase(r), trio(&restore_conds(r)), ca.unwrap_or("?".into()))
+}
+
+fn sched_state(s: &SnapshotSchedule) -> String {
+    trio(&s.status.as_ref().map(|x| x.conditions.clone()).unwrap_or_default())
+}
+
+fn ready_reason(cs: &[Condition]) -> Option<String> {
+    cond(cs, "Ready").map(|c| c.reason.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
+    let started = Instant::now();
+    let mut h = Harness::start().await?;
+    h.start_operator().await?;
+    let _guard = h.env.log_guard();
+    let jobs = JobWatch::start(h.client.clone());
+    let ns = h.env.namespace("cond").await?;
+    let kopia = h.kopia_repo("cond/").await?;
+    let set = names("s", 2);
+    let ids = kopia.seed(&set).await?;
+    let repo = h.repository(&ns, "r", "cond/", json!({"deletionProtection": {"threshold": 1}})).await?;
+    h.wait_repository_ready(&ns, "r", Duration::from_secs(120)).await?;
+    let repo = Api::<kopiur_api::Repository>::namespaced(h.client.clone(), &ns).get(&repo.name_any()).await?;
+    let uids = seed_snapshots(&h.client, &ns, &RepoPin::of(&repo), items(&set, &ids, "cond"), 2).await?;
+    println!("[{:5.1}s] Repository {ns}/r Ready; 2 Snapshots seeded", started.elapsed().as_secs_f64());
+    let snaps: Api<Snapshot> = Api::namespaced(h.client.clone(), &ns);
+    let t = Duration::from_secs(30);
+
+    // ---- 1. Held, then Deleting (api.md §7.3).
+    let held_name = set[0].clone();
+    let w = PhaseWatch::start(snaps.clone(), &held_name, snap_state);
+    // The run path's terminal heal first (Ready=True), so the deletion path's writes follow it.
+    w.wait("seeded Snapshot healed Ready", Duration::from_secs(60), |s| is(&snap_conds(s), "Ready", "True")).await?;
+    let mark = w.mark();
+    snaps.delete(&held_name, &DeleteParams::default()).await?;
+    let held = w
+        .wait_since("Deleting with DeletionHeld=True", mark, t, |s| {
+            snap_phase(s) == "Deleting" && is(&snap_conds(s), "DeletionHeld", "True")
+        })
+        .await?;
+    let cs = snap_conds(&held.object);
+    ensure!(
+        is(&cs, "Stalled", "True") && is(&cs, "Reconciling", "False") && is(&cs, "Ready", "False"),
+        "a held Snapshot is Stalled (api.md §7.3): {}",
+        trio(&cs)
+    );
+    ensure!(
+        cond(&cs, "Stalled").is_some_and(|c| c.message.contains("mass-deletion")),
+        "the Stalled message says why: {:?}",
+        cond(&cs, "Stalled")
+    );
+    println!("[{:5.1}s] held: {}", started.elapsed().as_secs_f64(), snap_state(&held.object));
+    let ack_mark = w.mark();
+    h.ack(&ns, "r", &seed::rfc3339(chrono::Utc::now())).await?;
+    let acked = w
+        .wait_since("Deleting, Reconciling after the ack", ack_mark, t, |s| {
+            snap_phase(s) == "Deleting"
+                && is(&snap_conds(s), "DeletionHeld", "False")
+                && is(&snap_conds(s), "Reconciling", "True")
+        })
+        .await?;
+    let cs = snap_conds(&acked.object);
+    ensure!(is(&cs, "Stalled", "False") && is(&cs, "Ready", "False"), "acked, deleting: {}", trio(&cs));
+    println!("[{:5.1}s] acked: {}", started.elapsed().as_secs_f64(), snap_state(&acked.object));
+    // It heals by itself: the batch Job deletes it and the finalizer comes off.
+    let gone_by = Instant::now() + Duration::from_secs(60);
+    while snaps.get_opt(&held_name).await?.is_some() {
+        ensure!(Instant::now() < gone_by, "the acked Snapshot was not deleted within 60 s");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Every version the deletion path wrote carried exactly one True of the trio.
+    for v in w.since(mark).iter().filter(|v| snap_phase(&v.object) == "Deleting") {
+        let cs = snap_conds(&v.object);
+        ensure!(one_true(&cs), "a Deleting version with {} True-count != 1", trio(&cs));
+    }
+    println!("[{:5.1}s] held Snapshot deleted after its ack", started.elapsed().as_secs_f64());
+
+    // ---- 2. NamespaceNotAllowed is Stalled (§15) and heals when the namespace is admitted.
+    h.cluster_repository("cond-shared", "cond-shared/", json!({"list": ["nobody"]})).await?;
+    let policies: Api<kopiur_api::SnapshotPolicy> = Api::namespaced(h.client.clone(), &ns);
+    let policy = |name: &str, spec: serde_json::Value| -> Result<kopiur_api::SnapshotPolicy> {
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+            "metadata": {"name": name, "namespace": ns, "labels": {"cond": "tz"}}, "spec": spec,
+        }))?)
+    };
+    let manual = |name: &str, spec: serde_json::Value| -> Result<Snapshot> {
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec,
+        }))?)
+    };
+    let pp = PostParams::default();
+    policies
+        .create(
+            &pp,
+            &policy(
+                "shared",
+                json!({"repository": {"kind": "ClusterRepository", "name": "cond-shared"}, "copyMethod": "Direct",
+                "sources": [{"pvc": {"name": "data"}}]}),
+            )?,
+        )
+        .await?;
+    let na = PhaseWatch::start(snaps.clone(), "na", snap_state);
+    let na_uid = snaps.create(&pp, &manual("na", json!({"policyRef": {"name": "shared"}}))?).await?.uid();
+    let parked = na
+        .wait("Pending, Stalled NamespaceNotAllowed", t, |s| {
+            snap_phase(s) == "Pending"
+                && ready_reason(&snap_conds(s)).as_deref() == Some("NamespaceNotAllowed")
+                && is(&snap_conds(s), "Stalled", "True")
+        })
+        .await?;
+    ensure!(one_true(&snap_conds(&parked.object)), "{}", snap_state(&parked.object));
+    let admit = Instant::now();
+    let body = json!({"spec": {"allowedNamespaces": {"list": ["nobody", ns]}}});
+    Api::<kopiur_api::ClusterRepository>::all(h.client.clone())
+        .patch("cond-shared", &PatchParams::default(), &Patch::Merge(&body))
+        .await?;
+    let moved = na
+        .wait("no longer NamespaceNotAllowed once admitted", Duration::from_secs(10), |s| {
+            ready_reason(&snap_conds(s)).is_some_and(|r| r != "NamespaceNotAllowed")
+        })
+        .await?;
+    println!(
+        "[{:5.1}s] NamespaceNotAllowed Stalled; admitted -> {} after {:.1}s",
+        started.elapsed().as_secs_f64(),
+        snap_state(&moved.object),
+        admit.elapsed().as_secs_f64()
+    );
+
+    // ---- 3. Refusals: SourceRequired and RepositoryNotInPolicy (§7.1, §15).
+    policies
+        .create(
+            &pp,
+            &policy(
+                "three",
+                json!({"repository": {"name": "r"}, "copyMethod": "Direct",
+                "sources": [{"pvc": {"name": "a"}}, {"pvc": {"name": "b"}}, {"pvc": {"name": "c"}}]}),
+            )?,
+        )
+        .await?;
+    let multi = PhaseWatch::start(snaps.clone(), "multi", snap_state);
+    let wrong = PhaseWatch::start(snaps.clone(), "wrongrepo", snap_state);
+    let multi_uid = snaps.create(&pp, &manual("multi", json!({"policyRef": {"name": "three"}}))?).await?.uid();
+    let wrong_uid = snaps
+        .create(
+            &pp,
+            &manual(
+                "wrongrepo",
+                json!({"policyRef": {"name": "three"}, "repository": {"name": "elsewhere"},
+                    "source": {"sourceIndex": 0, "target": {"pvc": {"name": "a"}}}}),
+            )?,
+        )
+        .await?;
+    let wrong_uid = wrong_uid.uid();
+    let failed = |reason: &'static str| {
+        move |s: &Snapshot| snap_phase(s) == "Failed" && ready_reason(&snap_conds(s)).as_deref() == Some(reason)
+    };
+    let m = multi.wait("Failed SourceRequired", t, failed("SourceRequired")).await?;
+    let msg = cond(&snap_conds(&m.object), "Ready").map(|c| c.message.clone()).unwrap_or_default();
+    for want in ["sourceIndex 0 (pvc a)", "sourceIndex 1 (pvc b)", "sourceIndex 2 (pvc c)"] {
+        ensure!(msg.contains(want), "the SourceRequired message lists {want}: {msg}");
+    }
+    ensure!(is(&snap_conds(&m.object), "Stalled", "True"), "{}", snap_state(&m.object));
+    let wr = wrong.wait("Failed RepositoryNotInPolicy", t, failed("RepositoryNotInPolicy")).await?;
+    let msg = cond(&snap_conds(&wr.object), "Ready").map(|c| c.message.clone()).unwrap_or_default();
+    ensure!(msg.contains(&format!("Repository {ns}/elsewhere")) && msg.contains("three"), "{msg}");
+    println!("[{:5.1}s] SourceRequired and RepositoryNotInPolicy: Failed", started.elapsed().as_secs_f64());
+
+    // ---- 4. The Restore: Blocked (RepositoryNotFound), then the credentials pre-check.
+    let rns = h.env.namespace("cond-restore").await?;
+    let restores: Api<Restore> = Api::namespaced(h.client.clone(), &rns);
+    let rw = PhaseWatch::start(restores.clone(), "rs", restore_state);
+    let restore: Restore = serde_json::from_value(json!({
+        "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
+        "metadata": {"name": "rs", "namespace": rns},
+        "spec": {
+            "source": {"snapshotRef": {"name": set[1], "namespace": ns}},
+            "repository": {"name": "r2", "namespace": ns},
+            "target": {"pvc": {"name": "restored", "capacity": "1Gi"}}
+        }
+    }))?;
+    let restore_uid = restores.create(&pp, &restore).await?.uid().unwrap_or_default();
+    let blocked = rw
+        .wait("Blocked: Pending, Stalled RepositoryNotFound", t, |r| {
+            restore_phase(r) == "Pending"
+                && ready_reason(&restore_conds(r)).as_deref() == Some("RepositoryNotFound")
+                && is(&restore_conds(r), "Stalled", "True")
+        })
+        .await?;
+    ensure!(one_true(&restore_conds(&blocked.object)), "{}", restore_state(&blocked.object));
+    println!("[{:5.1}s] Restore blocked: {}", started.elapsed().as_secs_f64(), restore_state(&blocked.object));
+    // The repository appears (in another namespace, with another time zone for step 5).
+    h.repository(&ns, "r2", "cond/", json!({"scheduleDefaults": {"timezone": "Europe/Paris"}})).await?;
+    let nocreds = rw
+        .wait("Stalled MissingCredentialsSecret", Duration::from_secs(120), |r| {
+            ready_reason(&restore_conds(r)).as_deref() == Some("MissingCredentialsSecret")
+        })
+        .await?;
+    let cs = restore_conds(&nocreds.object);
+    ensure!(
+        restore_phase(&nocreds.object) == "Pending" && is(&cs, "Stalled", "True") && one_true(&cs),
+        "{}",
+        restore_state(&nocreds.object)
+    );
+    let ca = cond(&cs, "CredentialsAvailable").cloned();
+    ensure!(
+        ca.as_ref().is_some_and(|c| c.status == "False"
+            && c.reason == "MissingCredentialsSecret"
+            && c.message.contains(&format!("Secret kopia does not exist in namespace {rns}"))),
+        "CredentialsAvailable: {ca:?}"
+    );
+    println!("[{:5.1}s] Restore: {}", started.elapsed().as_secs_f64(), restore_state(&nocreds.object));
+    // A Secret without the password key.
+    let secrets: Api<Secret> = Api::namespaced(h.client.clone(), &rns);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "kopia", "namespace": rns},
+        "stringData": {"AWS_ACCESS_KEY_ID": h.garage.access_key(), "AWS_SECRET_ACCESS_KEY": h.garage.secret_key()}
+    }))?;
+    let mark = rw.mark();
+    secrets.create(&pp, &secret).await?;
+    let nokey = rw
+        .wait_since("the missing key named", mark, Duration::from_secs(10), |r| {
+            cond(&restore_conds(r), "CredentialsAvailable").is_some_and(|c| {
+                c.status == "False"
+                    && c.message.contains(&format!("Secret kopia in namespace {rns} has no key KOPIA_PASSWORD"))
+            })
+        })
+        .await?;
+    ensure!(is(&restore_conds(&nokey.object), "Stalled", "True"), "{}", restore_state(&nokey.object));
+    ensure!(jobs.owned_by(&restore_uid).is_empty(), "a Job was created before the credentials were there");
+    // The key arrives: the restore Job within 10 s.
+    let fixed = Instant::now();
+    let body = json!({"stringData": {"KOPIA_PASSWORD": seed::PASSWORD}});
+    secrets.patch("kopia", &PatchParams::default(), &Patch::Merge(&body)).await?;
+    let job = jobs.wait("the restore Job", Duration::from_secs(10), |j| j.owner_uid == restore_uid).await?;
+    let launched = fixed.elapsed();
+    let running = rw
+        .wait("Restoring with CredentialsAvailable=True", Duration::from_secs(10), |r| {
+            restore_phase(r) == "Restoring"
+                && cond(&restore_conds(r), "CredentialsAvailable")
+                    .is_some_and(|c| c.status == "True" && c.reason == "Found")
+        })
+        .await?;
+    println!(
+        "[{:5.1}s] key added -> Job {} after {:.1}s; {}",
+        started.elapsed().as_secs_f64(),
+        job.name,
+        launched.as_secs_f64(),
+        restore_state(&running.object)
+    );
+
+    // ---- 5. SnapshotSchedule kstatus (§8).
+    policies
+        .create(
+            &pp,
+            &policy(
+                "paris",
+                json!({"repository": {"name": "r2"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "a"}}]}),
+            )?,
+        )
+        .await?;
+    let scheds: Api<SnapshotSchedule> = Api::namespaced(h.client.clone(), &ns);
+    let sched = |name: &str, spec: serde_json::Value| -> Result<SnapshotSchedule> {
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec,
+        }))?)
+    };
+    let cases = [
+        (
+            "nopolicy",
+            json!({"policyRef": {"name": "missing"}, "schedule": {"cron": "0 0 1 1 *"}}),
+            "PolicyNotFound",
+            "Reconciling",
+        ),
+        (
+            "minute61",
+            json!({"policyRef": {"name": "three"}, "schedule": {"cron": "61 * * * *"}}),
+            "InvalidSchedule",
+            "Stalled",
+        ),
+        (
+            "paused",
+            json!({"policyRef": {"name": "three"}, "schedule": {"cron": "0 0 1 1 *", "suspend": true}}),
+            "Suspended",
+            "Ready",
+        ),
+    ];
+    let watches: Vec<_> = cases.iter().map(|(n, ..)| PhaseWatch::start(scheds.clone(), n, sched_state)).collect();
+    for (name, spec, ..) in &cases {
+        scheds.create(&pp, &sched(name, spec.clone())?).await?;
+    }
+    scheds
+        .create(
+            &pp,
+            &sched(
+                "both",
+                json!({"policySelector": {"matchLabels": {"cond": "tz"}}, "schedule": {"cron": "0 0 1 1 *"}}),
+            )?,
+        )
+        .await?;
+    for ((name, _, reason, which), w) in cases.iter().zip(&watches) {
+        let seen = w
+            .wait(&format!("{name}: {which} / {reason}"), t, |s| {
+                let cs = s.status.as_ref().map(|x| x.conditions.clone()).unwrap_or_default();
+                ready_reason(&cs).as_deref() == Some(*reason) && is(&cs, which, "True") && one_true(&cs)
+            })
+            .await?;
+        println!("[{:5.1}s] schedule {name}: {}", started.elapsed().as_secs_f64(), sched_state(&seen.object));
+    }
+    let bw = PhaseWatch::start(scheds.clone(), "both", sched_state);
+    let both = bw
+        .wait("TimezoneDefaultAmbiguous=True / RepositoryDefaultsDisagree", t, |s| {
+            let cs = s.status.as_ref().map(|x| x.conditions.clone()).unwrap_or_default();
+            cond(&cs, "TimezoneDefaultAmbiguous")
+                .is_some_and(|c| c.status == "True" && c.reason == "RepositoryDefaultsDisagree")
+        })
+        .await?;
+    ensure!(one_true(&both.object.status.clone().unwrap_or_default().conditions), "{}", sched_state(&both.object));
+
+    // No Job ever for the parked or refused Snapshots.
+    for (what, uid) in [("na", na_uid), ("multi", multi_uid), ("wrongrepo", wrong_uid)] {
+        let uid = uid.unwrap_or_default();
+        ensure!(jobs.owned_by(&uid).is_empty(), "Snapshot {what} got a Job: {:?}", jobs.owned_by(&uid));
+    }
+    println!("[{:5.1}s] done ({} seeded)", started.elapsed().as_secs_f64(), uids.len());
+    Ok(())
+}
