@@ -628,9 +628,9 @@ async fn failed_history(w: &World) -> Result<()> {
 /// `reverify-requested-at` on the repository, one reverify probe Job starts within 10 s of the
 /// stamp, and `status.lastReverifyAt` equals the stamp. `nudge-2` then fails within 60 s of the
 /// stamp: the stamp is not rewritten, no probe Job starts in the 10 s after, and the streak stays
-/// 1. The repository is in Alert mode: under Degrade a streak of 1 re-probes after the shortened
-/// strict-retry base (10 s in this binary), which would launch a probe for another reason; in
-/// Alert mode the only probe is the nudge's.
+/// at one. The repository is in Alert mode: under Degrade a streak of one re-probes after the
+/// shortened strict-retry base (10 s in this binary), which would launch a probe for another
+/// reason; in Alert mode the only probe is the nudge's.
 async fn reverify_nudge(w: &World) -> Result<()> {
     const REVERIFY: &str = annotation::REVERIFY_REQUESTED_AT;
     let repos: Api<Repository> = Api::namespaced(w.client.clone(), &w.ns);
@@ -651,7 +651,7 @@ async fn reverify_nudge(w: &World) -> Result<()> {
         out
     };
     let stamp_of = |r: &Repository| r.annotations().get(REVERIFY).cloned();
-    let before = repo.latest().get("alert").and_then(|r| stamp_of(&**r));
+    let before = repo.latest().get("alert").and_then(|r| stamp_of(r));
     let probes_before = probes(&jobs.all()).len();
     let snaps = w.snaps();
     let failed = |name: &'static str| {
@@ -671,7 +671,7 @@ async fn reverify_nudge(w: &World) -> Result<()> {
     let fail_secs = t1.elapsed().as_secs_f64();
     let (stamp, stamped_at) = repo
         .wait("alert stamped reverify-requested-at", Duration::from_secs(30), &w.log, |seen| {
-            Ok(seen.iter().find_map(|v| stamp_of(&*v.obj).filter(|s| Some(s) != before.as_ref()).map(|s| (s, v.at))))
+            Ok(seen.iter().find_map(|v| stamp_of(&v.obj).filter(|s| Some(s) != before.as_ref()).map(|s| (s, v.at))))
         })
         .await?;
     // The second failure must land within 60 s of the stamp: its Snapshot starts at once.
@@ -721,10 +721,10 @@ async fn reverify_nudge(w: &World) -> Result<()> {
     w.say(format!(
         "[nudge] nudge-2 Failed {} s after the stamp; 10 s later: stamp {:?}, probe Jobs since nudge-1 {}, streak {streak:?}",
         second_at - stamp_t,
-        stamp_of(&*r),
+        stamp_of(&r),
         all_probes.len() - probes_before
     ));
-    ensure!(stamp_of(&*r).as_deref() == Some(stamp.as_str()), "the stamp is not rewritten within 60 s");
+    ensure!(stamp_of(&r).as_deref() == Some(stamp.as_str()), "the stamp is not rewritten within 60 s");
     ensure!(all_probes.len() - probes_before == 1, "the second failure launched no probe: {all_probes:?}");
     ensure!(streak == Some(1), "the streak stays 1: {streak:?}");
     Ok(())
