@@ -9,6 +9,8 @@ use kopiur_kopia::model::{self, MaintenanceInfo, RepositoryStatus, SnapshotManif
 use kopiur_kopia::{KopiaEnv, KopiaError, Output, Runner};
 use serde_json::{Value, json};
 
+pub mod pin;
+
 use crate::permission;
 use crate::result::{
     BootstrapFailure, BootstrapOutcome, BootstrapResult, CatalogEntry, DeleteBatchReport, Failure, MAX_LOG_TAIL_BYTES,
@@ -96,6 +98,7 @@ impl<S: ResultSink> Ctx<S> {
             Operation::SnapshotDeleteBatch(op) => self.delete_batch(op).await,
             Operation::Maintenance(op) => self.maintenance(op).await,
             Operation::Replicate(op) => self.replicate(op).await,
+            Operation::SnapshotPin(op) => self.pin(op).await,
         };
         self.cleanup();
         exit

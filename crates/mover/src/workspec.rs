@@ -77,6 +77,8 @@ pub enum Operation {
     BootstrapRepository(BootstrapRepositoryOp),
     Maintenance(MaintenanceOp),
     Replicate(ReplicateOp),
+    /// `<snapshot>-pin`: add or remove kopiur's pin on one kopia snapshot.
+    SnapshotPin(crate::ops::pin::SnapshotPinOp),
 }
 
 impl Operation {
@@ -89,6 +91,7 @@ impl Operation {
             Operation::BootstrapRepository(_) => "bootstrap",
             Operation::Maintenance(_) => "maintenance",
             Operation::Replicate(_) => "replication",
+            Operation::SnapshotPin(_) => "pin",
         }
     }
 }
