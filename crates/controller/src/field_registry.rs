@@ -50,6 +50,7 @@ const SCHEDULE: &[&str] = &["SnapshotSchedule"];
 const RESTORE: &[&str] = &["Restore"];
 const MAINT: &[&str] = &["Maintenance"];
 const REPL: &[&str] = &["RepositoryReplication"];
+const SNAP_REPL: &[&str] = &["SnapshotReplication"];
 
 const FEATURES: &str = "crates/controller/src/features.rs";
 const SETTINGS: &str = "crates/controller/src/mover_settings.rs";
@@ -71,6 +72,7 @@ const RESTORE_RECONCILE: &str = "crates/controller/src/restore/reconcile.rs";
 const REPL_RECONCILE: &str = "crates/controller/src/replication/reconcile.rs";
 const API_REPOSITORY: &str = "crates/api/src/repository.rs";
 const GATING: &str = "crates/controller/src/gating.rs";
+const SNAP_REPL_GATE: &str = "crates/controller/src/snapshot_replication.rs";
 
 fn rule(kinds: &'static [&'static str], path: &str, class: Class, file: &'static str, symbol: &'static str) -> Rule {
     Rule { kinds, path: path.to_string(), class, file, symbol }
@@ -433,6 +435,10 @@ pub fn rules() -> Vec<Rule> {
             "sync.max_upload_speed_bytes_per_second",
         ),
     ]);
+
+    // SnapshotReplication: the whole kind is [next] gating (api.md §1.1, §15): every field is
+    // refused by the kind's Stalled / FeatureNotImplemented gate.
+    v.push(rule(SNAP_REPL, "spec", Refused, SNAP_REPL_GATE, "verdict().gating_conditions()"));
     v
 }
 

@@ -24,6 +24,7 @@ pub mod resource_phase;
 pub mod restore;
 pub mod snapshot;
 pub mod snapshot_policy;
+pub mod snapshot_replication;
 pub mod snapshot_schedule;
 pub mod synced;
 pub mod wedged;

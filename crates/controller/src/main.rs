@@ -235,7 +235,10 @@ async fn run(arenas_capped: bool) -> anyhow::Result<()> {
         client.clone(),
         metrics.clone(),
     ));
-    futures::join!(a, b, pipeline, maintenance, replication);
+    // SnapshotReplication is [next]: every object is answered Stalled / FeatureNotImplemented.
+    let snapshot_replication =
+        kopiur_controller::snapshot_replication::run(client.clone(), config.clone(), metrics.clone());
+    futures::join!(a, b, pipeline, maintenance, replication, snapshot_replication);
     // The controllers end only on SIGTERM/SIGINT (`shutdown_on_signal`); the signal task
     // (`leader::exit_on_signal`) releases the Lease and exits the process. Give it the time.
     tokio::time::sleep(std::time::Duration::from_secs(10)).await;

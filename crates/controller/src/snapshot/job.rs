@@ -103,7 +103,7 @@ pub fn backend_mounts(
     )
 }
 
-fn repository_info(repo: &RepoView, identity: Identity, mounts: &BackendMounts) -> Result<RepositoryInfo, String> {
+pub(crate) fn repository_info(repo: &RepoView, identity: Identity, mounts: &BackendMounts) -> Result<RepositoryInfo, String> {
     Ok(RepositoryInfo {
         kind: repo.kind().to_string(),
         namespace: repo.namespace(),
@@ -118,7 +118,7 @@ fn repository_info(repo: &RepoView, identity: Identity, mounts: &BackendMounts) 
 
 /// Secrets the mover reads its credentials from: the password Secret and the backend's auth
 /// Secret, both by reference.
-fn secrets(repo: &RepoView) -> ((String, String), Vec<String>) {
+pub(crate) fn secrets(repo: &RepoView) -> ((String, String), Vec<String>) {
     let (pw, auth) = match repo {
         RepoView::Namespaced(r) => crate::repository::observe::secret_names(r.as_ref()),
         RepoView::Cluster(c) => crate::repository::observe::secret_names(c.as_ref()),

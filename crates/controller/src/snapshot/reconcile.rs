@@ -305,6 +305,8 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     };
     let d = plan(&facts, now);
     let api: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &ns);
+    // The `<name>-pin` Job (api.md §7.1): runs whatever the backup's phase; never the backup Job.
+    let pin = super::pin::reconcile(ctx, snap, repo.as_ref(), &facts.gate, &facts.missing_secrets).await?;
 
     let mut fresh: Option<Snapshot> = None;
     if d.add_finalizer {
@@ -394,6 +396,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         ctx.metrics.snapshot_refusals.inc(&[&ns, &name, &reason]);
     }
     next.conditions = super::ctx::merge(&status.conditions, &d.conditions, snap.meta().generation.unwrap_or(0), now);
+    super::pin::apply_to_status(&mut next, &pin, snap.meta().generation.unwrap_or(0), now);
     let written = write_status(&api, fresh.as_ref().unwrap_or(snap), &status, &next).await?;
     // After the Failed status landed: deleting first would read as a lost Job if the write lost
     // a conflict. A failed delete does not hold back the Event below; the requeue retries it.
@@ -431,6 +434,9 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         && let Err(e) = ctx.nudge(rv, now).await
     {
         tracing::warn!(error = %e, snapshot = %name, "stamping reverify-requested-at failed");
+    }
+    if let Some(after) = pin.requeue_after.filter(|_| d.requeue_after.is_none() && d.step == Step::Idle) {
+        return Ok(Action::requeue(after.to_std().unwrap_or_default()));
     }
     Ok(match d.requeue_after {
         Some(after) => Action::requeue(after.to_std().unwrap_or_default().max(std::time::Duration::from_secs(1))),

@@ -161,7 +161,8 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
             deleting: s.meta().deletion_timestamp.is_some(),
             end_time: st.and_then(|st| st.timing.as_ref()).and_then(|t| t.end_time),
             kopia_snapshot_id: st.and_then(|st| st.snapshot.as_ref()).and_then(|x| x.kopia_snapshot_id.clone()),
-            pinned: s.spec.pin,
+            // Exempt while the pin is asked for or still applied (api.md §7.1): never pruned on a guess.
+            pinned: s.spec.pin || st.and_then(|st| st.pinned).unwrap_or(false),
         });
     }
     let groups: Vec<RepoMembers> = groups.into_values().collect();
