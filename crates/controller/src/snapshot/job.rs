@@ -103,7 +103,11 @@ pub fn backend_mounts(
     )
 }
 
-pub(crate) fn repository_info(repo: &RepoView, identity: Identity, mounts: &BackendMounts) -> Result<RepositoryInfo, String> {
+pub(crate) fn repository_info(
+    repo: &RepoView,
+    identity: Identity,
+    mounts: &BackendMounts,
+) -> Result<RepositoryInfo, String> {
     Ok(RepositoryInfo {
         kind: repo.kind().to_string(),
         namespace: repo.namespace(),
