@@ -42,6 +42,7 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "conditions_e2e",          // ~70 s (estimate, measured alone once tools exist)
     "catalog_e2e",             // 62 s
     "mover_pod_wedged_e2e",    // 58 s
+    "pin_e2e",                 // ~55 s (estimate; measured figure below once run)
     "garage_kopia",            // 51 s
     "real_node",               // 37 s
     "features_e2e",            // 35 s (measured alone)

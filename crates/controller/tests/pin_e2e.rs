@@ -1,0 +1,348 @@
+//! `spec.pin` and the [next] SnapshotReplication kind, end to end on one private control plane,
+//! Garage, real kopia, the operator and the real mover (spec/api.md §7.1, §7.2, §7.4, §1.1, §12,
+//! §15):
+//!
+//! - Two Succeeded Snapshots ask for a pin while their repository is not Ready (its password
+//!   Secret is missing): each shows `Pinned=False / PinJobRunning` saying it waits for the
+//!   repository, and no pin Job exists. Once the Secret appears and the repository turns Ready,
+//!   `<name>-pin` runs (op label `pin`, `pin-target: "true"`), never before the repository's
+//!   Ready transition.
+//! - The real snapshot: its one pin Job makes exactly one repository connect and one
+//!   `kopia snapshot pin <id> --add=kopiur`; `status.pinned: true`, `Pinned=True / Pinned`, and a
+//!   fresh `kopia snapshot list --json` shows the pin `kopiur`. `pin: false` replaces the Job with a
+//!   `--remove=kopiur` one: `status.pinned: false`, the condition gone, the pin gone from kopia.
+//! - The Snapshot whose manifest id does not exist: the pin fails as kopia says,
+//!   `Pinned=False / PinJobFailed` carries the mover's message (`status.failure.op: pin`), the
+//!   Job follows the Job rules (a non-retryable class is one pod whatever `backoffLimit` says),
+//!   and the Snapshot stays Succeeded without ever launching a backup Job.
+//! - A SnapshotReplication is accepted by the apiserver and answered `Stalled /
+//!   FeatureNotImplemented` with the exact message, `observedGeneration` following each edit, one
+//!   Warning Event per generation and no Job; `sourceRef` equal to `destinationRef` is rejected.
+#[path = "support/phase_watch.rs"]
+mod phase_watch;
+#[path = "support/deletion_seed.rs"]
+mod seed;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use kopiur_api::{Repository, Snapshot, SnapshotReplication};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use phase_watch::{JobWatch, PhaseWatch};
+use seed::{Harness, RepoPin, SeedSnap};
+use serde_json::{Value, json};
+
+const PIN_NAME: &str = "kopiur";
+const PIN_TARGET: &str = "kopiur.home-operations.com/pin-target";
+/// A manifest id kopia does not know (32 hex digits, like a real one).
+const NO_SUCH_ID: &str = "00000000000000000000000000000000";
+
+fn cond(s: &Snapshot, t: &str) -> Option<(String, String, String)> {
+    seed::condition(s, t).map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn pinned_state(s: &Snapshot) -> String {
+    let st = s.status.as_ref();
+    let pinned = st.and_then(|x| x.pinned).map(|p| p.to_string()).unwrap_or_else(|| "-".into());
+    let c = cond(s, "Pinned").map(|c| format!("{}/{}", c.0, c.1)).unwrap_or_else(|| "-".into());
+    format!("pinned={pinned} Pinned={c}")
+}
+
+/// `kopia snapshot list --all --json` through a fresh connection (fresh config and cache, so no
+/// cached manifest list hides a change a mover just made): manifest id -> pins.
+async fn kopia_pins(h: &Harness, prefix: &str) -> Result<BTreeMap<String, BTreeSet<String>>> {
+    let dir = tempfile::tempdir()?;
+    let kopia = kopiur_testenv::tools::kopia()?;
+    let run = |args: Vec<String>| {
+        let mut c = tokio::process::Command::new(&kopia);
+        c.args(&args)
+            .env("KOPIA_CONFIG_PATH", dir.path().join("repository.config"))
+            .env("KOPIA_CACHE_DIRECTORY", dir.path().join("cache"))
+            .env("KOPIA_LOG_DIR", dir.path().join("logs"))
+            .env("KOPIA_CHECK_FOR_UPDATES", "false")
+            .env("KOPIA_PASSWORD", seed::PASSWORD)
+            .env("AWS_ACCESS_KEY_ID", h.garage.access_key())
+            .env("AWS_SECRET_ACCESS_KEY", h.garage.secret_key())
+            .kill_on_drop(true);
+        async move {
+            let out = tokio::time::timeout(Duration::from_secs(60), c.output()).await.context("kopia timed out")??;
+            ensure!(out.status.success(), "kopia {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            Ok::<_, anyhow::Error>(out.stdout)
+        }
+    };
+    run(vec![
+        "repository".into(),
+        "connect".into(),
+        "s3".into(),
+        format!("--bucket={}", h.garage.bucket()),
+        format!("--endpoint={}", h.garage.s3_endpoint()),
+        format!("--prefix={prefix}"),
+        format!("--region={}", h.garage.region()),
+        "--disable-tls".into(),
+        "--readonly".into(),
+    ])
+    .await?;
+    let out = run(vec!["snapshot".into(), "list".into(), "--all".into(), "--json".into()]).await?;
+    let list: Vec<Value> = serde_json::from_slice(&out)?;
+    Ok(list
+        .iter()
+        .map(|m| {
+            let pins = m["pins"].as_array().into_iter().flatten().filter_map(|p| p.as_str().map(str::to_string));
+            (m["id"].as_str().unwrap_or_default().to_string(), pins.collect())
+        })
+        .collect())
+}
+
+async fn warning_events(h: &Harness, ns: &str, name: &str, reason: &str) -> Result<usize> {
+    let evs: Api<Event> = Api::namespaced(h.client.clone(), ns);
+    Ok(evs
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter(|e| e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning"))
+        .count())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pin_jobs_apply_and_remove_the_kopia_pin_and_snapshot_replication_is_gated() -> Result<()> {
+    let started = std::time::Instant::now();
+    let mut h = Harness::start().await?;
+    h.start_operator().await?;
+    let _guard = h.env.log_guard();
+    let jobs = JobWatch::start(h.client.clone());
+    let ns = h.env.namespace("pin").await?;
+    let t = Duration::from_secs(120);
+
+    // SnapshotReplication first: it needs nothing else and runs while the rest is set up.
+    let srepls: Api<SnapshotReplication> = Api::namespaced(h.client.clone(), &ns);
+    let bad: SnapshotReplication = serde_json::from_value(json!({
+        "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotReplication",
+        "metadata": {"name": "same", "namespace": ns},
+        "spec": {"sourceRef": {"name": "a"}, "destinationRef": {"name": "a"}, "schedule": {"cron": "0 4 * * *"}}
+    }))?;
+    let err = srepls.create(&PostParams::default(), &bad).await.expect_err("sourceRef == destinationRef is rejected");
+    ensure!(err.to_string().contains("sourceRef and destinationRef must differ"), "rejection: {err}");
+    let copy: SnapshotReplication = serde_json::from_value(json!({
+        "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotReplication",
+        "metadata": {"name": "copy", "namespace": ns},
+        "spec": {"sourceRef": {"name": "repo"}, "destinationRef": {"name": "offsite"},
+                 "schedule": {"cron": "0 4 * * *"},
+                 "selection": {"identities": {"include": ["app@pin"]}, "latestOnly": true},
+                 "migrate": {"parallel": 2, "policies": "copy"},
+                 "pruning": {"mirrorSource": {}}}
+    }))?;
+    let copy = srepls.create(&PostParams::default(), &copy).await?;
+    let copy_uid = copy.uid().unwrap_or_default();
+    let copy_watch = PhaseWatch::start(srepls.clone(), "copy", |r: &SnapshotReplication| {
+        let st = r.status.as_ref();
+        let stalled = st.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Stalled"));
+        format!("gen={:?} stalled={:?}", st.and_then(|s| s.observed_generation), stalled.map(|c| &c.reason))
+    });
+    let msg = "SnapshotReplication is not implemented in this release";
+    let gated = |r: &SnapshotReplication, generation: i64| {
+        let st = r.status.as_ref();
+        let c = |t: &str| st.and_then(|s| s.conditions.iter().find(|c| c.type_ == t));
+        st.and_then(|s| s.observed_generation) == Some(generation)
+            && c("Stalled").is_some_and(|c| {
+                c.status == "True"
+                    && c.reason == "FeatureNotImplemented"
+                    && c.message == msg
+                    && c.observed_generation == Some(generation)
+            })
+            && c("Ready")
+                .is_some_and(|c| c.status == "False" && c.reason == "FeatureNotImplemented" && c.message == msg)
+            && c("Reconciling").is_some_and(|c| c.status == "False")
+    };
+    copy_watch.wait("SnapshotReplication Stalled at generation 1", t, |r| gated(r, 1)).await?;
+
+    // The repository exists but cannot bootstrap yet: its password Secret is missing.
+    let repo_kopia = h.kopia_repo("pin/").await?;
+    let ids = repo_kopia.seed(&["data".to_string()]).await?;
+    let real_id = ids["data"].clone();
+    let repos: Api<Repository> = Api::namespaced(h.client.clone(), &ns);
+    let repo: Repository = serde_json::from_value(json!({
+        "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+        "metadata": {"name": "repo", "namespace": ns},
+        "spec": {
+            "backend": {"s3": {"bucket": h.garage.bucket(), "endpoint": format!("http://{}", h.garage.s3_addr()),
+                               "region": h.garage.region(), "prefix": "pin/"}},
+            "encryption": {"passwordSecretRef": {"name": "kopia-late"}}
+        }
+    }))?;
+    let repo = repos.create(&PostParams::default(), &repo).await?;
+    let item = |name: &str, id: &str| SeedSnap {
+        name: name.into(),
+        kopia_id: id.into(),
+        labels: BTreeMap::new(),
+        owner: None,
+        origin: "manual",
+    };
+    let uids = seed::seed_snapshots(
+        &h.client,
+        &ns,
+        &RepoPin::of(&repo),
+        vec![item("good", &real_id), item("bad", NO_SUCH_ID)],
+        2,
+    )
+    .await?;
+    let snaps: Api<Snapshot> = Api::namespaced(h.client.clone(), &ns);
+    let good = PhaseWatch::start(snaps.clone(), "good", pinned_state);
+    let bad = PhaseWatch::start(snaps.clone(), "bad", pinned_state);
+    let pp = PatchParams::default();
+    snaps.patch("good", &pp, &Patch::Merge(json!({"spec": {"pin": true}}))).await?;
+    snaps
+        .patch("bad", &pp, &Patch::Merge(json!({"spec": {"pin": true, "failurePolicy": {"backoffLimit": 1}}})))
+        .await?;
+
+    // Parked at the repository gate: PinJobRunning, saying so, and no Job.
+    for (w, name) in [(&good, "good"), (&bad, "bad")] {
+        w.wait(&format!("{name}: Pinned=False/PinJobRunning waiting for the repository"), t, |s| {
+            cond(s, "Pinned").is_some_and(|(st, r, m)| {
+                st == "False" && r == "PinJobRunning" && m.contains("waits for the repository")
+            })
+        })
+        .await?;
+    }
+    ensure!(
+        repos.get("repo").await?.status.and_then(|s| s.phase).map(|p| p.as_str().to_string()) != Some("Ready".into())
+    );
+    for name in ["good", "bad"] {
+        ensure!(jobs.owned_by(&uids[name]).is_empty(), "{name}: a Job ran while the repository was not Ready");
+    }
+
+    // The Secret appears; the repository becomes Ready; only then do the pin Jobs run.
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "kopia-late", "namespace": ns},
+        "stringData": {"KOPIA_PASSWORD": seed::PASSWORD, "AWS_ACCESS_KEY_ID": h.garage.access_key(),
+                       "AWS_SECRET_ACCESS_KEY": h.garage.secret_key()}
+    }))?;
+    Api::<Secret>::namespaced(h.client.clone(), &ns).create(&PostParams::default(), &secret).await?;
+    h.wait_repository_ready(&ns, "repo", t).await?;
+    let ready_at = repos
+        .get("repo")
+        .await?
+        .status
+        .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.last_transition_time.0)
+        .context("Ready condition")?;
+
+    let pinned = good
+        .wait("good: Pinned=True/Pinned and status.pinned true", t, |s| {
+            s.status.as_ref().and_then(|x| x.pinned) == Some(true)
+                && cond(s, "Pinned").is_some_and(|(st, r, _)| st == "True" && r == "Pinned")
+        })
+        .await?;
+    ensure!(
+        pinned.object.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str()) == Some("Succeeded"),
+        "the pin leaves the phase alone"
+    );
+    let good_jobs = jobs.owned_by(&uids["good"]);
+    ensure!(good_jobs.len() == 1, "one pin Job for the add: {good_jobs:?}");
+    let add_job = &good_jobs[0];
+    ensure!(add_job.name == "good-pin" && add_job.op() == "pin", "the pin Job: {add_job:?}");
+    ensure!(add_job.annotations.get(PIN_TARGET).map(String::as_str) == Some("true"), "{add_job:?}");
+    ensure!(
+        add_job.created.timestamp() >= ready_at.as_second(),
+        "the pin Job was created before the repository was Ready"
+    );
+    // One connect and one pin in that Job's pod.
+    let calls = h.audit.calls();
+    let pin_calls: Vec<_> = calls.iter().filter(|c| c.args.starts_with(&["snapshot".into(), "pin".into()])).collect();
+    let add_calls: Vec<_> = pin_calls.iter().filter(|c| c.args.get(2) == Some(&real_id)).collect();
+    ensure!(add_calls.len() == 1, "one kopia snapshot pin for the add: {add_calls:?}");
+    ensure!(add_calls[0].args[3] == format!("--add={PIN_NAME}") && add_calls[0].rc == Some(0), "{:?}", add_calls[0]);
+    let host = add_calls[0].host.clone();
+    let connects = calls.iter().filter(|c| c.host == host && c.is_connect()).count();
+    ensure!(connects == 1, "the pin pod connected {connects} times");
+    let pins = kopia_pins(&h, "pin/").await?;
+    ensure!(pins.get(&real_id).is_some_and(|p| p.contains(PIN_NAME)), "kopia shows no pin: {pins:?}");
+
+    // The failing pin: the mover's message, one pod (a non-retryable class is FailJob at once),
+    // the phase untouched and never a backup Job.
+    let failed = bad
+        .wait("bad: Pinned=False/PinJobFailed", t, |s| {
+            cond(s, "Pinned").is_some_and(|(st, r, _)| st == "False" && r == "PinJobFailed")
+        })
+        .await?;
+    let st = failed.object.status.clone().unwrap_or_default();
+    let failure = st.failure.clone().context("status.failure")?;
+    ensure!(failure.op.as_deref() == Some("pin"), "failure: {failure:?}");
+    let mover_msg = failure.message.clone().unwrap_or_default();
+    let (_, _, c_msg) = cond(&failed.object, "Pinned").unwrap_or_default();
+    ensure!(!mover_msg.is_empty() && c_msg.ends_with(&mover_msg), "condition {c_msg:?} vs mover {mover_msg:?}");
+    ensure!(c_msg.contains(&format!("kopia snapshot pin {NO_SUCH_ID} --add {PIN_NAME}")), "{c_msg}");
+    ensure!(st.phase.as_ref().map(|p| p.as_str()) == Some("Succeeded") && st.pinned == Some(false), "{st:?}");
+    let bad_pods: BTreeSet<String> = h
+        .audit
+        .calls()
+        .iter()
+        .filter(|c| {
+            c.args.starts_with(&["snapshot".into(), "pin".into()])
+                && c.args.get(2).map(String::as_str) == Some(NO_SUCH_ID)
+        })
+        .map(|c| c.host.clone())
+        .collect();
+    let expected_pods = if failure.retry_recommended { 2 } else { 1 };
+    ensure!(
+        bad_pods.len() == expected_pods,
+        "pods that ran the failing pin: {bad_pods:?} (retryable: {})",
+        failure.retry_recommended
+    );
+    let bad_jobs = jobs.owned_by(&uids["bad"]);
+    ensure!(bad_jobs.len() == 1 && bad_jobs[0].name == "bad-pin" && bad_jobs[0].op() == "pin", "{bad_jobs:?}");
+
+    // Unpin: the add Job is replaced by a remove Job; status and kopia follow.
+    let mark = good.mark();
+    snaps.patch("good", &pp, &Patch::Merge(json!({"spec": {"pin": false}}))).await?;
+    good.wait_since("good: status.pinned false, Pinned gone", mark, t, |s| {
+        s.status.as_ref().and_then(|x| x.pinned) == Some(false) && cond(s, "Pinned").is_none()
+    })
+    .await?;
+    let good_jobs = jobs.owned_by(&uids["good"]);
+    ensure!(good_jobs.len() == 2, "one add and one remove Job: {good_jobs:?}");
+    let remove = good_jobs.iter().find(|j| j.uid != add_job.uid).context("remove Job")?;
+    ensure!(
+        remove.annotations.get(PIN_TARGET).map(String::as_str) == Some("false") && remove.complete_seen.is_some(),
+        "{remove:?}"
+    );
+    let removes: Vec<_> = h
+        .audit
+        .calls()
+        .into_iter()
+        .filter(|c| c.args.starts_with(&["snapshot".into(), "pin".into()]) && c.args.get(2) == Some(&real_id))
+        .filter(|c| c.args.get(3).map(String::as_str) == Some(&format!("--remove={PIN_NAME}")))
+        .collect();
+    ensure!(removes.len() == 1 && removes[0].rc == Some(0), "{removes:?}");
+    let pins = kopia_pins(&h, "pin/").await?;
+    ensure!(pins.get(&real_id).is_some_and(|p| p.is_empty()), "kopia still shows a pin: {pins:?}");
+    for name in ["good", "bad"] {
+        ensure!(
+            jobs.owned_by(&uids[name]).iter().all(|j| j.op() == "pin"),
+            "{name}: a terminal Snapshot launched a backup Job"
+        );
+    }
+
+    // SnapshotReplication: an edit moves observedGeneration, with one more Event; never a Job.
+    srepls.patch("copy", &pp, &Patch::Merge(json!({"spec": {"suspend": true}}))).await?;
+    copy_watch.wait("SnapshotReplication Stalled at generation 2", t, |r| gated(r, 2)).await?;
+    // The Event follows the status write that reports the generation.
+    seed::wait_for(
+        "two FeatureNotImplemented Events (one per generation)",
+        Duration::from_secs(10),
+        &h.log(),
+        || async { Ok((warning_events(&h, &ns, "copy", "FeatureNotImplemented").await? >= 2).then_some(())) },
+    )
+    .await?;
+    ensure!(warning_events(&h, &ns, "copy", "FeatureNotImplemented").await? == 2, "one Warning Event per generation");
+    ensure!(jobs.owned_by(&copy_uid).is_empty(), "a SnapshotReplication launched a Job");
+    let phase = srepls.get("copy").await?.status.and_then(|s| s.phase).map(|p| p.as_str().to_string());
+    ensure!(phase.as_deref() == Some("Pending"), "phase {phase:?}");
+    eprintln!("pin_e2e: scenario time {:?}", started.elapsed());
+    Ok(())
+}
