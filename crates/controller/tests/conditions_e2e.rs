@@ -12,7 +12,10 @@
 //!    Job; admitting the namespace moves it on by itself within 10 s.
 //! 3. **Refusals** (§7.1, §15): a manual Snapshot of a three-PVC policy without `spec.source`
 //!    ends `Failed / SourceRequired` listing sourceIndex 0–2; one naming a repository outside
-//!    its policy ends `Failed / RepositoryNotInPolicy`; neither gets a Job.
+//!    its policy ends `Failed / RepositoryNotInPolicy`; one whose `policyRef` points into another
+//!    namespace ends `Failed / CrossNamespaceReference`; of two policies with one identity in one
+//!    repository the later is `Stalled / IdentityCollision` naming the earlier, and its Snapshot
+//!    parks `Stalled / IdentityCollision`; none of them gets a Job.
 //! 4. **The Restore's readiness gate and credentials pre-check** (§9, behavior.md §1.2): a
 //!    Restore naming an absent Repository is Blocked (`Pending`, `Stalled=True /
 //!    RepositoryNotFound`); once the Repository exists and is Ready, the Restore, whose namespace
@@ -256,8 +259,71 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     ensure!(msg.contains(&format!("Repository {ns}/elsewhere")) && msg.contains("three"), "{msg}");
     println!("[{:5.1}s] SourceRequired and RepositoryNotInPolicy: Failed", started.elapsed().as_secs_f64());
 
+    // ---- 3b. IdentityCollision (§6.5, §15): the later policy is Stalled naming the earlier
+    // one, and its Snapshot runs nothing (its PVC exists, so no other gate stops it).
+    let pvc: k8s_openapi::api::core::v1::PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "a", "namespace": ns},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    }))?;
+    Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(h.client.clone(), &ns)
+        .create(&pp, &pvc)
+        .await?;
+    let twin = |name: &str| {
+        policy(
+            name,
+            json!({"repository": {"name": "r"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "a"}}],
+                "identity": {"username": "app", "hostname": "home"}}),
+        )
+    };
+    policies.create(&pp, &twin("twin-a")?).await?;
+    // Creation timestamps have second precision: the later one is created a second later.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    policies.create(&pp, &twin("twin-b")?).await?;
+    let tb = PhaseWatch::start(policies.clone(), "twin-b", |p: &kopiur_api::SnapshotPolicy| {
+        trio(&p.status.as_ref().map(|x| x.conditions.clone()).unwrap_or_default())
+    });
+    let stalled = tb
+        .wait("twin-b Stalled IdentityCollision", t, |p| {
+            let cs = p.status.as_ref().map(|x| x.conditions.clone()).unwrap_or_default();
+            cond(&cs, "Stalled").is_some_and(|c| {
+                c.status == "True" && c.reason == "IdentityCollision" && c.message.contains(&format!("{ns}/twin-a"))
+            })
+        })
+        .await?;
+    let ta = policies.get("twin-a").await?;
+    let ta_conds = ta.status.map(|x| x.conditions).unwrap_or_default();
+    ensure!(
+        cond(&ta_conds, "Stalled").is_none_or(|c| c.reason != "IdentityCollision"),
+        "the earlier policy is untouched: {}",
+        trio(&ta_conds)
+    );
+    let tw = PhaseWatch::start(snaps.clone(), "twin-run", snap_state);
+    let twin_uid = snaps.create(&pp, &manual("twin-run", json!({"policyRef": {"name": "twin-b"}}))?).await?.uid();
+    tw.wait("twin-run Pending, Stalled IdentityCollision", t, |s| {
+        snap_phase(s) == "Pending"
+            && ready_reason(&snap_conds(s)).as_deref() == Some("IdentityCollision")
+            && is(&snap_conds(s), "Stalled", "True")
+    })
+    .await?;
+    println!(
+        "[{:5.1}s] IdentityCollision: {} ; its Snapshot parked",
+        started.elapsed().as_secs_f64(),
+        trio(&stalled.object.status.clone().unwrap_or_default().conditions)
+    );
+
     // ---- 4. The Restore: Blocked (RepositoryNotFound), then the credentials pre-check.
     let rns = h.env.namespace("cond-restore").await?;
+    // X (§1.8): a Snapshot's policyRef into another namespace fails CrossNamespaceReference.
+    let rsnaps: Api<Snapshot> = Api::namespaced(h.client.clone(), &rns);
+    let xw = PhaseWatch::start(rsnaps.clone(), "xns", snap_state);
+    let xns: Snapshot = serde_json::from_value(json!({
+        "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+        "metadata": {"name": "xns", "namespace": rns},
+        "spec": {"policyRef": {"name": "three", "namespace": ns},
+                 "source": {"sourceIndex": 0, "target": {"pvc": {"name": "a"}}}}
+    }))?;
+    let xns_uid = rsnaps.create(&pp, &xns).await?.uid();
+    xw.wait("xns Failed CrossNamespaceReference", t, failed("CrossNamespaceReference")).await?;
     let restores: Api<Restore> = Api::namespaced(h.client.clone(), &rns);
     let rw = PhaseWatch::start(restores.clone(), "rs", restore_state);
     let restore: Restore = serde_json::from_value(json!({
@@ -409,7 +475,9 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     ensure!(one_true(&both.object.status.clone().unwrap_or_default().conditions), "{}", sched_state(&both.object));
 
     // No Job ever for the parked or refused Snapshots.
-    for (what, uid) in [("na", na_uid), ("multi", multi_uid), ("wrongrepo", wrong_uid)] {
+    for (what, uid) in
+        [("na", na_uid), ("multi", multi_uid), ("wrongrepo", wrong_uid), ("twin-run", twin_uid), ("xns", xns_uid)]
+    {
         let uid = uid.unwrap_or_default();
         ensure!(jobs.owned_by(&uid).is_empty(), "Snapshot {what} got a Job: {:?}", jobs.owned_by(&uid));
     }

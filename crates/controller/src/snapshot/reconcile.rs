@@ -169,8 +169,17 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     // Only our own Job counts (a same-named Job owned by something else is not ours).
     let job = job.filter(|j| j.owner_references().iter().any(|o| Some(&o.uid) == snap.meta().uid.as_ref()));
 
+    // X (spec/api.md §1.8): a policyRef into another namespace is refused before anything is
+    // looked up or gated there: Failed CrossNamespaceReference, no Job (the field is immutable,
+    // so the Snapshot could never run as written).
+    let policy_ns = snap.spec.policy_ref.as_ref().and_then(|p| p.namespace.as_deref());
+    let cross_ns = crate::features::policy_ref_namespace("Snapshot", &ns, policy_ns);
     let policy_state = match (&snap.spec.policy_ref, &policy) {
         (None, _) => PolicyState::NoPolicyRef,
+        (Some(_), _) if cross_ns.is_some() => PolicyState::Refused {
+            reason: reason::CROSS_NAMESPACE_REFERENCE,
+            message: cross_ns.clone().unwrap_or_default(),
+        },
         // X/R rules against the recipe (api.md §7.1): a Snapshot that could never run as
         // written fails with the rule's reason.
         (Some(pr), Some(p)) => {
@@ -247,8 +256,6 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         Some(message) => WorkSpecState::MoverRefused { reason: crate::features::FEATURE_NOT_IMPLEMENTED, message },
         None => work_spec,
     };
-    // X (spec/api.md §1.8): the policy is looked up in this namespace only, so a policyRef into
-    // another namespace is refused rather than silently resolved here.
     // A suspended policy (spec/api.md §6.1): new runs park with PolicySuspended, no Job; a run
     // in flight finishes. Resumes when spec.suspend is false.
     let work_spec = match policy.as_ref().filter(|p| p.spec.suspend) {
@@ -261,9 +268,23 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         },
         None => work_spec,
     };
-    let policy_ns = snap.spec.policy_ref.as_ref().and_then(|p| p.namespace.as_deref());
-    let work_spec = match crate::features::policy_ref_namespace("Snapshot", &ns, policy_ns) {
-        Some(message) => WorkSpecState::MoverRefused { reason: reason::CROSS_NAMESPACE_REFERENCE, message },
+    // A policy Stalled by the identity-collision rule runs nothing (spec/api.md §6.5): its new
+    // Snapshots park Stalled with the policy's message until the collision is resolved.
+    let work_spec = match policy.as_ref().and_then(|p| {
+        p.status.as_ref()?.conditions.iter().find(|c| {
+            c.type_ == "Stalled"
+                && c.status == "True"
+                && c.reason == crate::snapshot_policy::collision::IDENTITY_COLLISION
+        })
+    }) {
+        Some(c) => WorkSpecState::MoverRefused {
+            reason: crate::snapshot_policy::collision::IDENTITY_COLLISION,
+            message: format!(
+                "SnapshotPolicy {}: {}",
+                snap.spec.policy_ref.as_ref().map(|p| p.name.as_str()).unwrap_or(""),
+                c.message
+            ),
+        },
         None => work_spec,
     };
     let (preflight, preflight_timeout) = preflight_facts(ctx, policy.as_deref(), repo.as_ref(), now);

@@ -1,5 +1,6 @@
 //! SnapshotPolicy: `plan` selects what GFS retention prunes, `fork` guards the pinned identity,
 //! `reconcile` applies both.
+pub mod collision;
 pub mod fork;
 pub mod plan;
 pub mod reconcile;

@@ -277,6 +277,36 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
             }
         }
     }
+    // The identity-collision X rule (spec/api.md §6.5): the later of two policies with one
+    // resolved identity in a shared repository is Stalled and runs nothing; lifted once the
+    // other is gone or either identity changes.
+    match super::collision::collision(&policy, &ctx.stores.policies.state()) {
+        Some(m) => {
+            conds.retain(|c| c.type_ != "Ready" && c.type_ != "Stalled");
+            for (type_, status) in [("Ready", CondStatus::False), ("Stalled", CondStatus::True)] {
+                conds.push(Cond {
+                    type_,
+                    status,
+                    reason: super::collision::IDENTITY_COLLISION.into(),
+                    message: m.clone(),
+                });
+            }
+        }
+        None => {
+            let was = status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Stalled" && c.reason == super::collision::IDENTITY_COLLISION);
+            if was && conds.iter().all(|c| c.type_ != "Stalled") {
+                conds.push(Cond {
+                    type_: "Stalled",
+                    status: CondStatus::False,
+                    reason: "PolicyReady".into(),
+                    message: String::new(),
+                });
+            }
+        }
+    }
     crate::preflight::apply_policy_conditions(&mut conds, &status.conditions, policy.spec.preflight.as_ref());
     // Advisory [next] fields: FeaturesIgnored while set, one Warning per generation.
     conds.extend(next_fields.advisory_condition());
