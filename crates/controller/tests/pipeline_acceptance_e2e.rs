@@ -522,6 +522,19 @@ async fn failed_history(w: &World) -> Result<()> {
         }))
         .await?;
     }
+    // The schedule fans out once, at creation: let the controller see all 6 policies first.
+    let policies: Api<SnapshotPolicy> = Api::namespaced(w.client.clone(), &w.ns);
+    wait_for("the 6 hist policies reconciled", Duration::from_secs(60), &w.log, || async {
+        let settled = policies
+            .list(&ListParams::default().labels("t31=fails"))
+            .await?
+            .items
+            .iter()
+            .filter(|p| p.status.as_ref().is_some_and(|s| s.observed_generation == p.metadata.generation))
+            .count();
+        Ok((settled == 6).then_some(()))
+    })
+    .await?;
     w.apply(json!({
         "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
         "metadata": {"name": "fails", "namespace": w.ns},
