@@ -459,7 +459,10 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
         let seen = w
             .wait(&format!("{name}: {which} / {reason}"), t, |s| {
                 let cs = s.status.as_ref().map(|x| x.conditions.clone()).unwrap_or_default();
-                ready_reason(&cs).as_deref() == Some(*reason) && is(&cs, which, "True") && one_true(&cs)
+                ready_reason(&cs).as_deref() == Some(*reason)
+                    && is(&cs, which, "True")
+                    && one_true(&cs)
+                    && cond(&cs, "ScheduleRunnable").is_some_and(|c| c.status == "True" && c.reason == "Runnable")
             })
             .await?;
         println!("[{:5.1}s] schedule {name}: {}", started.elapsed().as_secs_f64(), sched_state(&seen.object));

@@ -107,6 +107,30 @@ pub fn ready_reason(reason: String, message: String, suspended: bool) -> (String
     (reason, message)
 }
 
+/// `ScheduleRunnable` (api.md §8): False `BlockedOnUnreadableRun` while a child's phase is one
+/// this version does not know (a newer operator's), naming the children; such a child counts
+/// as active, so a `Forbid` schedule does not fire over a run it cannot read.
+pub fn runnable(unreadable: &[String]) -> Cond {
+    use kopiur_api::names::condition::SCHEDULE_RUNNABLE;
+    if unreadable.is_empty() {
+        return Cond {
+            type_: SCHEDULE_RUNNABLE,
+            status: CondStatus::True,
+            reason: "Runnable".into(),
+            message: String::new(),
+        };
+    }
+    Cond {
+        type_: SCHEDULE_RUNNABLE,
+        status: CondStatus::False,
+        reason: reason::BLOCKED_ON_UNREADABLE_RUN.into(),
+        message: format!(
+            "Snapshot {} has a phase this operator version does not know; it counts as a run in flight until an operator that knows it (or a human) settles it",
+            unreadable.join(", ")
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +160,15 @@ mod tests {
         let t = trio("InvalidSchedule", "minute 61 out of range 0-59");
         assert_eq!(t[2].message, "minute 61 out of range 0-59");
         assert_eq!(t[1].message, "");
+    }
+
+    #[test]
+    fn an_unreadable_child_blocks_the_schedule() {
+        let ok = runnable(&[]);
+        assert_eq!((ok.type_, ok.status, ok.reason.as_str()), ("ScheduleRunnable", CondStatus::True, "Runnable"));
+        let blocked = runnable(&["s-1700000000".to_string()]);
+        assert_eq!((blocked.status, blocked.reason.as_str()), (CondStatus::False, "BlockedOnUnreadableRun"));
+        assert!(blocked.message.contains("s-1700000000"));
     }
 
     #[test]

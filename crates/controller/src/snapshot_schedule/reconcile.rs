@@ -40,16 +40,26 @@ fn is_active(s: &Snapshot) -> bool {
         return false;
     }
     match s.status.as_ref().and_then(|st| st.phase.as_ref()) {
-        None | Some(SnapshotPhase::Pending | SnapshotPhase::Running) => true,
+        // An unknown phase (a newer operator's) may be a run in flight: never fire over it
+        // (ScheduleRunnable=False / BlockedOnUnreadableRun, api.md §8).
+        None | Some(SnapshotPhase::Pending | SnapshotPhase::Running | SnapshotPhase::Unknown(_)) => true,
         Some(
             SnapshotPhase::Succeeded
             | SnapshotPhase::Unchanged
             | SnapshotPhase::Failed
             | SnapshotPhase::Discovered
-            | SnapshotPhase::Deleting
-            | SnapshotPhase::Unknown(_),
+            | SnapshotPhase::Deleting,
         ) => false,
     }
+}
+
+/// The children whose phase this version does not know.
+fn unreadable(kids: &[std::sync::Arc<Snapshot>]) -> Vec<String> {
+    kids.iter()
+        .filter(|s| s.meta().deletion_timestamp.is_none())
+        .filter(|s| matches!(s.status.as_ref().and_then(|st| st.phase.as_ref()), Some(SnapshotPhase::Unknown(_))))
+        .map(|s| s.name_any())
+        .collect()
 }
 
 /// Stamp, then delete. If the stamp fails the DELETE is not sent: an unstamped prune would
@@ -399,7 +409,9 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
     }
 
     if let Disposition::ReplaceActive { victims } = &d.disposition {
-        for v in victims {
+        // A run whose phase this version cannot read is never deleted on a guess.
+        let keep = unreadable(&kids);
+        for v in victims.iter().filter(|v| !keep.contains(v)) {
             stamp_and_delete(&snaps, v, pruned_by::REPLACED_RUN).await?;
         }
     }
@@ -544,6 +556,7 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         tracing::info!(schedule = %name, namespace = %ns, snapshot = %victim, "failed run pruned (failedJobsHistoryLimit)");
     }
 
+    conds.push(super::kstatus::runnable(&unreadable(&kids)));
     if let Some(sel) = &selection {
         conds.push(match &sel.capped {
             Some(m) => Cond {
