@@ -305,6 +305,26 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
             && is(&snap_conds(s), "Stalled", "True")
     })
     .await?;
+    // PolicySuspended (§6.1): a new Snapshot of a suspended policy parks Stalled, no Job.
+    policies
+        .create(
+            &pp,
+            &policy(
+                "resting",
+                json!({"suspend": true, "repository": {"name": "r"}, "copyMethod": "Direct",
+                    "sources": [{"pvc": {"name": "a"}}]}),
+            )?,
+        )
+        .await?;
+    let rw0 = PhaseWatch::start(snaps.clone(), "rest-run", snap_state);
+    let rest_uid = snaps.create(&pp, &manual("rest-run", json!({"policyRef": {"name": "resting"}}))?).await?.uid();
+    rw0.wait("rest-run Pending, Stalled PolicySuspended", t, |s| {
+        snap_phase(s) == "Pending"
+            && ready_reason(&snap_conds(s)).as_deref() == Some("PolicySuspended")
+            && is(&snap_conds(s), "Stalled", "True")
+            && one_true(&snap_conds(s))
+    })
+    .await?;
     println!(
         "[{:5.1}s] IdentityCollision: {} ; its Snapshot parked",
         started.elapsed().as_secs_f64(),
@@ -441,6 +461,12 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
             "Suspended",
             "Ready",
         ),
+        (
+            "ofresting",
+            json!({"policyRef": {"name": "resting"}, "schedule": {"cron": "0 0 1 1 *"}}),
+            "PolicySuspended",
+            "Stalled",
+        ),
     ];
     let watches: Vec<_> = cases.iter().map(|(n, ..)| PhaseWatch::start(scheds.clone(), n, sched_state)).collect();
     for (name, spec, ..) in &cases {
@@ -478,9 +504,14 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     ensure!(one_true(&both.object.status.clone().unwrap_or_default().conditions), "{}", sched_state(&both.object));
 
     // No Job ever for the parked or refused Snapshots.
-    for (what, uid) in
-        [("na", na_uid), ("multi", multi_uid), ("wrongrepo", wrong_uid), ("twin-run", twin_uid), ("xns", xns_uid)]
-    {
+    for (what, uid) in [
+        ("na", na_uid),
+        ("multi", multi_uid),
+        ("wrongrepo", wrong_uid),
+        ("twin-run", twin_uid),
+        ("xns", xns_uid),
+        ("rest-run", rest_uid),
+    ] {
         let uid = uid.unwrap_or_default();
         ensure!(jobs.owned_by(&uid).is_empty(), "Snapshot {what} got a Job: {:?}", jobs.owned_by(&uid));
     }

@@ -1,8 +1,9 @@
 //! The kstatus trio of a SnapshotSchedule (api.md §1.6, §8): exactly one of Ready, Reconciling
-//! and Stalled is True. Ready True `Scheduled` or `Suspended`; Stalled when only a spec change
-//! helps (`InvalidSchedule`, `CrossNamespaceReference`, `FeatureNotImplemented`,
-//! `FanoutTooLarge`); Reconciling for a wait that heals by itself once another object appears
-//! or changes (`PolicyNotFound`, `PolicySuspended`, `NoSourceMatched`, `NoPolicyMatched`).
+//! and Stalled is True. Ready True `Scheduled` or `Suspended`; Stalled when a human or a spec
+//! change is needed (`InvalidSchedule`, `CrossNamespaceReference`, `FeatureNotImplemented`,
+//! `FanoutTooLarge`, and `PolicySuspended`: someone suspended the policy and must resume it,
+//! as its Snapshots park Stalled too); Reconciling for a wait that heals by itself once another
+//! object appears (`PolicyNotFound`, `NoSourceMatched`, `NoPolicyMatched`).
 use kopiur_api::names::reason;
 
 use crate::health::kstatus::{Cond, CondStatus};
@@ -68,10 +69,9 @@ impl ScheduleReason {
             Self::InvalidSchedule
             | Self::CrossNamespaceReference
             | Self::FeatureNotImplemented
-            | Self::FanoutTooLarge => Standing::Stalled,
-            Self::PolicyNotFound | Self::PolicySuspended | Self::NoSourceMatched | Self::NoPolicyMatched => {
-                Standing::Waiting
-            }
+            | Self::FanoutTooLarge
+            | Self::PolicySuspended => Standing::Stalled,
+            Self::PolicyNotFound | Self::NoSourceMatched | Self::NoPolicyMatched => Standing::Waiting,
         }
     }
 }
@@ -154,7 +154,7 @@ mod tests {
         assert_eq!(statuses("CrossNamespaceReference"), (False, False, True));
         assert_eq!(statuses("FanoutTooLarge"), (False, False, True));
         assert_eq!(statuses("PolicyNotFound"), (False, True, False), "heals once the policy exists");
-        assert_eq!(statuses("PolicySuspended"), (False, True, False));
+        assert_eq!(statuses("PolicySuspended"), (False, False, True), "a human resumes the policy");
         assert_eq!(statuses("NoSourceMatched"), (False, True, False));
         assert_eq!(statuses("SomethingNewer"), (False, True, False), "unknown: a wait, never Stalled");
         let t = trio("InvalidSchedule", "minute 61 out of range 0-59");
