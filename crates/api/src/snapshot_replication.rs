@@ -18,6 +18,12 @@ use crate::shared::{CronSpec, MoverSpec, RepositoryRef, Retention};
 /// The message every SnapshotReplication gets in a core build (api.md §15, exact).
 pub const NOT_IMPLEMENTED_MESSAGE: &str = "SnapshotReplication is not implemented in this release";
 
+/// The two references name different repositories (same kind, namespace and name is refused).
+/// Field by field: the two properties are distinct schema types, which CEL cannot compare whole.
+const SAME_REF_RULE: &str = "!(self.sourceRef.name == self.destinationRef.name \
+    && (has(self.sourceRef.kind) ? self.sourceRef.kind : 'Repository') == (has(self.destinationRef.kind) ? self.destinationRef.kind : 'Repository') \
+    && (has(self.sourceRef.namespace) ? self.sourceRef.namespace : '') == (has(self.destinationRef.namespace) ? self.destinationRef.namespace : ''))";
+
 /// Which kopia identities (`user@host`, or `user@host:/path`) are copied.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -97,7 +103,7 @@ impl Default for Pruning {
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = Rule::new("self.sourceRef != self.destinationRef").message("sourceRef and destinationRef must differ"),
+    validation = Rule::new(SAME_REF_RULE).message("sourceRef and destinationRef must differ"),
 )]
 pub struct SnapshotReplicationSpec {
     /// The repository snapshots are copied from.
