@@ -268,22 +268,16 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         },
         None => work_spec,
     };
-    // A policy Stalled by the identity-collision rule runs nothing (spec/api.md §6.5): its new
-    // Snapshots park Stalled with the policy's message until the collision is resolved.
+    // A policy refused by the identity-collision rule runs nothing (spec/api.md §6.5): its new
+    // Snapshots park Stalled with the rule's message until the collision is resolved. Decided
+    // here from the policy store (the same pure rule the policy reconciler writes), so a
+    // Snapshot created before the policy's status lands is refused too.
     let work_spec = match policy.as_ref().and_then(|p| {
-        p.status.as_ref()?.conditions.iter().find(|c| {
-            c.type_ == "Stalled"
-                && c.status == "True"
-                && c.reason == crate::snapshot_policy::collision::IDENTITY_COLLISION
-        })
+        crate::snapshot_policy::collision::collision(p, &ctx.stores.policies.state()).map(|m| (p.name_any(), m))
     }) {
-        Some(c) => WorkSpecState::MoverRefused {
+        Some((p, m)) => WorkSpecState::MoverRefused {
             reason: crate::snapshot_policy::collision::IDENTITY_COLLISION,
-            message: format!(
-                "SnapshotPolicy {}: {}",
-                snap.spec.policy_ref.as_ref().map(|p| p.name.as_str()).unwrap_or(""),
-                c.message
-            ),
+            message: format!("SnapshotPolicy {p}: {m}"),
         },
         None => work_spec,
     };
