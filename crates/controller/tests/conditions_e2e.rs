@@ -287,7 +287,7 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
             let cs = p.status.as_ref().map(|x| x.conditions.clone()).unwrap_or_default();
             cond(&cs, "Stalled").is_some_and(|c| {
                 c.status == "True" && c.reason == "IdentityCollision" && c.message.contains(&format!("{ns}/twin-a"))
-            })
+            }) && one_true(&cs)
         })
         .await?;
     let ta = policies.get("twin-a").await?;

@@ -2,6 +2,7 @@
 //! `reconcile` applies both.
 pub mod collision;
 pub mod fork;
+pub mod kstatus;
 pub mod plan;
 pub mod reconcile;
 pub mod sources;

@@ -308,6 +308,8 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
         }
     }
     crate::preflight::apply_policy_conditions(&mut conds, &status.conditions, policy.spec.preflight.as_ref());
+    // The kstatus trio (api.md §1.6): exactly one of Ready, Reconciling and Stalled is True.
+    super::kstatus::complete_trio(&mut conds);
     // Advisory [next] fields: FeaturesIgnored while set, one Warning per generation.
     conds.extend(next_fields.advisory_condition());
     let generation = policy.meta().generation.unwrap_or(0);
