@@ -39,7 +39,7 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "maintenance_e2e",         // 115 s
     "backend_mounts_e2e",      // 99 s (measured alone)
     "component",               // 103 s
-    "conditions_e2e",          // ~70 s (estimate, measured alone once tools exist)
+    "conditions_e2e",          // 68 s (52 s to 99 s over three runs on the shared machine)
     "catalog_e2e",             // 62 s
     "mover_pod_wedged_e2e",    // 58 s
     "pin_e2e",                 // ~55 s (estimate; measured figure below once run)
