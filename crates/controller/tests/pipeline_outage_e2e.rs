@@ -385,7 +385,37 @@ async fn outage_replay(
     })
     .await?;
     assert_eq!(tick0.timestamp() % TICK_SECONDS, 0, "the pinned tick {tick0} is a {CRON} slot without jitter");
-    tokio::time::sleep((tick0 - chrono::Duration::seconds(5) - Utc::now()).to_std().unwrap_or_default()).await;
+    // A connect Job of r running across the cut retries its refused connections for about a
+    // minute before it fails (seen: a periodic probe started 2 s before the cut failed 57 s
+    // later), which delays the open past the next tick. So the cut waits for a tick at which
+    // neither a connect Job of r nor a Forbid child is running; each skip costs one tick.
+    let repo_uid = repos.get("r").await?.uid().context("r uid")?;
+    let connect_jobs = ListParams::default().labels("kopiur.home-operations.com/connect-kind");
+    let all_jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    let mut tick0 = tick0;
+    let mut skipped_ticks = 0;
+    loop {
+        tokio::time::sleep((tick0 - chrono::Duration::seconds(5) - Utc::now()).to_std().unwrap_or_default()).await;
+        let connecting = all_jobs.list(&connect_jobs).await?.items.into_iter().any(|j| {
+            j.owner_references().iter().any(|o| o.uid == repo_uid)
+                && j.status.as_ref().and_then(|s| s.conditions.as_ref()).is_none_or(|c| {
+                    !c.iter().any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+                })
+        });
+        let child_active = snaps
+            .list(&forbid_lp)
+            .await?
+            .items
+            .iter()
+            .any(|s| matches!(snap_phase(s).as_str(), "Pending" | "Running" | ""));
+        if !connecting && !child_active {
+            break;
+        }
+        skipped_ticks += 1;
+        assert!(skipped_ticks <= 5, "no quiet tick to cut at in 5 minutes");
+        println!("cut postponed one tick (connect Job running {connecting}, Forbid child active {child_active})");
+        tick0 += chrono::Duration::seconds(TICK_SECONDS);
+    }
     let failed_before = jobs.failed_backups();
     let failed_snaps_before: BTreeSet<String> = snaps
         .list(&ListParams::default())
@@ -460,9 +490,12 @@ async fn outage_replay(
     assert!(streaks.windows(2).all(|w| w[0] <= w[1]), "the streak only rises during the outage: {streaks:?}");
     assert_eq!(streaks.first(), Some(&0), "the streak starts at 0: {streaks:?}");
     assert_eq!(streaks.last(), Some(&3), "the breaker opens at the third failure (failureThreshold 3): {streaks:?}");
+    // The reconcile writes its status before it publishes its Events and counters: wait for the
+    // trip to be counted.
     let open = wait_for("breaker metrics of the open breaker", Duration::from_secs(15), log, || async {
         let text = op.metrics().await?;
-        Ok(sample(&text, OPEN_SINCE, &rl).is_some().then_some(text))
+        let tripped = samples(&text, TRIPS, &rl).iter().sum::<f64>() > trips_before;
+        Ok((sample(&text, OPEN_SINCE, &rl).is_some() && tripped).then_some(text))
     })
     .await?;
     let trips: f64 = samples(&open, TRIPS, &rl).iter().sum();
