@@ -747,7 +747,13 @@ async fn repository_breaker_end_to_end() -> Result<()> {
         assert!(pin.len() >= 16 && pin.chars().all(|c| c.is_ascii_hexdigit()), "uniqueId {pin}");
         assert!(st.health.as_ref().and_then(|h| h.last_probe_at).is_some(), "probe clock seeded");
         assert_eq!(condition(&ready, "Ready").map(|c| c.status.as_str()), Some("True"));
-        assert_eq!(events(&client, &ns, "r", "RepositoryBootstrapped").await?, 1);
+        // The reconcile writes its status before it publishes its Events: wait (up to 10 s).
+        let booted = wait_for("RepositoryBootstrapped recorded", Duration::from_secs(10), &op, || async {
+            let n = events(&client, &ns, "r", "RepositoryBootstrapped").await?;
+            Ok((n > 0).then_some(n))
+        })
+        .await?;
+        assert_eq!(booted, 1);
 
         // Short probe interval for the outage. The strict reconnect a spec change runs keeps
         // the phase Ready while it is in flight (§3.3): no Initializing on the watch.
@@ -884,7 +890,8 @@ async fn repository_breaker_end_to_end() -> Result<()> {
         Ok::<_, anyhow::Error>((failed, failed_mark))
     };
 
-    let ((failed, failed_mark), (), (), (), (), ()) = tokio::try_join!(main, t01, t02, t18, t44, t08)?;
+    let ((failed, failed_mark), (), (), (), (), ()) =
+        tokio::try_join!(Box::pin(main), Box::pin(t01), Box::pin(t02), Box::pin(t18), Box::pin(t44), Box::pin(t08))?;
 
     // T15's stickiness, watched rather than sampled: from the Failed fold to the end of every
     // other scenario (at least 60 s), `wrong` launched no second Job (counted by its own uid,

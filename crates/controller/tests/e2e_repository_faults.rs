@@ -747,11 +747,11 @@ async fn repository_faults_end_to_end() -> Result<()> {
 
         // Phase 1, concurrently on separate namespaces, prefixes and proxies.
         let ((), pw_failed, wipe_blocked, (), nocreate_failed) = tokio::try_join!(
-            alert_mode(&w, &a, &ns_alert, &alert_proxy),
-            wrong_password(&w, &a, &ns_pw, &pw_watch),
-            wiped_storage(&w, &ns_wipe),
-            outage_opens(&w, &a, &ns_out, &out_proxy),
-            create_disabled(&w, &ns_nocreate, &nocreate_watch),
+            Box::pin(alert_mode(&w, &a, &ns_alert, &alert_proxy)),
+            Box::pin(wrong_password(&w, &a, &ns_pw, &pw_watch)),
+            Box::pin(wiped_storage(&w, &ns_wipe)),
+            Box::pin(outage_opens(&w, &a, &ns_out, &out_proxy)),
+            Box::pin(create_disabled(&w, &ns_nocreate, &nocreate_watch)),
         )?;
         let nocreate_mark = nocreate_watch.mark().saturating_sub(1);
         w.say("phase 1 done");
@@ -845,11 +845,11 @@ async fn repository_faults_end_to_end() -> Result<()> {
         assert_eq!(unique_id(&nocreate_failed), "");
         w.say("wipe and nocreate: nothing launched to the end");
         // T15's second half.
-        password_fixed(&w, &ns_pw, &pw_watch, pw_failed).await?;
+        Box::pin(password_fixed(&w, &ns_pw, &pw_watch, pw_failed)).await?;
         scenarios_done.store(true, Ordering::Relaxed);
         Ok::<_, anyhow::Error>(())
     };
-    let res = tokio::try_join!(idle_window, scenarios);
+    let res = tokio::try_join!(Box::pin(idle_window), Box::pin(scenarios));
     if let Err(e) = &res {
         eprintln!("{e:#}");
     }
