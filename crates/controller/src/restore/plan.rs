@@ -57,6 +57,8 @@ pub enum Credentials {
     MissingSecrets { names: Vec<String> },
     /// The password Secret exists but has no such key.
     MissingKey { secret: String, key: String },
+    /// The backend's CA bundle ConfigMap (or its key) is absent from the namespace.
+    MissingCaBundle { message: String },
 }
 
 impl Credentials {
@@ -73,10 +75,24 @@ impl Credentials {
         }
     }
 
+    /// The reason of a missing credential (`MissingCredentialsSecret` or `MissingCaBundle`).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Credentials::MissingCaBundle { .. } => kopiur_api::names::reason::MISSING_CA_BUNDLE,
+            Credentials::Found
+            | Credentials::NotChecked
+            | Credentials::MissingSecrets { .. }
+            | Credentials::MissingKey { .. } => kopiur_api::names::reason::MISSING_CREDENTIALS_SECRET,
+        }
+    }
+
     /// The actionable message of a missing credential, None when nothing is missing.
     pub fn missing_message(&self, ns: &str) -> Option<String> {
         match self {
             Credentials::Found | Credentials::NotChecked => None,
+            Credentials::MissingCaBundle { message } => Some(format!(
+                "{message}; the restore mover mounts it from namespace {ns}; the Restore starts once it is there"
+            )),
             Credentials::MissingSecrets { names } => Some(format!(
                 "Secret {} does not exist in namespace {ns}; the restore mover reads the repository's credentials from its own namespace: create a copy there (kubectl get secret <name> -n <repository namespace> -o yaml, change the namespace, apply); the Restore starts by itself once it exists",
                 names.join(", ")
@@ -340,7 +356,7 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     if f.job == JobState::Absent
         && let Some(message) = f.credentials.missing_message(&f.namespace)
     {
-        let reason = kopiur_api::names::reason::MISSING_CREDENTIALS_SECRET;
+        let reason = f.credentials.reason();
         let mut d = decision(RestorePhase::Pending, CondStatus::False, reason, message.clone());
         d.conditions[1] = cond("Reconciling", CondStatus::False, reason, "");
         d.conditions[2] = cond("Stalled", CondStatus::True, reason, message.clone());
@@ -647,6 +663,15 @@ mod tests {
         assert_eq!((ca.status, ca.reason.as_str()), (CondStatus::True, "Found"));
         // Unreadable data is no reason to refuse (the mover's error tells).
         assert_eq!(Credentials::observe(vec![], ("kopia", "k"), None), Credentials::Found);
+        // A missing CA bundle in the namespace: CredentialsAvailable=False / MissingCaBundle.
+        let mut f = facts();
+        f.credentials = Credentials::MissingCaBundle { message: "ConfigMap ca does not exist in namespace t".into() };
+        let d = plan(&f, now());
+        assert!(d.steps.is_empty());
+        assert_eq!(reason(&d), "MissingCaBundle");
+        let ca = d.conditions.iter().find(|c| c.type_ == "CredentialsAvailable").expect("CredentialsAvailable");
+        assert_eq!((ca.status, ca.reason.as_str()), (CondStatus::False, "MissingCaBundle"));
+        assert!(ca.message.starts_with("ConfigMap ca does not exist"), "{}", ca.message);
         // A Job already running is never second-guessed.
         let mut f = restoring();
         f.credentials = Credentials::MissingSecrets { names: vec!["kopia".into()] };

@@ -238,7 +238,26 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
             let missing = ctx.missing_secrets(&ns, &rv.secret_names());
             let has_key =
                 if missing.is_empty() { secret_has_key(&ctx.client, &ns, &pw_name, &key).await } else { None };
-            Credentials::observe(missing, (&pw_name, &key), has_key)
+            match Credentials::observe(missing, (&pw_name, &key), has_key) {
+                // The CA bundle the Job mounts from this namespace (api.md §7.4, MissingCaBundle);
+                // an unreadable ConfigMap refuses nothing on a guess.
+                Credentials::Found => {
+                    match crate::repository::mounts::ca_state(&ctx.client, &ns, &rv.common().backend).await {
+                        Ok(crate::repository::mounts::CaState::Missing { message }) => {
+                            Credentials::MissingCaBundle { message }
+                        }
+                        Ok(
+                            crate::repository::mounts::CaState::NotConfigured
+                            | crate::repository::mounts::CaState::Present { .. },
+                        )
+                        | Err(_) => Credentials::Found,
+                    }
+                }
+                c @ (Credentials::NotChecked
+                | Credentials::MissingSecrets { .. }
+                | Credentials::MissingKey { .. }
+                | Credentials::MissingCaBundle { .. }) => c,
+            }
         }
         Some(_) | None => Credentials::NotChecked,
     };
