@@ -41,9 +41,9 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "backend_mounts_e2e",      // 99 s (measured alone)
     "component",               // 103 s
     "conditions_e2e",          // 68 s (52 s to 99 s over three runs on the shared machine)
+    "pin_e2e",                 // 84 s (measured alone)
     "catalog_e2e",             // 62 s
     "mover_pod_wedged_e2e",    // 58 s
-    "pin_e2e",                 // ~55 s (estimate; measured figure below once run)
     "garage_kopia",            // 51 s
     "real_node",               // 37 s
     "features_e2e",            // 35 s (measured alone)
