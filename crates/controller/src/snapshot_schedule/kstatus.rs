@@ -131,6 +131,36 @@ pub fn runnable(unreadable: &[String]) -> Cond {
     }
 }
 
+/// `ReplacementHeld` (api.md §8) for a `Replace` schedule: True `WaitingForRepositorySlot` while
+/// a replacement run it created is parked on its repository (not Ready: the breaker is open or
+/// the repository is not there yet), naming the runs; False once none is. No condition for the
+/// other concurrency policies.
+pub fn replacement_held(
+    concurrency: kopiur_api::snapshot_schedule::ConcurrencyPolicy,
+    parked: &[String],
+) -> Option<Cond> {
+    use kopiur_api::names::condition::REPLACEMENT_HELD;
+    use kopiur_api::snapshot_schedule::ConcurrencyPolicy;
+    match concurrency {
+        ConcurrencyPolicy::Forbid | ConcurrencyPolicy::Allow => None,
+        ConcurrencyPolicy::Replace if parked.is_empty() => Some(Cond {
+            type_: REPLACEMENT_HELD,
+            status: CondStatus::False,
+            reason: "SlotAvailable".into(),
+            message: String::new(),
+        }),
+        ConcurrencyPolicy::Replace => Some(Cond {
+            type_: REPLACEMENT_HELD,
+            status: CondStatus::True,
+            reason: reason::WAITING_FOR_REPOSITORY_SLOT.into(),
+            message: format!(
+                "the replacement run {} waits for its repository to be Ready; it starts by itself then",
+                parked.join(", ")
+            ),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,6 +199,21 @@ mod tests {
         let blocked = runnable(&["s-1700000000".to_string()]);
         assert_eq!((blocked.status, blocked.reason.as_str()), (CondStatus::False, "BlockedOnUnreadableRun"));
         assert!(blocked.message.contains("s-1700000000"));
+    }
+
+    #[test]
+    fn a_parked_replacement_is_held() {
+        use kopiur_api::snapshot_schedule::ConcurrencyPolicy;
+        assert_eq!(replacement_held(ConcurrencyPolicy::Forbid, &["x".into()]), None);
+        assert_eq!(replacement_held(ConcurrencyPolicy::Allow, &["x".into()]), None);
+        let free = replacement_held(ConcurrencyPolicy::Replace, &[]).unwrap();
+        assert_eq!(
+            (free.type_, free.status, free.reason.as_str()),
+            ("ReplacementHeld", CondStatus::False, "SlotAvailable")
+        );
+        let held = replacement_held(ConcurrencyPolicy::Replace, &["s-1700000000".into()]).unwrap();
+        assert_eq!((held.status, held.reason.as_str()), (CondStatus::True, "WaitingForRepositorySlot"));
+        assert!(held.message.contains("s-1700000000"));
     }
 
     #[test]

@@ -557,6 +557,22 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
     }
 
     conds.push(super::kstatus::runnable(&unreadable(&kids)));
+    // ReplacementHeld (api.md §8): the runs of a Replace schedule parked on their repository.
+    let parked: Vec<String> = kids
+        .iter()
+        .filter(|s| s.meta().deletion_timestamp.is_none())
+        .filter(|s| {
+            let st = s.status.as_ref();
+            matches!(st.and_then(|x| x.phase.as_ref()), Some(SnapshotPhase::Pending))
+                && st.is_some_and(|x| {
+                    x.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.reason == kopiur_api::names::reason::REPOSITORY_NOT_READY)
+                })
+        })
+        .map(|s| s.name_any())
+        .collect();
+    conds.extend(super::kstatus::replacement_held(sched.spec.schedule.concurrency_policy, &parked));
     if let Some(sel) = &selection {
         conds.push(match &sel.capped {
             Some(m) => Cond {
