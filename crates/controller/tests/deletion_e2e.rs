@@ -738,9 +738,21 @@ async fn failed_batch(
     let not_once: Vec<&String> = member_ids.iter().filter(|i| deletes.get(*i).copied().unwrap_or(0) != 1).collect();
     ensure!(not_once.is_empty(), "manifests not deleted exactly once: {not_once:?}");
     ensure!(left.is_disjoint(&member_ids), "every member's manifest deleted after the recovery");
+    // The members are released by the Snapshot reconciler as soon as the retry completes; the
+    // dispatcher counts the terminal Job on its next pass (every 2 s).
+    let counted = wait_for("the retry counted succeeded", Duration::from_secs(10), &h.log(), || async {
+        let m = h.metrics().await?;
+        Ok((batches(&m, "succeeded") == Some(1.0)).then_some(m))
+    })
+    .await;
+    let m = match counted {
+        Ok(m) => m,
+        Err(_) => h.metrics().await?,
+    };
+    let (f, ok) = (batches(&m, "failed"), batches(&m, "succeeded"));
     ensure!(
-        batches(&m, "failed") == Some(1.0) && batches(&m, "succeeded") == Some(1.0),
-        "batch counters after the retry"
+        f == Some(1.0) && ok == Some(1.0),
+        "batch counters after the retry: failed {f:?} succeeded {ok:?}, want 1 and 1"
     );
     Ok(())
 }

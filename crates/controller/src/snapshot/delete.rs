@@ -29,7 +29,16 @@ use crate::deletion::types::{EventType, Manifest, RepoPresence};
 use crate::health::kstatus::{Cond, CondStatus};
 use crate::repository::Error;
 
-async fn release(snap: &Snapshot, ctx: &PipelineCtx, outcome: &str) -> Result<Action, Error> {
+/// Removes the cleanup finalizer. The release's Events are published only once the patch has
+/// landed: a reconcile of a stale copy (the store lags the release, or another write moved the
+/// resourceVersion) is refused with 404/409 and must not publish them again (T22: exactly one
+/// `SnapshotRetainedOnScheduleDelete` per child).
+async fn release(
+    snap: &Snapshot,
+    ctx: &PipelineCtx,
+    outcome: &str,
+    events: &[crate::deletion::types::PlannedEvent],
+) -> Result<Action, Error> {
     let fins: Vec<String> = snap.finalizers().iter().filter(|f| *f != finalizer::SNAPSHOT_CLEANUP).cloned().collect();
     let body = serde_json::json!({"metadata": {"finalizers": fins, "resourceVersion": snap.resource_version()}});
     let ns = snap.namespace().unwrap_or_default();
@@ -37,6 +46,10 @@ async fn release(snap: &Snapshot, ctx: &PipelineCtx, outcome: &str) -> Result<Ac
     match api.patch(&snap.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await {
         Ok(_) => {
             ctx.metrics.deletions.inc(&[&ns, outcome]);
+            let reference = snap.object_ref(&());
+            for ev in events {
+                ctx.event(&reference, ev.kind == EventType::Warning, ev.reason, ev.message.clone()).await;
+            }
             Ok(Action::await_change())
         }
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {
@@ -130,7 +143,7 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
     match batch::member_batch(&uid, &jobs) {
         MemberBatch::Completed { job } => {
             tracing::info!(snapshot = %name, %job, "kopia snapshot deleted by its batch; releasing the finalizer");
-            return release(snap, ctx, "deleted").await;
+            return release(snap, ctx, "deleted", &[]).await;
         }
         MemberBatch::Running { .. } => return Ok(Action::requeue(std::time::Duration::from_secs(30))),
         MemberBatch::Failed { .. } | MemberBatch::NotListed => {}
@@ -205,7 +218,9 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
     };
     let p = plan::plan_snapshot_deletion(&facts, now);
     let reference = snap.object_ref(&());
-    for ev in &p.events {
+    let releasing = matches!(p.action, plan::Action::Orphan(_) | plan::Action::Release(_));
+    // A release publishes its Events after its finalizer patch (see `release`).
+    for ev in p.events.iter().filter(|_| !releasing) {
         ctx.event(&reference, ev.kind == EventType::Warning, ev.reason, ev.message.clone()).await;
     }
     if p.request_catalog_scan
@@ -215,7 +230,7 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
     }
     match &p.action {
         plan::Action::Orphan(_) | plan::Action::Release(_) => {
-            return release(snap, ctx, p.action.release_outcome().unwrap_or("released")).await;
+            return release(snap, ctx, p.action.release_outcome().unwrap_or("released"), &p.events).await;
         }
         plan::Action::Wait => {
             let dp =

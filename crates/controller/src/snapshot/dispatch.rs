@@ -159,7 +159,7 @@ fn needs_replan(s: &Snapshot, state: &BreakerState) -> bool {
     }
 }
 
-/// The dispatcher's memory: batches already counted (each terminal batch once).
+/// The dispatcher's memory: batches already counted (each terminal batch Job once, by uid).
 #[derive(Default)]
 pub struct DispatchMemory {
     counted: HashSet<String>,
@@ -226,7 +226,9 @@ pub async fn pass(
         };
         // Terminal batch Jobs: count once, enqueue the members of a complete one, reap.
         for (job, b) in jobs.iter().filter(|(_, b)| b.repo_uid == uid) {
-            if b.phase.is_terminal() && memory.counted.insert(b.name.clone()) {
+            // Keyed by the Job's uid, not its name: a failed batch's retry reuses the name
+            // and must be counted (and, failing again, nudge) as a batch of its own.
+            if b.phase.is_terminal() && memory.counted.insert(job.uid().unwrap_or_else(|| b.name.clone())) {
                 let outcome = match b.phase {
                     JobPhase::Complete { .. } => "succeeded",
                     JobPhase::Failed { .. } | JobPhase::Running => "failed",
