@@ -148,6 +148,19 @@ pub fn plan(r: &RepoFacts, operator_ns: &str, existing: &[Existing]) -> Projecti
     }
     let d = desired(r, operator_ns);
     let (ns, name) = (d.metadata.namespace.clone().unwrap_or_default(), r.name.clone());
+    // api.md §5: a ClusterRepository's Maintenance goes to maintenance.namespace, else the
+    // operator namespace; with neither known nothing is created (and nothing of ours kept).
+    if ns.is_empty() {
+        return ProjectionPlan {
+            apply: None,
+            delete: managed.iter().map(|e| (e.namespace.clone(), e.name.clone())).collect(),
+            condition: cond(
+                false,
+                reason::MAINTENANCE_NAMESPACE_UNRESOLVED,
+                "no namespace for the managed Maintenance: set spec.maintenance.namespace (or run the operator with KOPIUR_NAMESPACE)".into(),
+            ),
+        };
+    }
     let current = managed.iter().find(|e| e.namespace == ns && e.name == name);
     let spec = serde_json::to_value(&d.spec).unwrap_or_default();
     let stale: Vec<(String, String)> = managed
@@ -422,6 +435,22 @@ mod tests {
             assert_eq!(p.condition.status, CondStatus::False);
             assert_eq!(p.condition.reason, reason::MAINTENANCE_DISABLED);
         }
+    }
+
+    #[test]
+    fn a_cluster_repository_with_no_namespace_known_is_unresolved() {
+        let mut f = facts(true, false);
+        f.kind = RepositoryKind::ClusterRepository;
+        f.namespace = None;
+        let p = plan(&f, "", &[]);
+        assert!(p.apply.is_none(), "nothing is created in namespace \"\"");
+        assert_eq!(
+            (p.condition.status, p.condition.reason.as_str()),
+            (CondStatus::False, "MaintenanceNamespaceUnresolved")
+        );
+        assert!(p.condition.message.contains("spec.maintenance.namespace"));
+        // The operator namespace resolves it.
+        assert_eq!(plan(&f, "kopiur-system", &[]).condition.status, CondStatus::True);
     }
 
     #[test]
