@@ -37,6 +37,13 @@
 //! Shortened relative to the spec (the rest of the suite pays for every minute): T24's "0 batch
 //! Jobs for 10 min" is asserted over the whole rest of the run (printed; about 2 min), not 10 min.
 //! Counts, Events and Job membership use the spec's exact values.
+//!
+//! Load sensitivity seen while measuring (2 cores shared with other test runs): the quiet
+//! window is computed over the fire set, i.e. over members whose `decision: Delete` is already
+//! persisted. When the controller's reconciles lag more than 10 s behind the deletionTimestamps
+//! (seen once, ~28 s, with every other helper's tests running), T23's 5 children split into
+//! batches of 3 and 2 and T23 fails; T35's 10–20 s window has come within 0 s of its bound
+//! (20 s) under the same load. Both bounds are the spec's and are kept.
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
