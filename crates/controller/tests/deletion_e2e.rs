@@ -12,9 +12,19 @@
 //! 8. namespace teardown: Orphan keeps the data, Delete with 20 Snapshots is held until acked;
 //! 9. the controller killed mid-batch deletes no snapshot twice and loses none.
 //!
+//! The flap (T22) counts exactly one `SnapshotRetainedOnScheduleDelete` per child (by uid,
+//! summing an aggregated Event's count) and `deletions_total{outcome="cascade_retained"}`.
+//!
 //! A second test, `cluster_repository_tenancy_end_to_end`, covers ClusterRepository tenancy
 //! on the same harness: batch deletes of an allowed namespace drain, a namespace outside
 //! `allowedNamespaces` keeps its data until allowed, and a `selector` follows relabelling.
+//! Alongside (own repositories, run concurrently): a `selector` ClusterRepository holds a
+//! wave of 15 + 15 deletions across two selected namespaces, and the exact ack drains it in
+//! ceil(30/200) = 1 batch Job with one connect, deleting nothing else; a batch whose kopia
+//! delete fails (a one-shot fault in the audit wrapper) fails its Job, keeps every finalizer,
+//! counts `deletion_batches_total{outcome="failed"}`, emits one `SnapshotDeletionBatchFailed`
+//! and stamps `reverify-requested-at`, then re-batches and drains (T40); editing a schedule's
+//! `onScheduleDelete` reaches its 8 children within 10 s, both ways (T43).
 //!
 //! Seeding is direct (kopia CLI + API writes, see `support/deletion_seed.rs`), so the whole
 //! file runs in a few minutes on 2 cores. Every count is printed.
@@ -269,7 +279,8 @@ async fn mass_deletion_protection_end_to_end() -> Result<()> {
 /// while a Snapshot of a namespace that is not allowed keeps its kopia snapshot and parks
 /// `NamespaceNotAllowed` until the namespace is allowed. With `allowedNamespaces.selector`,
 /// relabelling a namespace flips its consumers (a Maintenance, a deleting Snapshot) between
-/// `NamespaceNotAllowed` and running within 10 s, without restarting anything.
+/// `NamespaceNotAllowed` and running within 10 s, without restarting anything. Alongside: the
+/// selector wave of 30, the failed batch (T40) and the onScheduleDelete propagation (T43).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_repository_tenancy_end_to_end() -> Result<()> {
     let mut h = Harness::start().await?;
