@@ -477,7 +477,17 @@ async fn retention(
     .await?;
     let kr = k.ids(&ret_source).await?;
     let kp = k.ids(&pin_source).await?;
-    let want_ids = |names: &BTreeSet<String>| names.iter().map(|n| ids[n].clone()).collect::<BTreeSet<_>>();
+    // A pin rewrites the kopia manifest under a new id and the Snapshot's status follows it, so
+    // the kept ids are read from the kept Snapshots now (the ids at Succeeded cover the rest).
+    let mut current = ids.clone();
+    for n in want_ret.iter().chain(want_pin.iter()) {
+        let id = kopia_id(&snaps.get(n).await?).with_context(|| format!("{n}'s kopia id"))?;
+        if id != ids[n] {
+            w.say(format!("[retention] {n}'s kopia id moved {} -> {id} (pinned)", ids[n]));
+        }
+        current.insert(n.clone(), id);
+    }
+    let want_ids = |names: &BTreeSet<String>| names.iter().map(|n| current[n].clone()).collect::<BTreeSet<_>>();
     w.say(format!(
         "[retention] keepLatest 3 after 6 runs: kopia snapshot list for {ret_source} = {} snapshots",
         kr.len()
