@@ -34,7 +34,7 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "e2e_repository",          // 304 s
     "real_node_e2e",           // 277 s (measured alone)
     "deletion_e2e",            // 243 s
-    "deletion_scenarios_e2e",  // 168 s (282 s once on a loaded machine)
+    "deletion_scenarios_e2e",  // 118-168 s (up to 282 s on a loaded machine)
     "e2e_repository_faults",   // 164 s
     "pipeline_e2e",            // 121 s
     "maintenance_e2e",         // 115 s
