@@ -31,11 +31,11 @@ pub struct TestBin {
 pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "pipeline_outage_e2e",     // 830 s: the outage replay, the critical path
     "pipeline_acceptance_e2e", // 342 s
-    "e2e_repository",          // 304 s
+    "e2e_repository",          // 331 s (with the T01/T02/T08/T18/T44 side repositories)
     "real_node_e2e",           // 277 s (measured alone)
     "deletion_e2e",            // 243 s
+    "e2e_repository_faults",   // 203 s (with T14, T17's mid-outage Snapshot and T45)
     "deletion_scenarios_e2e",  // 118-168 s (up to 282 s on a loaded machine)
-    "e2e_repository_faults",   // 164 s
     "pipeline_e2e",            // 121 s
     "maintenance_e2e",         // 115 s
     "backend_mounts_e2e",      // 99 s (measured alone)
@@ -442,8 +442,8 @@ mod tests {
                 "e2e_repository",
                 "real_node_e2e",
                 "deletion_e2e",
-                "deletion_scenarios_e2e",
                 "e2e_repository_faults",
+                "deletion_scenarios_e2e",
                 "pipeline_e2e",
             ]
         );
