@@ -391,6 +391,11 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
         println!("SCENARIO FAILED: startingDeadlineSeconds: {e:#}");
         failures.push("startingDeadlineSeconds");
     }
+    // T21, after it (its every-minute children would add reconciles to that count).
+    if let Err(e) = one_catch_up(&w).await {
+        println!("SCENARIO FAILED: one catch-up without a deadline: {e:#}");
+        failures.push("one catch-up (T21)");
+    }
     w.say(format!("acceptance e2e total {:.1}s", started.elapsed().as_secs_f64()));
     drop(op);
     ensure!(failures.is_empty(), "{} scenario(s) failed: {failures:?}", failures.len());
@@ -1146,5 +1151,71 @@ async fn starting_deadline(w: &World, op: &Operator) -> Result<()> {
     let reconciles = count().await? - before;
     w.say(format!("[deadline] SnapshotSchedule reconciles over the 60 s after the expiry: {reconciles}"));
     ensure!(reconciles < 10.0, "no tight requeue loop: {reconciles} reconciles");
+    Ok(())
+}
+
+/// T21 (behavior.md §13.1): T20 without a deadline. The pinned slot of an every-minute schedule
+/// is set 3 minutes into the past, as if the controller had been down across 3 slots: exactly
+/// one child fires at once, for the pinned slot, and the next child is the next nominal minute;
+/// the other missed minutes create nothing.
+async fn one_catch_up(w: &World) -> Result<()> {
+    // Start early in a minute, so the natural first slot cannot fire before the patch lands.
+    let sec = Utc::now().second();
+    if !(3..=30).contains(&sec) {
+        tokio::time::sleep(Duration::from_secs(u64::from((63 - sec) % 60))).await;
+    }
+    w.apply(json!({
+        "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
+        "metadata": {"name": "catchup", "namespace": w.ns},
+        "spec": {"policyRef": {"name": "plain"},
+                 // Allow: a catch-up backup still running must not skip the next slot.
+                 "schedule": {"cron": "* * * * *", "concurrencyPolicy": "Allow"}}
+    }))
+    .await?;
+    let schedules: Api<SnapshotSchedule> = Api::namespaced(w.client.clone(), &w.ns);
+    let pinned = wait_for("catchup pinned", Duration::from_secs(30), &w.log, || async {
+        Ok(schedules.get("catchup").await?.status.and_then(|s| s.next_schedule))
+    })
+    .await?;
+    let past = (Utc::now() - chrono::Duration::minutes(3))
+        .with_second(0)
+        .and_then(|t| t.with_nanosecond(0))
+        .context("time")?;
+    let patch = json!({"status": {"nextSchedule": {"slot": past.to_rfc3339(), "at": past.to_rfc3339(),
+                                                   "timezone": pinned.timezone}}});
+    schedules.patch_status("catchup", &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    let patched = Utc::now();
+    ensure!(patched.second() < 50, "the patch landed late in its minute ({patched}); the next slot could race it");
+    let children = || async {
+        let l = w.snaps().list(&ListParams::default().labels(&format!("{}=catchup", label::SCHEDULE))).await?;
+        let mut names: Vec<String> = l.items.iter().map(|s| s.name_any()).collect();
+        names.sort();
+        anyhow::Ok(names)
+    };
+    let catch_up = kopiur_controller::snapshot_schedule::plan::child_name("catchup", past);
+    let t = Instant::now();
+    let first = wait_for("the catch-up child", Duration::from_secs(10), &w.log, || async {
+        let c = children().await?;
+        Ok((!c.is_empty()).then_some(c))
+    })
+    .await?;
+    w.say(format!("[catch-up] {:?} {:.1}s after the pinned slot was set 3 min back", first, t.elapsed().as_secs_f64()));
+    ensure!(first == vec![catch_up.clone()], "exactly one child, for the pinned slot {past}: {first:?}");
+    let next_slot =
+        (patched + chrono::Duration::minutes(1)).with_second(0).and_then(|t| t.with_nanosecond(0)).context("time")?;
+    let next = kopiur_controller::snapshot_schedule::plan::child_name("catchup", next_slot);
+    let after = wait_for("the next nominal child", Duration::from_secs(90), &w.log, || async {
+        let c = children().await?;
+        Ok((c.len() >= 2).then_some(c))
+    })
+    .await?;
+    let mut want = vec![catch_up, next];
+    want.sort();
+    w.say(format!("[catch-up] then {after:?} (next nominal slot {next_slot})"));
+    ensure!(
+        after == want,
+        "one catch-up, then the next nominal minute {next_slot}, nothing for the other missed slots: {after:?}"
+    );
+    schedules.delete("catchup", &DeleteParams::default()).await?;
     Ok(())
 }
