@@ -562,7 +562,7 @@ mod tests {
     }
 
     fn ready_true() -> Vec<Cond> {
-        vec![Cond { type_: "Ready", status: CondStatus::True, reason: "PolicyReady".into(), message: String::new() }]
+        vec![Cond { type_: "Ready", status: CondStatus::True, reason: "Ready".into(), message: String::new() }]
     }
 
     #[test]
@@ -581,12 +581,7 @@ mod tests {
 
         // A Stalled=False desired by another check of the same pass gives way; a True one stays.
         let mut conds = ready_true();
-        conds.push(Cond {
-            type_: "Stalled",
-            status: CondStatus::False,
-            reason: "PolicyReady".into(),
-            message: "".into(),
-        });
+        conds.push(Cond { type_: "Stalled", status: CondStatus::False, reason: "Ready".into(), message: "".into() });
         apply_policy_conditions(&mut conds, &[], Some(&p));
         let stalled: Vec<_> = conds.iter().filter(|c| c.type_ == "Stalled").collect();
         assert_eq!(stalled.len(), 1);
@@ -626,7 +621,7 @@ mod tests {
         };
         apply_policy_conditions(&mut conds, std::slice::from_ref(&stale), Some(&p));
         let stalled = conds.iter().find(|c| c.type_ == "Stalled").unwrap();
-        assert_eq!((stalled.status, stalled.reason.as_str()), (CondStatus::False, "PolicyReady"));
+        assert_eq!((stalled.status, stalled.reason.as_str()), (CondStatus::False, "Ready"));
         // Another reason's stall is not ours to clear.
         let mut conds = ready_true();
         let other = Condition { reason: "IdentityCollision".into(), ..stale };

@@ -361,7 +361,9 @@ pub fn batch_delete_job(
         tolerations: None,
         affinity: None,
         backoff_limit: kopiur_mover::job::DEFAULT_BACKOFF_LIMIT,
-        active_deadline_seconds: 3600,
+        // The 48 h backstop every Job kind shares (behavior.md §1.4 defaults); a batch has no
+        // failurePolicy of its own.
+        active_deadline_seconds: kopiur_mover::job::DEFAULT_ACTIVE_DEADLINE_SECONDS,
         ttl_seconds_after_finished: None,
         rust_log: config.mover_rust_log.clone(),
         log_format: None,
@@ -644,5 +646,30 @@ mod tests {
             let pod = js.template.spec.clone().unwrap();
             check(&pod, &js);
         }
+    }
+
+    /// behavior.md §1.4: every Job kind, the batch delete included, carries the 48 h backstop
+    /// deadline and the default backoff; the batch has no TTL (it is reaped by the dispatcher).
+    #[test]
+    fn the_batch_delete_job_has_the_shared_backstop_deadline() {
+        let repo: kopiur_api::Repository = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "r", "namespace": "apps", "uid": "u-r"},
+            "spec": {"backend": {"filesystem": {"path": "/repo"}},
+                     "encryption": {"passwordSecretRef": {"name": "pw", "key": "password"}}}
+        }))
+        .unwrap();
+        let spec = crate::deletion::batch::BatchSpec {
+            name: "snapdel-0123456789".into(),
+            repo_uid: "u-r".into(),
+            members: vec![],
+            chunks: vec![vec!["0123456789abcdef0123456789abcdef".into()]],
+        };
+        let rv = RepoView::Namespaced(std::sync::Arc::new(repo));
+        let job = batch_delete_job(&spec, &rv, &crate::config::Config::from_env()).unwrap();
+        let js = job.spec.unwrap();
+        assert_eq!(js.active_deadline_seconds, Some(172_800));
+        assert_eq!(js.backoff_limit, Some(kopiur_mover::job::DEFAULT_BACKOFF_LIMIT));
+        assert_eq!(js.ttl_seconds_after_finished, None);
     }
 }

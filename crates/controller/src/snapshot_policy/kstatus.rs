@@ -75,14 +75,14 @@ mod tests {
     #[test]
     fn exactly_one_of_the_trio_is_true() {
         use CondStatus::{False, True};
-        let mut ready = vec![c("RepositoriesReady", True, "RepositoriesReady"), c("Ready", True, "PolicyReady")];
+        let mut ready = vec![c("RepositoriesReady", True, "RepositoryReady"), c("Ready", True, "Ready")];
         complete_trio(&mut ready);
         assert_eq!(
             trio(&ready),
             vec![
-                ("Ready", True, "PolicyReady".into()),
-                ("Reconciling", False, "PolicyReady".into()),
-                ("Stalled", False, "PolicyReady".into())
+                ("Ready", True, "Ready".into()),
+                ("Reconciling", False, "Ready".into()),
+                ("Stalled", False, "Ready".into())
             ]
         );
         assert!(ready.iter().any(|x| x.type_ == "RepositoriesReady"), "other conditions stay");
@@ -98,7 +98,7 @@ mod tests {
         );
         assert_eq!(waiting.iter().find(|x| x.type_ == "Reconciling").unwrap().message, "RepositoryNotReady message");
         // A stall written next to a Ready=True (preflight appends one) wins.
-        let mut stalled = vec![c("Ready", True, "PolicyReady"), c("Stalled", True, "InvalidPreflight")];
+        let mut stalled = vec![c("Ready", True, "Ready"), c("Stalled", True, "InvalidPreflight")];
         complete_trio(&mut stalled);
         assert_eq!(
             trio(&stalled),
@@ -109,7 +109,7 @@ mod tests {
             ]
         );
         // A Stalled=False left by a lifted stall is kept as written when Ready.
-        let mut lifted = vec![c("Ready", True, "PolicyReady"), c("Stalled", False, "PolicyReady")];
+        let mut lifted = vec![c("Ready", True, "Ready"), c("Stalled", False, "Ready")];
         complete_trio(&mut lifted);
         assert_eq!(lifted.iter().filter(|x| x.status == True && x.type_ != "RepositoriesReady").count(), 1);
     }

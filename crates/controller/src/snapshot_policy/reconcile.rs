@@ -199,15 +199,10 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
         conds.push(Cond {
             type_: "RepositoriesReady",
             status: CondStatus::True,
-            reason: "RepositoriesReady".into(),
+            reason: "RepositoryReady".into(),
             message: String::new(),
         });
-        conds.push(Cond {
-            type_: "Ready",
-            status: CondStatus::True,
-            reason: "PolicyReady".into(),
-            message: String::new(),
-        });
+        conds.push(Cond { type_: "Ready", status: CondStatus::True, reason: "Ready".into(), message: String::new() });
     } else {
         let m = not_ready.join("; ");
         conds.push(Cond {
@@ -245,7 +240,7 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
                 conds.push(Cond {
                     type_: "Stalled",
                     status: CondStatus::False,
-                    reason: "PolicyReady".into(),
+                    reason: "Ready".into(),
                     message: String::new(),
                 });
             }
@@ -271,7 +266,7 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
                 conds.push(Cond {
                     type_: "Stalled",
                     status: CondStatus::False,
-                    reason: "PolicyReady".into(),
+                    reason: "Ready".into(),
                     message: String::new(),
                 });
             }
@@ -301,7 +296,7 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
                 conds.push(Cond {
                     type_: "Stalled",
                     status: CondStatus::False,
-                    reason: "PolicyReady".into(),
+                    reason: "Ready".into(),
                     message: String::new(),
                 });
             }
