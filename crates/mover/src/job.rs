@@ -276,6 +276,9 @@ pub fn build_job(input: &JobInput) -> Result<Job, JobError> {
 
     let mut labels =
         BTreeMap::from([(LABEL_MANAGED_BY.to_string(), "kopiur".to_string()), (LABEL_OP.to_string(), op.to_string())]);
+    if let Some(c) = input.work_spec.operation.component() {
+        labels.insert(kopiur_api::names::label::COMPONENT.to_string(), c.to_string());
+    }
     match &input.connect_kind {
         Some(ConnectKind::Strict) => {
             labels.insert(LABEL_CONNECT_KIND.into(), "strict".into());

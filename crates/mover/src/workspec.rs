@@ -94,6 +94,21 @@ impl Operation {
             Operation::SnapshotPin(_) => "pin",
         }
     }
+
+    /// The `app.kubernetes.io/component` label value (api.md §16). The pin Job has none: the
+    /// spec names no component for it, and its `…/op=pin` label identifies it.
+    pub fn component(&self) -> Option<&'static str> {
+        use kopiur_api::names::component;
+        match self {
+            Operation::Snapshot(_) => Some(component::BACKUP),
+            Operation::Restore(_) => Some(component::RESTORE),
+            Operation::SnapshotDeleteBatch(_) => Some(component::SNAPSHOT_DELETE),
+            Operation::BootstrapRepository(_) => Some(component::BOOTSTRAP),
+            Operation::Maintenance(_) => Some(component::MAINTENANCE),
+            Operation::Replicate(_) => Some(component::REPLICATION),
+            Operation::SnapshotPin(_) => None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

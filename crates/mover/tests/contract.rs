@@ -152,6 +152,7 @@ fn job_shape() {
     let labels = meta.labels.as_ref().unwrap();
     assert_eq!(labels["app.kubernetes.io/managed-by"], "kopiur");
     assert_eq!(labels["kopiur.home-operations.com/op"], "backup");
+    assert_eq!(labels["app.kubernetes.io/component"], "backup");
     let owners = meta.owner_references.as_ref().unwrap();
     assert_eq!(owners.len(), 1);
     assert_eq!(owners[0].controller, Some(true));
@@ -247,6 +248,7 @@ fn bootstrap_and_batch_variants() {
     let labels = j.metadata.labels.unwrap();
     assert_eq!(labels["kopiur.home-operations.com/op"], "bootstrap");
     assert_eq!(labels["kopiur.home-operations.com/connect-kind"], "probe");
+    assert_eq!(labels["app.kubernetes.io/component"], "bootstrap");
     let env = j.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].env.clone().unwrap();
     assert!(env.iter().any(|e| e.name == "KOPIUR_RESULT_CONFIGMAP"));
 
@@ -259,7 +261,9 @@ fn bootstrap_and_batch_variants() {
     i.delete_repo_uid = Some("uid-r".into());
     let j = job::build_job(&i).unwrap();
     assert_eq!(j.spec.as_ref().unwrap().ttl_seconds_after_finished, None);
-    assert_eq!(j.metadata.labels.unwrap()["kopiur.home-operations.com/delete-repo"], "uid-r");
+    let labels = j.metadata.labels.unwrap();
+    assert_eq!(labels["kopiur.home-operations.com/delete-repo"], "uid-r");
+    assert_eq!(labels["app.kubernetes.io/component"], "snapshot-delete");
 }
 
 #[test]
