@@ -538,3 +538,97 @@ fn assert_no_secrets(b: &Bench) {
         }
     }
 }
+
+/// T48 (behavior.md §13.3): replication with the destination's own credentials. The
+/// destination keys reach only the `sync-to` child, as `KOPIUR_DEST_*`: with a wrong
+/// destination secret the sync fails while the source connect succeeds (so those keys, not
+/// the source's, are the ones used); with the right one it succeeds. No key or password is in
+/// any argv or work spec, and the destination then opens with the source's password and holds
+/// the source's snapshot.
+#[tokio::test]
+async fn replication_uses_the_destination_credentials_and_leaks_none() {
+    let b = Bench::new().await;
+    let at = |prefix: &str| {
+        Backend::S3(S3Backend {
+            bucket: garage::BUCKET.into(),
+            endpoint: Some(b.proxy.endpoint()),
+            region: Some("garage".into()),
+            disable_tls: true,
+            prefix: Some(prefix.into()),
+            ..Default::default()
+        })
+    };
+    let ops = Identity::new("kopiur-ops", "kopiur.t.r");
+    let boot = Operation::BootstrapRepository(BootstrapRepositoryOp {
+        create_gate: CreateGate::Allowed { via_reinit_ack: false },
+        pinned_unique_id: None,
+        probe: false,
+        list_snapshots: false,
+        catalog_limit: 1000,
+        maintenance_owner: OWNER.into(),
+        create: Default::default(),
+    });
+    let r = b.mover(&b.spec(at("t48-src/"), ops.clone(), boot), &[]).await;
+    assert_eq!(r.bootstrap().outcome, BootstrapOutcome::Created, "{}", r.stderr);
+    let src = b.path().join("t48-data");
+    tree(&src, 40);
+    let app = Identity::new("app", "t48");
+    let r = b.mover(&b.spec(at("t48-src/"), app.clone(), b.snapshot_op(&src, false)), &[]).await;
+    assert_eq!(r.status()["phase"], "Succeeded", "{}", r.stderr);
+    let id = r.status()["snapshot"]["kopiaSnapshotID"].as_str().unwrap().to_string();
+
+    let replicate = b.spec(
+        at("t48-src/"),
+        ops.clone(),
+        Operation::Replicate(ReplicateOp { destination: at("t48-dst/"), sync: Default::default() }),
+    );
+    let wrong = b
+        .mover(
+            &replicate,
+            &[
+                ("KOPIUR_DEST_AWS_ACCESS_KEY_ID", garage::ACCESS_KEY_ID),
+                ("KOPIUR_DEST_AWS_SECRET_ACCESS_KEY", "not-the-destination-secret"),
+            ],
+        )
+        .await;
+    assert_ne!(wrong.exit, 0, "a wrong destination secret must fail the sync: {}", wrong.stderr);
+    assert!(
+        b.audit_lines().iter().filter(|l| l.starts_with("repository sync-to")).count() >= 1,
+        "the source connected and the sync ran: {}",
+        wrong.stderr
+    );
+    let right = b
+        .mover(
+            &replicate,
+            &[
+                ("KOPIUR_DEST_AWS_ACCESS_KEY_ID", garage::ACCESS_KEY_ID),
+                ("KOPIUR_DEST_AWS_SECRET_ACCESS_KEY", garage::SECRET_ACCESS_KEY),
+            ],
+        )
+        .await;
+    assert_eq!(right.exit, 0, "{}", right.stderr);
+    assert_eq!(right.status()["phase"], "Succeeded", "{}", right.stderr);
+
+    // Nothing secret in any argv, work spec, result or log, and no key in the work spec.
+    assert_no_secrets(&b);
+    let spec_text = replicate.to_json().unwrap();
+    for k in [garage::ACCESS_KEY_ID, garage::SECRET_ACCESS_KEY, PASSWORD] {
+        assert!(!spec_text.contains(k), "the replication work spec holds a credential");
+        assert!(!b.audit_lines().iter().any(|l| l.contains(k)), "a kopia argv holds a credential");
+    }
+
+    // The destination is a copy of the source repository: the source password opens it.
+    let work = b.path().join("direct-t48-dst");
+    std::fs::create_dir_all(&work).unwrap();
+    let dst = Runner::new(kopiur_testenv::tools::kopia().unwrap(), Duration::from_secs(120))
+        .envs(KopiaEnv::new(&work, work.join("cache")).vars())
+        .env("KOPIA_PASSWORD", PASSWORD)
+        .env("AWS_ACCESS_KEY_ID", garage::ACCESS_KEY_ID)
+        .env("AWS_SECRET_ACCESS_KEY", garage::SECRET_ACCESS_KEY);
+    dst.run_ok(&cmd::connect(&at("t48-dst/"), &ops, true, &CacheSizes::default()).unwrap())
+        .await
+        .expect("the destination opens with the source password");
+    let out = dst.run_ok(&cmd::snapshot_list(Some(&app.source("/pvc/data")))).await.unwrap();
+    let list: Vec<SnapshotManifest> = model::parse("snapshot list", &out.stdout).unwrap();
+    assert!(list.iter().any(|m| m.id == id), "the destination holds the source's snapshot {id}: {list:?}");
+}
