@@ -786,6 +786,17 @@ async fn outage_replay(
             .map(|s| s.name_any()))
     })
     .await?;
+    // T46: a later backup of p does not change the Restore's pinned resolution.
+    let later = snaps.get(&resumed).await?;
+    let later_id = later.status.as_ref().and_then(|s| s.snapshot.as_ref()).and_then(|x| x.kopia_snapshot_id.clone());
+    let again = restores.get("during-replay").await?.status.and_then(|s| s.resolved).context("resolved")?;
+    println!(
+        "T46: restore during-replay still pins {:?}; later backup {resumed} is {later_id:?}",
+        again.kopia_snapshot_id
+    );
+    assert!(later_id.is_some() && later_id != resolved.kopia_snapshot_id, "the later backup is a new kopia snapshot");
+    assert_eq!(again.kopia_snapshot_id, resolved.kopia_snapshot_id, "a later backup changed the Restore's pin");
+    assert_eq!(again.pinned_at, resolved.pinned_at, "a later backup re-resolved the Restore");
     let gated_after = wait_for("kopiur_snapshot_gated drops", Duration::from_secs(60), log, || async {
         let text = op.metrics().await?;
         let v = sample(&text, "kopiur_snapshot_gated", &[("namespace", ns), ("policy", "p")]);

@@ -50,6 +50,18 @@ pub struct RetentionPlan {
     pub blocked: Vec<Blocked>,
 }
 
+/// The retention that applies now: none while the policy is suspended (api.md §6.1: a
+/// suspended policy pauses retention; its Snapshots are counted, nothing is pruned).
+pub fn retention_in_force(spec: &kopiur_api::snapshot_policy::SnapshotPolicySpec) -> Option<&Retention> {
+    if spec.suspend { None } else { spec.retention.as_ref() }
+}
+
+/// A Snapshot is exempt from retention while its pin is asked for or still applied in kopia
+/// (api.md §7.1): an unpin in flight keeps it, so nothing is pruned on a guess.
+pub fn pinned(spec_pin: bool, status_pinned: Option<bool>) -> bool {
+    spec_pin || status_pinned.unwrap_or(false)
+}
+
 pub fn plan(retention: Option<&Retention>, repos: &[RepoMembers]) -> RetentionPlan {
     let mut out = RetentionPlan::default();
     for r in repos {
@@ -134,6 +146,32 @@ mod tests {
         ms.push(discovered);
         let p = plan(Some(&latest(3)), &[repo(ms)]);
         assert_eq!(p.prune, vec!["s1", "s2"]);
+    }
+
+    #[test]
+    fn a_suspended_policy_pauses_retention_and_resuming_prunes() {
+        let mut spec: kopiur_api::snapshot_policy::SnapshotPolicySpec = serde_json::from_value(serde_json::json!({
+            "repository": {"name": "r"}, "sources": [{"pvc": {"name": "a"}}], "retention": {"keepLatest": 3}
+        }))
+        .unwrap();
+        let ms: Vec<Member> = (0..6).map(|i| member(i, SnapshotPhase::Succeeded)).collect();
+        spec.suspend = true;
+        let p = plan(retention_in_force(&spec), &[repo(ms.clone())]);
+        assert!(p.prune.is_empty(), "suspended: nothing pruned");
+        assert_eq!(p.active, 6, "suspended: every participant counted");
+        spec.suspend = false;
+        assert_eq!(plan(retention_in_force(&spec), &[repo(ms)]).prune, vec!["s0", "s1", "s2"]);
+    }
+
+    #[test]
+    fn an_unpin_in_flight_still_exempts() {
+        assert!(pinned(true, None));
+        assert!(pinned(false, Some(true)), "spec.pin cleared, kopia pin not yet removed");
+        assert!(!pinned(false, Some(false)));
+        assert!(!pinned(false, None));
+        let mut ms: Vec<Member> = (0..4).map(|i| member(i, SnapshotPhase::Succeeded)).collect();
+        ms[0].pinned = pinned(false, Some(true));
+        assert_eq!(plan(Some(&latest(2)), &[repo(ms)]).prune, vec!["s1"]);
     }
 
     #[test]

@@ -162,12 +162,12 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
             end_time: st.and_then(|st| st.timing.as_ref()).and_then(|t| t.end_time),
             kopia_snapshot_id: st.and_then(|st| st.snapshot.as_ref()).and_then(|x| x.kopia_snapshot_id.clone()),
             // Exempt while the pin is asked for or still applied (api.md §7.1): never pruned on a guess.
-            pinned: s.spec.pin || st.and_then(|st| st.pinned).unwrap_or(false),
+            pinned: super::plan::pinned(s.spec.pin, st.and_then(|st| st.pinned)),
         });
     }
     let groups: Vec<RepoMembers> = groups.into_values().collect();
     // A suspended policy pauses retention (spec/api.md §6.1): counted, nothing pruned.
-    let retention = if policy.spec.suspend { None } else { policy.spec.retention.as_ref() };
+    let retention = super::plan::retention_in_force(&policy.spec);
     let rp = plan(retention, &groups);
     let api = Api::namespaced(ctx.client.clone(), &ns);
     for victim in &rp.prune {
