@@ -71,7 +71,9 @@ fn is_cargo_run_package_var(k: &str) -> bool {
 /// Builds (or reuses from the cache) etcd, kube-apiserver/kube-controller-manager, kopia
 /// and Garage.
 fn build_tools(tools: &[&str]) -> Result<()> {
-    step("Test-environment tools (cached outside the repo; a cold build takes about 20 min on 2 cores, longer while other builds run)");
+    step(
+        "Test-environment tools (cached outside the repo; a cold build takes about 20 min on 2 cores, longer while other builds run)",
+    );
     run(Command::new("bash").arg(repo_root().join("testenv/build-tools.sh")).args(tools))
 }
 
