@@ -65,7 +65,7 @@ const MAINT_RECONCILE: &str = "crates/controller/src/maintenance/reconcile.rs";
 const SNAP_JOB: &str = "crates/controller/src/snapshot/job.rs";
 const SNAP_RECONCILE: &str = "crates/controller/src/snapshot/reconcile.rs";
 const SOURCES: &str = "crates/controller/src/snapshot_policy/sources.rs";
-const POLICY_RECONCILE: &str = "crates/controller/src/snapshot_policy/reconcile.rs";
+const POLICY_PLAN: &str = "crates/controller/src/snapshot_policy/plan.rs";
 const SCHED_RECONCILE: &str = "crates/controller/src/snapshot_schedule/reconcile.rs";
 const SCHED_PLAN: &str = "crates/controller/src/snapshot_schedule/plan.rs";
 const RESTORE_RECONCILE: &str = "crates/controller/src/restore/reconcile.rs";
@@ -302,7 +302,7 @@ pub fn rules() -> Vec<Rule> {
         rule(POLICY, "spec.upload.maxParallelFileReads", Read, SNAP_JOB, "u.max_parallel_file_reads"),
         rule(POLICY, "spec.upload.limitMb", Read, SNAP_JOB, "u.limit_mb"),
         rule(POLICY, "spec.preflight", Read, "crates/controller/src/preflight.rs", "checks"),
-        rule(POLICY, "spec.suspend", Read, POLICY_RECONCILE, "policy.spec.suspend"),
+        rule(POLICY, "spec.suspend", Read, POLICY_PLAN, "spec.suspend"),
     ]);
 
     // Snapshot.

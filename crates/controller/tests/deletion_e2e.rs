@@ -1193,8 +1193,40 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
         "{} wave manifests still in kopia",
         k.intersection(&wave_id_set).count()
     );
-    check!(fails, wave_jobs.len() <= 3, "at most 3 batch Jobs, got {}", wave_jobs.len());
-    check!(fails, batch_connects <= 3, "at most 3 repository connects, got {batch_connects}");
+    // T25 bounds the batches the wave is split into (by name: a name is the hash of its
+    // members). A batch whose Job Failed is retried under the same name after its reap delay
+    // (T40), which is one more Job object and one more connect; such a retry is reported, and
+    // allowed only after a Job of that name Failed. Seen once in CI under heavy load: a wave
+    // batch's mover exited 3 (a kopia error it classed terminal) and its retry drained it.
+    let batches: BTreeSet<&str> = wave_jobs.iter().map(|j| j.name.as_str()).collect();
+    let failed_attempts = wave_jobs.iter().filter(|j| j.failed).count();
+    if failed_attempts > 0 {
+        println!(
+            "[ack] NOTE: {failed_attempts} wave batch attempt(s) Failed and were retried: {:?}",
+            wave_jobs.iter().filter(|j| j.failed).map(|j| &j.name).collect::<Vec<_>>()
+        );
+    }
+    for name in &batches {
+        let attempts: Vec<_> = wave_jobs.iter().filter(|j| j.name == *name).collect();
+        check!(
+            fails,
+            attempts.len() == 1 || attempts.iter().filter(|j| j.failed).count() == attempts.len() - 1,
+            "batch {name} re-created {} times without a Failed attempt before each retry",
+            attempts.len()
+        );
+    }
+    check!(fails, batches.len() <= 3, "at most 3 batches, got {}", batches.len());
+    check!(
+        fails,
+        wave_jobs.len() <= 3 + failed_attempts,
+        "at most 3 batch Jobs plus one per Failed attempt, got {} ({failed_attempts} failed)",
+        wave_jobs.len()
+    );
+    check!(
+        fails,
+        batch_connects <= 3 + failed_attempts,
+        "at most 3 repository connects plus one per Failed attempt, got {batch_connects} ({failed_attempts} failed)"
+    );
     for j in &wave_jobs {
         let hex = j.name.strip_prefix("snapdel-").unwrap_or("");
         check!(fails, hex.len() == 10 && hex.chars().all(|c| c.is_ascii_hexdigit()), "batch Job name {}", j.name);

@@ -50,7 +50,27 @@ impl Garage {
     /// Starts a fresh single-node Garage under `state_dir` (created if missing) and
     /// returns once the layout is applied, the test key imported and bucket
     /// [`BUCKET`] exists and is allowed for that key.
+    ///
+    /// The three ports are picked free and released before Garage binds them, so a test
+    /// starting beside it can take one first (seen in CI: the layout call reached another
+    /// instance's RPC port and failed its handshake). Such a start is retried on fresh ports
+    /// and a clean state directory, up to three attempts.
     pub async fn start(state_dir: &Path) -> Result<Garage> {
+        let mut last = None;
+        for attempt in 1..=3 {
+            match Self::start_once(state_dir).await {
+                Ok(g) => return Ok(g),
+                Err(e) => {
+                    tracing::warn!(attempt, error = %format!("{e:#}"), "garage start failed; retrying on fresh ports");
+                    let _ = std::fs::remove_dir_all(state_dir.join("garage"));
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.expect("three attempts").context("garage did not start in three attempts"))
+    }
+
+    async fn start_once(state_dir: &Path) -> Result<Garage> {
         let bin = crate::tools::garage()?;
         std::fs::create_dir_all(state_dir).with_context(|| format!("create {}", state_dir.display()))?;
         let state_dir = state_dir.canonicalize()?;
