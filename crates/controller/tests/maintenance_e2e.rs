@@ -355,11 +355,13 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     drop((repo_rec, maint_rec, repl_rec, job_rec));
 
     // The cron path: minutely schedules fire by themselves (the edit re-pins), one Job per slot.
+    // Up to 160 s: in one loaded CI run the first minute after the edit fired nothing and the
+    // next slot's run was recorded just past a 100 s wait.
     let pp = PatchParams::default();
     let quick = json!({"spec": {"schedule": {"quick": {"cron": "* * * * *", "jitter": null}}}});
     maints.patch("m", &pp, &Patch::Merge(&quick)).await?;
     repls.patch("rr", &pp, &Patch::Merge(&json!({"spec": {"schedule": {"cron": "* * * * *"}}}))).await?;
-    let cron_jobs = wait_for("a cron-triggered run of each recorded", Duration::from_secs(100), &log, || async {
+    let cron_jobs = wait_for("a cron-triggered run of each recorded", Duration::from_secs(160), &log, || async {
         let list = jobs.list(&ListParams::default()).await?.items;
         let cron: Vec<&Job> = list
             .iter()

@@ -255,7 +255,9 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
     );
     assert_eq!(repo_phase(&r), "Ready", "the repository is untouched");
 
-    // A Restore in the same namespace wedges the same way (its Job reads the same copy).
+    // A Restore in the same namespace never gets that far: it checks its credentials before
+    // any Job (api.md §9), so the misspelt key parks it Pending with CredentialsAvailable=False
+    // / MissingCredentialsSecret (Stalled: a human must fix the Secret), and no Job is made.
     let restores: Api<Restore> = Api::namespaced(client.clone(), &ns);
     apply(
         &client,
@@ -270,54 +272,29 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
         }),
     )
     .await?;
-    let restore_job = wait_for("the wedged restore Job", Duration::from_secs(180), &log, || async {
-        Ok(jobs.get_opt("wedged-restore").await?)
-    })
-    .await?;
-    let restore_job_seen = Instant::now();
-    let restore_job_uid = restore_job.uid().context("restore job uid")?;
-    let rfailed = wait_for("the wedged Restore Failed", Duration::from_secs(240), &log, || async {
+    let restore_created = Instant::now();
+    let parked = wait_for("the Restore parked by its credentials pre-check", Duration::from_secs(60), &log, || async {
         let r = restores.get("wedged").await?;
-        ensure!(restore_phase(&r) != "Completed", "a pod without its password cannot restore");
-        Ok((restore_phase(&r) == "Failed").then_some(r))
+        let ca = restore_cond(&r, "CredentialsAvailable");
+        Ok(ca.filter(|c| c.status == "False" && c.reason == "MissingCredentialsSecret").map(|c| (r, c)))
     })
     .await?;
-    let restore_to_failed = restore_job_seen.elapsed();
-    let rready = restore_cond(&rfailed, "Ready").context("Restore Ready condition")?;
-    println!("wedged Restore Ready: {} / {}", rready.reason, rready.message);
-    assert_eq!(rready.reason, "MoverPodWedged", "{rready:?}");
-    assert!(
-        rready.message.contains("CreateContainerConfigError")
-            && rready.message.contains(&format!("couldn't find key KOPIA_PASSWORD in Secret {ns}/kopia")),
-        "{rready:?}"
-    );
-    wait_for("the wedged restore Job deleted", Duration::from_secs(120), &log, || async {
-        Ok(match jobs.get_opt("wedged-restore").await? {
-            None => Some(()),
-            Some(j) => {
-                ensure!(j.uid().as_deref() == Some(restore_job_uid.as_str()), "a second restore Job was created");
-                None
-            }
-        })
-    })
-    .await?;
-    let restore_to_job_gone = restore_job_seen.elapsed();
-    // The Failed Restore keeps its reason on later reconciles.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let rstill = restores.get("wedged").await?;
-    assert_eq!(restore_phase(&rstill), "Failed");
-    assert_eq!(restore_cond(&rstill, "Ready").map(|c| c.reason).as_deref(), Some("MoverPodWedged"));
-    assert!(jobs.get_opt("wedged-restore").await?.is_none(), "no restore Job is launched again");
-    // The operator exports the Failed Restore as the series `KopiurRestoreFailed` selects
-    // (`kopiur_resource_phase{kind="Restore",phase="Failed"}`), and the wedged Snapshot's phase.
+    let restore_to_parked = restore_created.elapsed();
+    let (rparked, rcred) = parked;
+    println!("pre-checked Restore: {} / {}", rcred.reason, rcred.message);
+    assert_eq!(restore_phase(&rparked), "Pending", "{:?}", rparked.status);
+    assert!(rcred.message.contains("KOPIA_PASSWORD"), "the message names the missing key: {rcred:?}");
+    assert_eq!(restore_cond(&rparked, "Stalled").map(|c| c.status).as_deref(), Some("True"));
+    // The operator exports the parked Restore's phase (the `kopiur_resource_phase` family covers
+    // Restores), and the wedged Snapshot's Failed phase that `KopiurBackupFailed`-style rules select.
     let series = |kind: &str, name: &str, phase: &str| {
         format!("kopiur_resource_phase{{kind=\"{kind}\",namespace=\"{ns}\",name=\"{name}\",phase=\"{phase}\"}} 1")
     };
-    let (restore_failed, snapshot_failed) =
-        (series("Restore", "wedged", "Failed"), series("Snapshot", "wedged", "Failed"));
-    let text = wait_for("the Failed Restore's phase series", Duration::from_secs(30), &log, || async {
+    let (restore_pending, snapshot_failed) =
+        (series("Restore", "wedged", "Pending"), series("Snapshot", "wedged", "Failed"));
+    let text = wait_for("the parked Restore's phase series", Duration::from_secs(30), &log, || async {
         let t = op.metrics().await?;
-        Ok((t.lines().any(|l| l == restore_failed) && t.lines().any(|l| l == snapshot_failed)).then_some(t))
+        Ok((t.lines().any(|l| l == restore_pending) && t.lines().any(|l| l == snapshot_failed)).then_some(t))
     })
     .await?;
     let of_wedged: Vec<&str> = text
@@ -327,12 +304,10 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
                 && l.contains(&format!("namespace=\"{ns}\",name=\"wedged\""))
         })
         .collect();
-    assert_eq!(of_wedged, [restore_failed.as_str()], "one series, for the current phase only");
-    assert_eq!(
-        repos.get("r").await?.annotations().get(annotation::REVERIFY_REQUESTED_AT),
-        nudge_before.as_ref(),
-        "a wedged restore pod does not nudge the repository"
-    );
+    assert_eq!(of_wedged, [restore_pending.as_str()], "one series, for the current phase only");
+    assert!(jobs.get_opt("wedged-restore").await?.is_none(), "no restore Job before the Secret is fixed");
+    // Deleted before the fix, so it cannot resume: the later Restore is the one that runs.
+    restores.delete("wedged", &Default::default()).await?;
 
     // A manual run of a Maintenance in this namespace (its Jobs read the same copy) is a failed
     // run: recorded once, its Job deleted, one MoverPodWedged Event, no nudge.
@@ -456,7 +431,6 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
     assert_eq!(std::fs::read(out.join("state.txt"))?, b"backed up once the Secret copy is fixed\n");
     // The completed Restore's series replaces nothing of the others'; deleting the Failed one
     // removes its series (bounded cardinality), and the Maintenance has one too.
-    restores.delete("wedged", &Default::default()).await?;
     let completed = series("Restore", "after", "Completed");
     let maintenance_prefix =
         format!("kopiur_resource_phase{{kind=\"Maintenance\",namespace=\"{ns}\",name=\"m\",phase=");
@@ -479,7 +453,7 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
         "figures: Snapshot applied -> Job seen {:.1} s; pod seen waiting ({}) {}; Job seen -> Snapshot Failed {:.1} s; \
          -> Job deleted {:.1} s; -> pod gone {:.1} s; MoverPodWedged Events {after}; \
          fixed Snapshot applied -> Succeeded {:.1} s (kopia id {}); \
-         restore Job seen -> Restore Failed {:.1} s, -> Job deleted {:.1} s; fixed Restore -> Completed {:.1} s; \
+         Restore applied -> parked by its pre-check {:.1} s; fixed Restore -> Completed {:.1} s; \
          maintenance Job seen -> manual run Failed {:.1} s, -> Job deleted {:.1} s; \
          whole test {:.1} s",
         (job_seen - created).as_secs_f64(),
@@ -490,8 +464,7 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
         to_pod_gone.as_secs_f64(),
         to_success.as_secs_f64(),
         id.clone().unwrap_or_default(),
-        restore_to_failed.as_secs_f64(),
-        restore_to_job_gone.as_secs_f64(),
+        restore_to_parked.as_secs_f64(),
         restore_to_done.as_secs_f64(),
         maint_to_failed.as_secs_f64(),
         maint_to_job_gone.as_secs_f64(),
