@@ -41,6 +41,7 @@ pub fn classify(method: &Method, path: &str, query: Option<&str>) -> (&'static s
         Method::PUT => "update",
         Method::PATCH => "patch",
         Method::DELETE => "delete",
+        // `http::Method` is open (extension methods), so it cannot be matched exhaustively.
         _ => "other",
     };
     (verb, group, resource.to_string())

@@ -164,6 +164,42 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// The runner settings carry the 250 ms debounce (`kube::runtime::controller::Config` has
+    /// private fields; its `Debug` is the only window on them).
+    #[test]
+    fn every_controller_runs_with_the_250_ms_debounce() {
+        let config = Config::from_env();
+        let shown = format!("{:?}", config.controller_config());
+        assert!(shown.contains("debounce: 250ms"), "runner settings without the 250 ms debounce: {shown}");
+        assert!(shown.contains(&format!("concurrency: {}", config.reconcile_concurrency)), "{shown}");
+        // Every controller built in this crate takes those settings: per source file, no more
+        // `Controller` constructions than `.with_config(` calls.
+        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).expect("read src") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    walk(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+        let mut controllers = 0;
+        for file in files {
+            let text = std::fs::read_to_string(&file).expect("read");
+            let built = ["Controller::new(", "Controller::for_stream(", "Controller::for_shared_stream("]
+                .iter()
+                .map(|c| text.matches(c).count())
+                .sum::<usize>();
+            let configured = text.matches(".with_config(").count();
+            assert!(built <= configured, "{}: {built} controllers but {configured} `.with_config(`", file.display());
+            controllers += built;
+        }
+        assert!(controllers >= 9, "expected every kind's controller, found {controllers}");
+    }
+
     #[test]
     fn reconcile_concurrency_defaults_and_rejects_bad_values() {
         assert_eq!(parse_reconcile_concurrency(None), Ok(DEFAULT_RECONCILE_CONCURRENCY));

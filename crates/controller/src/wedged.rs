@@ -382,7 +382,8 @@ pub mod io {
         }
         let job_warnings = match (summaries.is_empty(), job.metadata.uid.as_deref()) {
             (true, Some(uid)) => warnings(client, &ns, uid, &[super::JOB_CREATE_FAILURE_EVENT]).await,
-            _ => Vec::new(),
+            // A Job with a pod is judged by its pods; a Job without a uid has no Events to read.
+            (false, _) | (true, None) => Vec::new(),
         };
         let verdict = super::evaluate_job(&name, created, now, deadline, &summaries, &job_warnings);
         if let Verdict::Wedged { message } = &verdict {
