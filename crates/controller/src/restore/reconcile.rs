@@ -360,7 +360,7 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
             Step::Launch => {
                 let Some(rv) = &repo else { continue };
                 let pinned = next.resolved.clone();
-                let job = restore_job(&restore, &ctx, rv, pinned.as_ref(), &job_name, &mf)?;
+                let job = restore_job(&restore, &ctx.config, rv, pinned.as_ref(), &job_name, &mf)?;
                 ctx.ensure_mover_rbac(&ns).await?;
                 match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &job).await {
                     Ok(_) => ctx.metrics.jobs_created.inc(&["restore", &ns]),
@@ -456,7 +456,7 @@ async fn create_pvc(ctx: &PipelineCtx, restore: &Restore) -> Result<(), Error> {
 
 fn restore_job(
     restore: &Restore,
-    ctx: &PipelineCtx,
+    config: &crate::config::Config,
     repo: &RepoView,
     pinned: Option<&RestoreResolved>,
     job_name: &str,
@@ -464,7 +464,7 @@ fn restore_job(
 ) -> Result<Job, Error> {
     let ns = restore.namespace().unwrap_or_default();
     let mounts =
-        crate::repository::mounts::for_job(&repo.common().backend, &repo.home_namespace(&ctx.config.namespace), &ns)?;
+        crate::repository::mounts::for_job(&repo.common().backend, &repo.home_namespace(&config.namespace), &ns)?;
     let target = target_name(restore).unwrap_or_default();
     let o = restore.spec.options.clone().unwrap_or_default();
     let (snapshot_id, resolve) = match (&restore.spec.source, pinned.and_then(|p| p.kopia_snapshot_id.clone())) {
@@ -482,10 +482,9 @@ fn restore_job(
             return Err(Error::WorkSpec("the restore has no pinned snapshot id".into()));
         }
     };
-    let id = pinned
-        .and_then(|p| p.identity.clone())
-        .map(|i| Identity::new(i.username, i.hostname))
-        .unwrap_or_else(|| Identity::new("kopiur-restore", ns.clone()));
+    // The connect identity is `kopiur-ops` at the lease host (spec/behavior.md §2.2); the
+    // source's identity only finds the snapshot (`resolve`, or the pinned id).
+    let id = repo.ops_identity();
     let spec = WorkSpec {
         schema_version: SCHEMA_VERSION,
         target_ref: TargetRef {
@@ -543,8 +542,8 @@ fn restore_job(
     let input = JobInput {
         name: job_name.to_string(),
         namespace: ns,
-        image: ctx.config.mover_image.clone(),
-        image_pull_policy: ctx.config.mover_image_pull_policy.clone(),
+        image: config.mover_image.clone(),
+        image_pull_policy: config.mover_image_pull_policy.clone(),
         service_account_name: Some(MOVER_SERVICE_ACCOUNT.into()),
         work_spec: spec,
         password: (pw, key),
@@ -572,9 +571,9 @@ fn restore_job(
             .and_then(|f| f.active_deadline_seconds)
             .unwrap_or(kopiur_mover::job::DEFAULT_ACTIVE_DEADLINE_SECONDS),
         ttl_seconds_after_finished: Some(kopiur_mover::job::DEFAULT_TTL_SECONDS),
-        rust_log: ctx.config.mover_rust_log.clone(),
+        rust_log: config.mover_rust_log.clone(),
         log_format: None,
-        extra_env: crate::snapshot::job::mover_env(&ctx.config),
+        extra_env: crate::snapshot::job::mover_env(config),
     };
     let mut input = input;
     // A refusal was planned already (`mover_refused`); this is the same resolution.
@@ -587,4 +586,84 @@ fn restore_job(
     .map_err(Error::MoverRefused)?
     .apply(&mut input, true);
     build_job(&input).map_err(Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn work_spec(job: &Job) -> serde_json::Value {
+        let env = job.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].env.clone().unwrap();
+        let ws = env.iter().find(|e| e.name == "KOPIUR_WORK_SPEC").and_then(|e| e.value.clone()).unwrap();
+        serde_json::from_str(&ws).unwrap()
+    }
+
+    fn repo() -> RepoView {
+        RepoView::Namespaced(Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+                "metadata": {"name": "NAS_1", "namespace": "media", "uid": "u-r"},
+                "spec": {"backend": {"filesystem": {"path": "/repo"}},
+                         "encryption": {"passwordSecretRef": {"name": "pw"}}}
+            }))
+            .unwrap(),
+        ))
+    }
+
+    fn restore(source: serde_json::Value) -> Restore {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
+            "metadata": {"name": "rs", "namespace": "media", "uid": "u-rs"},
+            "spec": {"repository": {"name": "NAS_1"}, "source": source,
+                     "target": {"pvc": {"name": "data", "capacity": "1Gi"}}}
+        }))
+        .unwrap()
+    }
+
+    /// spec/behavior.md §2.2: a restore connects as `kopiur-ops` at the lease host; the
+    /// source's identity (pinned from the Snapshot, or `source.identity`) only finds the
+    /// snapshot, and never becomes the connect identity.
+    #[test]
+    fn a_restore_connects_as_kopiur_ops_at_the_lease_host_and_finds_by_the_source_identity() {
+        let config = crate::config::Config::from_env();
+        let mf = crate::mover_settings::MoverFacts::default();
+        // By pinned snapshot id (snapshotRef / fromPolicy): the row's backup identity is recorded
+        // in status, the Job connects as kopiur-ops and restores that id.
+        let r = restore(serde_json::json!({"snapshotRef": {"name": "s1"}}));
+        let pinned = RestoreResolved {
+            resolution: Resolution::Snapshot,
+            kopia_snapshot_id: Some("k0123".into()),
+            snapshot_ref: None,
+            repository: None,
+            identity: Some(kopiur_api::shared::status::ResolvedIdentity {
+                username: "app".into(),
+                hostname: "media".into(),
+                source_path: Some("/pvc/data".into()),
+            }),
+            pinned_at: None,
+        };
+        let job = restore_job(&r, &config, &repo(), Some(&pinned), "rs-restore", &mf).unwrap();
+        let ws = work_spec(&job);
+        assert_eq!(
+            ws["repository"]["clientIdentity"],
+            serde_json::json!({"username": "kopiur-ops", "hostname": "kopiur.media.nas-1"})
+        );
+        assert_eq!(ws["operation"]["Restore"]["snapshotId"], "k0123");
+        // By identity: the mover resolves under the source's identity, connected as kopiur-ops.
+        let r = restore(serde_json::json!({"identity": {"username": "app", "hostname": "media",
+                                                        "sourcePath": "/pvc/data"}}));
+        let job = restore_job(&r, &config, &repo(), None, "rs-restore", &mf).unwrap();
+        let ws = work_spec(&job);
+        assert_eq!(ws["repository"]["clientIdentity"]["username"], "kopiur-ops");
+        assert_eq!(ws["repository"]["clientIdentity"]["hostname"], "kopiur.media.nas-1");
+        let resolve = &ws["operation"]["Restore"]["resolve"];
+        assert_eq!(resolve["identity"], serde_json::json!({"username": "app", "hostname": "media"}));
+        assert_eq!(resolve["sourcePath"], "/pvc/data");
+        // The ops identity is never the maintenance owner (kopia's auto-maintenance never runs).
+        let ci = &ws["repository"]["clientIdentity"];
+        let connect = format!("{}@{}", ci["username"].as_str().unwrap(), ci["hostname"].as_str().unwrap());
+        let owner = kopiur_api::domain::identity::lease_owner(Some("media"), "NAS_1");
+        assert_eq!(kopiur_api::domain::identity::maintenance_owner(&owner), "kopiur@kopiur.media.nas-1");
+        assert_ne!(connect, kopiur_api::domain::identity::maintenance_owner(&owner));
+    }
 }

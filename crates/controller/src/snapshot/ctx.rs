@@ -127,6 +127,20 @@ impl RepoView {
         v
     }
 
+    /// The repository's lease host (`crate::repository::apply::lease_host`).
+    pub fn lease_host(&self) -> String {
+        match self {
+            RepoView::Namespaced(r) => crate::repository::apply::lease_host(r.as_ref()),
+            RepoView::Cluster(c) => crate::repository::apply::lease_host(c.as_ref()),
+        }
+    }
+
+    /// The identity a short operational Job (batch delete, pin, restore) connects as:
+    /// `kopiur-ops` at the lease host (spec/behavior.md §2.2). Never the maintenance owner.
+    pub fn ops_identity(&self) -> kopiur_kopia::cmd::Identity {
+        kopiur_kopia::cmd::Identity::new("kopiur-ops", self.lease_host())
+    }
+
     pub fn reverify_requested_at(&self) -> Option<DateTime<Utc>> {
         self.meta()
             .annotations

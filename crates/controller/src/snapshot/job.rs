@@ -312,8 +312,7 @@ pub fn batch_delete_job(
             name: repo.name(),
             uid: repo_uid.clone(),
         },
-        repository: repository_info(repo, Identity::new("kopiur-ops", "kopiur"), &mounts)
-            .map_err(BuildError::Invalid)?,
+        repository: repository_info(repo, repo.ops_identity(), &mounts).map_err(BuildError::Invalid)?,
         command_timeout_seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
         heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
         operation: Operation::SnapshotDeleteBatch(SnapshotDeleteBatchOp {
@@ -671,5 +670,48 @@ mod tests {
         assert_eq!(js.active_deadline_seconds, Some(172_800));
         assert_eq!(js.backoff_limit, Some(kopiur_mover::job::DEFAULT_BACKOFF_LIMIT));
         assert_eq!(js.ttl_seconds_after_finished, None);
+    }
+
+    fn work_spec(job: &Job) -> serde_json::Value {
+        let env = job.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].env.clone().unwrap();
+        let ws = env.iter().find(|e| e.name == "KOPIUR_WORK_SPEC").and_then(|e| e.value.clone()).unwrap();
+        serde_json::from_str(&ws).unwrap()
+    }
+
+    /// spec/behavior.md §2.2: the batch delete connects as `kopiur-ops` at the repository's
+    /// lease host (`kopiur.<ns>.<name>`, `kopiur.clusterrepository.<name>`), never `@kopiur`.
+    #[test]
+    fn the_batch_delete_connects_as_kopiur_ops_at_the_lease_host() {
+        let spec = crate::deletion::batch::BatchSpec {
+            name: "snapdel-0123456789".into(),
+            repo_uid: "u-r".into(),
+            members: vec![],
+            chunks: vec![vec!["0123456789abcdef0123456789abcdef".into()]],
+        };
+        let backend = serde_json::json!({"backend": {"filesystem": {"path": "/repo"}},
+                                         "encryption": {"passwordSecretRef": {"name": "pw", "key": "password"}}});
+        let ns: kopiur_api::Repository = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "nas", "namespace": "media", "uid": "u-r"}, "spec": backend
+        }))
+        .unwrap();
+        let cluster: kopiur_api::ClusterRepository = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "ClusterRepository",
+            "metadata": {"name": "Shared", "uid": "u-c"},
+            "spec": {"allowedNamespaces": {"all": true}, "backend": backend["backend"], "encryption": backend["encryption"]}
+        }))
+        .unwrap();
+        let config = crate::config::Config::from_env();
+        for (rv, host) in [
+            (RepoView::Namespaced(std::sync::Arc::new(ns)), "kopiur.media.nas"),
+            (RepoView::Cluster(std::sync::Arc::new(cluster)), "kopiur.clusterrepository.shared"),
+        ] {
+            let ws = work_spec(&batch_delete_job(&spec, &rv, &config).unwrap());
+            assert_eq!(
+                ws["repository"]["clientIdentity"],
+                serde_json::json!({"username": "kopiur-ops", "hostname": host})
+            );
+            assert!(ws["operation"]["SnapshotDeleteBatch"].is_object());
+        }
     }
 }

@@ -33,7 +33,6 @@ use kopiur_api::Snapshot;
 use kopiur_api::names::{annotation, condition, reason};
 use kopiur_api::shared::status::Failure;
 use kopiur_api::snapshot::{SnapshotPhase, SnapshotStatus};
-use kopiur_kopia::cmd::Identity;
 use kopiur_mover::job::{CacheVolume, JobInput, build_job};
 use kopiur_mover::ops::pin::{PIN_NAME, SnapshotPinOp};
 use kopiur_mover::workspec::{
@@ -331,7 +330,7 @@ pub async fn reconcile(
     Ok(d)
 }
 
-/// The `<name>-pin` Job: one connect as `kopiur-ops`, one `snapshot pin`. It runs in the
+/// The `<name>-pin` Job: one connect as `kopiur-ops` at the lease host, one `snapshot pin`. It runs in the
 /// Snapshot's namespace (where its backup ran and its credentials are), owned by the Snapshot,
 /// with the Snapshot's `failurePolicy` and the repository's `moverDefaults`.
 pub fn pin_job(
@@ -352,8 +351,7 @@ pub fn pin_job(
             name: snap.name_any(),
             uid: snap.uid().unwrap_or_default(),
         },
-        repository: repository_info(repo, Identity::new("kopiur-ops", "kopiur"), &mounts)
-            .map_err(BuildError::Invalid)?,
+        repository: repository_info(repo, repo.ops_identity(), &mounts).map_err(BuildError::Invalid)?,
         command_timeout_seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
         heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
         operation: Operation::SnapshotPin(SnapshotPinOp {
@@ -588,6 +586,11 @@ mod tests {
             serde_json::json!({"SnapshotPin": {"snapshotId": "k0123", "pin": "kopiur", "add": true}})
         );
         assert_eq!(ws["targetRef"]["uid"], "u-s");
+        // spec/behavior.md §2.2: kopiur-ops at the repository's lease host.
+        assert_eq!(
+            ws["repository"]["clientIdentity"],
+            serde_json::json!({"username": "kopiur-ops", "hostname": "kopiur.apps.r"})
+        );
         assert_eq!(job_name(&"x".repeat(70)).len(), 63);
     }
 }
