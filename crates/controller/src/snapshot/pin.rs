@@ -325,7 +325,12 @@ pub async fn reconcile(
                 Err(e) => return Err(e.into()),
             }
         }
-        _ => {}
+        (PinStep::Idle, _, _) => {}
+        // `plan` launches only with the gate open (a known repository) and a manifest id.
+        (PinStep::Launch { .. }, None, _) | (PinStep::Launch { .. }, Some(_), None) => {
+            tracing::warn!(snapshot = %snap.name_any(), namespace = %ns, "pin launch planned without a repository or a manifest id; nothing done");
+            d.step = PinStep::Idle;
+        }
     }
     Ok(d)
 }
