@@ -1,6 +1,7 @@
 //! The only code that runs the `kopia` binary: argv builders per backend, typed `--json`
 //! models, a process runner with deadlines, and the ordered classification of kopia's
 //! stderr into error classes and connect verdicts. No Kubernetes here.
+pub mod algorithms;
 pub mod backend;
 pub mod classify;
 pub mod cmd;

@@ -199,3 +199,52 @@ fn sync_to_flags_cover_every_sync_field() {
     let plain = cmd::sync_to(&dest, &cmd::SyncOptions { update: Some(true), ..Default::default() }).unwrap().args;
     assert_eq!(plain.last().map(String::as_str), Some("--update"));
 }
+
+#[test]
+fn create_renders_every_format_option_and_ecc() {
+    use kopiur_kopia::algorithms::Algorithm;
+    use kopiur_kopia::cmd::CreateOptions;
+    let id = Identity::new("kopiur-ops", "kopiur.t.r");
+    let opts = CreateOptions {
+        encryption: Some("CHACHA20-POLY1305-HMAC-SHA256".into()),
+        block_hash: Some("BLAKE3-256".into()),
+        object_splitter: Some("DYNAMIC-1M-BUZHASH".into()),
+        ecc: Some("REED-SOLOMON-CRC32".into()),
+        ecc_overhead_percent: Some(2),
+    };
+    let c = cmd::create(&s3(), &id, &opts, &CacheSizes { content_mb: None, metadata_mb: Some(50) }).unwrap();
+    assert_eq!(
+        c.args,
+        [
+            "repository",
+            "create",
+            "s3",
+            "--bucket=b",
+            "--endpoint=127.0.0.1:3900",
+            "--prefix=p/",
+            "--region=garage",
+            "--disable-tls",
+            "--override-username=kopiur-ops",
+            "--override-hostname=kopiur.t.r",
+            "--metadata-cache-size-mb=50",
+            "--encryption=CHACHA20-POLY1305-HMAC-SHA256",
+            "--block-hash=BLAKE3-256",
+            "--object-splitter=DYNAMIC-1M-BUZHASH",
+            "--ecc=REED-SOLOMON-CRC32",
+            "--ecc-overhead-percent=2",
+        ]
+    );
+    // Each flag is the one the algorithm list is checked against.
+    for (a, v) in [
+        (Algorithm::Encryption, "CHACHA20-POLY1305-HMAC-SHA256"),
+        (Algorithm::BlockHash, "BLAKE3-256"),
+        (Algorithm::ObjectSplitter, "DYNAMIC-1M-BUZHASH"),
+        (Algorithm::Ecc, "REED-SOLOMON-CRC32"),
+    ] {
+        assert!(c.args.contains(&format!("{}={v}", a.flag())), "{a:?}");
+        assert!(a.is_known(v), "{a:?} {v}");
+    }
+    // Unset options leave kopia's defaults: no format flag at all.
+    let plain = cmd::create(&s3(), &id, &CreateOptions::default(), &CacheSizes::default()).unwrap();
+    assert!(!plain.args.iter().any(|a| Algorithm::ALL.iter().any(|x| a.starts_with(x.flag()))), "{:?}", plain.args);
+}
