@@ -281,6 +281,15 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         },
         None => work_spec,
     };
+    // R (spec/api.md §6.1): a compressor kopia cannot write with parks the run Stalled
+    // InvalidSpec, no Job, until the policy names a known one.
+    let work_spec = match policy.as_ref().and_then(|p| crate::snapshot_policy::compression::unknown_compressor(&p.spec))
+    {
+        Some(m) => {
+            WorkSpecState::MoverRefused { reason: reason::INVALID_SPEC, message: format!("its SnapshotPolicy: {m}") }
+        }
+        None => work_spec,
+    };
     let (preflight, preflight_timeout) = preflight_facts(ctx, policy.as_deref(), repo.as_ref(), now);
     let pod_startup_deadline = chrono::Duration::seconds(FailurePolicy::resolved_pod_startup_deadline_seconds(
         snap.spec.failure_policy.as_ref(),

@@ -264,6 +264,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     let (policy_tx, policy_rx) = mpsc::unbounded_channel::<ObjectRef<SnapshotPolicy>>();
     let pvc_policy_tx = policy_tx.clone();
     let ns_policy_tx = policy_tx.clone();
+    let (repo_policy_tx, crepo_policy_tx) = (policy_tx.clone(), policy_tx.clone());
     let (snapshots, snapshots_synced, snap_trigger) = decoupled::<Snapshot>(&client, &wc, move |s: &Snapshot| {
         let ns = s.namespace().unwrap_or_default();
         for o in s.owner_references().iter().filter(|o| o.controller == Some(true) && o.kind == "SnapshotSchedule") {
@@ -347,11 +348,20 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     // reconcile reads, so the re-reconcile sees the new phase.
     {
         let (stx, rtx, s, r) = (snap_tx.clone(), restore_tx.clone(), snapshots.clone(), restores.clone());
+        let policies = ctx.stores.policies.clone();
         tokio::spawn(async move {
             let mut ev = std::pin::pin!(repo_events);
             while let Some(e) = ev.next().await {
                 let Ok(repo) = e else { continue };
                 let ns = repo.namespace();
+                // The policies targeting it (their RepositoriesReady and Ready follow it).
+                for x in crate::snapshot_policy::sources::policies_targeting(
+                    &policies.state(),
+                    Some(ns.as_deref().unwrap_or_default()),
+                    &repo.name_any(),
+                ) {
+                    let _ = repo_policy_tx.send(x);
+                }
                 for x in parked_on(&s, "Repository", ns.as_deref(), &repo.name_any()) {
                     let _ = stx.send(x).await;
                 }
@@ -366,10 +376,15 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     }
     {
         let (stx, rtx, s, r) = (snap_tx.clone(), restore_tx.clone(), snapshots.clone(), restores.clone());
+        let policies = ctx.stores.policies.clone();
         tokio::spawn(async move {
             let mut ev = std::pin::pin!(crepo_events);
             while let Some(e) = ev.next().await {
                 let Ok(repo) = e else { continue };
+                for x in crate::snapshot_policy::sources::policies_targeting(&policies.state(), None, &repo.name_any())
+                {
+                    let _ = crepo_policy_tx.send(x);
+                }
                 for x in parked_on(&s, "ClusterRepository", None, &repo.name_any()) {
                     let _ = stx.send(x).await;
                 }

@@ -3,7 +3,58 @@
 //! Reconciling and Stalled is True. Stalled wins (a human or a spec change is needed); else
 //! Ready True is the steady state; else the policy waits on something that heals by itself
 //! (its repositories becoming Ready), so Reconciling carries Ready's reason.
+use kopiur_api::names::reason;
+
+use crate::gating::{Gate, Readiness};
 use crate::health::kstatus::{Cond, CondStatus};
+
+/// `RepositoriesReady` and `Ready` (plus `Stalled` when a human is needed) from the gate of
+/// each repository the policy targets (api.md §6.4, §5 tenancy; ADR-0007's readiness gate).
+/// `RepositoriesReady` is the warning-level summary (`RepositoryReady` / `RepositoryNotReady`).
+/// Ready names the most severe gate: a namespace refused by a ClusterRepository's tenancy
+/// (`NamespaceNotAllowed`), then a repository that does not exist (`RepositoryNotFound`), then
+/// one that is not Ready (`RepositoryNotReady`). A refused namespace, an absent repository and a
+/// Failed one are Blocked: Stalled with Ready's reason. A repository on its way to Ready is a
+/// wait (Reconciling, completed by [`complete_trio`]).
+pub fn repository_conditions(gates: &[Gate]) -> Vec<Cond> {
+    let blocked: Vec<&Gate> = gates.iter().filter(|g| **g != Gate::Open).collect();
+    if blocked.is_empty() {
+        return vec![
+            Cond {
+                type_: "RepositoriesReady",
+                status: CondStatus::True,
+                reason: reason::REPOSITORY_READY.into(),
+                message: String::new(),
+            },
+            Cond { type_: "Ready", status: CondStatus::True, reason: reason::READY.into(), message: String::new() },
+        ];
+    }
+    let message = blocked.iter().map(|g| g.message()).collect::<Vec<_>>().join("; ");
+    let severity = |g: &Gate| match g {
+        Gate::NamespaceNotAllowed { .. } => 3,
+        Gate::NotReady { phase, .. } if phase == crate::gating::ABSENT => 2,
+        Gate::NotReady { .. } => 1,
+        Gate::Open => 0,
+    };
+    let worst = blocked.iter().copied().max_by_key(|g| severity(g)).cloned().unwrap_or(Gate::Open);
+    let (ready_reason, stalled) = match worst.readiness() {
+        Readiness::Blocked { reason } => (reason, true),
+        Readiness::Wait | Readiness::Go => (reason::REPOSITORY_NOT_READY, false),
+    };
+    let mut out = vec![
+        Cond {
+            type_: "RepositoriesReady",
+            status: CondStatus::False,
+            reason: reason::REPOSITORY_NOT_READY.into(),
+            message: message.clone(),
+        },
+        Cond { type_: "Ready", status: CondStatus::False, reason: ready_reason.into(), message: message.clone() },
+    ];
+    if stalled {
+        out.push(Cond { type_: "Stalled", status: CondStatus::True, reason: ready_reason.into(), message });
+    }
+    out
+}
 
 pub fn complete_trio(conds: &mut Vec<Cond>) {
     let find = |conds: &[Cond], t: &str| conds.iter().find(|c| c.type_ == t).cloned();
@@ -70,6 +121,58 @@ mod tests {
             .collect();
         v.sort_by_key(|x| x.0);
         v
+    }
+
+    fn gate_not_ready(phase: &str) -> Gate {
+        Gate::NotReady { repository: "ns/r".into(), phase: phase.into() }
+    }
+
+    /// The trio and RepositoriesReady after [`repository_conditions`] and [`complete_trio`].
+    fn verdict(gates: &[Gate]) -> (Vec<(&'static str, CondStatus, String)>, (CondStatus, String), String) {
+        let mut conds = repository_conditions(gates);
+        complete_trio(&mut conds);
+        let rr = conds.iter().find(|c| c.type_ == "RepositoriesReady").unwrap();
+        let msg = conds.iter().find(|c| c.type_ == "Ready").unwrap().message.clone();
+        (trio(&conds), (rr.status, rr.reason.clone()), msg)
+    }
+
+    #[test]
+    fn repository_gates_give_the_spec_reasons_and_trio() {
+        use CondStatus::{False, True};
+        let t = |r: &str, rec: CondStatus, st: CondStatus| {
+            vec![("Ready", False, r.to_string()), ("Reconciling", rec, r.to_string()), ("Stalled", st, r.to_string())]
+        };
+        // All Ready.
+        let (tr, rr, _) = verdict(&[Gate::Open]);
+        assert_eq!(tr[0], ("Ready", True, "Ready".into()));
+        assert_eq!(rr, (True, "RepositoryReady".into()));
+        // On its way to Ready: a wait.
+        let (tr, rr, m) = verdict(&[gate_not_ready("Initializing")]);
+        assert_eq!(tr, t("RepositoryNotReady", True, False));
+        assert_eq!(rr, (False, "RepositoryNotReady".into()));
+        assert!(m.contains("ns/r is Initializing"), "{m}");
+        // Failed: Blocked, a human is needed.
+        let (tr, _, _) = verdict(&[gate_not_ready("Failed")]);
+        assert_eq!(tr, t("RepositoryNotReady", False, True));
+        // A reference naming nothing.
+        let (tr, rr, m) = verdict(&[gate_not_ready(crate::gating::ABSENT)]);
+        assert_eq!(tr, t("RepositoryNotFound", False, True));
+        assert_eq!(rr, (False, "RepositoryNotReady".into()), "RepositoriesReady keeps its two reasons");
+        assert!(m.contains("does not exist"), "{m}");
+        // Tenancy refused: NamespaceNotAllowed, never RepositoryNotReady.
+        let nna = Gate::NamespaceNotAllowed { repository: "shared".into() };
+        let (tr, _, m) = verdict(std::slice::from_ref(&nna));
+        assert_eq!(tr, t("NamespaceNotAllowed", False, True));
+        assert!(m.contains("not in allowedNamespaces of ClusterRepository shared"), "{m}");
+        // The most severe gate names Ready; every message is kept.
+        let (tr, _, m) = verdict(&[gate_not_ready("Initializing"), nna, gate_not_ready(crate::gating::ABSENT)]);
+        assert_eq!(tr, t("NamespaceNotAllowed", False, True));
+        assert!(
+            m.contains("is Initializing") && m.contains("allowedNamespaces") && m.contains("does not exist"),
+            "{m}"
+        );
+        let (tr, _, _) = verdict(&[Gate::Open, gate_not_ready("Pending"), gate_not_ready(crate::gating::ABSENT)]);
+        assert_eq!(tr, t("RepositoryNotFound", False, True));
     }
 
     #[test]

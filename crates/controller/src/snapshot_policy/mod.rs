@@ -1,6 +1,7 @@
 //! SnapshotPolicy: `plan` selects what GFS retention prunes, `fork` guards the pinned identity,
 //! `reconcile` applies both.
 pub mod collision;
+pub mod compression;
 pub mod fork;
 pub mod kstatus;
 pub mod plan;

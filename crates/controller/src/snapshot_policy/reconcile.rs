@@ -47,7 +47,7 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
     let refs: Vec<_> = policy.spec.target.repositories().into_iter().cloned().collect();
     let mut resolved_repos = Vec::new();
     let mut summary = Vec::new();
-    let mut not_ready = Vec::new();
+    let mut gates = Vec::new();
     for r in &refs {
         let gate = ctx.gate(&ns, r);
         let rv = ctx.repository(&ns, r);
@@ -57,9 +57,7 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
             Gate::NamespaceNotAllowed { .. } => "NamespaceNotAllowed".to_string(),
         };
         summary.push(format!("{} ({phase})", r.name));
-        if gate != Gate::Open {
-            not_ready.push(gate.message());
-        }
+        gates.push(gate.clone());
         if let Some(rv) = rv {
             resolved_repos.push(ResolvedRepository {
                 kind: r.kind,
@@ -195,23 +193,22 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
         });
     }
 
-    if not_ready.is_empty() {
-        conds.push(Cond {
-            type_: "RepositoriesReady",
-            status: CondStatus::True,
-            reason: "RepositoryReady".into(),
-            message: String::new(),
-        });
-        conds.push(Cond { type_: "Ready", status: CondStatus::True, reason: "Ready".into(), message: String::new() });
-    } else {
-        let m = not_ready.join("; ");
-        conds.push(Cond {
-            type_: "RepositoriesReady",
-            status: CondStatus::False,
-            reason: "RepositoryNotReady".into(),
-            message: m.clone(),
-        });
-        conds.push(Cond { type_: "Ready", status: CondStatus::False, reason: "RepositoryNotReady".into(), message: m });
+    // RepositoriesReady and Ready from each target's gate: NamespaceNotAllowed,
+    // RepositoryNotFound and a Failed repository are Stalled, one on its way Reconciling
+    // (api.md §6.4; the Repository and ClusterRepository watches re-reconcile the policy).
+    conds.extend(super::kstatus::repository_conditions(&gates));
+    // R (api.md §6.1): a compressor kopia cannot write with stalls the policy (its Snapshots
+    // park with the same reason, no Job) until the name is fixed.
+    if let Some(m) = super::compression::unknown_compressor(&policy.spec) {
+        conds.retain(|c| c.type_ != "Ready" && c.type_ != "Stalled");
+        for (type_, status) in [("Ready", CondStatus::False), ("Stalled", CondStatus::True)] {
+            conds.push(Cond {
+                type_,
+                status,
+                reason: kopiur_api::names::reason::INVALID_SPEC.into(),
+                message: m.clone(),
+            });
+        }
     }
     // A gated source (spec/api.md §1 gating) overrides Ready and stalls the policy; the
     // stall is lifted once the source is no longer refused.

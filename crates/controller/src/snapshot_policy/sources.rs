@@ -170,6 +170,34 @@ pub fn key_hash6(key: &str) -> String {
     format!("{:06x}", fnv1a64(key.as_bytes()) >> 40)
 }
 
+/// The policies targeting a repository (api.md §4 G3, §6.4): the Repository `ns/name` (`ns`
+/// Some) or the ClusterRepository `name` (`ns` None). Every change of that repository
+/// re-reconciles them, so `RepositoriesReady` and Ready follow it at once, not on the 300 s
+/// requeue; a refused tenancy or an absent repository heals the same way.
+pub fn policies_targeting(
+    policies: &[std::sync::Arc<kopiur_api::SnapshotPolicy>],
+    ns: Option<&str>,
+    name: &str,
+) -> Vec<kube::runtime::reflector::ObjectRef<kopiur_api::SnapshotPolicy>> {
+    use kopiur_api::shared::RepositoryKind;
+    use kube::ResourceExt;
+    policies
+        .iter()
+        .filter(|p| {
+            let own = p.namespace().unwrap_or_default();
+            p.spec.target.repositories().iter().any(|r| {
+                r.name == name
+                    && match (r.kind, ns) {
+                        (RepositoryKind::Repository, Some(ns)) => r.resolved_namespace(&own) == Some(ns),
+                        (RepositoryKind::ClusterRepository, None) => true,
+                        _ => false,
+                    }
+            })
+        })
+        .map(|p| kube::runtime::reflector::ObjectRef::from_obj(p.as_ref()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,5 +350,36 @@ mod tests {
         assert!(h.chars().all(|c| c.is_ascii_hexdigit()));
         assert_eq!(h, format!("{:016x}", fnv1a64(b"apps/media"))[..6]);
         assert_ne!(h, key_hash6("apps/db"));
+    }
+
+    #[test]
+    fn policies_targeting_matches_kind_namespace_and_name() {
+        use std::sync::Arc;
+        let p = |ns: &str, name: &str, repo: serde_json::Value| {
+            Arc::new(
+                serde_json::from_value::<kopiur_api::SnapshotPolicy>(serde_json::json!({
+                    "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+                    "metadata": {"name": name, "namespace": ns},
+                    "spec": {"repository": repo, "copyMethod": "Direct", "sources": [{"pvc": {"name": "a"}}]}
+                }))
+                .unwrap(),
+            )
+        };
+        let all = vec![
+            p("a", "own", serde_json::json!({"name": "r"})),
+            p("b", "cross", serde_json::json!({"name": "r", "namespace": "a"})),
+            p("b", "other-ns", serde_json::json!({"name": "r"})),
+            p("a", "other-name", serde_json::json!({"name": "s"})),
+            p("c", "cluster", serde_json::json!({"name": "r", "kind": "ClusterRepository"})),
+        ];
+        let names = |v: Vec<kube::runtime::reflector::ObjectRef<kopiur_api::SnapshotPolicy>>| {
+            let mut n: Vec<String> = v.into_iter().map(|o| o.name).collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(policies_targeting(&all, Some("a"), "r")), vec!["cross", "own"]);
+        assert_eq!(names(policies_targeting(&all, Some("b"), "r")), vec!["other-ns"]);
+        assert_eq!(names(policies_targeting(&all, None, "r")), vec!["cluster"]);
+        assert!(policies_targeting(&all, None, "s").is_empty(), "a ClusterRepository s is not the Repository a/s");
     }
 }

@@ -91,7 +91,13 @@ pub fn run_ends(children: &[Arc<Snapshot>]) -> Vec<(DateTime<Utc>, super::plan::
             let end = match st.phase.as_ref()? {
                 SnapshotPhase::Succeeded | SnapshotPhase::Unchanged => RunEnd::Success,
                 SnapshotPhase::Failed => RunEnd::Failed,
-                _ => return None,
+                // Not a run's end: still running, a discovered row, being deleted, or a phase
+                // this version cannot read (never counted on a guess).
+                SnapshotPhase::Pending
+                | SnapshotPhase::Running
+                | SnapshotPhase::Discovered
+                | SnapshotPhase::Deleting
+                | SnapshotPhase::Unknown(_) => return None,
             };
             let t = st.timing.as_ref().and_then(|t| t.end_time).or_else(|| {
                 s.meta().creation_timestamp.as_ref().and_then(|c| DateTime::<Utc>::from_timestamp(c.0.as_second(), 0))
