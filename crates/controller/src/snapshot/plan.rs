@@ -2,11 +2,11 @@
 //! one decision (phase, conditions, the one next step) comes out. Gating is deferral: a
 //! Snapshot whose repository is not Ready stays Pending and no consumer timer runs.
 use chrono::{DateTime, Duration, Utc};
-use kopiur_api::names::reason;
+use kopiur_api::names::{condition, reason};
 use kopiur_api::shared::status::Failure;
 use kopiur_api::snapshot::SnapshotPhase;
 
-use crate::gating::Gate;
+use crate::gating::{Gate, Readiness};
 use crate::health::kstatus::{Cond, CondStatus};
 pub use crate::wedged::Verdict;
 
@@ -497,7 +497,14 @@ fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
     match &f.gate {
         Gate::Open => {}
         Gate::NotReady { .. } => {
-            let mut d = pending("RepositoryNotReady", f.gate.message());
+            // The readiness gate (ADR-0007): Wait parks Reconciling with RepositoryNotReady;
+            // Blocked (Failed, or absent: RepositoryNotFound) parks Stalled. Neither is terminal.
+            let mut d = match f.gate.readiness() {
+                Readiness::Blocked { reason } => {
+                    RunDecision::new(Some(SnapshotPhase::Pending), stalled(reason, f.gate.message()), Step::Idle)
+                }
+                Readiness::Wait | Readiness::Go => pending(reason::REPOSITORY_NOT_READY, f.gate.message()),
+            };
             d.gated = true;
             d.requeue_after = Some(Duration::seconds(PARKED_REQUEUE_SECONDS));
             return d;
@@ -517,7 +524,14 @@ fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
             message: Some("the repository is mode ReadOnly; backups are refused".into()),
             ..Failure::default()
         };
-        return failed_terminal(f, "RepositoryReadOnly", failure, false, now);
+        let mut d = failed_terminal(f, reason::REPOSITORY_READ_ONLY, failure, false, now);
+        d.conditions.push(cond(
+            condition::REPOSITORY_WRITABLE,
+            CondStatus::False,
+            reason::REPOSITORY_READ_ONLY,
+            "the repository is mode ReadOnly; this Snapshot cannot write to it",
+        ));
+        return d;
     }
     if let Some(d) = preflight(f, now) {
         return d;
@@ -527,8 +541,19 @@ fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
             "Secret {} does not exist in this namespace; the mover reads credentials from the Job's namespace",
             f.missing_secrets.join(", ")
         );
-        let mut d = pending("MissingCredentialsSecret", msg.clone());
-        d.conditions.push(cond("CredentialsAvailable", CondStatus::False, "MissingCredentialsSecret", msg));
+        // A structural gate (api.md §7.4): a human creates the Secret, so Stalled; the Secret
+        // watch (and the requeue) resumes the run.
+        let mut d = RunDecision::new(
+            Some(SnapshotPhase::Pending),
+            stalled(reason::MISSING_CREDENTIALS_SECRET, msg.clone()),
+            Step::Idle,
+        );
+        d.conditions.push(cond(
+            condition::CREDENTIALS_AVAILABLE,
+            CondStatus::False,
+            reason::MISSING_CREDENTIALS_SECRET,
+            msg,
+        ));
         d.requeue_after = Some(Duration::seconds(PARKED_REQUEUE_SECONDS));
         return d;
     }
@@ -592,7 +617,13 @@ fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
                 waiting("BackupRunning", "the mover Job was created"),
                 Step::Launch,
             );
-            d.conditions.push(cond("SourcePvcAvailable", CondStatus::True, "SourcePvcPresent", ""));
+            d.conditions.push(cond(condition::SOURCE_PVC_AVAILABLE, CondStatus::True, reason::SOURCE_PVC_FOUND, ""));
+            d.conditions.push(cond(
+                condition::CREDENTIALS_AVAILABLE,
+                CondStatus::True,
+                reason::FOUND,
+                "the repository's credential Secrets exist in this namespace",
+            ));
             d
         }
     }
@@ -643,6 +674,13 @@ mod tests {
         assert_eq!(reason(&d), "MissingCredentialsSecret");
         assert!(d.conditions.iter().any(|c| c.type_ == "CredentialsAvailable" && c.status == CondStatus::False));
         assert_eq!(d.step, Step::Idle);
+        // A structural gate (api.md §7.4): Stalled, not Reconciling.
+        assert_eq!(cond_of(&d, "Stalled"), Some(("True", "MissingCredentialsSecret")));
+        assert_eq!(cond_of(&d, "Reconciling").map(|c| c.0), Some("False"));
+        // Once the Secret exists, the launch records CredentialsAvailable=True / Found.
+        let mut ok = f.clone();
+        ok.missing_secrets.clear();
+        assert_eq!(cond_of(&plan(&ok, now()), "CredentialsAvailable"), Some(("True", "Found")));
         f.gate = Gate::NotReady { repository: "t/r".into(), phase: "Degraded".into() };
         assert_eq!(reason(&plan(&f, now())), "RepositoryNotReady", "the repository gate is checked first");
     }
@@ -714,6 +752,40 @@ mod tests {
         assert_eq!(d.phase, Some(SnapshotPhase::Failed));
         assert_eq!(reason(&d), "RepositoryReadOnly");
         assert!(!d.nudge);
+        // api.md §7.4: RepositoryWritable=False / RepositoryReadOnly, and the run ends Failed.
+        assert_eq!(cond_of(&d, "RepositoryWritable"), Some(("False", "RepositoryReadOnly")));
+        assert_eq!(cond_of(&d, "Stalled"), Some(("True", "RepositoryReadOnly")));
+        assert_eq!(d.record_completion, Some(Completion::Failed));
+        // A writable repository never writes the condition.
+        assert_eq!(cond_of(&plan(&facts(), now()), "RepositoryWritable"), None);
+    }
+
+    fn cond_of<'a>(d: &'a RunDecision, t: &str) -> Option<(&'static str, &'a str)> {
+        d.conditions.iter().find(|c| c.type_ == t).map(|c| (c.status.as_str(), c.reason.as_str()))
+    }
+
+    /// The readiness gate on a Snapshot (ADR-0007, api.md §7.3, §7.4): an absent repository is
+    /// Blocked (Stalled `RepositoryNotFound`), a Failed one Blocked (Stalled
+    /// `RepositoryNotReady`), a healing one Wait (Reconciling `RepositoryNotReady`); each parks
+    /// Pending with no Job and resumes by itself.
+    #[test]
+    fn the_repository_gate_is_go_wait_or_blocked() {
+        let rows = [
+            (crate::gating::ABSENT, "RepositoryNotFound", "True", "False"),
+            ("Failed", "RepositoryNotReady", "True", "False"),
+            ("Degraded", "RepositoryNotReady", "False", "True"),
+            ("Initializing", "RepositoryNotReady", "False", "True"),
+        ];
+        for (phase, want, stalled, reconciling) in rows {
+            let mut f = facts();
+            f.gate = Gate::NotReady { repository: "t/r".into(), phase: phase.into() };
+            let d = plan(&f, now());
+            assert_eq!((d.phase.clone(), d.step.clone()), (Some(SnapshotPhase::Pending), Step::Idle), "{phase}");
+            assert_eq!(reason(&d), want, "{phase}");
+            assert_eq!(cond_of(&d, "Stalled").map(|c| c.0), Some(stalled), "{phase}");
+            assert_eq!(cond_of(&d, "Reconciling").map(|c| c.0), Some(reconciling), "{phase}");
+            assert!(d.gated && d.record_completion.is_none() && d.failure.is_none(), "{phase}: never terminal");
+        }
     }
 
     #[test]
