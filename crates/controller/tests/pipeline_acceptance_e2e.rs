@@ -1,5 +1,7 @@
 //! The backup pipeline's remaining acceptance items, end to end on a private local control plane,
 //! Garage, the fault proxy and the real mover; every figure is printed:
+//! - with the chart's `pruned-by` admission policy installed (only the controller's
+//!   ServiceAccount may write the annotation), kopiur's own stamps go through:
 //! - retention keepLatest 3 after 6 runs leaves exactly 3 kopia snapshots (`kopia snapshot
 //!   list`), each pruned Snapshot stamped `pruned-by: retention`; a pinned Snapshot survives;
 //! - T31: on a repository with mass-deletion threshold 1, failedJobsHistoryLimit 2 with 6 Failed
@@ -50,6 +52,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
+#[path = "support/admission.rs"]
+mod admission;
 #[path = "support/recorder.rs"]
 mod recorder;
 use kopiur_api::names::condition as names_cond;
@@ -264,6 +268,9 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
     )
     .await?;
     let ns = env.namespace("acc").await?;
+    // The chart's admission policy is in force: only the controller may write `pruned-by`, and
+    // every stamp this test sees (retention, failed-history) is the controller's own.
+    admission::install_pruned_by_policy(&client, &op_ns, &ns).await?;
     let w = World { client: client.clone(), ns: ns.clone(), log: op.log_path().to_path_buf(), started };
 
     let secret: Secret = serde_json::from_value(json!({

@@ -56,6 +56,7 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "private_env",             // 14 s
     "node_restart",            // 13 s
     "lifecycle_e2e",           // 11 s (measured alone)
+    "admission_e2e",           // 10 s (no Garage, no operator)
     "mover_signals",           // 2 s: real kopia, no cluster
 ];
 

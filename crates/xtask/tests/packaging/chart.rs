@@ -73,8 +73,11 @@ fn default_render_is_the_operator_without_monitoring_objects() {
     assert!(find(&docs, "ServiceMonitor").is_empty());
     assert!(find(&docs, "PrometheusRule").is_empty());
     assert!(find(&docs, "ConfigMap").is_empty());
+    assert_eq!(find(&docs, "ValidatingAdmissionPolicy").len(), 1, "the pruned-by admission policy is on by default");
+    const CLUSTER_SCOPED: &[&str] =
+        &["ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"];
     for d in &docs {
-        if d["kind"] != "ClusterRole" && d["kind"] != "ClusterRoleBinding" {
+        if !CLUSTER_SCOPED.iter().any(|k| d["kind"] == *k) {
             assert_eq!(d["metadata"]["namespace"], "kopiur-system", "{} {}", d["kind"], d["metadata"]["name"]);
         }
     }
@@ -166,6 +169,28 @@ fn controller_service_account_is_bound() {
     assert_eq!(one(&docs, "ClusterRoleBinding")["subjects"][0]["name"], sa);
     assert_eq!(one(&docs, "ClusterRoleBinding")["roleRef"]["name"], "kopiur-controller");
     assert_eq!(one(&docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"], sa);
+}
+
+/// The `pruned-by` admission policy exempts exactly the controller's ServiceAccount (in the
+/// release namespace, under its configured name), is bound with Deny, and goes away when
+/// disabled. Its behaviour on a real apiserver is `admission_e2e`.
+#[test]
+fn pruned_by_admission_policy_exempts_only_the_controller() {
+    let docs = render(&["serviceAccount.name=ops"]);
+    let policy = one(&docs, "ValidatingAdmissionPolicy");
+    let conditions = policy["spec"]["matchConditions"].as_array().expect("matchConditions");
+    assert_eq!(conditions.len(), 1);
+    assert_eq!(conditions[0]["expression"], "request.userInfo.username != 'system:serviceaccount:kopiur-system:ops'");
+    assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+    assert_eq!(policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"], json!(["snapshots"]));
+    assert_eq!(policy["spec"]["matchConstraints"]["resourceRules"][0]["operations"], json!(["CREATE", "UPDATE"]));
+    let binding = one(&docs, "ValidatingAdmissionPolicyBinding");
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    let off = render(&["admissionPolicy.enabled=false"]);
+    assert!(
+        find(&off, "ValidatingAdmissionPolicy").is_empty() && find(&off, "ValidatingAdmissionPolicyBinding").is_empty()
+    );
 }
 
 #[test]
