@@ -272,6 +272,32 @@ pub fn plan(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
     d
 }
 
+/// api.md §7.6: a discovered row has `deletionPolicy: Retain` and no `onScheduleDelete` (X: the
+/// origin label is invisible to CEL). The effective value is forced to `Retain` whatever the
+/// spec says (`deletion::observe::effective_policy`); this returns the `InvalidSpec` message
+/// when the spec says otherwise, None when the row is valid.
+pub fn discovered_row_violation(spec: &kopiur_api::snapshot::SnapshotSpec) -> Option<String> {
+    use kopiur_api::snapshot_policy::DeletionPolicy;
+    let mut wrong = Vec::new();
+    match spec.deletion_policy {
+        Some(DeletionPolicy::Retain) => {}
+        Some(p @ (DeletionPolicy::Delete | DeletionPolicy::Orphan)) => {
+            wrong.push(format!("spec.deletionPolicy is {p:?}"));
+        }
+        None => wrong.push("spec.deletionPolicy is not set".to_string()),
+    }
+    if let Some(o) = spec.on_schedule_delete {
+        wrong.push(format!("spec.onScheduleDelete is {o:?} (forbidden on discovered rows)"));
+    }
+    (!wrong.is_empty()).then(|| {
+        format!(
+            "a discovered Snapshot must have deletionPolicy: Retain and no onScheduleDelete, but {}; \
+             the effective deletion policy is forced to Retain (deleting this row never deletes the kopia snapshot)",
+            wrong.join(" and ")
+        )
+    })
+}
+
 fn failed_terminal(f: &RunFacts, reason: &str, failure: Failure, nudge: bool, now: DateTime<Utc>) -> RunDecision {
     let msg = failure.message.clone().unwrap_or_else(|| reason.to_string());
     let mut d = RunDecision::new(Some(SnapshotPhase::Failed), stalled(reason, msg), Step::Idle);
@@ -1000,6 +1026,30 @@ mod tests {
         let d = plan(&f, now());
         assert_eq!(d.phase, None);
         assert_eq!(d.step, Step::Idle);
+    }
+
+    #[test]
+    fn a_discovered_row_with_delete_or_on_schedule_delete_is_invalid_spec() {
+        use kopiur_api::snapshot::SnapshotSpec;
+        use kopiur_api::snapshot_policy::DeletionPolicy;
+        let spec = |dp: Option<DeletionPolicy>, osd: Option<&str>| -> SnapshotSpec {
+            let mut v = serde_json::json!({});
+            if let Some(dp) = dp {
+                v["deletionPolicy"] = serde_json::to_value(dp).unwrap();
+            }
+            if let Some(o) = osd {
+                v["onScheduleDelete"] = o.into();
+            }
+            serde_json::from_value(v).unwrap()
+        };
+        assert_eq!(discovered_row_violation(&spec(Some(DeletionPolicy::Retain), None)), None);
+        let m = discovered_row_violation(&spec(Some(DeletionPolicy::Delete), None)).unwrap();
+        assert!(m.contains("spec.deletionPolicy is Delete") && m.contains("forced to Retain"), "{m}");
+        let m = discovered_row_violation(&spec(Some(DeletionPolicy::Orphan), None)).unwrap();
+        assert!(m.contains("Orphan"), "{m}");
+        let m = discovered_row_violation(&spec(Some(DeletionPolicy::Retain), Some("Delete"))).unwrap();
+        assert!(m.contains("spec.onScheduleDelete is Delete"), "{m}");
+        assert!(discovered_row_violation(&spec(None, None)).is_some());
     }
 
     #[test]

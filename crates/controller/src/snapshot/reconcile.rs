@@ -422,6 +422,16 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     next.conditions = super::ctx::merge(&status.conditions, &d.conditions, snap.meta().generation.unwrap_or(0), now);
     super::pin::apply_to_status(&mut next, &pin, snap.meta().generation.unwrap_or(0), now);
     let written = write_status(&api, fresh.as_ref().unwrap_or(snap), &status, &next).await?;
+    // api.md §7.6: a discovered row whose spec is not `Retain` (or carries `onScheduleDelete`) is
+    // forced to Retain with one Warning `InvalidSpec` per generation: emitted by the reconcile
+    // whose status write records that generation as observed.
+    if written
+        && discovered
+        && status.observed_generation != snap.meta().generation
+        && let Some(message) = super::plan::discovered_row_violation(&snap.spec)
+    {
+        ctx.event(&snap.object_ref(&()), true, event::INVALID_SPEC, message).await;
+    }
     // After the Failed status landed: deleting first would read as a lost Job if the write lost
     // a conflict. A failed delete does not hold back the Event below; the requeue retries it.
     if d.delete_job
