@@ -104,6 +104,40 @@ impl Credentials {
     }
 }
 
+/// The object the source names (api.md §9 `ReferentAvailable`): the Snapshot of `snapshotRef`,
+/// the SnapshotPolicy of `fromPolicy`. An `identity` source names no object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Referent {
+    /// `identity`: nothing referenced, no condition.
+    NotApplicable,
+    /// The object exists; `what` names it (`Snapshot s1`, `SnapshotPolicy p`).
+    Found { what: String },
+    /// The object does not exist (yet).
+    Missing { what: String },
+}
+
+impl Referent {
+    /// `ReferentAvailable`: True `RestoreReferentFound`, False `RestoreReferentMissing`.
+    pub fn condition(&self) -> Option<Cond> {
+        use kopiur_api::names::{condition, reason};
+        match self {
+            Referent::NotApplicable => None,
+            Referent::Found { what } => Some(cond(
+                condition::REFERENT_AVAILABLE,
+                CondStatus::True,
+                reason::RESTORE_REFERENT_FOUND,
+                format!("{what} exists"),
+            )),
+            Referent::Missing { what } => Some(cond(
+                condition::REFERENT_AVAILABLE,
+                CondStatus::False,
+                reason::RESTORE_REFERENT_MISSING,
+                format!("{what} does not exist"),
+            )),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct RestoreFacts {
     pub phase: Option<RestorePhase>,
@@ -136,6 +170,8 @@ pub struct RestoreFacts {
     pub namespace: String,
     /// The credentials Secrets in the Job's namespace, checked before a Job is created.
     pub credentials: Credentials,
+    /// Whether the object the source names exists (observed until the resolution is pinned).
+    pub referent: Referent,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -218,6 +254,11 @@ pub fn plan(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     }
     if d.wait_started_at.is_none() {
         d.wait_started_at = f.wait_started_at;
+    }
+    // ReferentAvailable (api.md §9): read until the resolution is pinned; one-shot after that
+    // (the recorded value stays: a referent deleted after the pin changes nothing).
+    if !f.pinned && matches!(f.phase, None | Some(RestorePhase::Pending | RestorePhase::Resolving)) {
+        d.conditions.extend(f.referent.condition());
     }
     d
 }
@@ -471,7 +512,41 @@ mod tests {
             ownership: None,
             namespace: "t".into(),
             credentials: Credentials::Found,
+            referent: Referent::Found { what: "Snapshot s".into() },
         }
+    }
+
+    fn referent(d: &RestoreDecision) -> Option<(&str, &str)> {
+        d.conditions.iter().find(|c| c.type_ == "ReferentAvailable").map(|c| (c.status.as_str(), c.reason.as_str()))
+    }
+
+    /// api.md §9: `ReferentAvailable` True `RestoreReferentFound` while the named Snapshot or
+    /// policy exists, False `RestoreReferentMissing` while it does not (whatever the gate), none
+    /// for an identity source, and left as recorded once the resolution is pinned.
+    #[test]
+    fn referent_available_follows_the_named_object_until_the_pin() {
+        let d = plan(&facts(), now());
+        assert_eq!(referent(&d), Some(("True", "RestoreReferentFound")));
+        assert_eq!(d.conditions.iter().find(|c| c.type_ == "ReferentAvailable").unwrap().message, "Snapshot s exists");
+        let mut f = facts();
+        f.referent = Referent::Missing { what: "SnapshotPolicy p".into() };
+        f.candidate = Candidate::NotFound { what: "a snapshot of policy p".into() };
+        f.wait_timeout = Some(Duration::minutes(5));
+        let d = plan(&f, now());
+        assert_eq!(d.phase, Some(RestorePhase::Resolving));
+        assert_eq!(referent(&d), Some(("False", "RestoreReferentMissing")));
+        // Parked at the gate: the referent is still reported.
+        f.gate = Gate::NotReady { repository: "t/r".into(), phase: "Degraded".into() };
+        assert_eq!(referent(&plan(&f, now())), Some(("False", "RestoreReferentMissing")));
+        // An identity source names no object.
+        let mut f = facts();
+        f.referent = Referent::NotApplicable;
+        f.candidate = Candidate::Deferred;
+        assert_eq!(referent(&plan(&f, now())), None);
+        // Pinned and running: not re-read.
+        let mut f = restoring();
+        f.referent = Referent::Missing { what: "Snapshot s".into() };
+        assert_eq!(referent(&plan(&f, now())), None);
     }
 
     fn reason(d: &RestoreDecision) -> &str {

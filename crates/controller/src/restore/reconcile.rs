@@ -24,7 +24,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
-use super::plan::{Candidate, Credentials, RestoreFacts, Step, TargetState, Verdict, plan};
+use super::plan::{Candidate, Credentials, Referent, RestoreFacts, Step, TargetState, Verdict, plan};
 use crate::repository::Error;
 use crate::repository::apply::MOVER_SERVICE_ACCOUNT;
 use crate::snapshot::ctx::{PipelineCtx, RepoView};
@@ -88,6 +88,26 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
 
     // Source -> candidate and repository.
     let mut source_snapshot: Option<Arc<Snapshot>> = None;
+    // ReferentAvailable (api.md §9): the object the source names, from the stores.
+    let referent = match &restore.spec.source {
+        RestoreSource::SnapshotRef(o) => {
+            let sns = o.namespace.clone().unwrap_or_else(|| ns.clone());
+            let what = format!("Snapshot {sns}/{}", o.name);
+            match ctx.stores.snapshots.get(&ObjectRef::new(&o.name).within(&sns)) {
+                Some(_) => Referent::Found { what },
+                None => Referent::Missing { what },
+            }
+        }
+        RestoreSource::FromPolicy(p) => {
+            let pns = p.namespace.clone().unwrap_or_else(|| ns.clone());
+            let what = format!("SnapshotPolicy {pns}/{}", p.name);
+            match ctx.stores.policies.get(&ObjectRef::new(&p.name).within(&pns)) {
+                Some(_) => Referent::Found { what },
+                None => Referent::Missing { what },
+            }
+        }
+        RestoreSource::Identity(_) => Referent::NotApplicable,
+    };
     let candidate = match &restore.spec.source {
         RestoreSource::SnapshotRef(o) => {
             let sns = o.namespace.clone().unwrap_or_else(|| ns.clone());
@@ -299,6 +319,7 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
         ownership: status.ownership.clone(),
         namespace: ns.clone(),
         credentials,
+        referent,
     };
     let d = plan(&facts, now);
 
