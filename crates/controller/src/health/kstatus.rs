@@ -33,6 +33,33 @@ fn cond(type_: &'static str, status: CondStatus, reason: &str, message: impl Int
     Cond { type_, status, reason: reason.to_string(), message: message.into() }
 }
 
+/// `RepositoryWritable=False / RepositoryReadOnly` while `spec.mode` is `ReadOnly` (spec/api.md
+/// §4.1: a ReadOnly repository refuses backups, skips maintenance and never creates); absent
+/// otherwise, like `FeaturesIgnored` ([`drop_stale_repository_writable`] removes it).
+pub fn repository_writable(read_only: bool) -> Option<Cond> {
+    use kopiur_api::names::{condition, reason};
+    read_only.then(|| {
+        cond(
+            condition::REPOSITORY_WRITABLE,
+            CondStatus::False,
+            reason::REPOSITORY_READ_ONLY,
+            "spec.mode is ReadOnly: backups are refused and maintenance is skipped; restores and reads work",
+        )
+    })
+}
+
+/// Removes a stored `RepositoryWritable` the desired conditions no longer carry (the mode
+/// went back to `ReadWrite`).
+pub fn drop_stale_repository_writable(
+    conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    desired: &[Cond],
+) {
+    use kopiur_api::names::condition::REPOSITORY_WRITABLE;
+    if !desired.iter().any(|d| d.type_ == REPOSITORY_WRITABLE) {
+        conditions.retain(|c| c.type_ != REPOSITORY_WRITABLE);
+    }
+}
+
 /// The kstatus outcome of a phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kstatus {
@@ -144,5 +171,6 @@ pub fn conditions(facts: &RepoFacts, st: &RepoStatus) -> Vec<Cond> {
     } else {
         cond("CredentialsAvailable", CondStatus::True, "Found", "")
     });
+    out.extend(repository_writable(facts.spec.read_only));
     out
 }

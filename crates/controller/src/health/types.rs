@@ -201,13 +201,14 @@ impl ConnectKind {
         }
     }
 
+    /// Every connect kind, for parsing: `probe_kind` (an exhaustive match) is the one mapping,
+    /// so a new kind cannot be written but not read back.
+    pub const ALL: [ConnectKind; 3] =
+        [ConnectKind::Strict, ConnectKind::Probe(ProbeTrigger::Periodic), ConnectKind::Probe(ProbeTrigger::Reverify)];
+
+    /// The inverse of [`ConnectKind::probe_kind`]; `None` for a label this build does not know.
     pub fn from_probe_kind(s: &str) -> Option<ConnectKind> {
-        match s {
-            "strict" => Some(ConnectKind::Strict),
-            "probe" => Some(ConnectKind::Probe(ProbeTrigger::Periodic)),
-            "reverify" => Some(ConnectKind::Probe(ProbeTrigger::Reverify)),
-            _ => None,
-        }
+        ConnectKind::ALL.into_iter().find(|k| k.probe_kind() == s)
     }
 }
 

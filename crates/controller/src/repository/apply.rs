@@ -58,6 +58,7 @@ pub async fn apply<K: RepoObject>(
         }
     }
     crate::features::drop_stale_features_ignored(&mut desired.conditions, &d.conditions);
+    crate::health::kstatus::drop_stale_repository_writable(&mut desired.conditions, &d.conditions);
     if current != Some(&desired) {
         let api = K::api(ctx.client.clone(), obj);
         let old = current.cloned().map(|c| obj.status_value(c)).unwrap_or(serde_json::Value::Null);

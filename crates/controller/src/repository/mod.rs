@@ -7,6 +7,7 @@ pub mod convert;
 pub mod mounts;
 pub mod next;
 pub mod observe;
+pub mod validate;
 
 use std::collections::HashMap;
 use std::fmt::Debug;

@@ -9,6 +9,7 @@ mod index_blobs;
 mod probe;
 mod props;
 mod transitions;
+mod writable;
 
 pub fn t0() -> Time {
     Utc.with_ymd_and_hms(2026, 8, 4, 12, 0, 0).unwrap()
