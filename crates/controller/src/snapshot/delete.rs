@@ -61,10 +61,11 @@ async fn release(
 
 /// The schedule axis, read by a live GET (never the cache): a stale store must not turn a
 /// schedule deletion into data loss.
-async fn owner(snap: &Snapshot, ctx: &PipelineCtx) -> Result<Owner, Error> {
+/// A failed GET (anything but a 404) is an error of class Transient: the caller returns it
+/// before anything is planned, so an unreadable schedule is never read as gone (behavior.md §5.3).
+async fn owner(snap: &Snapshot, client: &kube::Client) -> Result<Owner, Error> {
     let Some((name, uid)) = observe::schedule_owner(snap) else { return Ok(Owner::NotScheduleOwned) };
-    let api: Api<kopiur_api::SnapshotSchedule> =
-        Api::namespaced(ctx.client.clone(), &snap.namespace().unwrap_or_default());
+    let api: Api<kopiur_api::SnapshotSchedule> = Api::namespaced(client.clone(), &snap.namespace().unwrap_or_default());
     let live = match api.get_opt(&name).await? {
         None => LiveSchedule::NotFound,
         Some(s) => {
@@ -197,7 +198,7 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
     let manifest = observe::manifest(snap, backup_active);
     // The live schedule GET only matters for an external deletion with a known manifest.
     let owner = match (&manifest, observe::pruned_by(snap).is_external()) {
-        (Manifest::Known(_), true) => owner(snap, ctx).await?,
+        (Manifest::Known(_), true) => owner(snap, &ctx.client).await?,
         (Manifest::Known(_), false) | (Manifest::None | Manifest::Unsettled, _) => Owner::NotScheduleOwned,
     };
     let ns_terminating =
@@ -314,6 +315,54 @@ mod tests {
             deleting_trio(held, ready(reason)).into_iter().map(|c| (c.type_, c.status, c.reason)).collect();
         v.sort_by_key(|x| x.0);
         v
+    }
+
+    /// A client whose every request is answered with `code` (a Kubernetes Status body).
+    fn client_answering(code: u16) -> kube::Client {
+        let svc = tower::service_fn(move |_req: http::Request<kube::client::Body>| async move {
+            let body = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                          "message": "injected", "code": code,
+                                          "reason": if code == 404 { "NotFound" } else { "InternalError" }});
+            Ok::<_, std::convert::Infallible>(
+                http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+                    .unwrap(),
+            )
+        });
+        kube::Client::new(svc, "default")
+    }
+
+    /// behavior.md §5.3: the owning schedule is read by a live GET; a GET that fails (here a
+    /// 500, or a 403) is a Transient error returned to the caller (which returns it before
+    /// planning), never a schedule read as gone. Only a 404 means gone.
+    #[tokio::test]
+    async fn an_owner_get_error_is_transient_and_never_read_as_gone() {
+        let snap: Snapshot = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": "s", "namespace": "apps", "uid": "u-s",
+                         "ownerReferences": [{"apiVersion": "kopiur.home-operations.com/v1alpha1",
+                             "kind": "SnapshotSchedule", "name": "nightly", "uid": "u-sched", "controller": true}]},
+            "spec": {}
+        }))
+        .unwrap();
+        for code in [500, 403, 503] {
+            match owner(&snap, &client_answering(code)).await {
+                Err(e) => assert_eq!(e.class(), crate::repository::ErrorClass::Transient, "{code}: {e}"),
+                Ok(o) => panic!("{code}: a failed GET was read as {o:?}"),
+            }
+        }
+        match owner(&snap, &client_answering(404)).await {
+            Ok(Owner::Schedule { name, state }) => {
+                assert_eq!((name.as_str(), state), ("nightly", cascade::ScheduleState::Gone))
+            }
+            other => panic!("404: {other:?}"),
+        }
+        // Not schedule-owned: no GET at all (a failing client is never asked).
+        let mut manual = snap.clone();
+        manual.metadata.owner_references = None;
+        assert!(matches!(owner(&manual, &client_answering(500)).await, Ok(Owner::NotScheduleOwned)));
     }
 
     #[test]
