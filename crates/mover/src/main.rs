@@ -7,6 +7,9 @@
 //! `KOPIUR_RESULT_FILE` (write reports as JSON lines there instead of the API),
 //! `KOPIUR_EXPECTED_TARGET_UID` (optional guard), `KOPIUR_JOB_UID`.
 //!
+//! Before running, a mover that reports through the API reads its target (through the status
+//! subresource) and exits 2 when the live object's uid differs from `targetRef.uid`.
+//!
 //! Signals: the mover is PID 1 of its container, where the kernel applies no default action
 //! for SIGTERM, so it handles SIGTERM and SIGINT itself: it stops the running kopia process
 //! group (SIGTERM, 5 s grace, then SIGKILL, and waits for it), reports nothing (the run did
@@ -102,6 +105,23 @@ async fn run() -> Exit {
             }
         },
     };
+    // A uid mismatch on targetRef (spec/behavior.md §1.2): the object of that name was
+    // replaced since the controller built this Job, so nothing is run and nothing reported.
+    // A target that cannot be read (gone, or the API unreachable) is logged; the run goes on.
+    if let Sink::Kube(k) = &sink {
+        match k.target_uid().await {
+            Ok(Some(live)) if live != spec.target_ref.uid => {
+                let e = WorkSpecError::UidMismatch { expected: live, actual: spec.target_ref.uid.clone() };
+                tracing::error!(error = %e, kind = %spec.target_ref.kind, name = %spec.target_ref.name, "refusing the work spec: the target was replaced");
+                return Exit::Contract;
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                tracing::warn!(kind = %spec.target_ref.kind, name = %spec.target_ref.name, "the target does not exist; results will not land")
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the target to check its uid; continuing"),
+        }
+    }
     // The limits the container runs under, as the kernel enforces them (read inside the
     // container: cgroup v2 `memory.max`/`cpu.max`, or the v1 equivalents in the same format).
     let (memory_max, cpu_max) = kopiur_mover::limits::current();

@@ -255,9 +255,37 @@ impl KubeSink {
     }
 }
 
+impl KubeSink {
+    /// The target CR through its status subresource (what the mover's Role may read).
+    fn target_api(&self) -> kube::Api<kube::api::DynamicObject> {
+        use kube::api::{Api, ApiResource};
+        let (group, version) = self.target.api_version.split_once('/').unwrap_or(("", &self.target.api_version));
+        let ar = ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: self.target.api_version.clone(),
+            kind: self.target.kind.clone(),
+            plural: plural(&self.target.kind),
+        };
+        match &self.target.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        }
+    }
+
+    /// The live target's uid, `None` when no object of that name exists.
+    pub async fn target_uid(&self) -> anyhow::Result<Option<String>> {
+        match self.target_api().get_status(&self.target.name).await {
+            Ok(o) => Ok(o.metadata.uid),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
 impl ResultSink for KubeSink {
     async fn write(&self, report: &Report) -> anyhow::Result<()> {
-        use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+        use kube::api::{Api, Patch, PatchParams};
         let pp = PatchParams::default();
         match report {
             Report::Bootstrap(r) => {
@@ -272,20 +300,7 @@ impl ResultSink for KubeSink {
                 api.patch(name, &pp, &Patch::Merge(json!({"data": {"result.json": body}}))).await?;
             }
             Report::Status(patch) => {
-                let (group, version) =
-                    self.target.api_version.split_once('/').unwrap_or(("", &self.target.api_version));
-                let ar = ApiResource {
-                    group: group.into(),
-                    version: version.into(),
-                    api_version: self.target.api_version.clone(),
-                    kind: self.target.kind.clone(),
-                    plural: plural(&self.target.kind),
-                };
-                let api: Api<DynamicObject> = match &self.target.namespace {
-                    Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
-                    None => Api::all_with(self.client.clone(), &ar),
-                };
-                api.patch_status(&self.target.name, &pp, &Patch::Merge(patch)).await?;
+                self.target_api().patch_status(&self.target.name, &pp, &Patch::Merge(patch)).await?;
             }
             Report::DeleteBatch(r) => {
                 // Batch Jobs report through their terminal condition; the per-member detail

@@ -126,7 +126,8 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
 
     let mut next = d.status.clone();
     if let (Some(l), Some(rv)) = (&d.launch, &repo) {
-        let job = maintenance_job(&m, &ctx, rv, l, &lease, &expected_owner, &aliases, ownership.takeover_policy)?;
+        let job =
+            maintenance_job(&m, &ctx.config, rv, l, &lease, &expected_owner, &aliases, ownership.takeover_policy)?;
         ctx.ensure_mover_rbac(&ns).await?;
         match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &job).await {
             Ok(_) => {
@@ -159,7 +160,7 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
 #[allow(clippy::too_many_arguments)]
 fn maintenance_job(
     m: &Maintenance,
-    ctx: &RunCtx,
+    config: &crate::config::Config,
     repo: &RepoView,
     l: &Launch,
     lease: &str,
@@ -218,6 +219,70 @@ fn maintenance_job(
         annotations,
         failure_policy: m.spec.failure_policy.as_ref(),
         mover: m.spec.mover.as_ref(),
-        config: &ctx.config,
+        config,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::maintenance::common::mover_rows;
+    use chrono::TimeZone;
+    use serde_json::{Value, json};
+
+    fn maintenance(mover: &Value) -> Maintenance {
+        let mut m = json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Maintenance",
+            "metadata": {"name": "m", "namespace": "apps", "uid": "u-m"},
+            "spec": {"repository": {"name": "r"}}
+        });
+        if !mover.is_null() {
+            m["spec"]["mover"] = mover.clone();
+        }
+        serde_json::from_value(m).unwrap()
+    }
+
+    fn build(m: &Maintenance, repo: &RepoView) -> Result<Job, Error> {
+        let at = Utc.with_ymd_and_hms(2026, 7, 17, 3, 0, 0).unwrap();
+        let l = Launch { mode: RunMode::Quick, slot: at, at, manual: None };
+        let lease = lease(m);
+        let owner = maintenance_owner(&lease);
+        maintenance_job(m, &crate::config::Config::from_env(), repo, &l, &lease, &owner, &[], TakeoverPolicy::Never)
+    }
+
+    /// spec/api.md §10 `mover`: every mover setting of the repository's `moverDefaults` and the
+    /// Maintenance's own `mover` reaches the maintenance Job's pod, in merge order.
+    #[test]
+    fn every_mover_setting_reaches_the_maintenance_pod_in_merge_order() {
+        for (name, defaults, mover, check) in mover_rows::rows() {
+            let job =
+                build(&maintenance(&mover), &mover_rows::repo(&defaults)).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let js = job.spec.clone().unwrap();
+            let pod = js.template.spec.clone().unwrap();
+            check(&pod, &js);
+            // The work spec is still the maintenance run under kopiur's lease.
+            let ws = mover_rows::work_spec(&pod);
+            assert_eq!(ws["repository"]["clientIdentity"]["username"], "kopiur", "{name}");
+            assert_eq!(ws["repository"]["clientIdentity"]["hostname"], "kopiur.apps.r", "{name}");
+            assert!(ws["operation"]["Maintenance"].is_object(), "{name}: {ws}");
+        }
+    }
+
+    /// A maintenance mover is never privileged, and it inherits no identity in this build: both
+    /// are refused with a message, and no Job is built.
+    #[test]
+    fn a_privileged_or_inheriting_maintenance_mover_is_refused() {
+        let mut cases = mover_rows::privileged();
+        cases.push((
+            "inheritSecurityContextFrom",
+            json!(null),
+            json!({"inheritSecurityContextFrom": {"workloadSelector": {"podSelector": {"matchLabels": {"app": "db"}}}}}),
+        ));
+        for (name, defaults, mover) in cases {
+            match build(&maintenance(&mover), &mover_rows::repo(&defaults)) {
+                Err(Error::MoverRefused(r)) => assert!(!r.message.is_empty(), "{name}"),
+                other => panic!("{name}: expected a refusal, got {other:?}"),
+            }
+        }
+    }
 }

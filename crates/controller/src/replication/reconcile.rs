@@ -9,7 +9,7 @@ use k8s_openapi::api::batch::v1::Job;
 use kopiur_api::RepositoryReplication;
 use kopiur_api::names::{annotation, component, event, label, run_trigger};
 use kopiur_api::shared::Backend;
-use kopiur_kopia::cmd::{Identity, SyncOptions};
+use kopiur_kopia::cmd::SyncOptions;
 use kopiur_mover::workspec::{Operation, ReplicateOp, TargetRef};
 use kube::api::PostParams;
 use kube::runtime::controller::Action;
@@ -119,6 +119,25 @@ fn destination_secret_namespace(b: &Backend, ns: &str) -> Option<String> {
     ))
 }
 
+/// Whether the destination can be used (spec/api.md §11, §1.8), from the destination, this
+/// replication's namespace and the source repository's backend (when it is known).
+pub fn destination_verdict(destination: &Backend, ns: &str, source: Option<&Backend>) -> Destination {
+    if let Err(e) = kopia_backend(destination) {
+        return Destination::NotImplemented(e.to_string().replace("spec.backend", "spec.destination"));
+    }
+    // Refused rather than ignored: a destination's CA bundle or volume is not mounted yet.
+    if let Some(m) = crate::repository::mounts::destination_refusal(destination) {
+        return Destination::NotImplemented(m);
+    }
+    if let Some(m) = destination_secret_namespace(destination, ns) {
+        return Destination::CrossNamespace(m);
+    }
+    match source {
+        Some(src) if same_target(src, destination) => Destination::IsSource,
+        Some(_) | None => Destination::Usable,
+    }
+}
+
 pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Result<Action, Error> {
     ctx.metrics.reconciliations.inc(&["RepositoryReplication"]);
     if r.meta().deletion_timestamp.is_some() {
@@ -132,20 +151,7 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
     let repo = ctx.repository(&ns, &r.spec.source_ref);
     let gate = ctx.gate(&ns, &r.spec.source_ref);
     let repo_tz = repo.as_ref().and_then(|x| x.common().schedule_defaults.as_ref()).and_then(|s| s.timezone.clone());
-    let destination = match (kopia_backend(&r.spec.destination), &repo) {
-        (Err(e), _) => Destination::NotImplemented(e.to_string().replace("spec.backend", "spec.destination")),
-        // Refused rather than ignored: a destination's CA bundle or volume is not mounted yet.
-        (Ok(_), _) if crate::repository::mounts::destination_refusal(&r.spec.destination).is_some() => {
-            Destination::NotImplemented(
-                crate::repository::mounts::destination_refusal(&r.spec.destination).unwrap_or_default(),
-            )
-        }
-        (Ok(_), _) if destination_secret_namespace(&r.spec.destination, &ns).is_some() => {
-            Destination::CrossNamespace(destination_secret_namespace(&r.spec.destination, &ns).unwrap_or_default())
-        }
-        (Ok(_), Some(src)) if same_target(&src.common().backend, &r.spec.destination) => Destination::IsSource,
-        (Ok(_), _) => Destination::Usable,
-    };
+    let destination = destination_verdict(&r.spec.destination, &ns, repo.as_ref().map(|src| &src.common().backend));
     let mut secrets = repo.as_ref().map(RepoView::secret_names).unwrap_or_default();
     secrets.extend(destination_secret(&r.spec.destination));
     let mut jobs = jobs_of(&ctx, &r);
@@ -186,7 +192,7 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
         tracing::warn!(error = %e, replication = %name, "stamping reverify-requested-at failed");
     }
     if let (Some(l), Some(rv)) = (&d.launch, &repo) {
-        let job = replication_job(&r, &ctx, rv, l)?;
+        let job = replication_job(&r, &ctx.config, rv, l)?;
         ctx.ensure_mover_rbac(&ns).await?;
         match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &job).await {
             Ok(_) => {
@@ -221,7 +227,12 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
     Ok(Action::requeue(d.requeue))
 }
 
-fn replication_job(r: &RepositoryReplication, ctx: &RunCtx, repo: &RepoView, l: &Launch) -> Result<Job, Error> {
+fn replication_job(
+    r: &RepositoryReplication,
+    config: &crate::config::Config,
+    repo: &RepoView,
+    l: &Launch,
+) -> Result<Job, Error> {
     let ns = r.namespace().unwrap_or_default();
     let name = r.name_any();
     let mut annotations = BTreeMap::from([
@@ -235,11 +246,6 @@ fn replication_job(r: &RepositoryReplication, ctx: &RunCtx, repo: &RepoView, l: 
         annotations.insert(common::RUN_REQUESTED_VALUE.to_string(), raw.clone());
     }
     let sync = r.spec.sync.clone().unwrap_or_default();
-    let host: String = format!("{ns}.{name}")
-        .to_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '-' })
-        .collect();
     common::build(MoverJob {
         name: kopiur_mover::job::job_name(&format!("{name}-repl-{}", l.slot.timestamp())),
         namespace: ns.clone(),
@@ -252,7 +258,9 @@ fn replication_job(r: &RepositoryReplication, ctx: &RunCtx, repo: &RepoView, l: 
         },
         owner: owner_of(r),
         repo,
-        identity: Identity::new("kopiur-replication", host),
+        // spec/behavior.md §2.2: a replication connects as `kopiur-ops` at the source
+        // repository's lease host (never the maintenance owner `kopiur@<lease host>`).
+        identity: repo.ops_identity(),
         read_only: true,
         operation: Operation::Replicate(ReplicateOp {
             destination: kopia_backend(&r.spec.destination)?,
@@ -274,7 +282,7 @@ fn replication_job(r: &RepositoryReplication, ctx: &RunCtx, repo: &RepoView, l: 
         annotations,
         failure_policy: None,
         mover: r.spec.mover.as_ref(),
-        config: &ctx.config,
+        config,
     })
 }
 
@@ -303,5 +311,138 @@ mod tests {
         assert!(!same_target(&gcs("g1"), &gcs("g2")));
         assert!(!same_target(&gcs("g1"), &fs));
         assert_eq!(describe(&s3("b1", Some("x/"))), "s3 http://g:3900 b1/x");
+    }
+}
+
+#[cfg(test)]
+mod job_tests {
+    use super::*;
+    use crate::maintenance::common::mover_rows;
+    use chrono::TimeZone;
+    use serde_json::{Value, json};
+
+    fn replication(mover: &Value, destination: Value) -> RepositoryReplication {
+        let mut r = json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "RepositoryReplication",
+            "metadata": {"name": "rr", "namespace": "apps", "uid": "u-rr"},
+            "spec": {"sourceRef": {"name": "r"}, "destination": destination, "schedule": {"cron": "0 3 * * *"}}
+        });
+        if !mover.is_null() {
+            r["spec"]["mover"] = mover.clone();
+        }
+        serde_json::from_value(r).unwrap()
+    }
+
+    fn mirror() -> Value {
+        json!({"s3": {"bucket": "mirror", "endpoint": "http://s3:3900", "region": "garage",
+                      "auth": {"secretRef": {"name": "mirror"}}}})
+    }
+
+    fn build(r: &RepositoryReplication, repo: &RepoView) -> Result<Job, Error> {
+        let at = Utc.with_ymd_and_hms(2026, 7, 17, 3, 0, 0).unwrap();
+        replication_job(r, &crate::config::Config::from_env(), repo, &Launch { slot: at, at, manual: None })
+    }
+
+    /// spec/behavior.md §2.2: a replication connects as `kopiur-ops` at the source
+    /// repository's lease host, read-only, for a Repository and a ClusterRepository alike.
+    #[test]
+    fn the_replication_connects_as_kopiur_ops_at_the_lease_host() {
+        let ns_repo = mover_rows::repo(&Value::Null);
+        let cluster: kopiur_api::ClusterRepository = serde_json::from_value(json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "ClusterRepository",
+            "metadata": {"name": "Shared_Repo", "uid": "u-c"},
+            "spec": {"backend": {"s3": {"bucket": "b", "endpoint": "http://s3:3900", "region": "garage"}},
+                     "encryption": {"passwordSecretRef": {"name": "pw"}},
+                     "allowedNamespaces": {"all": true}}
+        }))
+        .unwrap();
+        let lease_host = crate::repository::apply::lease_host(&cluster);
+        assert_eq!(lease_host, "kopiur.clusterrepository.shared-repo", "the lease host is sanitized");
+        let cluster = RepoView::Cluster(std::sync::Arc::new(cluster));
+        for (repo, host) in [(&ns_repo, "kopiur.apps.r".to_string()), (&cluster, lease_host)] {
+            let job = build(&replication(&Value::Null, mirror()), repo).unwrap();
+            let pod = job.spec.unwrap().template.spec.unwrap();
+            let ws = mover_rows::work_spec(&pod);
+            assert_eq!(
+                ws["repository"]["clientIdentity"],
+                json!({"username": "kopiur-ops", "hostname": host}),
+                "the replication identity: {ws}"
+            );
+            assert_eq!(ws["repository"]["readOnly"], true, "the source is opened read-only");
+            assert!(ws["operation"]["Replicate"].is_object(), "{ws}");
+        }
+    }
+
+    /// spec/api.md §11 `mover`: every mover setting of the source repository's `moverDefaults`
+    /// and the replication's own `mover` reaches the replication Job's pod, in merge order.
+    #[test]
+    fn every_mover_setting_reaches_the_replication_pod_in_merge_order() {
+        for (name, defaults, mover, check) in mover_rows::rows() {
+            let job = build(&replication(&mover, mirror()), &mover_rows::repo(&defaults))
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let js = job.spec.clone().unwrap();
+            let pod = js.template.spec.clone().unwrap();
+            check(&pod, &js);
+            // The destination's Secret still arrives prefixed.
+            let from = pod.containers[0].env_from.clone().unwrap_or_default();
+            assert!(
+                from.iter().any(|e| e.prefix.as_deref() == Some("KOPIUR_DEST_")
+                    && e.secret_ref.as_ref().map(|s| s.name.as_str()) == Some("mirror")),
+                "{name}: {from:?}"
+            );
+        }
+        for (name, defaults, mover) in mover_rows::privileged() {
+            match build(&replication(&mover, mirror()), &mover_rows::repo(&defaults)) {
+                Err(Error::MoverRefused(r)) => assert!(r.message.contains("privileged"), "{name}: {}", r.message),
+                other => panic!("{name}: expected a refusal, got {other:?}"),
+            }
+        }
+    }
+
+    /// spec/api.md §1.8, §15: a destination Secret referenced in another namespace is refused
+    /// (`CrossNamespaceReference`, Stalled, no Job even when a run is requested); the same
+    /// namespace, or none, is usable.
+    #[test]
+    fn a_cross_namespace_destination_secret_stalls_the_replication() {
+        use super::super::plan::{ReplFacts, plan};
+        use crate::health::kstatus::CondStatus;
+        use crate::maintenance::common::RunRequest;
+        use kopiur_api::names::reason;
+        let dest = |ns: Option<&str>| -> Backend {
+            let mut v = mirror();
+            if let Some(ns) = ns {
+                v["s3"]["auth"]["secretRef"]["namespace"] = ns.into();
+            }
+            serde_json::from_value(v).unwrap()
+        };
+        let source = mover_rows::repo(&Value::Null).common().backend.clone();
+        assert_eq!(destination_verdict(&dest(None), "apps", Some(&source)), Destination::Usable);
+        assert_eq!(destination_verdict(&dest(Some("apps")), "apps", Some(&source)), Destination::Usable);
+        let verdict = destination_verdict(&dest(Some("vault")), "apps", Some(&source));
+        let Destination::CrossNamespace(message) = verdict.clone() else { panic!("{verdict:?}") };
+        assert!(message.contains("vault") && message.contains("apps"), "{message}");
+        // The same storage as the source is its own refusal.
+        assert_eq!(destination_verdict(&source, "apps", Some(&source)), Destination::IsSource);
+
+        let now = Utc.with_ymd_and_hms(2026, 7, 17, 3, 0, 0).unwrap();
+        let facts = ReplFacts {
+            schedule: Sched::parse(&kopiur_api::shared::CronSpec::new("* * * * *"), "u-rr", None),
+            status: Default::default(),
+            suspend: false,
+            gate: crate::gating::Gate::Open,
+            destination: verdict,
+            jobs: vec![],
+            request: RunRequest::Requested("2026-07-17T03:00:00Z".into()),
+            missing_secrets: vec![],
+            reverify_requested_at: None,
+            pod_recheck: None,
+        };
+        let d = plan(&facts, now);
+        assert!(d.launch.is_none(), "no Job");
+        let cond = |t: &str| d.conditions.iter().find(|c| c.type_ == t).map(|c| (c.status, c.reason.as_str()));
+        assert_eq!(cond("Ready"), Some((CondStatus::False, reason::CROSS_NAMESPACE_REFERENCE)));
+        assert_eq!(cond("Stalled"), Some((CondStatus::True, reason::CROSS_NAMESPACE_REFERENCE)));
+        let ready = d.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!(ready.message, message);
     }
 }
