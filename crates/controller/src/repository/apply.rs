@@ -303,18 +303,7 @@ async fn launch<K: RepoObject>(
             list_snapshots: list.is_some(),
             catalog_limit: crate::catalog::CATALOG_LIMIT,
             maintenance_owner: format!("kopiur@{host}"),
-            create: CreateOptions {
-                encryption: common.create.encryption.clone(),
-                block_hash: common.create.hash.clone(),
-                object_splitter: common.create.splitter.clone(),
-                ecc: common.create.ecc.as_ref().map(|e| e.algorithm.clone()),
-                ecc_overhead_percent: common
-                    .create
-                    .ecc
-                    .as_ref()
-                    .and_then(|e| e.overhead_percent)
-                    .map(|p| p.clamp(1, 100) as u32),
-            },
+            create: create_options(&common.create),
         }),
     };
 
@@ -421,9 +410,43 @@ async fn launch<K: RepoObject>(
     }
 }
 
+/// `spec.create` as `kopia repository create` options (spec/api.md §4.1): the algorithm names
+/// verbatim (checked against kopia's by `validate` before any Job), `ecc` as `--ecc` and
+/// `--ecc-overhead-percent`.
+pub fn create_options(c: &kopiur_api::repository::CreateSpec) -> CreateOptions {
+    CreateOptions {
+        encryption: c.encryption.clone(),
+        block_hash: c.hash.clone(),
+        object_splitter: c.splitter.clone(),
+        ecc: c.ecc.as_ref().map(|e| e.algorithm.clone()),
+        ecc_overhead_percent: c.ecc.as_ref().and_then(|e| e.overhead_percent).map(|p| p.clamp(1, 100) as u32),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::merge_patch;
+
+    #[test]
+    fn spec_create_reaches_the_create_options_ecc_included() {
+        use super::{CreateOptions, create_options};
+        let c: kopiur_api::repository::CreateSpec = serde_json::from_value(serde_json::json!({
+            "encryption": "CHACHA20-POLY1305-HMAC-SHA256", "hash": "BLAKE3-256", "splitter": "FIXED-4M",
+            "ecc": {"algorithm": "REED-SOLOMON-CRC32", "overheadPercent": 2}
+        }))
+        .unwrap();
+        assert_eq!(
+            create_options(&c),
+            CreateOptions {
+                encryption: Some("CHACHA20-POLY1305-HMAC-SHA256".into()),
+                block_hash: Some("BLAKE3-256".into()),
+                object_splitter: Some("FIXED-4M".into()),
+                ecc: Some("REED-SOLOMON-CRC32".into()),
+                ecc_overhead_percent: Some(2),
+            }
+        );
+        assert_eq!(create_options(&Default::default()), CreateOptions::default(), "kopia's defaults");
+    }
     use serde_json::json;
 
     #[test]
