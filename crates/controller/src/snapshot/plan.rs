@@ -265,6 +265,21 @@ pub fn plan(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
         WorkSpecState::MoverRefused { reason, message } => Some((*reason, message.as_str())),
         WorkSpecState::Fits | WorkSpecState::TooLarge { .. } | WorkSpecState::Invalid { .. } => None,
     };
+    // CredentialsAvailable=True / Found once the Secrets are there (api.md §7.4), for a run not
+    // started yet whose repository is known: it replaces a False left by an earlier wait.
+    if !f.discovered
+        && matches!(f.phase, None | Some(SnapshotPhase::Pending))
+        && f.gate == Gate::Open
+        && f.missing_secrets.is_empty()
+        && !d.conditions.iter().any(|c| c.type_ == condition::CREDENTIALS_AVAILABLE)
+    {
+        d.conditions.push(cond(
+            condition::CREDENTIALS_AVAILABLE,
+            CondStatus::True,
+            reason::FOUND,
+            "the repository's credential Secrets exist in this namespace",
+        ));
+    }
     let may_start =
         matches!(f.work_spec, WorkSpecState::Fits) && matches!(f.phase, None | Some(SnapshotPhase::Pending));
     d.conditions.extend(crate::mover_settings::permitted_condition(refused, may_start));
@@ -644,12 +659,6 @@ fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
                 Step::Launch,
             );
             d.conditions.push(cond(condition::SOURCE_PVC_AVAILABLE, CondStatus::True, reason::SOURCE_PVC_FOUND, ""));
-            d.conditions.push(cond(
-                condition::CREDENTIALS_AVAILABLE,
-                CondStatus::True,
-                reason::FOUND,
-                "the repository's credential Secrets exist in this namespace",
-            ));
             d
         }
     }
@@ -703,10 +712,19 @@ mod tests {
         // A structural gate (api.md §7.4): Stalled, not Reconciling.
         assert_eq!(cond_of(&d, "Stalled"), Some(("True", "MissingCredentialsSecret")));
         assert_eq!(cond_of(&d, "Reconciling").map(|c| c.0), Some("False"));
-        // Once the Secret exists, the launch records CredentialsAvailable=True / Found.
+        // Once the Secret exists, CredentialsAvailable=True / Found, whether the run launches or
+        // waits at a later gate (a missing source PVC).
         let mut ok = f.clone();
+        ok.gate = Gate::Open;
         ok.missing_secrets.clear();
         assert_eq!(cond_of(&plan(&ok, now()), "CredentialsAvailable"), Some(("True", "Found")));
+        assert_eq!(plan(&ok, now()).step, Step::Launch);
+        ok.source = SourceState::Missing { pvc: "data".into() };
+        let d = plan(&ok, now());
+        assert_eq!((reason(&d), cond_of(&d, "CredentialsAvailable")), ("SourcePvcMissing", Some(("True", "Found"))));
+        // Not written while the repository gate is closed (nothing known about the Secrets yet).
+        ok.gate = Gate::NotReady { repository: "t/r".into(), phase: "Degraded".into() };
+        assert_eq!(cond_of(&plan(&ok, now()), "CredentialsAvailable"), None);
         f.gate = Gate::NotReady { repository: "t/r".into(), phase: "Degraded".into() };
         assert_eq!(reason(&plan(&f, now())), "RepositoryNotReady", "the repository gate is checked first");
     }
