@@ -722,6 +722,19 @@ async fn failed_batch(
         failed_after.as_secs_f64()
     );
     ensure!(n_failed == 1.0, "kopiur_snapshot_deletion_batches_total{{outcome=\"failed\"}} = {n_failed}, want 1");
+    // S6-27, behavior.md §6.4: `kopiur_snapshot_deletion_failures_total` counts each member of
+    // the failed batch once (the batch Job runs in the repository's namespace).
+    let members_failed = |m: &str| sample(m, "kopiur_snapshot_deletion_failures_total", &[("namespace", ns)]);
+    let want_failures = failed.members.len() as f64;
+    let per_member = wait_for("the per-member failure counter", Duration::from_secs(5), &h.log(), || async {
+        Ok(members_failed(&h.metrics().await?).filter(|n| *n >= want_failures))
+    })
+    .await?;
+    ensure!(
+        failed.members.len() == FAULT_BATCH && per_member == want_failures,
+        "kopiur_snapshot_deletion_failures_total{{namespace={ns}}} = {per_member}, want one per member ({} members)",
+        failed.members.len()
+    );
     let repo_uid = repos.get("flaky").await?.uid().unwrap_or_default();
     ensure!(
         ev.len() == 1 && ev.get(&repo_uid) == Some(&1),
@@ -764,6 +777,11 @@ async fn failed_batch(
     ensure!(
         f == Some(1.0) && ok == Some(1.0),
         "batch counters after the retry: failed {f:?} succeeded {ok:?}, want 1 and 1"
+    );
+    let after = members_failed(&m);
+    ensure!(
+        after == Some(want_failures),
+        "the retry that succeeded counted member failures: {after:?}, want {want_failures}"
     );
     Ok(())
 }
