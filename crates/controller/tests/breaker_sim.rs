@@ -58,6 +58,9 @@ struct Sim {
     probe_launches: Vec<Time>,
     /// After a restart the Job store is empty for a moment.
     store_blind_until: Option<Time>,
+    /// The repository's storage is wiped from then on: a connect reaches the backend and
+    /// finds no repository (`NotFound`, not initialized).
+    wiped_from: Option<Time>,
 }
 
 impl Sim {
@@ -102,6 +105,7 @@ impl Sim {
             strict_fail_folds: Vec::new(),
             probe_launches: Vec::new(),
             store_blind_until: None,
+            wiped_from: None,
         };
         // Bootstrap to Ready before the clock of the scenario starts.
         sim.run_until(at(30));
@@ -152,11 +156,15 @@ impl Sim {
             self.job = None;
         }
         let up_at_completion = self.job.as_ref().map(|j| self.backend_up(j.completes_at));
+        let wiped_at_completion =
+            self.job.as_ref().is_some_and(|j| self.wiped_from.is_some_and(|w| j.completes_at >= w));
         if let (Some(j), Some(up)) = (&mut self.job, up_at_completion)
             && self.now >= j.completes_at
             && j.result.is_none()
         {
-            j.result = Some(if up {
+            j.result = Some(if up && wiped_at_completion {
+                ConnectResult::Failed { class: FailureClass::NotFound, not_initialized: true, timed_out: false }
+            } else if up {
                 ConnectResult::Connected { unique_id: PIN.into(), created: false, index_blob_count: Some(4) }
             } else {
                 ConnectResult::Failed {
@@ -287,6 +295,41 @@ impl Sim {
 
 fn before_retry_stamp(f: &RepoFacts) -> Option<Time> {
     f.status.health.strict_retry.as_ref().map(|r| r.next_attempt_at)
+}
+
+/// T11 over the spec's whole window: the storage of a Ready repository is wiped. The next
+/// connect finds no repository, the repository fails terminally with
+/// `RepositoryReinitializeBlocked`, and for the next 10 minutes (and a restart in the middle)
+/// no Job of any kind is launched, nothing is created and the phase stays Failed. The
+/// end-to-end form in `e2e_repository_faults` watches a shorter window.
+#[test]
+fn t11_wiped_storage_blocks_and_launches_nothing_for_ten_minutes() {
+    let mut sim = Sim::ready(30, 3);
+    sim.wiped_from = Some(at(100));
+    // The next probe (every 30 s) meets the wiped storage; a strict connect confirms it.
+    sim.run_until(at(400));
+    assert_eq!(sim.phase(), Phase::Failed, "blocked after the wiped storage was seen");
+    let ready = sim.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready condition");
+    assert_eq!(ready.reason, "RepositoryReinitializeBlocked");
+    let blocked_at = sim.phases.iter().find(|(_, p)| *p == Phase::Failed).map(|(t, _)| *t).unwrap();
+    let launches_at_block: u32 = sim.counts.launches.values().sum();
+    let writes_at_block = sim.counts.status_writes;
+    // Ten minutes from the block, with a controller restart half-way.
+    sim.run_until(blocked_at + Duration::seconds(300));
+    sim.restart();
+    sim.run_until(blocked_at + Duration::seconds(600));
+    let launches: u32 = sim.counts.launches.values().sum();
+    println!(
+        "T11 sim: blocked at +{}s after the wipe; launches before the block {:?}; over the next 600 s {} launches, {} status writes",
+        (blocked_at - at(100)).num_seconds(),
+        sim.counts.launches,
+        launches - launches_at_block,
+        sim.counts.status_writes - writes_at_block
+    );
+    assert_eq!(launches, launches_at_block, "no Job for 10 minutes after the block");
+    assert!(sim.phases.iter().filter(|(t, _)| *t > blocked_at).all(|(_, p)| *p == Phase::Failed), "stays Failed");
+    assert_eq!(sim.counts.events.get("RepositoryReinitializeBlocked"), Some(&1), "one Event, on the transition");
+    assert!(sim.job.is_none() || sim.job.as_ref().is_some_and(|j| j.deleted_at.is_some()), "no Job left running");
 }
 
 /// T03–T06 in simulation: interval 30 s, threshold 3, a 20 minute outage, then recovery.

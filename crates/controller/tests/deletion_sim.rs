@@ -615,6 +615,44 @@ fn namespace_teardown_of_200_is_held_until_acked_then_one_batch() {
     assert!(!w.terminating_ns.contains("app"), "the namespace finishes deleting");
 }
 
+/// T24 over the spec's whole window: a schedule whose 25 children opted in to the cascade
+/// (`onScheduleDelete: Delete`) is deleted with the breaker at 10. Every child is held, and for
+/// 10 minutes no batch Job runs and no kopia snapshot is deleted (the end-to-end form in
+/// `deletion_scenarios_e2e` watches a shorter window); the ack then drains them in one batch.
+#[test]
+fn t24_opted_in_cascade_above_the_threshold_stays_held_for_ten_minutes() {
+    let mut w = World::new();
+    let r = w.add_repo("t", "r", 10, OnNamespaceDelete::Orphan);
+    w.add_schedule("t", "s");
+    let uids: Vec<String> = (0..25).map(|_| w.add_snapshot("t", &r, Some("s"))).collect();
+    for u in &uids {
+        w.snaps.get_mut(u).unwrap().on_schedule_delete = OnScheduleDelete::Delete;
+    }
+    w.run(5);
+    w.delete_schedule("s");
+    // Minute by minute over 10 minutes: all 25 held, nothing run, nothing deleted.
+    for minute in 1..=10 {
+        w.run(60);
+        assert_eq!(w.held(&r), 25, "minute {minute}: every child held");
+        assert_eq!(w.counts.jobs_created, 0, "minute {minute}: no batch Job for a held cascade");
+        assert_eq!(w.counts.kopia_deletes, 0, "minute {minute}: no kopia snapshot deleted");
+        assert_eq!(w.repos[&r].manifests.len(), 25);
+    }
+    w.report("t24-held");
+    assert_eq!(w.event("SnapshotRetainedOnScheduleDelete"), 0, "an opted-in cascade is not retained");
+    assert_eq!(w.event("SnapshotDeletionHeld"), 25, "one Event per child, on the transition only");
+    assert_eq!(w.event("MassDeletionHeld"), 1);
+    for u in &uids {
+        assert_eq!(w.snaps[u].record.as_ref().unwrap().decision, DeletionDecision::Held);
+    }
+    w.ack_from_condition(&r);
+    w.run(120);
+    w.report("t24-acked");
+    assert_eq!(w.counts.jobs_created, 1, "the acknowledged cascade drains in one batch");
+    assert_eq!(w.counts.kopia_deletes, 25);
+    assert!(w.repos[&r].manifests.is_empty() && w.snaps.is_empty());
+}
+
 /// The default namespace axis keeps every manifest.
 #[test]
 fn namespace_teardown_under_orphan_keeps_all_data() {
