@@ -42,6 +42,7 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "component",               // 103 s
     "conditions_e2e",          // 68 s (52 s to 99 s over three runs on the shared machine)
     "pin_e2e",                 // 84 s (measured alone)
+    "repository_checks_e2e",   // 65 s (measured alone; 55 s in the test body)
     "catalog_e2e",             // 62 s
     "mover_pod_wedged_e2e",    // 58 s
     "garage_kopia",            // 51 s
