@@ -13,7 +13,7 @@
 //!    so only the Repository → SnapshotPolicy mapping can do it).
 //! 3. **The compressor R check** (§6.1): a policy naming a compressor kopia cannot write with is
 //!    `Stalled / InvalidSpec` with the list of names; its Snapshot parks `Stalled / InvalidSpec`
-//!    and never gets a Job; fixing the name lifts the policy's stall.
+//!    and gets no Job; fixing the name lifts the policy's stall and the run's Job follows.
 //! 4. **`replaced-run` and a failed stamp** (S6-1, S6-3): a ValidatingAdmissionPolicy installed
 //!    by the test refuses every `pruned-by` stamp in the namespace. At the next slot of a
 //!    `Replace` schedule whose runOnCreate child is still active, and in a retention pass over
@@ -443,6 +443,12 @@ async fn policy_reasons_repository_watch_and_stamps() -> Result<()> {
         msg.contains("\"zstd-turbo\" is not a compressor kopia") && msg.contains("zstd-fastest"),
         "squash's message: {msg}"
     );
+    // Its source exists, so nothing but the compressor stops the run.
+    let pvc: k8s_openapi::api::core::v1::PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "data", "namespace": ns},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    }))?;
+    Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(client.clone(), &ns).create(&pp, &pvc).await?;
     let run: Snapshot = serde_json::from_value(json!({
         "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
         "metadata": {"name": "squash-run", "namespace": ns}, "spec": {"policyRef": {"name": "squash"}}
@@ -533,7 +539,8 @@ async fn policy_reasons_repository_watch_and_stamps() -> Result<()> {
         .await?;
     let ret_refused =
         erec.wait("policy ret's retention stamp refused", t, &log, |l| Ok(refusal_event(l, "ret"))).await?;
-    println!("[{:5.1}s] refused: rs {sched_refused:?}; ret {ret_refused:?}", at());
+    let short = |n: &str| n.chars().take(160).collect::<String>();
+    println!("[{:5.1}s] refused: rs {:?}; ret {:?}", at(), short(&sched_refused), short(&ret_refused));
     // Give a retry time to (wrongly) go through, then check nothing was deleted.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let log_now = srec.all();
@@ -599,8 +606,20 @@ async fn policy_reasons_repository_watch_and_stamps() -> Result<()> {
     }
     println!("[{:5.1}s] old's kopia snapshot deleted by its batch", at());
 
-    // No Job ever for the refused run (checked at the end, a window of the whole scenario).
-    ensure!(jobs.owned_by(&run_uid).is_empty(), "squash-run got a Job: {:?}", jobs.owned_by(&run_uid));
+    // No Job for the refused run while the name was bad; once fixed, the compressor was the
+    // only thing that stopped it, so its Job follows (on its parked requeue, at most 60 s).
+    let healed = jobs
+        .wait("squash-run's Job after the fix", Duration::from_secs(60).saturating_sub(fix.elapsed()), |j| {
+            j.owner_uid == run_uid
+        })
+        .await?;
+    let early: Vec<_> = jobs.owned_by(&run_uid).into_iter().filter(|j| j.first_seen < fix).collect();
+    ensure!(early.is_empty(), "squash-run got a Job while its policy named zstd-turbo: {early:?}");
+    println!(
+        "[{:5.1}s] squash-run: no Job while refused; its Job {:.1}s after the fix",
+        at(),
+        healed.first_seen.saturating_duration_since(fix).as_secs_f64()
+    );
     println!("[{:5.1}s] done", at());
     Ok(())
 }
