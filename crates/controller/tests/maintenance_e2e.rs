@@ -6,14 +6,22 @@
 //! `run-requested` (every version watched, no Job), and both run once after recovery, each Job
 //! within 10 s of Ready (T10, G3), resumed by the repository watch; a
 //! failed maintenance run stamps the repository's reverify nudge.
+//!
+//! Alongside (no extra wait of its own beyond about 10 s): a ClusterRepository whose
+//! `spec.maintenance.namespace` does not exist reports `MaintenanceConfigured=False /
+//! MaintenanceApplyFailed` with one Warning `MaintenanceNotConfigured` (api.md §4.5), and is
+//! configured by the next projection pass once the namespace exists; a RepositoryReplication
+//! whose destination Secret lives in another namespace is Stalled `CrossNamespaceReference`
+//! (api.md §1.8, §15) and never gets a Job, though a run was requested at creation.
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kopiur_api::{Maintenance, Repository, RepositoryReplication};
+use kopiur_api::{ClusterRepository, Maintenance, Repository, RepositoryReplication};
 use kopiur_testenv::TestEnv;
 use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
@@ -74,6 +82,15 @@ async fn request_run(client: &Client, ns: &str, kind: &str, name: &str, at: &str
     Ok(())
 }
 
+/// `(status, reason, message)` of a condition, read from any kopiur object's JSON.
+fn condition_of<T: serde::Serialize>(obj: &T, type_: &str) -> Option<(String, String, String)> {
+    let v = serde_json::to_value(obj).ok()?;
+    v["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_).map(|c| {
+        let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+        (s("status"), s("reason"), s("message"))
+    })
+}
+
 fn job_complete(j: &Job) -> bool {
     j.status
         .as_ref()
@@ -113,6 +130,41 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
         "stringData": {"AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
     }))?;
     secrets.create(&PostParams::default(), &dest).await?;
+    // api.md §4.5: a ClusterRepository whose managed Maintenance's namespace does not exist
+    // yet (its password Secret is absent too, so it launches no Job of its own).
+    let later = format!("{ns}-later");
+    let cr_name = format!("{ns}-shared");
+    Api::<ClusterRepository>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "ClusterRepository",
+                "metadata": {"name": cr_name},
+                "spec": {
+                    "backend": {"s3": {"bucket": g.bucket(), "endpoint": format!("http://{}", g.s3_endpoint()), "region": g.region(), "prefix": "shared/"}},
+                    "encryption": {"passwordSecretRef": {"name": "absent-password"}},
+                    "allowedNamespaces": {"list": [ns]},
+                    "maintenance": {"namespace": later}
+                }
+            }))?,
+        )
+        .await?;
+    // api.md §1.8, §15: a destination Secret in another namespace, with a run requested.
+    apply(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "RepositoryReplication",
+            "metadata": {"name": "rr-x", "namespace": ns, "annotations": {"kopiur.home-operations.com/run-requested": "2026-01-01T00:00:00Z"}},
+            "spec": {
+                "sourceRef": {"name": "r"},
+                "destination": {"s3": {"bucket": MIRROR, "endpoint": format!("http://{}", g.s3_endpoint()), "region": g.region(), "prefix": "x/",
+                                       "auth": {"secretRef": {"name": "mirror", "namespace": op_ns}}}},
+                "schedule": {"cron": "0 0 1 1 *"}
+            }
+        }),
+    )
+    .await?;
     apply(
         &client,
         &ns,
@@ -133,6 +185,62 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     })
     .await?;
     println!("[{:>5.1}s] r Ready", started.elapsed().as_secs_f64());
+
+    // MaintenanceApplyFailed: the projection's apply into a missing namespace fails; the
+    // repository says so, with one Warning Event for the transition.
+    let crepos: Api<ClusterRepository> = Api::all(client.clone());
+    let failed =
+        wait_for("MaintenanceConfigured=False/MaintenanceApplyFailed", Duration::from_secs(60), &log, || async {
+            let c = condition_of(&crepos.get(&cr_name).await?, "MaintenanceConfigured");
+            Ok(c.filter(|(s, r, _)| s == "False" && r == "MaintenanceApplyFailed"))
+        })
+        .await?;
+    assert!(
+        failed.2.contains(&format!("namespace {later} does not exist")),
+        "the message names the missing namespace: {}",
+        failed.2
+    );
+    let warnings = || async {
+        let evs = Api::<Event>::all(client.clone()).list(&ListParams::default()).await?.items;
+        anyhow::Ok(
+            evs.iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(cr_name.as_str()))
+                .filter(|e| e.reason.as_deref() == Some("MaintenanceNotConfigured"))
+                .filter(|e| e.type_.as_deref() == Some("Warning"))
+                .count(),
+        )
+    };
+    wait_for("the MaintenanceNotConfigured Warning", Duration::from_secs(30), &log, || async {
+        Ok((warnings().await? >= 1).then_some(()))
+    })
+    .await?;
+    println!("[{:>5.1}s] {cr_name}: MaintenanceApplyFailed ({})", started.elapsed().as_secs_f64(), failed.2);
+    // The namespace appears: the next pass (every 10 s) applies the managed Maintenance.
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": later}}))?)
+        .await?;
+    let later_maints: Api<Maintenance> = Api::namespaced(client.clone(), &later);
+    wait_for("MaintenanceConfigured=True once the namespace exists", Duration::from_secs(30), &log, || async {
+        let c = condition_of(&crepos.get(&cr_name).await?, "MaintenanceConfigured");
+        let projected = later_maints.get_opt(&cr_name).await?.is_some();
+        Ok((projected && c.is_some_and(|(s, r, _)| s == "True" && r == "MaintenanceConfigured")).then_some(()))
+    })
+    .await?;
+    assert_eq!(warnings().await?, 1, "one Warning for the one transition to not configured");
+    println!("[{:>5.1}s] {cr_name}: managed Maintenance {later}/{cr_name} applied", started.elapsed().as_secs_f64());
+
+    // CrossNamespaceReference: Stalled, the message names both namespaces.
+    let repls_x: Api<RepositoryReplication> = Api::namespaced(client.clone(), &ns);
+    let stalled = wait_for("rr-x Stalled CrossNamespaceReference", Duration::from_secs(30), &log, || async {
+        let r = repls_x.get("rr-x").await?;
+        let ready = condition_of(&r, "Ready").filter(|(s, why, _)| s == "False" && why == "CrossNamespaceReference");
+        let stalled =
+            condition_of(&r, "Stalled").is_some_and(|(s, why, _)| s == "True" && why == "CrossNamespaceReference");
+        Ok(ready.filter(|_| stalled))
+    })
+    .await?;
+    assert!(stalled.2.contains(&op_ns) && stalled.2.contains(&ns), "{}", stalled.2);
+    println!("[{:>5.1}s] rr-x Stalled: {}", started.elapsed().as_secs_f64(), stalled.2);
 
     // Projection (§3.11): the repository gets a managed Maintenance named after itself, owned
     // by it, and MaintenanceConfigured=True.
@@ -427,6 +535,19 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     println!(
         "[{:>5.1}s] a failed maintenance run nudged r: {REVERIFY}={nudged} (was {before_nudge:?})",
         started.elapsed().as_secs_f64()
+    );
+    // rr-x stayed refused for the whole run: no Job, ever.
+    let x_jobs = jobs.list(&ListParams::default().labels("kopiur.home-operations.com/replication=rr-x")).await?.items;
+    assert!(
+        x_jobs.is_empty(),
+        "a cross-namespace destination Secret launched a Job: {:?}",
+        x_jobs.iter().map(|j| j.name_any()).collect::<Vec<_>>()
+    );
+    let r = repls_x.get("rr-x").await?;
+    assert_eq!(
+        condition_of(&r, "Stalled").map(|c| c.1),
+        Some("CrossNamespaceReference".into()),
+        "still Stalled at the end"
     );
     println!("[{:>5.1}s] done", started.elapsed().as_secs_f64());
     drop(op);

@@ -632,3 +632,72 @@ async fn replication_uses_the_destination_credentials_and_leaks_none() {
     let list: Vec<SnapshotManifest> = model::parse("snapshot list", &out.stdout).unwrap();
     assert!(list.iter().any(|m| m.id == id), "the destination holds the source's snapshot {id}: {list:?}");
 }
+
+/// behavior.md §2.3 "Partial": kopia exits 1 with a manifest on stdout when it saved a
+/// snapshot with fatal file errors; the mover records that manifest's id so deleting the CR
+/// removes it. Real kopia runs as uid 65532 (through `setpriv`) and meets a mode-000 file it
+/// cannot read: the attempt fails as `PermissionDenied` (its own class, exit 3, naming the
+/// file), and `status.snapshot.kopiaSnapshotID` is the id of the manifest kopia really saved.
+#[tokio::test]
+async fn a_partial_snapshot_records_the_saved_manifest_id() {
+    use std::os::unix::fs::PermissionsExt;
+    let b = Bench::new().await;
+    assert_eq!(
+        b.bootstrap(garage::BUCKET, CreateGate::Allowed { via_reinit_ack: false }, None, false)
+            .await
+            .bootstrap()
+            .outcome,
+        BootstrapOutcome::Created
+    );
+    // uid 65532 must reach kopia, its work directory and the source.
+    std::fs::set_permissions(b.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let kopia = b.path().join("kopia-65532");
+    std::fs::copy(kopiur_testenv::tools::kopia().unwrap(), &kopia).unwrap();
+    std::fs::set_permissions(&kopia, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let wrapper = b.path().join("kopia-as-65532");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$*\" >> '{}'\nexec setpriv --reuid=65532 --regid=65532 --clear-groups '{}' \"$@\"\n",
+            b.audit.display(),
+            kopia.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let work = b.path().join("work-as-65532");
+    std::fs::create_dir_all(work.join("logs")).unwrap();
+    for d in [&work, &work.join("logs")] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let src = b.path().join("partial-src");
+    tree(&src, 30);
+    let locked = src.join("d00").join("locked.bin");
+    std::fs::write(&locked, "nobody but root reads this").unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+
+    let app = Identity::new("app", "t");
+    let s = b.spec(b.backend(garage::BUCKET), app.clone(), b.snapshot_op(&src, false));
+    let r = b
+        .mover(&s, &[("KOPIUR_KOPIA_BINARY", wrapper.to_str().unwrap()), ("KOPIUR_WORKDIR", work.to_str().unwrap())])
+        .await;
+    let st = r.status();
+    assert!(r.stderr.contains("fatal error"), "kopia reported a partial snapshot: {}", r.stderr);
+    assert_eq!(failure_class(&st), "PermissionDenied", "{st}\n{}", r.stderr);
+    assert_eq!(r.exit, 3, "{}", r.stderr);
+    assert!(st["failure"]["message"].as_str().unwrap_or_default().contains("locked.bin"), "{st}");
+    assert!(st.get("phase").is_none(), "a failed attempt writes no phase: {st}");
+    let id = st["snapshot"]["kopiaSnapshotID"].as_str().unwrap_or_else(|| panic!("no manifest id recorded: {st}"));
+    assert_eq!(st["snapshot"]["identity"]["username"], "app", "{st}");
+
+    // The recorded id is the manifest kopia saved, and only that one exists for the identity.
+    let direct = b.kopia("partial-check", Identity::new("kopiur-ops", "kopiur.t.r")).await;
+    let out = direct.run_ok(&cmd::snapshot_list(Some(&app.source("/pvc/data")))).await.unwrap();
+    let list: Vec<SnapshotManifest> = model::parse("snapshot list", &out.stdout).unwrap();
+    assert_eq!(
+        list.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(),
+        vec![id],
+        "the saved manifest is the one recorded"
+    );
+    assert_no_secrets(&b);
+}

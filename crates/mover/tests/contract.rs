@@ -478,3 +478,66 @@ fn restore_target_sits_in_a_writable_parent() {
     let bvols = backup.spec.unwrap().template.spec.unwrap().volumes.unwrap();
     assert!(!bvols.iter().any(|v| v.name == "restore-parent"));
 }
+
+/// behavior.md §2.3 "Partial", the SourceError form: kopia exits 1 with a manifest on stdout
+/// and a fatal file error that is not a permission error. The attempt is `SourceError`
+/// (retryable: the mover exits 1) and the saved manifest's id is recorded. kopia here is a
+/// script replaying real kopia 0.23 output for `snapshot create` (the manifest and stderr
+/// lines, with an I/O error instead of the permission error a real run produced); every
+/// other command succeeds silently. The component test
+/// `a_partial_snapshot_records_the_saved_manifest_id` shows real kopia behaving so.
+#[test]
+fn a_partial_manifest_is_recorded_as_a_source_error() {
+    use std::os::unix::fs::PermissionsExt;
+    const ID: &str = "d4879fc02645ba5ea64d952087d0c6eb";
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest = serde_json::json!({
+        "id": ID,
+        "source": {"host": "t", "userName": "p", "path": "/pvc/data"},
+        "description": "", "startTime": "2026-12-02T16:06:04.18461861Z", "endTime": "2026-12-02T16:06:04.187479547Z",
+        "rootEntry": {"name": "source", "type": "d", "mode": "0755", "mtime": "2026-12-02T16:06:03.910791017Z",
+            "obj": "k885ef79aba7f952c02ffd8da1c09aa2e",
+            "summ": {"size": 3, "files": 1, "symlinks": 0, "dirs": 1, "maxTime": "2026-12-02T16:06:00.434791127Z",
+                "numFailed": 1, "errors": [{"path": "b", "error": "unable to open file: read /source/b: input/output error"}]}}
+    });
+    let kopia = tmp.path().join("kopia");
+    std::fs::write(
+        &kopia,
+        format!(
+            "#!/bin/sh\ncase \"$1 $2\" in\n\"snapshot create\")\n  printf '%s\\n' '{manifest}'\n  \
+             echo 'Snapshotting p@t:/pvc/data ...' >&2\n  \
+             echo 'Error when processing \"b\": unable to open file: read /source/b: input/output error' >&2\n  \
+             echo 'Found 1 fatal error(s) while snapshotting p@t:/pvc/data.' >&2\n  exit 1;;\nesac\nexit 0\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&kopia, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let result = tmp.path().join("result.jsonl");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kopiur-mover"))
+        .env("KOPIUR_WORK_SPEC", spec(snapshot_op()).to_json().unwrap())
+        .env("KOPIUR_WORKDIR", tmp.path().join("work"))
+        .env("KOPIUR_KOPIA_BINARY", &kopia)
+        .env("KOPIUR_RESULT_FILE", &result)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "a SourceError is retryable: {log}");
+    let reports: Vec<serde_json::Value> =
+        std::fs::read_to_string(&result).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let last = reports.last().unwrap_or_else(|| panic!("no report: {log}"));
+    let st = &last["body"]["status"];
+    assert_eq!(st["failure"]["kopiaErrorClass"], "SourceError", "{st}");
+    assert_eq!(st["failure"]["retryRecommended"], true, "{st}");
+    assert_eq!(st["snapshot"]["kopiaSnapshotID"], ID, "the partial manifest is recorded: {st}");
+    assert!(st.get("phase").is_none(), "a failed attempt writes no phase: {st}");
+}
+
+/// behavior.md §1.2 / §12: the heartbeat interval defaults to 30 s, in the work spec the
+/// controller builds and in a work spec that omits it.
+#[test]
+fn the_heartbeat_defaults_to_thirty_seconds() {
+    assert_eq!(DEFAULT_HEARTBEAT_SECONDS, 30);
+    let mut v: serde_json::Value = serde_json::from_str(&spec(snapshot_op()).to_json().unwrap()).unwrap();
+    v.as_object_mut().unwrap().remove("heartbeatSeconds");
+    assert_eq!(WorkSpec::from_json(&v.to_string()).unwrap().heartbeat_seconds, 30);
+}

@@ -175,6 +175,31 @@ pub fn plan(r: &RepoFacts, operator_ns: &str, existing: &[Existing]) -> Projecti
     }
 }
 
+/// `MaintenanceConfigured=False / MaintenanceApplyFailed` (api.md §4.5) after the managed
+/// Maintenance `ns/name` could not be applied: the apiserver's own words, and what to do when
+/// the namespace is missing.
+pub fn apply_failed(ns: &str, name: &str, e: &kube::Error) -> Cond {
+    let why = match e {
+        kube::Error::Api(s) if s.code == 404 && s.details.as_ref().is_some_and(|d| d.kind == "namespaces") => {
+            format!(
+                "namespace {ns} does not exist: create it, or set spec.maintenance.namespace to an existing namespace"
+            )
+        }
+        kube::Error::Api(s) if s.code == 404 => format!(
+            "{} (is the Maintenance CRD installed?)",
+            if s.message.is_empty() { "not found" } else { s.message.as_str() }
+        ),
+        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
+        other => other.to_string(),
+    };
+    Cond {
+        type_: condition::MAINTENANCE_CONFIGURED,
+        status: CondStatus::False,
+        reason: reason::MAINTENANCE_APPLY_FAILED.into(),
+        message: format!("applying the managed Maintenance {ns}/{name} failed: {why}"),
+    }
+}
+
 fn refers(m: &Maintenance, kind: RepositoryKind, ns: Option<&str>, name: &str) -> bool {
     let r = &m.spec.repository;
     r.kind == kind
@@ -248,12 +273,7 @@ async fn apply_one<K: RepoObject>(
                 Err(e) => {
                     // Say so on the repository (e.g. the Maintenance CRD is not installed, or
                     // the namespace does not exist), then let the caller log and retry.
-                    p.condition = Cond {
-                        type_: condition::MAINTENANCE_CONFIGURED,
-                        status: CondStatus::False,
-                        reason: reason::MAINTENANCE_APPLY_FAILED.into(),
-                        message: format!("applying the managed Maintenance {ns}/{} failed: {e}", facts.name),
-                    };
+                    p.condition = apply_failed(&ns, &facts.name, &e);
                     write_condition(client, recorder, repo, &p, &facts.name, now).await?;
                     return Err(e);
                 }
@@ -451,6 +471,46 @@ mod tests {
         assert!(p.condition.message.contains("spec.maintenance.namespace"));
         // The operator namespace resolves it.
         assert_eq!(plan(&f, "kopiur-system", &[]).condition.status, CondStatus::True);
+    }
+
+    /// api.md §4.5: a failed apply is `MaintenanceApplyFailed`, saying what the apiserver
+    /// refused; a missing namespace is named with the fix (e2e `maintenance_e2e` shows the
+    /// reconcile shell writing it, with its Warning, and healing once the namespace exists).
+    #[test]
+    fn a_failed_apply_is_maintenance_apply_failed_with_the_reason() {
+        let missing_ns = kube::Error::Api(Box::new(kube::core::Status {
+            code: 404,
+            reason: "NotFound".into(),
+            message: "namespaces \"later\" not found".into(),
+            details: Some(kube::core::response::StatusDetails {
+                name: "later".into(),
+                group: String::new(),
+                kind: "namespaces".into(),
+                uid: String::new(),
+                causes: vec![],
+                retry_after_seconds: 0,
+            }),
+            ..Default::default()
+        }));
+        let c = apply_failed("later", "shared", &missing_ns);
+        assert_eq!(
+            (c.type_, c.status, c.reason.as_str()),
+            ("MaintenanceConfigured", CondStatus::False, "MaintenanceApplyFailed")
+        );
+        assert_eq!(
+            c.message,
+            "applying the managed Maintenance later/shared failed: namespace later does not exist: create it, or set \
+             spec.maintenance.namespace to an existing namespace"
+        );
+        let forbidden = kube::Error::Api(Box::new(kube::core::Status {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: "maintenances.kopiur.home-operations.com \"shared\" is forbidden".into(),
+            ..Default::default()
+        }));
+        let c = apply_failed("ops", "shared", &forbidden);
+        assert_eq!(c.reason, "MaintenanceApplyFailed");
+        assert!(c.message.ends_with("is forbidden (403 Forbidden)"), "{}", c.message);
     }
 
     #[test]
