@@ -450,10 +450,10 @@ mod tests {
         let mut f = facts();
         f.job = PinJob::Active { add: true };
         let d = plan(&f);
-        assert_eq!((d.step.clone(), reason_of(&d)), (PinStep::Idle, Some(("False", "PinJobRunning"))));
+        assert_eq!((d.step, reason_of(&d)), (PinStep::Idle, Some(("False", "PinJobRunning"))));
         f.job = PinJob::Complete { add: true };
         let d = plan(&f);
-        assert_eq!((d.step.clone(), d.pinned, reason_of(&d)), (PinStep::Idle, Some(true), Some(("True", "Pinned"))));
+        assert_eq!((d.step, d.pinned, reason_of(&d)), (PinStep::Idle, Some(true), Some(("True", "Pinned"))));
         assert!(d.clear_failure);
         // Steady state once the Job is gone (TTL): nothing to do.
         f.job = PinJob::Absent;
@@ -487,7 +487,7 @@ mod tests {
         let mut f = facts();
         f.job = PinJob::Failed { add: true, reason: "BackoffLimitExceeded".into() };
         let d = plan(&f);
-        assert_eq!((d.step.clone(), reason_of(&d)), (PinStep::Idle, Some(("False", "PinJobFailed"))));
+        assert_eq!((d.step, reason_of(&d)), (PinStep::Idle, Some(("False", "PinJobFailed"))));
         assert!(d.condition.unwrap().message.ends_with("BackoffLimitExceeded"));
         f.failure = Some(Failure {
             message: Some("kopia snapshot pin: no such snapshot".into()),
