@@ -403,6 +403,9 @@ async fn policy_reasons_repository_watch_and_stamps() -> Result<()> {
         "a tenancy refusal is never reported as RepositoryNotReady"
     );
     println!("[{:5.1}s] good Ready; late Stalled RepositoryNotFound; tenant Stalled NamespaceNotAllowed", at());
+    // Let the policy's own follow-up reconciles (its status write comes back on its watch)
+    // settle, so only the ClusterRepository watch can bring the admission to it in time.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let admit = Instant::now();
     Api::<ClusterRepository>::all(client.clone())
         .patch(
