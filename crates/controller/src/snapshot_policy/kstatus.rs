@@ -127,8 +127,11 @@ mod tests {
         Gate::NotReady { repository: "ns/r".into(), phase: phase.into() }
     }
 
-    /// The trio and RepositoriesReady after [`repository_conditions`] and [`complete_trio`].
-    fn verdict(gates: &[Gate]) -> (Vec<(&'static str, CondStatus, String)>, (CondStatus, String), String) {
+    type Trio = Vec<(&'static str, CondStatus, String)>;
+
+    /// The trio, RepositoriesReady and Ready's message after [`repository_conditions`] and
+    /// [`complete_trio`].
+    fn verdict(gates: &[Gate]) -> (Trio, (CondStatus, String), String) {
         let mut conds = repository_conditions(gates);
         complete_trio(&mut conds);
         let rr = conds.iter().find(|c| c.type_ == "RepositoriesReady").unwrap();
