@@ -1,6 +1,16 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease: lease 15 s, renew deadline 10 s,
 //! retry 2 s. Only the holder runs controllers; a replica that loses the Lease exits non-zero
-//! and restarts clean (every durable clock lives in status). On SIGTERM or SIGINT the process
+//! and restarts clean (every durable clock lives in status).
+//!
+//! Every Lease request is bounded by the renew deadline. The kube client has no read timeout,
+//! so without the bound a renewal sent to a stalled kube-apiserver (stopped, not down: the
+//! kernel still accepts the connection) would hang for as long as the stall lasts, and a
+//! leader cut off from an apiserver its standby still reaches would keep acting long after
+//! the standby took the Lease over. With it, a leader that cannot renew within 10 s stops
+//! (exits) before its Lease can expire at 15 s, so two replicas never act at once; after a
+//! stall the standby takes over at the first attempt that finds the Lease expired: one
+//! transition per stall longer than the renew deadline, never a flap. A standby's attempts
+//! are bounded the same way, so it takes over promptly when the apiserver answers again. On SIGTERM or SIGINT the process
 //! releases the Lease if it holds it and exits ([`exit_on_signal`]): as PID 1 of its container
 //! it gets no default signal action, and a released Lease lets a standby take over at once
 //! instead of after the lease duration.
@@ -80,12 +90,21 @@ pub async fn try_acquire(api: &Api<Lease>, name: &str, identity: &str) -> Result
     }
 }
 
+/// One bounded attempt: `Err` with what happened when it failed or did not answer in `within`.
+async fn attempt(api: &Api<Lease>, name: &str, identity: &str, within: Duration) -> Result<bool, String> {
+    match tokio::time::timeout(within, try_acquire(api, name, identity)).await {
+        Ok(Ok(held)) => Ok(held),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer from the apiserver within {within:?}")),
+    }
+}
+
 /// Blocks until this replica leads, then keeps renewing in the background; exits the process
 /// when the Lease cannot be renewed within the deadline or another holder took it.
 pub async fn lead(client: Client, namespace: &str, name: &str, identity: &str, metrics: Arc<Metrics>) {
     let api: Api<Lease> = Api::namespaced(client, namespace);
     loop {
-        match try_acquire(&api, name, identity).await {
+        match attempt(&api, name, identity, RENEW_DEADLINE).await {
             Ok(true) => break,
             Ok(false) => {}
             Err(e) => tracing::warn!(error = %e, "leader election attempt failed"),
@@ -104,7 +123,9 @@ pub async fn lead(client: Client, namespace: &str, name: &str, identity: &str, m
             if STOPPING.load(Ordering::SeqCst) {
                 return;
             }
-            match try_acquire(&api, &name, &identity).await {
+            // Never wait past the deadline: a renewal still in flight then cannot be trusted.
+            let left = RENEW_DEADLINE.saturating_sub(last_ok.elapsed()).max(Duration::from_millis(100));
+            match attempt(&api, &name, &identity, left).await {
                 Ok(true) => last_ok = Instant::now(),
                 Ok(false) => {
                     tracing::error!("lost the leader Lease to another replica; exiting");

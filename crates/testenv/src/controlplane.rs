@@ -127,6 +127,14 @@ impl ControlPlane {
             .collect()
     }
 
+    /// Sends `sig` to kube-apiserver. SIGSTOP then SIGCONT is a stalled control plane: the
+    /// kernel still accepts connections on its port, and nothing answers them until SIGCONT.
+    pub fn signal_apiserver(&self, sig: i32) {
+        if let Some(p) = &self.apiserver {
+            p.signal(sig);
+        }
+    }
+
     pub fn server(&self) -> String {
         format!("https://{}:{}", self.host(), self.apiserver_port)
     }
@@ -155,11 +163,43 @@ impl ControlPlane {
     }
 
     async fn start_etcd(&mut self) -> Result<()> {
+        self.start_etcd_on(None).await
+    }
+
+    /// SIGKILLs etcd and starts it again on the same ports over the same data (a crashed and
+    /// restarted etcd; kube-apiserver reconnects by itself).
+    pub async fn restart_etcd(&mut self) -> Result<()> {
+        let ports = (self.etcd_port()?, self.state_get("etcd_peer_port")?);
+        if let Some(mut p) = self.etcd.take() {
+            p.signal(libc::SIGKILL);
+            p.stop(Duration::from_secs(5));
+        }
+        self.start_etcd_on(Some(ports)).await
+    }
+
+    /// SIGKILLs kube-apiserver and starts it again on the same port (kubeconfigs stay valid).
+    pub async fn restart_apiserver(&mut self) -> Result<()> {
+        let port = self.apiserver_port;
+        if let Some(mut p) = self.apiserver.take() {
+            p.signal(libc::SIGKILL);
+            p.stop(Duration::from_secs(5));
+        }
+        self.start_apiserver_on(Some(port)).await
+    }
+
+    /// `fixed`: restart on these (client, peer) ports, keeping the data; `None`: fresh data on
+    /// free ports.
+    async fn start_etcd_on(&mut self, fixed: Option<(u16, u16)>) -> Result<()> {
         let etcd = tools::etcd()?;
         for attempt in 0..3 {
-            let (e, p) = (free_port()?, free_port()?);
+            let (e, p) = match fixed {
+                Some(ports) => ports,
+                None => (free_port()?, free_port()?),
+            };
             let data = self.state.join("etcd");
-            let _ = std::fs::remove_dir_all(&data);
+            if fixed.is_none() {
+                let _ = std::fs::remove_dir_all(&data);
+            }
             let mut cmd = Command::new(&etcd);
             cmd.args([
                 "--name=default".to_string(),
@@ -192,9 +232,10 @@ impl ControlPlane {
                 Ok(()) => {
                     self.etcd = Some(proc_);
                     self.state_set("etcd_port", e)?;
+                    self.state_set("etcd_peer_port", p)?;
                     return Ok(());
                 }
-                Err(err) if attempt < 2 => {
+                Err(err) if attempt < 2 && fixed.is_none() => {
                     tracing::warn!("etcd attempt {attempt} failed ({err}); retrying on new ports");
                 }
                 Err(err) => return Err(err.context(proc_.log_tail(50))),
@@ -208,16 +249,27 @@ impl ControlPlane {
         Ok(())
     }
 
+    fn state_get(&self, key: &str) -> Result<u16> {
+        Ok(std::fs::read_to_string(self.state.join(key))?.trim().parse()?)
+    }
+
     fn etcd_port(&self) -> Result<u16> {
-        Ok(std::fs::read_to_string(self.state.join("etcd_port"))?.trim().parse()?)
+        self.state_get("etcd_port")
     }
 
     async fn start_apiserver(&mut self) -> Result<()> {
+        self.start_apiserver_on(None).await
+    }
+
+    async fn start_apiserver_on(&mut self, fixed: Option<u16>) -> Result<()> {
         let bin = tools::kube_apiserver()?;
         let e = self.etcd_port()?;
         let ca = std::fs::read(&self.pki.ca_crt)?;
         for attempt in 0..3 {
-            let a = free_port()?;
+            let a = match fixed {
+                Some(port) => port,
+                None => free_port()?,
+            };
             let p = &self.pki;
             let host = self.host();
             let mut cmd = Command::new(&bin);
@@ -276,7 +328,7 @@ impl ControlPlane {
                     break;
                 }
                 Err(err) if attempt < 2 && !proc_.is_running() => {
-                    tracing::warn!("kube-apiserver attempt {attempt} failed ({err}); retrying on a new port");
+                    tracing::warn!("kube-apiserver attempt {attempt} failed ({err}); retrying");
                 }
                 Err(err) => return Err(err.context(proc_.log_tail(50))),
             }

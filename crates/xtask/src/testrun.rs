@@ -29,37 +29,38 @@ pub struct TestBin {
 /// (longest-processing-time-first), instead of a long binary starting late and running alone
 /// at the end.
 pub const ENVIRONMENT_TARGETS: &[&str] = &[
-    "pipeline_outage_e2e",     // 830 s: the outage replay, the critical path
-    "pipeline_acceptance_e2e", // 342 s
-    "e2e_repository",          // 331 s (with the T01/T02/T08/T18/T44 side repositories)
-    "real_node_e2e",           // 277 s (measured alone)
-    "deletion_e2e",            // 243 s
-    "e2e_repository_faults",   // 203 s (with T14, T17's mid-outage Snapshot and T45)
-    "deletion_scenarios_e2e",  // 118-168 s (up to 282 s on a loaded machine)
-    "pipeline_e2e",            // 121 s
-    "maintenance_e2e",         // 115 s
-    "backend_mounts_e2e",      // 99 s (measured alone)
-    "component",               // 103 s
-    "conditions_e2e",          // 68 s (52 s to 99 s over three runs on the shared machine)
-    "policy_e2e",              // 83-92 s (measured alone; a cron slot and a 30 s error requeue)
-    "pin_e2e",                 // 84 s (measured alone)
-    "repository_checks_e2e",   // 65 s (measured alone; 55 s in the test body)
-    "catalog_e2e",             // 62 s
-    "mover_pod_wedged_e2e",    // 58 s
-    "garage_kopia",            // 51 s
-    "real_node",               // 37 s
-    "features_e2e",            // 35 s (measured alone)
-    "controlplane",            // 32 s
-    "node_agent",              // 31 s
-    "cli_e2e",                 // 23 s
-    "helm_install",            // 23 s
-    "api_crds",                // 21 s
-    "job_in_cluster",          // 17 s
-    "private_env",             // 14 s
-    "node_restart",            // 13 s
-    "lifecycle_e2e",           // 11 s (measured alone)
-    "admission_e2e",           // 10 s (no Garage, no operator)
-    "mover_signals",           // 2 s: real kopia, no cluster
+    "pipeline_outage_e2e",      // 830 s: the outage replay, the critical path
+    "pipeline_acceptance_e2e",  // 342 s
+    "e2e_repository",           // 366 s (with the T01/T02/T08/T18/T44 side repositories; T44 5 min down)
+    "real_node_e2e",            // 277 s (measured alone)
+    "deletion_e2e",             // 243 s
+    "e2e_repository_faults",    // 203 s (with T14, T17's mid-outage Snapshot and T45)
+    "deletion_scenarios_e2e",   // 118-168 s (up to 282 s on a loaded machine)
+    "control_plane_faults_e2e", // 168 s (a 60 s apiserver stall, apiserver and etcd restarts)
+    "pipeline_e2e",             // 121 s
+    "maintenance_e2e",          // 115 s
+    "backend_mounts_e2e",       // 99 s (measured alone)
+    "component",                // 103 s
+    "conditions_e2e",           // 68 s (52 s to 99 s over three runs on the shared machine)
+    "policy_e2e",               // 83-92 s (measured alone; a cron slot and a 30 s error requeue)
+    "pin_e2e",                  // 84 s (measured alone)
+    "repository_checks_e2e",    // 65 s (measured alone; 55 s in the test body)
+    "catalog_e2e",              // 62 s
+    "mover_pod_wedged_e2e",     // 58 s
+    "garage_kopia",             // 51 s
+    "real_node",                // 37 s
+    "features_e2e",             // 35 s (measured alone)
+    "controlplane",             // 32 s
+    "node_agent",               // 31 s
+    "cli_e2e",                  // 23 s
+    "helm_install",             // 23 s
+    "api_crds",                 // 21 s
+    "job_in_cluster",           // 17 s
+    "private_env",              // 14 s
+    "node_restart",             // 13 s
+    "lifecycle_e2e",            // 11 s (measured alone)
+    "admission_e2e",            // 10 s (no Garage, no operator)
+    "mover_signals",            // 2 s: real kopia, no cluster
 ];
 
 /// The environment binaries run at most this many at a time by default. They mostly wait on
@@ -447,7 +448,7 @@ mod tests {
                 "deletion_e2e",
                 "e2e_repository_faults",
                 "deletion_scenarios_e2e",
-                "pipeline_e2e",
+                "control_plane_faults_e2e",
             ]
         );
         assert_eq!(order.last(), Some(&"zz_new_e2e"), "an unlisted environment binary runs last");
