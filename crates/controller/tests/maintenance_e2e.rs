@@ -350,6 +350,22 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     .await?;
     assert!(rst.last_replicated.is_some());
     assert_eq!(ready(&rst.conditions), Some(("True".into(), "Replicated".into())));
+    // behavior.md §2.2: the replication that just succeeded connected as `kopiur-ops` at the
+    // source's lease host, read-only.
+    let rjobs = jobs.list(&ListParams::default().labels("kopiur.home-operations.com/replication=rr")).await?.items;
+    let work_spec: Value = rjobs
+        .first()
+        .and_then(|j| j.spec.as_ref()?.template.spec.as_ref()?.containers.first()?.env.clone())
+        .and_then(|env| env.into_iter().find(|e| e.name == "KOPIUR_WORK_SPEC")?.value)
+        .map(|raw| serde_json::from_str(&raw))
+        .transpose()?
+        .context("the replication Job's work spec")?;
+    assert_eq!(
+        work_spec["repository"]["clientIdentity"],
+        json!({"username": "kopiur-ops", "hostname": format!("kopiur.{ns}.r")}),
+        "the replication identity"
+    );
+    assert_eq!(work_spec["repository"]["readOnly"], true);
     let copied = g.list_objects(MIRROR, "copy/").await?;
     println!("[{:>5.1}s] replication copied {} objects", started.elapsed().as_secs_f64(), copied.len());
     let source = g.list_objects(g.bucket(), "maint/").await?;

@@ -422,6 +422,27 @@ mod tests {
         assert_eq!(p.condition.status, CondStatus::True);
     }
 
+    /// api.md §5, §10: the repository's `spec.maintenance.mover` and `failurePolicy` are the
+    /// managed Maintenance's own (so they reach its Job through `common::build`).
+    #[test]
+    fn the_managed_maintenance_carries_the_repository_maintenance_mover() {
+        let mut f = facts(true, false);
+        f.common.maintenance.mover = Some(
+            serde_json::from_value(
+                serde_json::json!({"resources": {"limits": {"memory": "2Gi"}}, "ttlSecondsAfterFinished": 5}),
+            )
+            .unwrap(),
+        );
+        f.common.maintenance.failure_policy =
+            Some(serde_json::from_value(serde_json::json!({"activeDeadlineSeconds": 600})).unwrap());
+        let m = plan(&f, "kopiur-system", &[]).apply.expect("a managed Maintenance");
+        assert_eq!(m.spec.mover, f.common.maintenance.mover);
+        assert_eq!(m.spec.failure_policy, f.common.maintenance.failure_policy);
+        // A change of the mover block re-applies.
+        let stale = managed_of(&facts(true, false));
+        assert!(plan(&f, "kopiur-system", &[stale]).apply.is_some());
+    }
+
     #[test]
     fn an_unchanged_projection_writes_nothing() {
         let f = facts(true, false);
