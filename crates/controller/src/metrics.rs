@@ -106,6 +106,8 @@ pub struct Metrics {
     pub jobs_created: Counter,
     pub breaker_trips: Counter,
     pub probe_failures: Counter,
+    /// The controller's cheap endpoint checks of a repository whose breaker is open.
+    pub endpoint_checks: Counter,
     pub leader_transitions: Counter,
     pub leader_renew_failures: Counter,
     pub deletion_failures: Counter,
@@ -165,6 +167,11 @@ impl Default for Metrics {
             probe_failures: Counter::new(
                 "kopiur_repository_health_probe_failures_total",
                 "Failed probe connects.",
+                &["kind", "namespace", "name", "outcome"],
+            ),
+            endpoint_checks: Counter::new(
+                "kopiur_repository_endpoint_checks_total",
+                "Cheap endpoint checks of a repository whose breaker is open, by outcome (answers, down).",
                 &["kind", "namespace", "name", "outcome"],
             ),
             leader_transitions: Counter::new("kopiur_leader_transitions_total", "Leadership acquisitions.", &[]),
@@ -311,6 +318,7 @@ pub fn metric_names() -> Vec<&'static str> {
         "kopiur_mover_jobs_created_total",
         "kopiur_repository_breaker_trips_total",
         "kopiur_repository_health_probe_failures_total",
+        "kopiur_repository_endpoint_checks_total",
         "kopiur_leader",
         "kopiur_leader_transitions_total",
         "kopiur_leader_renew_failures_total",
@@ -379,6 +387,7 @@ impl Metrics {
             &self.jobs_created,
             &self.breaker_trips,
             &self.probe_failures,
+            &self.endpoint_checks,
             &self.leader_transitions,
             &self.leader_renew_failures,
             &self.deletion_failures,

@@ -23,6 +23,7 @@ struct SimJob {
     kind: ConnectKind,
     generation: i64,
     credential_version: String,
+    launched_at: Time,
     completes_at: Time,
     result: Option<ConnectResult>,
     /// Deleted at this time (visible until then).
@@ -87,6 +88,7 @@ impl Sim {
             job: None,
             warned_ack: None,
             tuning: Tuning::default(),
+            endpoint: Default::default(),
         };
         facts.status.phase = None;
         let mut sim = Sim {
@@ -144,6 +146,7 @@ impl Sim {
             generation: Some(j.generation),
             credential_version: Some(j.credential_version.clone()),
             via_reinit_ack: false,
+            launched_at: Some(j.launched_at),
             state,
         })
     }
@@ -243,6 +246,7 @@ impl Sim {
                     kind: l.kind,
                     generation: l.generation,
                     credential_version: l.credential_version,
+                    launched_at: self.now,
                     completes_at,
                     result: None,
                     deleted_at: None,

@@ -203,11 +203,29 @@ fn open(facts: &RepoFacts, kind: ConnectKind, now: Time, out: &mut FoldOutcome) 
 }
 
 /// Advance the persisted half-open schedule after a failed retry (R14, unpinned R4).
-fn advance_retry(facts: &RepoFacts, now: Time, out: &mut FoldOutcome) {
-    let attempt = out.status.health.strict_retry.as_ref().map(|r| r.attempt.saturating_add(1)).unwrap_or(1);
+///
+/// A connect launched before its stamped `nextAttemptAt` (the endpoint answered again, or a
+/// spec change) took that slot of the schedule: the next one is stamped as if it had run at
+/// the stamped time and taken as long, so early connects never add Jobs to the holdoff-only
+/// schedule.
+fn advance_retry(facts: &RepoFacts, job: &JobFacts, now: Time, out: &mut FoldOutcome) {
+    let prev = out.status.health.strict_retry.as_ref();
+    let attempt = prev.map(|r| r.attempt.saturating_add(1)).unwrap_or(1);
     let holdoff = strict_retry_holdoff(&facts.tuning, attempt);
+    let from = slot_end(prev.map(|r| r.next_attempt_at), job.launched_at, now);
     out.status.health.strict_retry =
-        Some(StrictRetry { attempt, holdoff_seconds: holdoff, next_attempt_at: now + Duration::seconds(holdoff) });
+        Some(StrictRetry { attempt, holdoff_seconds: holdoff, next_attempt_at: from + Duration::seconds(holdoff) });
+}
+
+/// Where the holdoff of the next retry starts: the fold time, or for a connect launched before
+/// its stamped time, the stamped time plus the connect's duration (never before the fold).
+pub fn slot_end(stamped: Option<Time>, launched_at: Option<Time>, now: Time) -> Time {
+    match (stamped, launched_at) {
+        (Some(stamped), Some(launched)) if launched < stamped => {
+            (stamped + (now - launched).max(Duration::zero())).max(now)
+        }
+        (Some(_) | None, _) => now,
+    }
 }
 
 fn to_failed(out: &mut FoldOutcome, reason: TerminalReason, message: String) {
@@ -237,7 +255,7 @@ fn fold_strict(
                 count_failure(out, verdict, now);
                 match prev_phase {
                     // R14: still open; the schedule grows, no Event and no trip.
-                    Phase::Degraded => advance_retry(facts, now, out),
+                    Phase::Degraded => advance_retry(facts, job, now, out),
                     // R11 and pinned R4: a transport failure opens the breaker at once.
                     Phase::Ready | Phase::Initializing | Phase::Pending | Phase::Failed => {
                         open(facts, ConnectKind::Strict, now, out)
@@ -252,7 +270,7 @@ fn fold_strict(
                     reason: FailureReasonLabel::of(verdict).to_string(),
                     message: verdict.summary(),
                 });
-                advance_retry(facts, now, out);
+                advance_retry(facts, job, now, out);
             }
         },
         StrictRoute::NotInitialized => match pin {

@@ -6,7 +6,10 @@ use super::fold::{Effect, Event, EventType, FoldOutcome, fold};
 use super::gate::{AckState, CreateGate, Reopen, ack_state, gate_for, terminal_gate};
 use super::holdoff::{bootstrap_deadline, probe_spacing_seconds};
 use super::kstatus::{Cond, conditions};
-use super::types::{ConnectKind, JobState, Phase, ProbeTrigger, RepoFacts, RepoStatus, Time};
+use super::types::{
+    ConnectKind, Endpoint, EndpointAnswer, EndpointCheck, JobState, Phase, ProbeTrigger, Reach, RepoFacts, RepoStatus,
+    Time,
+};
 
 /// The one next step.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,6 +44,60 @@ pub struct Decision {
     pub requeue_after: Option<Duration>,
     /// The ack value an InvalidReinitializeAck was emitted for (the shell remembers it).
     pub warned_ack: Option<String>,
+    /// The endpoint's return this decision spent on an early strict connect (the shell forgets
+    /// it, so one `Down` → `Answers` transition launches at most one early connect).
+    pub early_strict: Option<EndpointCheck>,
+}
+
+/// Reason of the Normal Event emitted when an early strict connect is launched.
+pub const ENDPOINT_ANSWERING: &str = "RepositoryEndpointAnswering";
+
+/// The cheap endpoint check watches this repository now: the breaker is open for an
+/// unreachable backend, the backend has an endpoint, nothing is in flight and a connect could
+/// be launched. Pure; the shell performs the check when [`endpoint_check_due`] says so.
+pub fn endpoint_watched(facts: &RepoFacts) -> bool {
+    let unreachable = matches!(
+        facts.status.reach.as_ref().map(|r| r.reach),
+        Some(Reach::BackendUnreachable | Reach::ProbeDeadlineExceeded)
+    );
+    facts.status.phase == Some(Phase::Degraded)
+        && unreachable
+        && matches!(facts.endpoint, Endpoint::Checkable { .. })
+        && facts.job.is_none()
+        && !facts.spec.suspended
+        && facts.credential_version.is_some()
+}
+
+/// Whether the shell should run a cheap check before planning: watched, and the last check is
+/// at least `tuning.endpoint_check_seconds` old (the requeue brings the reconcile back then).
+pub fn endpoint_check_due(facts: &RepoFacts, now: Time) -> bool {
+    endpoint_watched(facts)
+        && match &facts.endpoint {
+            Endpoint::Checkable { last: Some(l), .. } => now >= next_check_at(l, &facts.tuning),
+            Endpoint::Checkable { last: None, .. } => true,
+            Endpoint::NotCheckable => false,
+        }
+}
+
+fn next_check_at(last: &EndpointCheck, tuning: &super::types::Tuning) -> Time {
+    last.at + Duration::seconds(tuning.endpoint_check_seconds.max(1))
+}
+
+/// Fold one cheap check into the shell's memory: `returned` is set on a `Down` → `Answers`
+/// transition, kept while the endpoint keeps answering, and cleared when it goes down again.
+/// With no earlier check the open breaker's own verdict (unreachable) is the `Down`.
+pub fn record_endpoint_check(endpoint: &Endpoint, check: EndpointCheck) -> Endpoint {
+    match endpoint {
+        Endpoint::NotCheckable => Endpoint::NotCheckable,
+        Endpoint::Checkable { last, returned } => {
+            let returned = match (last.map(|l| l.answer), check.answer) {
+                (Some(EndpointAnswer::Down) | None, EndpointAnswer::Answers) => Some(check),
+                (Some(EndpointAnswer::Answers), EndpointAnswer::Answers) => *returned,
+                (_, EndpointAnswer::Down) => None,
+            };
+            Endpoint::Checkable { last: Some(check), returned }
+        }
+    }
 }
 
 /// Parse an RFC3339 annotation value (any offset), normalized to UTC.
@@ -57,6 +114,7 @@ pub fn plan(facts: &RepoFacts, now: Time) -> Decision {
         effects: Vec::new(),
         requeue_after: None,
         warned_ack: facts.warned_ack.clone(),
+        early_strict: None,
     };
     if d.status.phase.is_none() {
         d.status.phase = Some(Phase::Pending); // R1
@@ -187,7 +245,34 @@ fn next_step(facts: &RepoFacts, now: Time, d: &mut Decision) {
             // S2/S3 launch at once even while open (a human acted); S4 waits for the stamp.
             let next = d.status.health.strict_retry.as_ref().map(|r| r.next_attempt_at);
             match next {
-                Some(at) if !spec_changed && now < at => d.requeue_after = Some(secs_until(now, at)),
+                Some(at) if !spec_changed && now < at => match endpoint_returned(facts) {
+                    // The endpoint answers again: the strict connect now, in place of the
+                    // stamped one (it takes that slot; see `fold::slot_end`).
+                    Some(back) => {
+                        d.events.push(Event {
+                            type_: EventType::Normal,
+                            reason: ENDPOINT_ANSWERING,
+                            note: format!(
+                                "the endpoint of {} answers again (checked at {}); strict connect launched now \
+                                 instead of at {}",
+                                facts.id.target,
+                                back.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                                at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                            ),
+                        });
+                        d.early_strict = Some(back);
+                        launch(facts, d, ConnectKind::Strict, Phase::Degraded, now);
+                    }
+                    None => {
+                        let wake = match &facts.endpoint {
+                            Endpoint::Checkable { last: Some(l), .. } if endpoint_watched(facts) => {
+                                at.min(next_check_at(l, &facts.tuning))
+                            }
+                            Endpoint::Checkable { .. } | Endpoint::NotCheckable => at,
+                        };
+                        d.requeue_after = Some(secs_until(now, wake));
+                    }
+                },
                 Some(_) | None => launch(facts, d, ConnectKind::Strict, Phase::Degraded, now),
             }
         }
@@ -198,6 +283,18 @@ fn next_step(facts: &RepoFacts, now: Time, d: &mut Decision) {
             }
             ready_probe(facts, now, d);
         }
+    }
+}
+
+/// An unspent `Down` → `Answers` transition of a watched endpoint.
+fn endpoint_returned(facts: &RepoFacts) -> Option<EndpointCheck> {
+    match &facts.endpoint {
+        Endpoint::Checkable { returned: Some(r), last: Some(l) }
+            if endpoint_watched(facts) && l.answer == EndpointAnswer::Answers =>
+        {
+            Some(*r)
+        }
+        Endpoint::Checkable { .. } | Endpoint::NotCheckable => None,
     }
 }
 

@@ -68,6 +68,9 @@ pub struct Tuning {
     pub launch_grace_seconds: i64,
     /// Heartbeat of a Failed repository: re-evaluates the terminal gate, launches nothing.
     pub terminal_heartbeat_seconds: i64,
+    /// Cadence of the controller's cheap endpoint check while the breaker is open for an
+    /// unreachable backend (no Job, no kopia; see [`Endpoint`]).
+    pub endpoint_check_seconds: i64,
 }
 
 impl Default for Tuning {
@@ -80,6 +83,7 @@ impl Default for Tuning {
             bootstrap_deadline_cap_seconds: 1800,
             launch_grace_seconds: 30,
             terminal_heartbeat_seconds: 1800,
+            endpoint_check_seconds: 20,
         }
     }
 }
@@ -365,6 +369,9 @@ pub struct JobFacts {
     pub credential_version: Option<String>,
     /// The Job carried an `Allowed { via_reinit_ack: true }` gate.
     pub via_reinit_ack: bool,
+    /// When the Job was created (its creationTimestamp), if known. A strict connect launched
+    /// before the stamped `nextAttemptAt` takes that slot of the holdoff schedule.
+    pub launched_at: Option<Time>,
     pub state: JobState,
 }
 
@@ -391,4 +398,50 @@ pub struct RepoFacts {
     /// memory: at most one repeat per value after a restart).
     pub warned_ack: Option<String>,
     pub tuning: Tuning,
+    /// The controller's own cheap check of the backend endpoint.
+    pub endpoint: Endpoint,
+}
+
+/// What the controller's cheap endpoint check saw: an unauthenticated request to the backend
+/// endpoint, no Job and no kopia. Any protocol answer (an HTTP status line, even 403, or a TLS
+/// record) is `Answers`; a refused, reset or timed-out connection is `Down`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EndpointAnswer {
+    Answers,
+    Down,
+}
+
+impl EndpointAnswer {
+    /// The `outcome` label of `kopiur_repository_endpoint_checks_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            EndpointAnswer::Answers => "answers",
+            EndpointAnswer::Down => "down",
+        }
+    }
+}
+
+/// One cheap check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndpointCheck {
+    pub at: Time,
+    pub answer: EndpointAnswer,
+}
+
+/// The cheap-check facts (process memory of the reconcile shell; after a restart the open
+/// breaker's own unreachable verdict stands for the last `Down`). A cheap answer never changes
+/// the phase: it can only move the next strict connect earlier, into the slot it would have
+/// taken anyway.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Endpoint {
+    /// No endpoint to check (a filesystem backend, a repository server): the holdoff alone.
+    #[default]
+    NotCheckable,
+    Checkable {
+        /// The last check, if any since this process started.
+        last: Option<EndpointCheck>,
+        /// The check that saw the endpoint answer after a check saw it down, while no early
+        /// strict connect was spent on that transition yet.
+        returned: Option<EndpointCheck>,
+    },
 }

@@ -329,6 +329,7 @@ mod tests {
             job: None,
             warned_ack: None,
             tuning: Tuning::default(),
+            endpoint: Default::default(),
         }
     }
 
@@ -394,6 +395,7 @@ mod tests {
             generation: Some(1),
             credential_version: Some("1/".into()),
             via_reinit_ack: false,
+            launched_at: None,
             state: JobState::Running,
         });
         let mut d = crate::health::plan(&f, t(60));

@@ -302,6 +302,7 @@ mod tests {
             job: None,
             warned_ack: None,
             tuning: Tuning::default(),
+            endpoint: Default::default(),
         }
     }
 }

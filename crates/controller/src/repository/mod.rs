@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod catalog;
 pub mod convert;
+pub mod endpoint;
 pub mod mounts;
 pub mod next;
 pub mod observe;
@@ -205,8 +206,15 @@ async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Action, Er
         return Ok(action);
     }
     let now = chrono::Utc::now();
-    let (facts, listing, ca) = observe::observe_with_ca(obj, ctx).await?;
+    let (mut facts, listing, ca) = observe::observe_with_ca(obj, ctx).await?;
+    // The cheap endpoint check (reconcile-time only, at its cadence): a fact for the plan.
+    let uid = obj.meta().uid.clone().unwrap_or_default();
+    if let Some(answer) = endpoint::observe(&mut facts, &uid, &obj.common().backend, now).await {
+        let ns = obj.namespace().unwrap_or_default();
+        ctx.metrics.endpoint_checks.inc(&[K::KIND.as_str(), &ns, &obj.name_any(), answer.label()]);
+    }
     let mut decision = crate::health::plan(&facts, now);
+    let early = decision.early_strict;
     decision.conditions.extend(next.advisory_condition());
     if let mounts::CaState::Missing { message } = &ca {
         missing_ca_bundle(&mut decision, message);
@@ -216,6 +224,7 @@ async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Action, Er
     let was_false = convert::index_blob_health_was_false(obj.status_common());
     crate::health::index_blobs::apply(&mut decision, &facts.id, threshold, was_false);
     let action = apply::apply(obj, ctx, &facts, decision, cat, now).await?;
+    endpoint::spent(&uid, &facts, early);
     next::warn_ignored(obj, ctx, &next).await;
     Ok(action)
 }
@@ -311,6 +320,7 @@ mod tests {
             effects: vec![],
             requeue_after: Some(chrono::Duration::seconds(300)),
             warned_ack: None,
+            early_strict: None,
         };
         missing_ca_bundle(&mut d, "ConfigMap ca has no key ca.crt");
         let got: Vec<(&str, CondStatus, &str)> =

@@ -192,6 +192,7 @@ pub async fn job_observation<K: RepoObject>(
         generation: ann.get(annotation::BOOTSTRAP_GENERATION).and_then(|g| g.parse().ok()),
         credential_version: ann.get(ANN_CREDENTIAL_VERSION).cloned(),
         via_reinit_ack: ann.get(ANN_CREATE_GATE).map(String::as_str) == Some(GATE_VIA_ACK),
+        launched_at: job.metadata.creation_timestamp.as_ref().map(to_chrono),
         state,
     });
     Ok((facts, listing))
@@ -274,6 +275,8 @@ async fn observe_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<(RepoFacts, 
         job,
         warned_ack: ctx.warned_acks.lock().ok().and_then(|m| m.get(&uid).cloned()),
         tuning: ctx.config.tuning,
+        // Filled by the shell's cheap endpoint check (`super::endpoint::observe`).
+        endpoint: Default::default(),
     };
     Ok((facts, listing))
 }

@@ -4,6 +4,7 @@ use chrono::{Duration, TimeZone, Utc};
 use super::kstatus::{Cond, CondStatus};
 use super::types::*;
 
+mod endpoint;
 mod gates;
 mod index_blobs;
 mod probe;
@@ -45,6 +46,7 @@ pub fn fresh() -> RepoFacts {
         job: None,
         warned_ack: None,
         tuning: Tuning::default(),
+        endpoint: Default::default(),
     }
 }
 
@@ -78,6 +80,7 @@ pub fn job(kind: ConnectKind, result: ConnectResult, completed_at: Time) -> JobF
         generation: Some(1),
         credential_version: Some(CREDS.into()),
         via_reinit_ack: false,
+        launched_at: None,
         state: JobState::Finished { completed_at, result },
     }
 }
