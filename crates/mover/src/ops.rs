@@ -118,6 +118,7 @@ impl<S: ResultSink> Ctx<S> {
             snapshots_truncated: false,
             snapshot_count: None,
             maintenance_owner: None,
+            verified: None,
         };
         match self.connect(false).await {
             Ok(_) => result.outcome = BootstrapOutcome::Connected,
@@ -201,6 +202,7 @@ impl<S: ResultSink> Ctx<S> {
             {
                 Ok(list) => {
                     result.snapshot_count = Some(list.len() as u64);
+                    result.verified = verify_absent(&list, &op.verify_snapshot_ids);
                     let (entries, truncated) = catalog(list, op.catalog_limit, MAX_RESULT_BYTES / 2);
                     result.snapshots = entries;
                     result.snapshots_truncated = truncated;
@@ -667,6 +669,30 @@ pub fn catalog(mut list: Vec<SnapshotManifest>, limit: usize, max_bytes: usize) 
     }
     let truncated = out.len() < total;
     (out, truncated)
+}
+
+/// Which of `wanted` (at most [`crate::workspec::MAX_VERIFY_SNAPSHOT_IDS`] are checked) the
+/// full listing does not hold. None when nothing was asked or the listing is empty: an empty
+/// listing is indistinguishable from a wrong prefix or a glitch, so it proves no absence (the
+/// caller only calls this for a `snapshot list` that succeeded).
+pub fn verify_absent(list: &[SnapshotManifest], wanted: &[String]) -> Option<crate::result::VerifyAnswer> {
+    if list.is_empty() || wanted.is_empty() {
+        return None;
+    }
+    let listed: std::collections::HashSet<&str> = list.iter().map(|m| m.id.as_str()).collect();
+    let mut seen = std::collections::HashSet::new();
+    let mut answer = crate::result::VerifyAnswer::default();
+    for id in wanted.iter().take(crate::workspec::MAX_VERIFY_SNAPSHOT_IDS) {
+        answer.through = Some(id.clone());
+        if id.is_empty() || !seen.insert(id.as_str()) {
+            continue;
+        }
+        answer.checked += 1;
+        if !listed.contains(id.as_str()) {
+            answer.absent.push(id.clone());
+        }
+    }
+    Some(answer)
 }
 
 /// The newest snapshot ending at or before `as_of`, after skipping `offset` newer ones.

@@ -110,6 +110,26 @@ pub struct BootstrapResult {
     pub snapshot_count: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance_owner: Option<String>,
+    /// The answer to the work spec's `verifySnapshotIds`, from the full `snapshot list`
+    /// (never truncated). None: not asked, or the listing failed or was empty (absence is
+    /// never inferred from a failure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified: Option<VerifyAnswer>,
+}
+
+/// Which of the ids the controller asked about are missing from a successful, non-empty
+/// `snapshot list`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyAnswer {
+    /// How many distinct ids were checked.
+    pub checked: u64,
+    /// The last id of the request, in request order: the controller's rotation cursor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub through: Option<String>,
+    /// The checked ids the listing does not hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub absent: Vec<String>,
 }
 
 /// `status.failure` of a failed attempt.

@@ -230,6 +230,11 @@ pub struct BootstrapRepositoryOp {
     pub list_snapshots: bool,
     #[serde(default = "default_catalog_limit")]
     pub catalog_limit: usize,
+    /// Kopia snapshot ids the controller wants checked against the full listing (at most
+    /// [`MAX_VERIFY_SNAPSHOT_IDS`]): the mover answers which are absent
+    /// (`BootstrapResult::verified`), so a truncated listing still expires stale catalog rows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verify_snapshot_ids: Vec<String>,
     /// `kopiur@<lease host>`, made maintenance owner right after a create.
     pub maintenance_owner: String,
     #[serde(default)]
@@ -239,6 +244,9 @@ pub struct BootstrapRepositoryOp {
 fn default_catalog_limit() -> usize {
     1000
 }
+
+/// Most ids one bootstrap work spec asks to verify (about 36 KB of the 100 KiB spec).
+pub const MAX_VERIFY_SNAPSHOT_IDS: usize = 1000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TakeoverPolicy {

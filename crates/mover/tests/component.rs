@@ -173,6 +173,7 @@ impl Bench {
             probe,
             list_snapshots: true,
             catalog_limit: 1000,
+            verify_snapshot_ids: Vec::new(),
             maintenance_owner: OWNER.into(),
             create: Default::default(),
         });
@@ -275,6 +276,7 @@ async fn classification_acceptance() {
             probe: true,
             list_snapshots: false,
             catalog_limit: 10,
+            verify_snapshot_ids: Vec::new(),
             maintenance_owner: OWNER.into(),
             create: Default::default(),
         }),
@@ -565,6 +567,7 @@ async fn replication_uses_the_destination_credentials_and_leaks_none() {
         probe: false,
         list_snapshots: false,
         catalog_limit: 1000,
+        verify_snapshot_ids: Vec::new(),
         maintenance_owner: OWNER.into(),
         create: Default::default(),
     });

@@ -238,6 +238,7 @@ fn bootstrap_and_batch_variants() {
         probe: true,
         list_snapshots: false,
         catalog_limit: 1000,
+        verify_snapshot_ids: Vec::new(),
         maintenance_owner: "kopiur@kopiur.t.r".into(),
         create: Default::default(),
     })));
@@ -433,6 +434,32 @@ fn catalog_is_newest_first_and_capped() {
     assert!(truncated && entries.len() < 30 && !entries.is_empty());
     let (entries, truncated) = kopiur_mover::ops::catalog(list, 1000, 1 << 20);
     assert_eq!((entries.len(), truncated), (30, false));
+}
+
+#[test]
+fn verify_absent_answers_from_the_full_listing_and_never_from_an_empty_one() {
+    use kopiur_mover::ops::verify_absent;
+    // 30 snapshots: the catalog reports only the newest 10, the check sees all 30.
+    let list: Vec<_> = (0..30)
+        .map(|i| manifest(&format!("{i:032x}"), "a", "/p", &format!("2026-01-{:02}T00:00:00Z", i + 1)))
+        .collect();
+    let (entries, truncated) = kopiur_mover::ops::catalog(list.clone(), 10, 1 << 20);
+    assert!(truncated && !entries.iter().any(|e| e.id == format!("{:032x}", 0)));
+    let gone = "f".repeat(32);
+    let ask = vec![format!("{:032x}", 0), gone.clone(), format!("{:032x}", 29), gone.clone()];
+    let a = verify_absent(&list, &ask).expect("a successful listing answers");
+    // The oldest snapshot, cut from the reported catalog, is present: only the unknown id is absent.
+    assert_eq!(a.absent, vec![gone.clone()]);
+    assert_eq!(a.checked, 3, "duplicates are checked once");
+    assert_eq!(a.through.as_deref(), Some(gone.as_str()), "the cursor is the last id asked");
+    // An empty listing (a wrong prefix, a glitch) proves no absence; nothing asked, nothing answered.
+    assert_eq!(verify_absent(&[], &ask), None);
+    assert_eq!(verify_absent(&list, &[]), None);
+    // At most MAX_VERIFY_SNAPSHOT_IDS are checked, whatever the request holds.
+    let many: Vec<String> = (0..kopiur_mover::workspec::MAX_VERIFY_SNAPSHOT_IDS + 5).map(|i| format!("x{i}")).collect();
+    let a = verify_absent(&list, &many).unwrap();
+    assert_eq!(a.checked as usize, kopiur_mover::workspec::MAX_VERIFY_SNAPSHOT_IDS);
+    assert_eq!(a.absent.len(), kopiur_mover::workspec::MAX_VERIFY_SNAPSHOT_IDS);
 }
 
 #[test]

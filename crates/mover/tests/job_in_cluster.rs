@@ -131,6 +131,7 @@ async fn bootstrap_runs_as_a_job() {
             probe: false,
             list_snapshots: true,
             catalog_limit: 1000,
+            verify_snapshot_ids: Vec::new(),
             maintenance_owner: format!("kopiur@kopiur.{ns}.r"),
             create: Default::default(),
         }),
@@ -316,6 +317,7 @@ async fn the_mover_checks_its_target_uid_and_heartbeats_through_the_api() {
         probe: false,
         list_snapshots: false,
         catalog_limit: 10,
+        verify_snapshot_ids: Vec::new(),
         maintenance_owner: format!("kopiur@kopiur.{ns}.r"),
         create: Default::default(),
     });

@@ -64,6 +64,7 @@ fn spec(endpoint: String) -> WorkSpec {
             probe: false,
             list_snapshots: false,
             catalog_limit: 10,
+            verify_snapshot_ids: Vec::new(),
             maintenance_owner: "kopiur@kopiur.t.r".into(),
             create: Default::default(),
         }),

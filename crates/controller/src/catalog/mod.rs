@@ -33,6 +33,27 @@ pub const SCAN_SPACING_SECONDS: i64 = 60;
 pub const SCAN_SPACING_ENV: &str = "KOPIUR_CATALOG_SCAN_SPACING_SECONDS";
 /// Most kopia entries a listing Job reports (newest first).
 pub const CATALOG_LIMIT: usize = 1000;
+/// Test environments may lower the listing cap (never raise it) to exercise truncation.
+pub const CATALOG_LIMIT_ENV: &str = "KOPIUR_CATALOG_LIMIT";
+/// Test environments may shrink the verify window to exercise its rotation.
+pub const VERIFY_WINDOW_ENV: &str = "KOPIUR_CATALOG_VERIFY_WINDOW";
+/// On a Repository or ClusterRepository: the last kopia id the previous answered verify
+/// window checked (the rotation cursor; bookkeeping only, safe to remove).
+pub const VERIFY_CURSOR_ANNOTATION: &str = "kopiur.home-operations.com/catalog-verify-cursor";
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse::<usize>().ok())
+}
+
+/// The listing cap a bootstrap work spec carries.
+pub fn catalog_limit() -> usize {
+    env_usize(CATALOG_LIMIT_ENV).map_or(CATALOG_LIMIT, |n| n.clamp(1, CATALOG_LIMIT))
+}
+
+/// How many discovered rows one scan asks the mover to verify.
+pub fn verify_window_size() -> usize {
+    env_usize(VERIFY_WINDOW_ENV).map_or(plan::VERIFY_WINDOW, |n| n.clamp(1, plan::VERIFY_WINDOW))
+}
 
 pub fn scan_spacing_seconds() -> i64 {
     std::env::var(SCAN_SPACING_ENV)
@@ -72,6 +93,8 @@ pub struct SyncOutcome {
     pub unplaced: BTreeSet<String>,
     /// Listed entries skipped only because their owner is being deleted.
     pub owned_by_deleting: usize,
+    /// Rows expired because the mover's check found their id absent from a truncated listing.
+    pub verified_absent: usize,
 }
 
 fn refers_here(scope: &RepoScope, r: &RepositoryRef, snapshot_ns: &str) -> bool {
@@ -251,16 +274,48 @@ async fn list_existing(client: &Client, scope: &RepoScope) -> Result<Vec<Existin
     }
 }
 
+/// The ids one scan asks the mover to verify: a window of this repository's discovered rows
+/// (by their `repository-uid` label, in any namespace), after `cursor`.
+pub async fn verify_ids(
+    client: &Client,
+    repository_uid: &str,
+    cursor: Option<&str>,
+) -> Result<Vec<String>, kube::Error> {
+    if repository_uid.is_empty() {
+        return Ok(Vec::new());
+    }
+    let api = Api::<Snapshot>::all(client.clone());
+    let selector = format!("{}={},{}={}", label::ORIGIN, origin::DISCOVERED, label::REPOSITORY_UID, repository_uid);
+    let mut lp = ListParams::default().labels(&selector).limit(LIST_PAGE);
+    let mut ids = Vec::new();
+    loop {
+        let page = api.list_metadata(&lp).await?;
+        ids.extend(
+            page.items
+                .iter()
+                .filter(|s| s.metadata.deletion_timestamp.is_none())
+                .filter_map(|s| s.metadata.labels.as_ref()?.get(label::SNAPSHOT_ID).cloned()),
+        );
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => lp = lp.continue_token(&token),
+            None => break,
+        }
+    }
+    Ok(plan::verify_window(&ids, cursor, verify_window_size()))
+}
+
 /// Applies one listing of a successful connect: creates, repairs and deletes discovered rows.
+/// `verified_absent`: ids the mover checked against its full listing and did not find.
 pub async fn sync(
     client: &Client,
     scope: &RepoScope,
     entries: &[CatalogEntry],
     truncated: bool,
+    verified_absent: &BTreeSet<String>,
     now: plan::Time,
 ) -> Result<SyncOutcome, kube::Error> {
     let existing = list_existing(client, scope).await?;
-    let p = plan::plan(entries, truncated, &existing, scope.bounds, now);
+    let p = plan::plan_verified(entries, truncated, verified_absent, &existing, scope.bounds, now);
     let mut out = SyncOutcome {
         complete: p.complete,
         discovered: p.discovered_after,
@@ -277,6 +332,9 @@ pub async fn sync(
         match api.delete(&d.row.name, &dp).await {
             Ok(_) => {
                 out.deleted += 1;
+                if d.reason == DeleteReason::VerifiedAbsent {
+                    out.verified_absent += 1;
+                }
                 tracing::info!(snapshot = %d.row.name, namespace = %d.row.namespace, id = %d.row.snapshot_id,
                     reason = ?d.reason, "deleted a discovered Snapshot row (kopia data untouched)");
             }

@@ -5,6 +5,12 @@
 //! the connect succeeded, the listing is not truncated and it is not empty. An empty listing is
 //! indistinguishable from a failed `snapshot list`, a wrong prefix or a glitch; a failed connect
 //! never reaches this code at all.
+//!
+//! A truncated listing (more snapshots than the catalog cap) still makes progress: each scan
+//! asks the mover to check a bounded window of the discovered rows' ids against its full
+//! `snapshot list` ([`verify_window`]), and the ids the mover reports absent (only ever from a
+//! successful, non-empty listing) expire their rows ([`DeleteReason::VerifiedAbsent`]). The
+//! window rotates through every row, so a stale row goes within `ceil(rows / window)` scans.
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Duration, Utc};
@@ -63,6 +69,9 @@ pub struct RowRef {
 pub enum DeleteReason {
     /// Missing from a complete listing.
     Absent,
+    /// Not in a truncated listing, and reported absent by the mover's check of this id against
+    /// the full (successful, non-empty) listing.
+    VerifiedAbsent,
     /// Outside `catalog.retain`.
     OutOfBounds,
     /// One of the operator's own Snapshots owns the id (it was listed before its owner
@@ -112,6 +121,21 @@ fn newest_first(entries: &[CatalogEntry]) -> Vec<&CatalogEntry> {
 pub fn plan(
     entries: &[CatalogEntry],
     truncated: bool,
+    existing: &[ExistingSnapshot],
+    bounds: Bounds,
+    now: Time,
+) -> CatalogPlan {
+    plan_verified(entries, truncated, &BTreeSet::new(), existing, bounds, now)
+}
+
+/// [`plan`], plus the ids the mover checked against its full listing and found absent. They
+/// expire discovered rows only under the absence rules: the listing is non-empty (an empty one
+/// proves nothing), the id is not in the listing (a listed id is never expired), the row is
+/// discovered and no owned Snapshot records the id (owned rows are never touched).
+pub fn plan_verified(
+    entries: &[CatalogEntry],
+    truncated: bool,
+    verified_absent: &BTreeSet<String>,
     existing: &[ExistingSnapshot],
     bounds: Bounds,
     now: Time,
@@ -191,6 +215,8 @@ pub fn plan(
             Some(DeleteReason::OutOfBounds)
         } else if complete {
             Some(DeleteReason::Absent)
+        } else if !entries.is_empty() && verified_absent.contains(id) {
+            Some(DeleteReason::VerifiedAbsent)
         } else {
             None
         };
@@ -212,6 +238,42 @@ pub fn plan(
         }
     }
     out.discovered_after = kept + out.creates.len();
+    out
+}
+
+/// Most ids one scan asks the mover to verify (the work spec carries them; 1000 ids of 32-64
+/// characters stay well under its 102 400-byte cap).
+pub const VERIFY_WINDOW: usize = kopiur_mover::workspec::MAX_VERIFY_SNAPSHOT_IDS;
+/// Longest id sent for verification (kopia ids are 32-33 characters; a label holds 63).
+pub const MAX_VERIFY_ID_LEN: usize = 64;
+/// The most JSON bytes the ids of one window take in the work spec (under half its cap).
+pub const VERIFY_BUDGET_BYTES: usize = 48 * 1024;
+
+/// The ids one scan asks the mover to verify: the discovered rows' distinct ids in id order,
+/// starting after `cursor` (the last id the previous answered scan checked) and wrapping
+/// around, at most `window` of them and [`VERIFY_BUDGET_BYTES`] of JSON. Successive scans that each advance the cursor to the
+/// answer's last id cover every row within `ceil(rows / window)` scans.
+pub fn verify_window(ids: &[String], cursor: Option<&str>, window: usize) -> Vec<String> {
+    let sorted: Vec<&str> = ids
+        .iter()
+        .map(String::as_str)
+        .filter(|i| !i.is_empty() && i.len() <= MAX_VERIFY_ID_LEN)
+        .collect::<BTreeSet<&str>>()
+        .into_iter()
+        .collect();
+    if sorted.is_empty() || window == 0 {
+        return Vec::new();
+    }
+    let start = cursor.map_or(0, |c| sorted.partition_point(|i| *i <= c) % sorted.len());
+    let mut bytes = 2usize;
+    let mut out = Vec::new();
+    for id in sorted.iter().cycle().skip(start).take(window.min(sorted.len())) {
+        bytes += id.len() + 3;
+        if bytes > VERIFY_BUDGET_BYTES {
+            break;
+        }
+        out.push((*id).to_string());
+    }
     out
 }
 
@@ -438,6 +500,106 @@ mod tests {
         assert!(!p.complete);
         assert!(p.deletes.is_empty(), "{p:?}");
         assert_eq!(p.discovered_after, 2);
+    }
+
+    fn set(ids: &[&str]) -> BTreeSet<String> {
+        ids.iter().map(|i| i.to_string()).collect()
+    }
+
+    #[test]
+    fn a_truncated_listing_expires_exactly_the_rows_verified_absent() {
+        // The listing holds only the newest entry; "a" and "c" are older and not listed.
+        let entries = vec![entry("b", "h", 2)];
+        let existing = vec![row("a"), row("b"), row("c"), own("o")];
+        let p = plan_verified(&entries, true, &set(&["a"]), &existing, Bounds::default(), t(10));
+        assert!(!p.complete);
+        assert_eq!(ids(&p).1, vec![("a".to_string(), DeleteReason::VerifiedAbsent)]);
+        assert_eq!(p.discovered_after, 2, "c was not checked: it stays");
+    }
+
+    #[test]
+    fn an_id_present_in_the_listing_is_never_expired_by_the_check() {
+        let entries = vec![entry("b", "h", 2)];
+        let p = plan_verified(&entries, true, &set(&["b"]), &[row("b")], Bounds::default(), t(10));
+        assert!(p.deletes.is_empty(), "{p:?}");
+    }
+
+    #[test]
+    fn the_check_never_expires_owned_snapshots_or_rows_of_an_owned_id() {
+        let entries = vec![entry("b", "h", 2)];
+        // An owned Snapshot is never a catalog row, whatever the check says.
+        let p = plan_verified(&entries, true, &set(&["o"]), &[own("o")], Bounds::default(), t(10));
+        assert!(p.deletes.is_empty(), "{p:?}");
+        // A discovered row whose id an owned Snapshot records goes as OwnedElsewhere, as today.
+        let p = plan_verified(&entries, true, &set(&["o"]), &[row("o"), own("o")], Bounds::default(), t(10));
+        assert_eq!(ids(&p).1, vec![("o".to_string(), DeleteReason::OwnedElsewhere)]);
+    }
+
+    #[test]
+    fn a_failed_or_empty_listing_expires_nothing_even_with_an_absent_set() {
+        let existing: Vec<ExistingSnapshot> = (0..5).map(|i| row(&format!("id{i}"))).collect();
+        let absent = set(&["id0", "id1", "id2", "id3", "id4"]);
+        for truncated in [false, true] {
+            let p = plan_verified(&[], truncated, &absent, &existing, Bounds::default(), t(10));
+            assert!(p.deletes.is_empty(), "{p:?}");
+            assert_eq!(p.discovered_after, 5);
+        }
+        // A truncated listing with no answer (the check failed or was not asked) keeps every row.
+        let p = plan_verified(&[entry("id0", "h", 1)], true, &BTreeSet::new(), &existing, Bounds::default(), t(10));
+        assert!(p.deletes.is_empty());
+    }
+
+    #[test]
+    fn a_complete_listing_still_expires_by_absence_alone() {
+        let p = plan_verified(
+            &[entry("b", "h", 2)],
+            false,
+            &BTreeSet::new(),
+            &[row("a"), row("b")],
+            Bounds::default(),
+            t(10),
+        );
+        assert_eq!(ids(&p).1, vec![("a".to_string(), DeleteReason::Absent)]);
+    }
+
+    #[test]
+    fn the_verify_window_rotates_through_every_row_within_ceil_rows_over_window_scans() {
+        for (rows, window) in [(1usize, 1usize), (5, 2), (10, 3), (10, 10), (7, 50), (2500, 1000)] {
+            let ids: Vec<String> = (0..rows).rev().map(|i| format!("{i:032x}")).collect();
+            let scans = rows.div_ceil(window);
+            let mut cursor: Option<String> = None;
+            let mut seen = BTreeSet::new();
+            for _ in 0..scans {
+                let w = verify_window(&ids, cursor.as_deref(), window);
+                assert_eq!(w.len(), window.min(rows));
+                assert_eq!(w.iter().collect::<BTreeSet<_>>().len(), w.len(), "no id twice in a window");
+                seen.extend(w.iter().cloned());
+                // The answer's `through`: the last id asked.
+                cursor = w.last().cloned();
+            }
+            assert_eq!(seen.len(), rows, "rows={rows} window={window}: every row checked within {scans} scans");
+        }
+        // A cursor past the last id, or naming a row since removed, continues in id order.
+        let ids = vec!["a".to_string(), "c".to_string(), "e".to_string()];
+        assert_eq!(verify_window(&ids, Some("z"), 2), vec!["a", "c"]);
+        assert_eq!(verify_window(&ids, Some("b"), 2), vec!["c", "e"]);
+        assert_eq!(verify_window(&ids, Some("e"), 5), vec!["a", "c", "e"]);
+        // Empty and over-long ids are never sent.
+        let odd = vec![String::new(), "x".repeat(MAX_VERIFY_ID_LEN + 1), "k1".to_string()];
+        assert_eq!(verify_window(&odd, None, 10), vec!["k1"]);
+        assert!(verify_window(&[], None, 10).is_empty());
+    }
+
+    #[test]
+    fn a_full_verify_window_fits_the_work_spec_cap() {
+        let ids: Vec<String> = (0..5000).map(|i| format!("k{i:063x}")[..MAX_VERIFY_ID_LEN].to_string()).collect();
+        let w = verify_window(&ids, None, VERIFY_WINDOW);
+        let bytes = serde_json::to_string(&w).unwrap().len();
+        assert!(bytes <= VERIFY_BUDGET_BYTES && VERIFY_BUDGET_BYTES < kopiur_mover::workspec::MAX_WORK_SPEC_BYTES / 2);
+        assert!(w.len() > 500, "the budget still checks hundreds of the longest ids: {}", w.len());
+        // Real kopia ids (32 hex characters): the whole window fits.
+        let real: Vec<String> = (0..5000).map(|i| format!("{i:032x}")).collect();
+        assert_eq!(verify_window(&real, None, VERIFY_WINDOW).len(), VERIFY_WINDOW);
     }
 
     #[test]

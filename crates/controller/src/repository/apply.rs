@@ -101,7 +101,7 @@ pub async fn apply<K: RepoObject>(
     match &d.plan {
         Plan::Idle | Plan::AwaitJob => {}
         Plan::DeleteJob { uid } => delete_job(obj, ctx, uid).await?,
-        Plan::Launch(l) => launch(obj, ctx, facts, l, cat.list.as_deref()).await?,
+        Plan::Launch(l) => launch(obj, ctx, facts, l, cat.list.as_deref(), &cat.verify).await?,
     }
     Ok(match d.requeue_after {
         Some(after) => Action::requeue(after.to_std().unwrap_or_default().max(std::time::Duration::from_secs(1))),
@@ -262,6 +262,7 @@ async fn launch<K: RepoObject>(
     facts: &RepoFacts,
     l: &Launch,
     list: Option<&str>,
+    verify: &[String],
 ) -> Result<(), Error> {
     let ns = obj.home_namespace(&ctx.config.namespace);
     let name = job_name(obj);
@@ -301,7 +302,8 @@ async fn launch<K: RepoObject>(
             pinned_unique_id: facts.status.unique_id.clone(),
             probe,
             list_snapshots: list.is_some(),
-            catalog_limit: crate::catalog::CATALOG_LIMIT,
+            catalog_limit: crate::catalog::catalog_limit(),
+            verify_snapshot_ids: if list.is_some() { verify.to_vec() } else { Vec::new() },
             maintenance_owner: format!("kopiur@{host}"),
             create: create_options(&common.create),
         }),

@@ -28,6 +28,9 @@ pub struct CatalogStep {
     pub list: Option<String>,
     /// `status.storageStats.snapshotCount` from a listing folded now (None: leave it).
     pub snapshot_count: Option<i64>,
+    /// With `list`: the discovered rows' kopia ids the Job checks against its full listing
+    /// (a rotating window), so a truncated listing still expires stale rows.
+    pub verify: Vec<String>,
 }
 
 /// Pure: the snapshot count a listing reports, taken only from a successful connect to the
@@ -142,7 +145,35 @@ pub async fn step<K: RepoObject>(
         st.scan_request_attempt_at = Some(now);
     }
     let list = next.list;
-    CatalogStep { status: (st != before).then_some(st), list, snapshot_count }
+    let verify = match &list {
+        Some(_) => {
+            let cursor = obj.annotations().get(catalog::VERIFY_CURSOR_ANNOTATION).map(String::as_str);
+            let uid = obj.meta().uid.clone().unwrap_or_default();
+            match catalog::verify_ids(&ctx.client, &uid, cursor).await {
+                Ok(ids) => ids,
+                // Listing the rows failed: this scan checks nothing (and so expires nothing
+                // beyond what a complete listing would).
+                Err(e) => {
+                    tracing::warn!(repository = %obj.name_any(), error = %e, "listing discovered rows to verify failed");
+                    Vec::new()
+                }
+            }
+        }
+        None => Vec::new(),
+    };
+    CatalogStep { status: (st != before).then_some(st), list, snapshot_count, verify }
+}
+
+/// Pure: the ids a folded listing proves absent. Only a successful connect to the pinned
+/// repository with a non-empty listing counts (the caller checks the connect); the mover
+/// answers only from a `snapshot list` that succeeded and was not empty.
+pub fn verified_absent(r: &kopiur_mover::result::BootstrapResult) -> std::collections::BTreeSet<String> {
+    match &r.verified {
+        Some(v) if r.snapshot_count.is_some_and(|n| n > 0) && !r.snapshots.is_empty() => {
+            v.absent.iter().filter(|i| !i.is_empty()).cloned().collect()
+        }
+        Some(_) | None => Default::default(),
+    }
 }
 
 /// Whether the Job this decision launches lists, and whether that listing counts as a scan
@@ -231,13 +262,16 @@ async fn fold_listing<K: RepoObject>(
         return;
     }
     let scope = scope(obj, d.status.unique_id.clone());
-    match catalog::sync(&ctx.client, &scope, &r.snapshots, r.snapshots_truncated, now).await {
+    let absent = verified_absent(r);
+    match catalog::sync(&ctx.client, &scope, &r.snapshots, r.snapshots_truncated, &absent, now).await {
         Ok(o) => {
             tracing::info!(
                 repository = %obj.name_any(), entries = r.snapshots.len(), truncated = r.snapshots_truncated,
                 complete = o.complete, created = o.created, deleted = o.deleted, repaired = o.repaired,
-                discovered = o.discovered, "catalog listing applied"
+                discovered = o.discovered, verified = r.verified.as_ref().map_or(0, |v| v.checked),
+                verified_absent = o.verified_absent, "catalog listing applied"
             );
+            advance_verify_cursor(obj, ctx, r).await;
             st.last_refresh_at = Some(l.completed_at);
             st.discovered_backup_count = Some(o.discovered as i64);
             if !l.token.is_empty() {
@@ -272,6 +306,22 @@ async fn fold_listing<K: RepoObject>(
         }
         // The request stays pending and is retried after the coalescing window.
         Err(e) => tracing::warn!(repository = %obj.name_any(), error = %e, "applying the catalog listing failed"),
+    }
+}
+
+/// Moves the rotation cursor to the last id the folded check covered, so the next scan checks
+/// the next window. A lost write only repeats a window.
+async fn advance_verify_cursor<K: RepoObject>(obj: &K, ctx: &Ctx, r: &kopiur_mover::result::BootstrapResult) {
+    let Some(through) = r.verified.as_ref().and_then(|v| v.through.clone()) else { return };
+    if obj.annotations().get(catalog::VERIFY_CURSOR_ANNOTATION) == Some(&through) {
+        return;
+    }
+    let body = serde_json::json!({"metadata": {"annotations": {catalog::VERIFY_CURSOR_ANNOTATION: through}}});
+    let api = K::api(ctx.client.clone(), obj);
+    if let Err(e) =
+        api.patch(&obj.name_any(), &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&body)).await
+    {
+        tracing::warn!(repository = %obj.name_any(), error = %e, "recording the catalog verify cursor failed");
     }
 }
 
@@ -429,6 +479,7 @@ mod tests {
                 snapshots_truncated: truncated,
                 snapshot_count: count,
                 maintenance_owner: None,
+                verified: None,
             }
         };
         let pinned = Some("abc");
@@ -446,6 +497,42 @@ mod tests {
         );
         assert_eq!(listed_snapshot_count(&r(BootstrapOutcome::Failed, pinned, Some(4), 4, false), pinned), None);
         assert_eq!(listed_snapshot_count(&r(BootstrapOutcome::Connected, pinned, Some(4), 4, false), None), None);
+    }
+
+    #[test]
+    fn only_an_answer_from_a_non_empty_listing_proves_absence() {
+        use kopiur_mover::result::{BootstrapResult, VerifyAnswer};
+        let entry = kopiur_mover::result::CatalogEntry {
+            id: "k1".into(),
+            username: "u".into(),
+            hostname: "h".into(),
+            path: "/p".into(),
+            start_time: None,
+            end_time: None,
+            size: 1,
+            files: 1,
+            tags: Default::default(),
+        };
+        let answer = VerifyAnswer { checked: 2, through: Some("k9".into()), absent: vec!["k9".into(), String::new()] };
+        let r = |listed: usize, count: Option<u64>, verified: Option<VerifyAnswer>| BootstrapResult {
+            job_uid: "j".into(),
+            outcome: BootstrapOutcome::Connected,
+            unique_id_hex: Some("u".into()),
+            failure: None,
+            create_blocked: None,
+            index_blob_count: None,
+            snapshots: vec![entry.clone(); listed],
+            snapshots_truncated: true,
+            snapshot_count: count,
+            maintenance_owner: None,
+            verified,
+        };
+        let got = verified_absent(&r(1, Some(1500), Some(answer.clone())));
+        assert_eq!(got.into_iter().collect::<Vec<_>>(), vec!["k9".to_string()]);
+        // No answer (a failed `snapshot list`, an older mover), or an empty listing: nothing.
+        assert!(verified_absent(&r(1, Some(1500), None)).is_empty());
+        assert!(verified_absent(&r(0, Some(0), Some(answer.clone()))).is_empty());
+        assert!(verified_absent(&r(0, None, Some(answer))).is_empty());
     }
 
     #[test]
