@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{Duration, TimeZone, Utc};
 use kopiur_controller::health::kstatus::Cond;
+use kopiur_controller::health::plan::{endpoint_check_due, endpoint_watched, record_endpoint_check};
 use kopiur_controller::health::*;
 
 const PIN: &str = "0123456789abcdef0123456789abcdef";
@@ -62,6 +63,16 @@ struct Sim {
     /// The repository's storage is wiped from then on: a connect reaches the backend and
     /// finds no repository (`NotFound`, not initialized).
     wiped_from: Option<Time>,
+    /// The backend has an endpoint the controller checks cheaply while the breaker is open.
+    checkable: bool,
+    /// When the cheap check sees the endpoint down; `None`: whenever a connect would fail.
+    http_down: Option<Vec<(Time, Time)>>,
+    /// The shell's process memory of cheap checks.
+    memory: Endpoint,
+    /// Cheap checks by outcome.
+    checks: BTreeMap<&'static str, u32>,
+    /// Strict connects launched early because the endpoint answered again.
+    early_launches: Vec<Time>,
 }
 
 impl Sim {
@@ -108,6 +119,11 @@ impl Sim {
             probe_launches: Vec::new(),
             store_blind_until: None,
             wiped_from: None,
+            checkable: false,
+            http_down: None,
+            memory: Endpoint::NotCheckable,
+            checks: BTreeMap::new(),
+            early_launches: Vec::new(),
         };
         // Bootstrap to Ready before the clock of the scenario starts.
         sim.run_until(at(30));
@@ -179,7 +195,15 @@ impl Sim {
         }
 
         self.facts.job = self.visible_job();
+        self.cheap_check();
         let d = plan(&self.facts, self.now);
+        if d.early_strict.is_some() {
+            // The shell spends the transition.
+            if let Endpoint::Checkable { last, .. } = &self.memory {
+                self.memory = Endpoint::Checkable { last: *last, returned: None };
+            }
+            self.early_launches.push(self.now);
+        }
         for e in &d.events {
             *self.counts.events.entry(e.reason).or_default() += 1;
         }
@@ -285,10 +309,40 @@ impl Sim {
         self.now = end;
     }
 
+    fn http_up(&self, t: Time) -> bool {
+        match &self.http_down {
+            Some(down) => !down.iter().any(|(a, b)| t >= *a && t < *b),
+            None => self.backend_up(t),
+        }
+    }
+
+    /// What the reconcile shell does before planning (`repository::endpoint::observe`).
+    fn cheap_check(&mut self) {
+        if !self.checkable {
+            self.facts.endpoint = Endpoint::NotCheckable;
+            return;
+        }
+        self.facts.endpoint = match &self.memory {
+            e @ Endpoint::Checkable { .. } => e.clone(),
+            Endpoint::NotCheckable => Endpoint::Checkable { last: None, returned: None },
+        };
+        if !endpoint_watched(&self.facts) {
+            if self.facts.status.phase != Some(Phase::Degraded) {
+                self.facts.endpoint = Endpoint::Checkable { last: None, returned: None };
+            }
+        } else if endpoint_check_due(&self.facts, self.now) {
+            let answer = if self.http_up(self.now) { EndpointAnswer::Answers } else { EndpointAnswer::Down };
+            *self.checks.entry(answer.label()).or_default() += 1;
+            self.facts.endpoint = record_endpoint_check(&self.facts.endpoint, EndpointCheck { at: self.now, answer });
+        }
+        self.memory = self.facts.endpoint.clone();
+    }
+
     /// A controller restart: process memory and the work queue are gone, the Job store is
     /// empty for a moment; only status (and the cluster) survive.
     fn restart(&mut self) {
         self.wakes.clear();
+        self.memory = Endpoint::NotCheckable;
         self.facts.warned_ack = None;
         self.store_blind_until = Some(self.now + Duration::seconds(2));
         self.wakes.insert(self.now);
@@ -516,4 +570,147 @@ fn short_blip_does_not_open() {
     assert_eq!(sim.phase(), Phase::Ready);
     assert_eq!(sim.counts.launches.get("probe"), Some(&2), "failed probe at 30m, healing probe 120 s later");
     assert_eq!(sim.facts.status.health.consecutive_probe_failures, 0);
+}
+
+/// When the repository was next Ready at or after `t`.
+fn ready_at_or_after(sim: &Sim, t: Time) -> Option<Time> {
+    sim.phases.iter().find(|(w, p)| *w >= t && *p == Phase::Ready).map(|(w, _)| *w)
+}
+
+/// One repository through an outage `[down, up)` with or without the cheap check: (seconds
+/// from `up` to Ready, strict Jobs launched, early launches, cheap checks).
+fn through_outage(interval: i64, down: Time, up: Time, checkable: bool) -> (i64, u32, usize, u32, Sim) {
+    let mut sim = Sim::ready(interval, 3);
+    sim.checkable = checkable;
+    sim.outages.push((down, up));
+    sim.run_until(up + Duration::seconds(900));
+    let ready = ready_at_or_after(&sim, up).expect("Ready again");
+    let strict = sim.counts.launches.get("strict").copied().unwrap_or(0);
+    let checks = sim.checks.values().sum();
+    ((ready - up).num_seconds(), strict, sim.early_launches.len(), checks, sim)
+}
+
+/// Issue 19's acceptance with the real knobs (holdoff 120 s doubling to 600 s, a 20 s cheap
+/// check): two repositories on one backend cut for 8 minutes, restored just after a strict
+/// retry of the first. Holdoff only, the first waits out its next holdoff; with the cheap
+/// check each is Ready within 60 s of the backend's return, with no more connect Jobs.
+#[test]
+fn eight_minute_cut_restored_just_after_a_strict_retry_closes_within_a_minute() {
+    // Find a cut of 8 minutes whose end falls 3–30 s after a strict retry of repository A (its
+    // fold is among the last things before the return: a bad moment for the holdoff schedule).
+    let (interval_a, interval_b) = (30, 45);
+    let cut = (300..900)
+        .map(|s| (at(s), at(s + 480)))
+        .find(|(down, up)| {
+            let (_, _, _, _, sim) = through_outage(interval_a, *down, *up, false);
+            let last = sim.strict_launches.iter().map(|(t, _, _)| *t).filter(|t| t < up).max();
+            last.is_some_and(|l| (3..=30).contains(&(*up - l).num_seconds()))
+        })
+        .expect("an 8-minute cut that ends just after a strict retry");
+    let (down, up) = cut;
+    let mut lines = Vec::new();
+    for (name, interval) in [("A", interval_a), ("B", interval_b)] {
+        let (before, jobs_before, early_before, _, old) = through_outage(interval, down, up, false);
+        let (after, jobs_after, early, checks, new) = through_outage(interval, down, up, true);
+        assert_eq!(early_before, 0);
+        assert_eq!(old.phase(), Phase::Ready);
+        assert_eq!(new.phase(), Phase::Ready);
+        assert!(after <= 60, "{name}: Ready {after} s after the return with the cheap check");
+        assert!(jobs_after <= jobs_before, "{name}: {jobs_after} strict Jobs, holdoff-only {jobs_before}");
+        assert!(early <= 1, "{name}: at most one early strict connect, on the one transition");
+        assert_eq!(new.counts.trips.values().sum::<u32>(), 1);
+        assert_eq!(new.counts.events.get("RepositoryEndpointAnswering").copied().unwrap_or(0) as usize, early);
+        assert_eq!(new.counts.events.get("RepositoryBreakerClosed"), Some(&1));
+        let mut seq: Vec<Phase> = new.phases.iter().map(|(_, p)| *p).collect();
+        seq.dedup();
+        assert_eq!(seq, vec![Phase::Ready, Phase::Degraded, Phase::Ready], "{name}: the answer moved no phase");
+        lines.push(format!(
+            "{name} (probe {interval} s): Ready {before} s after the return holdoff-only ({jobs_before} strict Jobs), \
+             {after} s with the cheap check ({jobs_after} strict Jobs, {checks} cheap checks)"
+        ));
+        if name == "A" {
+            assert_eq!(early, 1, "A: the return launched the strict connect early");
+            assert!(before >= 400, "A waited out a long holdoff without the check: {before} s");
+        }
+    }
+    println!(
+        "8-minute cut from +{}s, restored just after a strict retry of A:\n  {}",
+        (down - t0()).num_seconds(),
+        lines.join("\n  ")
+    );
+}
+
+/// A day of outage where the endpoint flaps every 30 s (it answers HTTP half the time) while
+/// every kopia connect still fails: each down -> answers transition may launch one early
+/// strict connect, but each takes its slot of the holdoff schedule and a failed one pushes the
+/// schedule back by as much as it ran early, so the day costs no more strict Jobs than the
+/// holdoff alone, and at most 144.
+#[test]
+fn a_flapping_endpoint_for_a_day_stays_within_the_holdoff_budget() {
+    let down = at(100);
+    let day = Duration::seconds(86_400);
+    let run = |checkable: bool| {
+        let mut sim = Sim::ready(30, 3);
+        sim.checkable = checkable;
+        sim.outages.push((down, down + day + Duration::seconds(3600)));
+        let flaps: Vec<(Time, Time)> = (0..(86_400 / 60 + 60))
+            .map(|i| (down + Duration::seconds(i * 60), down + Duration::seconds(i * 60 + 30)))
+            .collect();
+        sim.http_down = Some(flaps);
+        sim.run_until(down + day);
+        sim
+    };
+    let old = run(false);
+    let new = run(true);
+    let strict_old = old.counts.launches.get("strict").copied().unwrap_or(0);
+    let strict_new = new.counts.launches.get("strict").copied().unwrap_or(0);
+    let checks: u32 = new.checks.values().sum();
+    println!(
+        "24 h outage, endpoint flapping every 30 s: {strict_new} strict Jobs ({} early) with the cheap check, \
+         {strict_old} holdoff-only; {checks} cheap checks {:?}",
+        new.early_launches.len(),
+        new.checks
+    );
+    assert!(strict_new <= 144, "strict Jobs in a day: {strict_new}");
+    assert!(strict_new <= strict_old, "the cheap check added Jobs: {strict_new} vs {strict_old}");
+    assert!(new.early_launches.len() >= 50, "the flapping endpoint did trigger early launches");
+    assert!(checks <= 86_400 / 20 + 1, "one check per 20 s at most: {checks}");
+    let opened = new.phases.iter().find(|(_, p)| *p == Phase::Degraded).map(|(t, _)| *t).expect("opened");
+    assert!(new.probe_launches.iter().all(|t| *t < opened), "no probe while open");
+    assert_eq!(new.counts.trips.values().sum::<u32>(), 1);
+    let mut seq: Vec<Phase> = new.phases.iter().map(|(_, p)| *p).collect();
+    seq.dedup();
+    assert_eq!(seq, vec![Phase::Ready, Phase::Degraded], "a cheap answer never closes the breaker");
+    // Every early launch happened inside a slot: never two strict launches in one holdoff.
+    for w in new.strict_launches.windows(2) {
+        let gap = (w[1].0 - w[0].0).num_seconds();
+        assert!(gap >= 3, "two strict launches {gap} s apart");
+    }
+}
+
+/// The cheap check runs only while open and only at its cadence; a restart forgets it and the
+/// open breaker's own verdict stands for the last "down", so no extra Job either way.
+#[test]
+fn a_restart_mid_outage_with_the_cheap_check_adds_no_job() {
+    let mut sim = Sim::ready(30, 3);
+    sim.checkable = true;
+    let (down, up) = (at(100), at(100 + 3 * 3600));
+    sim.outages.push((down, up));
+    // The endpoint answers HTTP from the second hour while kopia still fails.
+    sim.http_down = Some(vec![(down, down + Duration::seconds(3600))]);
+    sim.run_until(down + Duration::seconds(5400));
+    sim.restart();
+    sim.run_until(up - Duration::seconds(1));
+    let strict = sim.counts.launches.get("strict").copied().unwrap_or(0);
+    let mut plain = Sim::ready(30, 3);
+    plain.outages.push((down, up));
+    plain.run_until(up - Duration::seconds(1));
+    let strict_plain = plain.counts.launches.get("strict").copied().unwrap_or(0);
+    println!(
+        "3 h outage, endpoint answering from +1 h, a restart at +1.5 h: {strict} strict Jobs ({} early), holdoff-only {strict_plain}",
+        sim.early_launches.len()
+    );
+    assert_eq!(sim.early_launches.len(), 2, "one at the return, one after the restart forgot it");
+    assert!(strict <= strict_plain, "{strict} vs {strict_plain}");
+    assert_eq!(sim.phase(), Phase::Degraded);
 }

@@ -205,9 +205,8 @@ fn open(facts: &RepoFacts, kind: ConnectKind, now: Time, out: &mut FoldOutcome) 
 /// Advance the persisted half-open schedule after a failed retry (R14, unpinned R4).
 ///
 /// A connect launched before its stamped `nextAttemptAt` (the endpoint answered again, or a
-/// spec change) took that slot of the schedule: the next one is stamped as if it had run at
-/// the stamped time and taken as long, so early connects never add Jobs to the holdoff-only
-/// schedule.
+/// spec change) took that slot of the schedule and pays back what it ran early: see
+/// [`slot_end`].
 fn advance_retry(facts: &RepoFacts, job: &JobFacts, now: Time, out: &mut FoldOutcome) {
     let prev = out.status.health.strict_retry.as_ref();
     let attempt = prev.map(|r| r.attempt.saturating_add(1)).unwrap_or(1);
@@ -217,12 +216,18 @@ fn advance_retry(facts: &RepoFacts, job: &JobFacts, now: Time, out: &mut FoldOut
         Some(StrictRetry { attempt, holdoff_seconds: holdoff, next_attempt_at: from + Duration::seconds(holdoff) });
 }
 
-/// Where the holdoff of the next retry starts: the fold time, or for a connect launched before
-/// its stamped time, the stamped time plus the connect's duration (never before the fold).
+/// Where the holdoff of the next retry starts. For a connect launched at or after its stamped
+/// time (or at an unknown time): the fold. For one launched `early` seconds before its stamp
+/// and running `took` seconds: the stamp + `early` + `took`, i.e. the holdoff-only schedule
+/// pushed back by as much as the connect ran early. The next early connect may only come once
+/// that holdoff window opens (`plan::slot_open`), so early connects pay back the time they
+/// take: over an outage they never add up to more than the holdoff-only schedule plus the one
+/// in flight.
 pub fn slot_end(stamped: Option<Time>, launched_at: Option<Time>, now: Time) -> Time {
     match (stamped, launched_at) {
         (Some(stamped), Some(launched)) if launched < stamped => {
-            (stamped + (now - launched).max(Duration::zero())).max(now)
+            let took = (now - launched).max(Duration::zero());
+            (stamped + (stamped - launched) + took).max(now)
         }
         (Some(_) | None, _) => now,
     }

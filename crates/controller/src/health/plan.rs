@@ -245,34 +245,36 @@ fn next_step(facts: &RepoFacts, now: Time, d: &mut Decision) {
             // S2/S3 launch at once even while open (a human acted); S4 waits for the stamp.
             let next = d.status.health.strict_retry.as_ref().map(|r| r.next_attempt_at);
             match next {
-                Some(at) if !spec_changed && now < at => match endpoint_returned(facts) {
-                    // The endpoint answers again: the strict connect now, in place of the
-                    // stamped one (it takes that slot; see `fold::slot_end`).
-                    Some(back) => {
-                        d.events.push(Event {
-                            type_: EventType::Normal,
-                            reason: ENDPOINT_ANSWERING,
-                            note: format!(
-                                "the endpoint of {} answers again (checked at {}); strict connect launched now \
+                Some(at) if !spec_changed && now < at => {
+                    match endpoint_returned(facts).filter(|_| slot_open(facts, now)) {
+                        // The endpoint answers again: the strict connect now, in place of the
+                        // stamped one (it takes that slot; see `fold::slot_end`).
+                        Some(back) => {
+                            d.events.push(Event {
+                                type_: EventType::Normal,
+                                reason: ENDPOINT_ANSWERING,
+                                note: format!(
+                                    "the endpoint of {} answers again (checked at {}); strict connect launched now \
                                  instead of at {}",
-                                facts.id.target,
-                                back.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                                at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                            ),
-                        });
-                        d.early_strict = Some(back);
-                        launch(facts, d, ConnectKind::Strict, Phase::Degraded, now);
+                                    facts.id.target,
+                                    back.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                                    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                                ),
+                            });
+                            d.early_strict = Some(back);
+                            launch(facts, d, ConnectKind::Strict, Phase::Degraded, now);
+                        }
+                        None => {
+                            let wake = match &facts.endpoint {
+                                Endpoint::Checkable { last: Some(l), .. } if endpoint_watched(facts) => {
+                                    at.min(next_check_at(l, &facts.tuning))
+                                }
+                                Endpoint::Checkable { .. } | Endpoint::NotCheckable => at,
+                            };
+                            d.requeue_after = Some(secs_until(now, wake));
+                        }
                     }
-                    None => {
-                        let wake = match &facts.endpoint {
-                            Endpoint::Checkable { last: Some(l), .. } if endpoint_watched(facts) => {
-                                at.min(next_check_at(l, &facts.tuning))
-                            }
-                            Endpoint::Checkable { .. } | Endpoint::NotCheckable => at,
-                        };
-                        d.requeue_after = Some(secs_until(now, wake));
-                    }
-                },
+                }
                 Some(_) | None => launch(facts, d, ConnectKind::Strict, Phase::Degraded, now),
             }
         }
@@ -296,6 +298,19 @@ fn endpoint_returned(facts: &RepoFacts) -> Option<EndpointCheck> {
         }
         Endpoint::Checkable { .. } | Endpoint::NotCheckable => None,
     }
+}
+
+/// The stamped retry's holdoff window has begun (`nextAttemptAt - holdoffSeconds <= now`), so
+/// an early connect takes the slot that is due next. After an early connect fails, the next
+/// window opens only once it has paid back its earliness (`fold::slot_end`): windows never
+/// overlap, and each holds at most one strict connect.
+fn slot_open(facts: &RepoFacts, now: Time) -> bool {
+    facts
+        .status
+        .health
+        .strict_retry
+        .as_ref()
+        .is_some_and(|r| now >= r.next_attempt_at - Duration::seconds(r.holdoff_seconds.max(0)))
 }
 
 /// While Degraded a newer nudge is recorded without launching: the strict loop is the probe.

@@ -163,9 +163,17 @@ fn a_failed_early_connect_takes_its_slot_and_the_holdoff_schedule_continues() {
     let d = plan(&f, at(747));
     assert_eq!(d.status.phase, Some(Phase::Degraded));
     let r = d.status.health.strict_retry.clone().unwrap();
-    // As if it had run at 966 for 6 s (launch to fold): 966 + 6 + 480.
-    assert_eq!((r.attempt, r.holdoff_seconds, r.next_attempt_at), (3, 480, at(966 + 6 + 480)));
+    // The holdoff-only schedule (966, 6 s long, then 480) pushed back by the 225 s it ran early.
+    assert_eq!((r.attempt, r.holdoff_seconds, r.next_attempt_at), (3, 480, at(966 + 225 + 6 + 480)));
     assert!(d.events.is_empty(), "no trip, no Event: {:?}", d.events);
+    // Its window opens only then: a new return before it launches nothing.
+    let mut again = returned(open(), 1000);
+    again.status.health.strict_retry = d.status.health.strict_retry.clone();
+    let early = plan(&again, at(1001));
+    assert_eq!((early.plan.clone(), early.early_strict), (Plan::Idle, None), "the window is not open yet");
+    assert_eq!(early.requeue_after, Some(Duration::seconds(19)), "the next cheap check");
+    let d = plan(&returned(again.clone(), 1197), at(1197));
+    assert!(matches!(d.plan, Plan::Launch(_)), "the window is open at 1197: {:?}", d.plan);
     // A scheduled connect (launched at or after its stamp) folds as before: fold + holdoff.
     let mut s = open();
     s.job = Some(JobFacts { launched_at: Some(at(966)), ..job(STRICT, refused(), at(970)) });
