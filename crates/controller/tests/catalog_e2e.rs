@@ -4,14 +4,17 @@
 //! `catalog-scan-requested-at` request; deleting a row never touches kopia; a kopia snapshot
 //! deleted out of band expires its row at the next (complete) listing, and a row deleted by
 //! hand is rediscovered; with `catalog.periodicRefresh` a later kopia snapshot is discovered
-//! without any request.
+//! without any request. Then, with the listing cap lowered below the repository's snapshot
+//! count (a truncated listing, which alone never expires a row), a kopia snapshot deleted out of
+//! band still expires its row within `ceil(rows / window)` scans through the mover's check of a
+//! rotating window of row ids against its full listing, while a present, unlisted row stays.
 //!
 //! The controller runs under exactly the generated RBAC, so a missing rule fails here.
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::Secret;
 use kopiur_api::names::{annotation, label};
 use kopiur_api::{Repository, Snapshot};
@@ -29,6 +32,10 @@ use serde_json::json;
 
 const PASSWORD: &str = "catalog-e2e correct horse";
 const PREFIX: &str = "catalog/";
+/// The lowered listing cap (`KOPIUR_CATALOG_LIMIT`).
+const LIMIT: usize = 3;
+/// The lowered verify window (`KOPIUR_CATALOG_VERIFY_WINDOW`).
+const WINDOW: usize = 2;
 
 /// The kopia binary, connected to the repository under its own config dir.
 fn kopia(dir: &Path, g: &Garage) -> Runner {
@@ -75,8 +82,19 @@ async fn catalog_discovers_expires_and_rediscovers() -> Result<()> {
     let g = Garage::start(&dir.path().join("garage")).await?;
 
     let op_ns = env.namespace("kopiur-system").await?;
-    // A short coalescing window keeps the second scan quick (the default is 60 s).
-    let op = Operator::start(env, &op_ns, &[("KOPIUR_CATALOG_SCAN_SPACING_SECONDS", "3")]).await?;
+    // A short coalescing window keeps the second scan quick (the default is 60 s). The listing
+    // cap (3) holds every listing of the first part whole and truncates the last part's; the
+    // verify window (2 of 5 rows) makes the last part rotate.
+    let op = Operator::start(
+        env,
+        &op_ns,
+        &[
+            ("KOPIUR_CATALOG_SCAN_SPACING_SECONDS", "3"),
+            ("KOPIUR_CATALOG_LIMIT", &LIMIT.to_string()),
+            ("KOPIUR_CATALOG_VERIFY_WINDOW", &WINDOW.to_string()),
+        ],
+    )
+    .await?;
     let log = op.log_path().to_path_buf();
 
     let ns = env.namespace("t").await?;
@@ -254,6 +272,93 @@ async fn catalog_discovers_expires_and_rediscovers() -> Result<()> {
     let cat = repos.get("r").await?.status.and_then(|s| s.catalog).context("status.catalog")?;
     assert_eq!(cat.scan_request_honored.as_deref(), Some("scan-2"), "no request was needed");
     println!("[{:?}] periodic refresh discovered {late}", started.elapsed());
+
+    // Truncated listings: two more kopia snapshots make five, over the cap of three. The
+    // listing holds the newest three; the two oldest rows are not listed and stay.
+    let mut five = with_late.clone();
+    for i in 0..2 {
+        std::fs::write(src.join(format!("more{i}.txt")), format!("over the cap {i}\n"))?;
+        let out = k
+            .run_ok(&cmd::snapshot_create(
+                &src.display().to_string(),
+                &SnapshotCreateOptions {
+                    override_source: Some(Identity::new("app", ns.clone()).source("/data")),
+                    ..Default::default()
+                },
+            ))
+            .await?;
+        five.insert(
+            model::parse_stream::<SnapshotManifest>("snapshot create", &out.stdout)?
+                .first()
+                .context("a manifest")?
+                .id
+                .clone(),
+        );
+    }
+    assert_eq!(kopia_ids(&k).await?, five);
+    // One scan, honored: wait on the token (a periodic refresh may also fold in between).
+    let scan = |token: String| {
+        let repos = repos.clone();
+        let log = log.clone();
+        async move {
+            repos.patch("r", &PatchParams::default(), &Patch::Merge(&request(&token))).await?;
+            wait_for(&format!("scan {token} honored"), Duration::from_secs(60), &log, || async {
+                let cat = repos.get("r").await?.status.and_then(|s| s.catalog);
+                Ok((cat.and_then(|c| c.scan_request_honored).as_deref() == Some(token.as_str())).then_some(()))
+            })
+            .await
+        }
+    };
+    scan("trunc-0".into()).await?;
+    let rows = snaps.list(&discovered_lp).await?.items;
+    assert_eq!(discovered_ids(&rows), five, "the new ones discovered, the unlisted old ones kept");
+    let r = repos.get("r").await?;
+    assert_eq!(count(&r), Some(five.len() as i64), "snapshotCount counts the full listing, over the cap");
+    let truncated_folds = || -> Result<Vec<String>> {
+        Ok(std::fs::read_to_string(&log)?
+            .lines()
+            .filter(|l| l.contains("catalog listing applied") && l.contains("truncated=true"))
+            .map(str::to_string)
+            .collect())
+    };
+    ensure!(!truncated_folds()?.is_empty(), "no truncated listing was folded: the cap did not apply");
+
+    // Delete the oldest kopia snapshot out of band: its row is outside every truncated listing.
+    let stale = seeded[0].clone();
+    let present = seeded[1].clone();
+    k.run_ok(&cmd::snapshot_delete(std::slice::from_ref(&stale))).await?;
+    let four: BTreeSet<String> = five.iter().filter(|i| **i != stale).cloned().collect();
+    assert_eq!(kopia_ids(&k).await?, four);
+    let bound = five.len().div_ceil(WINDOW);
+    let mut scans = 0;
+    while scans < bound + 1 {
+        scans += 1;
+        scan(format!("trunc-{scans}")).await?;
+        let rows = snaps.list(&discovered_lp).await?.items;
+        let live =
+            discovered_ids(&rows.into_iter().filter(|s| s.metadata.deletion_timestamp.is_none()).collect::<Vec<_>>());
+        assert!(live.contains(&present), "a present kopia snapshot's row was expired");
+        if live == four {
+            break;
+        }
+    }
+    println!("[{:?}] the stale row expired after {scans} truncated scan(s) (bound {bound})", started.elapsed());
+    let rows = snaps.list(&discovered_lp).await?.items;
+    assert_eq!(discovered_ids(&rows), four, "the stale row expired within ceil(rows/window) scans");
+    ensure!(scans <= bound, "took {scans} scans, over ceil({}/{WINDOW}) = {bound}", five.len());
+    ensure!(
+        truncated_folds()?.iter().any(|l| l.contains("verified_absent=1")),
+        "the row went without a truncated listing's check: {:?}",
+        truncated_folds()?
+    );
+    let r = repos.get("r").await?;
+    assert!(
+        r.annotations().contains_key("kopiur.home-operations.com/catalog-verify-cursor"),
+        "the rotation cursor is recorded"
+    );
+    assert_eq!(r.status.as_ref().and_then(|s| s.catalog.as_ref()?.discovered_backup_count), Some(4));
+    // Only the out-of-band delete touched kopia.
+    assert_eq!(kopia_ids(&k).await?, four);
     drop(op);
     Ok(())
 }
