@@ -147,9 +147,12 @@ async fn two_repositories_close_within_a_minute_of_the_backend_returning() -> Re
         let during: Vec<_> = jobs.owned_by(&owner).into_iter().filter(|j| before.contains(&j.uid)).collect();
         lines.push(format!(
             "{name}: Ready {:.1} s after the return (holdoff-only: {holdoff_only} s more, attempt {attempt} held \
-             {held} s); connect Jobs: 1 after the return (strict, {early_by} s early), {} in all since it was created",
+             {held} s); connect Jobs since it was created: {} ({} up to the return, then 1 strict launched \
+             {early_by} s early; holdoff-only: the same {} plus 1 strict at the stamp)",
             latency.as_secs_f64(),
             during.len() + after.len(),
+            during.len(),
+            during.len(),
         ));
     }
     for name in REPOS {
