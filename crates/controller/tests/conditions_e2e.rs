@@ -515,6 +515,48 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
         let uid = uid.unwrap_or_default();
         ensure!(jobs.owned_by(&uid).is_empty(), "Snapshot {what} got a Job: {:?}", jobs.owned_by(&uid));
     }
+
+    // ---- Referents come from the watch caches, never from a LIST per event (behavior §1.5):
+    // 40 events on Snapshots, schedules, the repository and a Secret, and the controller's
+    // LIST count does not move.
+    let lists = |text: &str| -> std::collections::BTreeMap<String, f64> {
+        let mut m = std::collections::BTreeMap::new();
+        for l in text.lines().filter(|l| l.starts_with("kopiur_kube_client_requests_total{")) {
+            if !(l.contains("verb=\"list\"") && l.contains("client=\"main\"")) {
+                continue;
+            }
+            let kind = l.split("kind=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or("").to_string();
+            let v = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            *m.entry(kind).or_insert(0.0) += v;
+        }
+        m
+    };
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let before = lists(&h.metrics().await?);
+    let secrets: Api<Secret> = Api::namespaced(h.client.clone(), &ns);
+    let repos: Api<kopiur_api::Repository> = Api::namespaced(h.client.clone(), &ns);
+    for i in 0..10 {
+        let label = json!({"metadata": {"labels": {"events-test": format!("e{i}")}}});
+        for s in snaps.list(&Default::default()).await?.items.iter().take(1) {
+            snaps.patch(&s.name_any(), &PatchParams::default(), &Patch::Merge(&label)).await?;
+        }
+        for s in scheds.list(&Default::default()).await?.items.iter().take(1) {
+            scheds.patch(&s.name_any(), &PatchParams::default(), &Patch::Merge(&label)).await?;
+        }
+        repos.patch("r", &PatchParams::default(), &Patch::Merge(&label)).await?;
+        secrets.patch("kopia", &PatchParams::default(), &Patch::Merge(&label)).await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let after = lists(&h.metrics().await?);
+    let delta: std::collections::BTreeMap<&String, f64> =
+        after.iter().map(|(k, v)| (k, v - before.get(k).copied().unwrap_or(0.0))).filter(|(_, d)| *d != 0.0).collect();
+    println!(
+        "[{:5.1}s] 40 events on Snapshots, schedules, the repository and a Secret: controller LISTs by resource {delta:?}",
+        started.elapsed().as_secs_f64(),
+    );
+    ensure!(delta.is_empty(), "the controller LISTed on events: {delta:?}");
+
     println!("[{:5.1}s] done ({} seeded)", started.elapsed().as_secs_f64(), uids.len());
     Ok(())
 }

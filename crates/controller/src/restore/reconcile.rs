@@ -219,7 +219,11 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
     let mut mf = crate::mover_settings::MoverFacts::default();
     let mut settings = None;
     if let Some(rv) = &repo {
-        if matches!(status.phase, None | Some(RestorePhase::Pending | RestorePhase::Resolving)) && job.is_none() {
+        // Parked behind a closed repository gate no Job can launch: no pod LIST (behavior §1.5).
+        if matches!(status.phase, None | Some(RestorePhase::Pending | RestorePhase::Resolving))
+            && job.is_none()
+            && matches!(gate, crate::gating::Gate::Open)
+        {
             let claim = target_name(&restore).unwrap_or_default();
             mf = crate::mover_pods::io::facts(
                 &ctx.client,

@@ -214,7 +214,20 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
             name: crate::mover_settings::cache_claim_name(&p.name_any()),
             owner: super::job::owner_of(p.as_ref()),
         };
-        if matches!(phase, None | Some(SnapshotPhase::Pending)) && job.is_none() {
+        // Parked or refused (repository gate closed, source volume or Secrets missing, policy
+        // unknown, refused, suspended or colliding) no Job can launch, so the pods are not
+        // listed: an event on a waiting Snapshot costs no LIST (behavior §1.5).
+        let refused = crate::features::snapshot_refusal(&snap.spec, &p.spec).is_err()
+            || p.spec.suspend
+            || crate::snapshot_policy::collision::collision(p, &ctx.stores.policies.state()).is_some()
+            || crate::snapshot_policy::compression::unknown_compressor(&p.spec).is_some();
+        let launch_possible = matches!(gate, crate::gating::Gate::Open)
+            && matches!(source, SourceState::Present)
+            && matches!(policy_state, PolicyState::Known)
+            && recipe_error.is_none()
+            && !refused
+            && ctx.missing_secrets(&ns, &rv.secret_names()).is_empty();
+        if matches!(phase, None | Some(SnapshotPhase::Pending)) && job.is_none() && launch_possible {
             mf = crate::mover_pods::io::facts(
                 &ctx.client,
                 &ns,
