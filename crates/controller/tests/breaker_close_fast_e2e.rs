@@ -142,6 +142,10 @@ async fn two_repositories_close_within_a_minute_of_the_backend_returning() -> Re
         let after: Vec<_> = jobs.owned_by(&owner).into_iter().filter(|j| !before.contains(&j.uid)).collect();
         ensure!(after.len() == 1, "{name}: one connect Job after the return: {after:?}");
         ensure!(after[0].probe_kind() == "strict", "{name}: the early connect is strict: {after:?}");
+        ensure!(
+            after[0].annotations.get("kopiur.home-operations.com/early-strict").map(String::as_str) == Some("true"),
+            "{name}: the Job is marked early: {after:?}"
+        );
         let early_by = (next_at - after[0].created).num_seconds();
         ensure!(early_by >= 60, "{name}: launched {early_by} s before its stamped retry");
         let during: Vec<_> = jobs.owned_by(&owner).into_iter().filter(|j| before.contains(&j.uid)).collect();

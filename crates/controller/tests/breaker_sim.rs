@@ -25,6 +25,7 @@ struct SimJob {
     generation: i64,
     credential_version: String,
     launched_at: Time,
+    early: bool,
     completes_at: Time,
     result: Option<ConnectResult>,
     /// Deleted at this time (visible until then).
@@ -163,6 +164,7 @@ impl Sim {
             credential_version: Some(j.credential_version.clone()),
             via_reinit_ack: false,
             launched_at: Some(j.launched_at),
+            early: j.early,
             state,
         })
     }
@@ -271,6 +273,7 @@ impl Sim {
                     generation: l.generation,
                     credential_version: l.credential_version,
                     launched_at: self.now,
+                    early: l.early,
                     completes_at,
                     result: None,
                     deleted_at: None,

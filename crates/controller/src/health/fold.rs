@@ -204,14 +204,17 @@ fn open(facts: &RepoFacts, kind: ConnectKind, now: Time, out: &mut FoldOutcome) 
 
 /// Advance the persisted half-open schedule after a failed retry (R14, unpinned R4).
 ///
-/// A connect launched before its stamped `nextAttemptAt` (the endpoint answered again, or a
-/// spec change) took that slot of the schedule and pays back what it ran early: see
-/// [`slot_end`].
+/// A connect launched early because the endpoint answered again took the stamped slot and
+/// pays back what it ran early: see [`slot_end`]. Any other connect (a scheduled one, or one a
+/// spec change launched at once) stamps its holdoff from the fold, as always.
 fn advance_retry(facts: &RepoFacts, job: &JobFacts, now: Time, out: &mut FoldOutcome) {
     let prev = out.status.health.strict_retry.as_ref();
     let attempt = prev.map(|r| r.attempt.saturating_add(1)).unwrap_or(1);
     let holdoff = strict_retry_holdoff(&facts.tuning, attempt);
-    let from = slot_end(prev.map(|r| r.next_attempt_at), job.launched_at, now);
+    let from = match job.early {
+        true => slot_end(prev.map(|r| r.next_attempt_at), job.launched_at, now),
+        false => now,
+    };
     out.status.health.strict_retry =
         Some(StrictRetry { attempt, holdoff_seconds: holdoff, next_attempt_at: from + Duration::seconds(holdoff) });
 }

@@ -32,6 +32,8 @@ pub struct Launch {
     pub deadline_seconds: i64,
     pub generation: i64,
     pub credential_version: String,
+    /// A strict connect launched before its stamped time because the endpoint answered again.
+    pub early: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -192,6 +194,7 @@ fn launch(facts: &RepoFacts, d: &mut Decision, kind: ConnectKind, phase_for_gate
         deadline_seconds: bootstrap_deadline(&d.status.health, &facts.tuning, facts.spec.configured_deadline_seconds),
         generation: facts.spec.generation,
         credential_version: cv,
+        early: false,
     });
 }
 
@@ -263,6 +266,9 @@ fn next_step(facts: &RepoFacts, now: Time, d: &mut Decision) {
                             });
                             d.early_strict = Some(back);
                             launch(facts, d, ConnectKind::Strict, Phase::Degraded, now);
+                            if let Plan::Launch(l) = &mut d.plan {
+                                l.early = true;
+                            }
                         }
                         None => {
                             let wake = match &facts.endpoint {
@@ -300,17 +306,16 @@ fn endpoint_returned(facts: &RepoFacts) -> Option<EndpointCheck> {
     }
 }
 
-/// The stamped retry's holdoff window has begun (`nextAttemptAt - holdoffSeconds <= now`), so
-/// an early connect takes the slot that is due next. After an early connect fails, the next
-/// window opens only once it has paid back its earliness (`fold::slot_end`): windows never
-/// overlap, and each holds at most one strict connect.
+/// An early connect may take the stamped retry's slot: its holdoff is long against the check
+/// cadence (more than two check periods; with the default knobs every holdoff, 120 s and up,
+/// is), and its window has begun (`nextAttemptAt - holdoffSeconds <= now`). After an early
+/// connect fails, the next window opens only once it has paid back its earliness
+/// (`fold::slot_end`): windows never overlap, and each holds at most one strict connect.
 fn slot_open(facts: &RepoFacts, now: Time) -> bool {
-    facts
-        .status
-        .health
-        .strict_retry
-        .as_ref()
-        .is_some_and(|r| now >= r.next_attempt_at - Duration::seconds(r.holdoff_seconds.max(0)))
+    let long = |h: i64| h > 2 * facts.tuning.endpoint_check_seconds.max(1);
+    facts.status.health.strict_retry.as_ref().is_some_and(|r| {
+        long(r.holdoff_seconds) && now >= r.next_attempt_at - Duration::seconds(r.holdoff_seconds.max(0))
+    })
 }
 
 /// While Degraded a newer nudge is recorded without launching: the strict loop is the probe.

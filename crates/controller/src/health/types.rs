@@ -369,9 +369,11 @@ pub struct JobFacts {
     pub credential_version: Option<String>,
     /// The Job carried an `Allowed { via_reinit_ack: true }` gate.
     pub via_reinit_ack: bool,
-    /// When the Job was created (its creationTimestamp), if known. A strict connect launched
-    /// before the stamped `nextAttemptAt` takes that slot of the holdoff schedule.
+    /// When the Job was created (its creationTimestamp), if known.
     pub launched_at: Option<Time>,
+    /// A strict connect launched early because the endpoint answered again (the Job's
+    /// `early-strict` annotation): it took the slot of the stamped retry (`fold::slot_end`).
+    pub early: bool,
     pub state: JobState,
 }
 

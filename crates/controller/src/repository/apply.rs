@@ -19,8 +19,8 @@ use kube::runtime::events::{Event as KEvent, EventType as KEventType};
 use kube::{Api, ResourceExt};
 
 use super::observe::{
-    ANN_CATALOG_SCAN, ANN_CREATE_GATE, ANN_CREDENTIAL_VERSION, ANN_PROBE_KIND, GATE_VIA_ACK, job_name,
-    result_configmap_name, secret_names,
+    ANN_CATALOG_SCAN, ANN_CREATE_GATE, ANN_CREDENTIAL_VERSION, ANN_EARLY_STRICT, ANN_PROBE_KIND, GATE_VIA_ACK,
+    job_name, result_configmap_name, secret_names,
 };
 use super::{Ctx, Error, RepoObject};
 use crate::health::{ConnectKind, CreateGate, Decision, Effect, EventType, Launch, Plan, RepoFacts};
@@ -329,6 +329,9 @@ async fn launch<K: RepoObject>(
     ]);
     if let Some(token) = list {
         annotations.insert(ANN_CATALOG_SCAN.to_string(), token.to_string());
+    }
+    if l.early {
+        annotations.insert(ANN_EARLY_STRICT.to_string(), "true".to_string());
     }
     let input = JobInput {
         name: name.clone(),

@@ -234,6 +234,7 @@ pub fn next_listing(facts: &RepoFacts, d: &mut Decision, sf: &ScanFacts, now: Da
                         ),
                         generation: facts.spec.generation,
                         credential_version: facts.credential_version.clone().unwrap_or_default(),
+                        early: false,
                     });
                     NextListing { list: Some(token.unwrap_or_default()), stamp_attempt: true }
                 }
@@ -446,6 +447,7 @@ mod tests {
             credential_version: Some("1/".into()),
             via_reinit_ack: false,
             launched_at: None,
+            early: false,
             state: JobState::Running,
         });
         let mut d = crate::health::plan(&f, t(60));

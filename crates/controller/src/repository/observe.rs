@@ -21,6 +21,8 @@ use crate::health::{
 pub const ANN_CREDENTIAL_VERSION: &str = "kopiur.home-operations.com/credential-version";
 pub const ANN_PROBE_KIND: &str = "kopiur.home-operations.com/probe-kind";
 pub const ANN_CREATE_GATE: &str = "kopiur.home-operations.com/create-gate";
+/// `"true"` on a strict connect launched early because the endpoint answered again.
+pub const ANN_EARLY_STRICT: &str = "kopiur.home-operations.com/early-strict";
 pub const GATE_VIA_ACK: &str = "AllowedViaReinitAck";
 /// Present on a bootstrap Job that lists snapshots for the catalog; the value is the
 /// `catalog-scan-requested-at` token the listing honors (empty for none).
@@ -193,6 +195,7 @@ pub async fn job_observation<K: RepoObject>(
         credential_version: ann.get(ANN_CREDENTIAL_VERSION).cloned(),
         via_reinit_ack: ann.get(ANN_CREATE_GATE).map(String::as_str) == Some(GATE_VIA_ACK),
         launched_at: job.metadata.creation_timestamp.as_ref().map(to_chrono),
+        early: ann.get(ANN_EARLY_STRICT).map(String::as_str) == Some("true"),
         state,
     });
     Ok((facts, listing))

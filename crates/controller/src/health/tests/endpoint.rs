@@ -105,7 +105,7 @@ fn a_return_launches_the_strict_connect_at_once_and_says_so() {
     let f = returned(open(), 740);
     let d = plan(&f, at(741));
     match &d.plan {
-        Plan::Launch(l) => assert_eq!(l.kind, STRICT),
+        Plan::Launch(l) => assert_eq!((l.kind, l.early), (STRICT, true), "marked early for the fold"),
         p @ (Plan::Idle | Plan::AwaitJob | Plan::DeleteJob { .. }) => panic!("expected a strict launch, got {p:?}"),
     }
     assert_eq!(d.early_strict, Some(check(740, ANSWERS)), "the shell spends this transition");
@@ -140,8 +140,14 @@ fn without_a_return_the_plan_waits_for_the_next_check_or_the_stamp() {
     assert_eq!((d.plan, d.early_strict), (Plan::Idle, None));
     // At the stamp the scheduled connect runs whatever the check says, and spends nothing.
     let d = plan(&open(), at(966));
-    assert!(matches!(d.plan, Plan::Launch(_)), "{:?}", d.plan);
+    assert!(matches!(d.plan, Plan::Launch(ref l) if !l.early), "{:?}", d.plan);
     assert_eq!(d.early_strict, None);
+    // A holdoff no longer than two check periods (40 s here) is not worth an early connect.
+    let mut short = returned(open(), 740);
+    short.status.health.strict_retry = Some(StrictRetry { attempt: 3, holdoff_seconds: 40, next_attempt_at: at(760) });
+    assert_eq!(plan(&short, at(741)).early_strict, None);
+    short.status.health.strict_retry.as_mut().unwrap().holdoff_seconds = 41;
+    assert!(plan(&short, at(741)).early_strict.is_some(), "41 s is");
     assert!(d.events.is_empty());
 }
 
@@ -159,7 +165,7 @@ fn a_return_never_folds_or_launches_over_a_job_in_flight() {
 fn a_failed_early_connect_takes_its_slot_and_the_holdoff_schedule_continues() {
     // Launched at 741 in place of the connect stamped at 966; it fails at 746 (5 s long).
     let mut f = open();
-    f.job = Some(JobFacts { launched_at: Some(at(741)), ..job(STRICT, refused(), at(746)) });
+    f.job = Some(JobFacts { launched_at: Some(at(741)), early: true, ..job(STRICT, refused(), at(746)) });
     let d = plan(&f, at(747));
     assert_eq!(d.status.phase, Some(Phase::Degraded));
     let r = d.status.health.strict_retry.clone().unwrap();
@@ -181,14 +187,18 @@ fn a_failed_early_connect_takes_its_slot_and_the_holdoff_schedule_continues() {
     assert_eq!((r.attempt, r.next_attempt_at), (3, at(971 + 480)));
     // An unknown launch time folds as before too.
     let mut u = open();
-    u.job = Some(job(STRICT, refused(), at(746)));
+    u.job = Some(JobFacts { early: true, ..job(STRICT, refused(), at(746)) });
     assert_eq!(plan(&u, at(747)).status.health.strict_retry.unwrap().next_attempt_at, at(747 + 480));
+    // So does a connect a spec change launched before its stamp: only early ones pay back.
+    let mut spec = open();
+    spec.job = Some(JobFacts { launched_at: Some(at(741)), ..job(STRICT, refused(), at(746)) });
+    assert_eq!(plan(&spec, at(747)).status.health.strict_retry.unwrap().next_attempt_at, at(747 + 480));
 }
 
 #[test]
 fn a_successful_early_connect_closes_the_breaker() {
     let mut f = open();
-    f.job = Some(JobFacts { launched_at: Some(at(741)), ..job(STRICT, ok(PIN), at(746)) });
+    f.job = Some(JobFacts { launched_at: Some(at(741)), early: true, ..job(STRICT, ok(PIN), at(746)) });
     let d = plan(&f, at(747));
     assert_eq!(d.status.phase, Some(Phase::Ready));
     assert_eq!(d.status.health.strict_retry, None);

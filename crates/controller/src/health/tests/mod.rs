@@ -81,6 +81,7 @@ pub fn job(kind: ConnectKind, result: ConnectResult, completed_at: Time) -> JobF
         credential_version: Some(CREDS.into()),
         via_reinit_ack: false,
         launched_at: None,
+        early: false,
         state: JobState::Finished { completed_at, result },
     }
 }
