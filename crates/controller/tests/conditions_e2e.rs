@@ -557,6 +557,60 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     );
     ensure!(delta.is_empty(), "the controller LISTed on events: {delta:?}");
 
+    // ---- The misleading Event (issue #16's third bug): a Restore whose pin carries no kopia
+    // snapshot id cannot build its Job (`Error::WorkSpec`). Its Warning Event says
+    // `WorkSpecInvalid` with the cause; it used to say `WorkSpecTooLarge`. The pin is written
+    // while the operator is stopped, as no live path pins a snapshot without its id.
+    // (Field by field: the log guard keeps `h.env` borrowed.)
+    if let Some(mut op) = h.op.take() {
+        op.stop();
+    }
+    let restores: Api<Restore> = Api::namespaced(h.client.clone(), &ns);
+    let nopin: Restore = serde_json::from_value(json!({
+        "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
+        "metadata": {"name": "nopin", "namespace": ns},
+        "spec": {
+            "source": {"snapshotRef": {"name": set[1]}},
+            "repository": {"name": "r"},
+            "target": {"pvc": {"name": "nopin-target", "capacity": "1Gi"}}
+        }
+    }))?;
+    let nopin_uid = restores.create(&pp, &nopin).await?.uid().unwrap_or_default();
+    let pinned = json!({"status": {"resolved": {
+        "resolution": "Snapshot",
+        "pinnedAt": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "repository": {"kind": "Repository", "namespace": ns, "name": "r", "uid": repo.uid().unwrap_or_default()}
+    }}});
+    restores.patch_status("nopin", &PatchParams::default(), &Patch::Merge(&pinned)).await?;
+    let wrapper = h.audit.wrapper.display().to_string();
+    h.op = Some(
+        kopiur_testenv::operator::Operator::start(&h.env, &h.op_ns, &[("KOPIUR_MOVER_KOPIA_BINARY", wrapper.as_str())])
+            .await?,
+    );
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(h.client.clone(), &ns);
+    let lp = kube::api::ListParams::default().fields("involvedObject.name=nopin");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let reasons = loop {
+        let evs = events.list(&lp).await?.items;
+        let reasons: Vec<(String, String)> = evs
+            .iter()
+            .filter(|e| e.involved_object.uid.as_deref() == Some(nopin_uid.as_str()))
+            .map(|e| (e.reason.clone().unwrap_or_default(), e.message.clone().unwrap_or_default()))
+            .collect();
+        if reasons.iter().any(|(r, _)| r == "WorkSpecInvalid") {
+            break reasons;
+        }
+        ensure!(Instant::now() < deadline, "no WorkSpecInvalid Event on the unpinned Restore within 60 s: {reasons:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    println!("[{:5.1}s] the Restore pinned without an id: Events {reasons:?}", started.elapsed().as_secs_f64());
+    ensure!(
+        reasons.iter().any(|(r, m)| r == "WorkSpecInvalid" && m.contains("no pinned snapshot id")),
+        "the Event names the cause: {reasons:?}"
+    );
+    ensure!(!reasons.iter().any(|(r, _)| r == "WorkSpecTooLarge"), "no misleading WorkSpecTooLarge: {reasons:?}");
+    ensure!(jobs.owned_by(&nopin_uid).is_empty(), "no Job for it: {:?}", jobs.owned_by(&nopin_uid));
+
     println!("[{:5.1}s] done ({} seeded)", started.elapsed().as_secs_f64(), uids.len());
     Ok(())
 }
