@@ -45,7 +45,7 @@ fn phase(r: &Repository) -> String {
 
 fn holdoff(r: &Repository) -> Option<(i32, i64, chrono::DateTime<Utc>)> {
     let sr = r.status.as_ref()?.health.as_ref()?.strict_retry.clone()?;
-    Some((sr.attempt as i32, sr.holdoff_seconds, sr.next_attempt_at?))
+    Some((sr.attempt, sr.holdoff_seconds, sr.next_attempt_at?))
 }
 
 async fn events(client: &kube::Client, ns: &str, name: &str, reason: &str) -> Result<Vec<Event>> {
