@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{Duration, TimeZone, Utc};
 use kopiur_controller::health::kstatus::Cond;
-use kopiur_controller::health::plan::{endpoint_check_due, endpoint_watched, record_endpoint_check};
+use kopiur_controller::health::plan::{endpoint_check_due, endpoint_watched, record_endpoint_check, spend_return};
 use kopiur_controller::health::*;
 
 const PIN: &str = "0123456789abcdef0123456789abcdef";
@@ -199,11 +199,13 @@ impl Sim {
         self.facts.job = self.visible_job();
         self.cheap_check();
         let d = plan(&self.facts, self.now);
-        if d.early_strict.is_some() {
-            // The shell spends the transition.
-            if let Endpoint::Checkable { last, .. } = &self.memory {
-                self.memory = Endpoint::Checkable { last: *last, returned: None };
-            }
+        // The shell remembers what the decision left: a strict connect spends a return.
+        if self.checkable {
+            self.memory = spend_return(&self.facts.endpoint, &d);
+        }
+        if let Plan::Launch(l) = &d.plan
+            && l.early
+        {
             self.early_launches.push(self.now);
         }
         for e in &d.events {

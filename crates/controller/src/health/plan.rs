@@ -46,8 +46,8 @@ pub struct Decision {
     pub requeue_after: Option<Duration>,
     /// The ack value an InvalidReinitializeAck was emitted for (the shell remembers it).
     pub warned_ack: Option<String>,
-    /// The endpoint's return this decision spent on an early strict connect (the shell forgets
-    /// it, so one `Down` → `Answers` transition launches at most one early connect).
+    /// The endpoint's return this decision launched an early strict connect for (the launch
+    /// spends it: [`spend_return`]).
     pub early_strict: Option<EndpointCheck>,
 }
 
@@ -99,6 +99,19 @@ pub fn record_endpoint_check(endpoint: &Endpoint, check: EndpointCheck) -> Endpo
             };
             Endpoint::Checkable { last: Some(check), returned }
         }
+    }
+}
+
+/// The shell's memory after a decision: any strict connect it launches (early, scheduled or
+/// for a spec change) spends a pending return, so one `Down` → `Answers` transition is followed
+/// by at most one strict connect that it caused, never by a second one after a scheduled
+/// connect already ran.
+pub fn spend_return(endpoint: &Endpoint, d: &Decision) -> Endpoint {
+    match (endpoint, &d.plan) {
+        (Endpoint::Checkable { last, returned: Some(_) }, Plan::Launch(l)) if l.kind == ConnectKind::Strict => {
+            Endpoint::Checkable { last: *last, returned: None }
+        }
+        (Endpoint::Checkable { .. } | Endpoint::NotCheckable, _) => endpoint.clone(),
     }
 }
 

@@ -223,13 +223,11 @@ pub async fn observe(facts: &mut RepoFacts, uid: &str, backend: &Backend, now: T
     Some(answer)
 }
 
-/// After the decision: an early strict connect spent the transition.
-pub fn spent(uid: &str, facts: &RepoFacts, early: Option<EndpointCheck>) {
-    if early.is_none() {
-        return;
-    }
-    if let Endpoint::Checkable { last, .. } = &facts.endpoint {
-        remember(uid, Endpoint::Checkable { last: *last, returned: None });
+/// After the decision was applied: remember what it left (a strict connect spends a pending
+/// return; `health::plan::spend_return`).
+pub fn remember_after(uid: &str, facts: &RepoFacts, after: Endpoint) {
+    if after != facts.endpoint {
+        remember(uid, after);
     }
 }
 

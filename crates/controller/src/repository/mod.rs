@@ -214,7 +214,7 @@ async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Action, Er
         ctx.metrics.endpoint_checks.inc(&[K::KIND.as_str(), &ns, &obj.name_any(), answer.label()]);
     }
     let mut decision = crate::health::plan(&facts, now);
-    let early = decision.early_strict;
+    let spent = crate::health::plan::spend_return(&facts.endpoint, &decision);
     decision.conditions.extend(next.advisory_condition());
     if let mounts::CaState::Missing { message } = &ca {
         missing_ca_bundle(&mut decision, message);
@@ -224,7 +224,7 @@ async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Action, Er
     let was_false = convert::index_blob_health_was_false(obj.status_common());
     crate::health::index_blobs::apply(&mut decision, &facts.id, threshold, was_false);
     let action = apply::apply(obj, ctx, &facts, decision, cat, now).await?;
-    endpoint::spent(&uid, &facts, early);
+    endpoint::remember_after(&uid, &facts, spent);
     next::warn_ignored(obj, ctx, &next).await;
     Ok(action)
 }

@@ -6,7 +6,7 @@ use chrono::Duration;
 use super::*;
 use crate::health::fold::EventType;
 use crate::health::plan::{
-    ENDPOINT_ANSWERING, Plan, endpoint_check_due, endpoint_watched, plan, record_endpoint_check,
+    ENDPOINT_ANSWERING, Plan, endpoint_check_due, endpoint_watched, plan, record_endpoint_check, spend_return,
 };
 
 const DOWN: EndpointAnswer = EndpointAnswer::Down;
@@ -203,4 +203,29 @@ fn a_successful_early_connect_closes_the_breaker() {
     assert_eq!(d.status.phase, Some(Phase::Ready));
     assert_eq!(d.status.health.strict_retry, None);
     assert_eq!(reasons(&d.events), vec!["RepositoryBreakerClosed"]);
+}
+
+#[test]
+fn any_strict_launch_spends_a_pending_return_and_nothing_else_does() {
+    let spent = |f: &RepoFacts, secs: i64| spend_return(&f.endpoint, &plan(f, at(secs)));
+    let unspent = |f: &RepoFacts| f.endpoint.clone();
+    let cleared = Endpoint::Checkable { last: Some(check(740, ANSWERS)), returned: None };
+    // The early connect spends it.
+    assert_eq!(spent(&returned(open(), 740), 741), cleared);
+    // So does the scheduled connect at the stamp, with a return still pending (here its
+    // holdoff is too short for an early connect): the return already had its connect.
+    let mut short = returned(open(), 740);
+    short.status.health.strict_retry = Some(StrictRetry { attempt: 3, holdoff_seconds: 40, next_attempt_at: at(760) });
+    assert_eq!(plan(&short, at(741)).plan, Plan::Idle);
+    assert_eq!(spent(&short, 741), unspent(&short), "waiting spends nothing");
+    assert_eq!(spent(&short, 760), cleared, "the scheduled connect spends it");
+    // A spec change launches at once and spends it too.
+    let mut bumped = returned(open(), 740);
+    bumped.spec.generation = 2;
+    assert_eq!(spent(&bumped, 741), cleared);
+    // Folding a Job launches nothing and spends nothing.
+    let mut folding = returned(open(), 740);
+    folding.job = Some(job(STRICT, refused(), at(730)));
+    assert_eq!(spent(&folding, 741), unspent(&folding));
+    assert_eq!(spend_return(&Endpoint::NotCheckable, &plan(&open(), at(966))), Endpoint::NotCheckable);
 }
