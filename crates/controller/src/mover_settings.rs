@@ -89,7 +89,8 @@ pub fn permitted_condition(refused: Option<(&str, &str)>, may_start: bool) -> Op
             reason: "MoverPermitted".into(),
             message: "the mover's settings are permitted in this namespace".into(),
         }),
-        _ => None,
+        // Another refusal, or a run that may not start yet: the condition stays as it was.
+        Some(_) | None => None,
     }
 }
 
@@ -113,7 +114,8 @@ pub fn inherited_condition(
             reason: reason::SECURITY_CONTEXT_INHERITED.into(),
             message: format!("the mover runs as {from}"),
         }),
-        _ => None,
+        // Another refusal, a recipe that does not inherit, or a run that may not start yet.
+        (Some(_), _) | (None, None) | (None, Some(_)) => None,
     }
 }
 
