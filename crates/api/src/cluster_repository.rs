@@ -1,4 +1,4 @@
-//! ClusterRepository: a cluster-scoped repository that many tenants share (spec/api.md §5).
+//! ClusterRepository: a cluster-scoped repository that many tenants share (docs/design/api-contract.md §5).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, KubeSchema};

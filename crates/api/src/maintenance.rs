@@ -1,5 +1,5 @@
 //! Maintenance: kopia quick and full maintenance for one repository under an ownership lease
-//! (spec/api.md §10). Repositories project one automatically.
+//! (docs/design/api-contract.md §10). Repositories project one automatically.
 
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;

@@ -1,5 +1,5 @@
 //! RepositoryReplication: mirrors a repository's blobs to a second, bare backend with
-//! `kopia repository sync-to` (spec/api.md §11).
+//! `kopia repository sync-to` (docs/design/api-contract.md §11).
 
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;

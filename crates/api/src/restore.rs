@@ -1,4 +1,4 @@
-//! Restore: reads a kopia snapshot into a PVC, once (spec/api.md §9). The resolution is
+//! Restore: reads a kopia snapshot into a PVC, once (docs/design/api-contract.md §9). The resolution is
 //! pinned and later edits are ignored; to restore again, create a new Restore.
 
 use kube::{CustomResource, KubeSchema};

@@ -1,4 +1,4 @@
-//! Schema plumbing shared by the CRD types: the union shape the spec prescribes (§1.2), CEL
+//! Schema plumbing shared by the CRD types: the union shape the spec prescribes (docs/design/api-contract.md §1.2), CEL
 //! rule builders and the size bounds that keep CEL cost estimates under the apiserver's limit.
 
 use schemars::{Schema, transform::Transform};
@@ -20,7 +20,7 @@ pub fn duration_at_most(max: &str) -> String {
 }
 
 /// Rewrites the schema schemars emits for an externally tagged enum (a `oneOf` of
-/// single-property objects) into the shape spec/api.md §1.2 prescribes: one plain object
+/// single-property objects) into the shape docs/design/api-contract.md §1.2 prescribes: one plain object
 /// with an optional property per variant and a CEL rule demanding exactly one of them.
 /// `oneOf` is avoided because it gives unreadable errors and fights structural schemas.
 pub struct ExactlyOne {
@@ -108,6 +108,6 @@ pub mod pattern {
     pub const TIMEZONE: &str = r"^[A-Za-z0-9_+\-/]{1,64}$";
     /// Shape-only cron check; the full parse happens at reconcile time.
     pub const CRON: &str = r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|\S+( +\S+){4})$";
-    /// The duration grammar of spec/api.md §1.3.
+    /// The duration grammar of docs/design/api-contract.md §1.3.
     pub const DURATION: &str = r"^([0-9]+|([0-9]+[hms])+)$";
 }

@@ -1,4 +1,4 @@
-//! Snapshot: one backup invocation, or a kopia snapshot that already exists (spec/api.md §7).
+//! Snapshot: one backup invocation, or a kopia snapshot that already exists (docs/design/api-contract.md §7).
 //! The CR's lifecycle is the kopia snapshot's, mediated by the `snapshot-cleanup` finalizer.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! SnapshotPolicy: the backup recipe (spec/api.md §6). It runs nothing by itself; Snapshots
+//! SnapshotPolicy: the backup recipe (docs/design/api-contract.md §6). It runs nothing by itself; Snapshots
 //! run it, and it owns GFS retention over them.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;

@@ -1,7 +1,7 @@
-//! SnapshotReplication [next] (spec/api.md §12): copies snapshots between two repositories with
+//! SnapshotReplication [next] (docs/design/api-contract.md §12): copies snapshots between two repositories with
 //! `kopia snapshot migrate`. The whole kind is [next]: the CRD ships so that manifests for it
-//! apply (api.md §1.1), and a core build answers every object with `Stalled /
-//! FeatureNotImplemented` and launches nothing (api.md §15; `kopiur-controller`'s
+//! apply (docs/design/api-contract.md §1.1), and a core build answers every object with `Stalled /
+//! FeatureNotImplemented` and launches nothing (docs/design/api-contract.md §15; `kopiur-controller`'s
 //! `snapshot_replication` gate).
 
 use kube::{CustomResource, KubeSchema};
@@ -15,7 +15,7 @@ use crate::shared::phase::tolerant_enum;
 use crate::shared::status::{Condition, Time};
 use crate::shared::{CronSpec, MoverSpec, RepositoryRef, Retention};
 
-/// The message every SnapshotReplication gets in a core build (api.md §15, exact).
+/// The message every SnapshotReplication gets in a core build (docs/design/api-contract.md §15, exact).
 pub const NOT_IMPLEMENTED_MESSAGE: &str = "SnapshotReplication is not implemented in this release";
 
 /// Which kopia identities (`user@host`, or `user@host:/path`) are copied.

@@ -1,4 +1,4 @@
-//! SnapshotSchedule: a cron that creates Snapshots (spec/api.md §8).
+//! SnapshotSchedule: a cron that creates Snapshots (docs/design/api-contract.md §8).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, KubeSchema};

@@ -1,5 +1,5 @@
-//! Cron with deterministic `H` and jitter, evaluated in IANA zones (spec/api.md §1.4,
-//! spec/behavior.md §7.1).
+//! Cron with deterministic `H` and jitter, evaluated in IANA zones (docs/design/api-contract.md §1.4,
+//! docs/design/pipeline.md §7.1).
 
 use chrono::{DateTime, Duration as ChronoDuration, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;

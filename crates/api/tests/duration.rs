@@ -1,4 +1,4 @@
-//! The duration grammar of spec/api.md §1.3.
+//! The duration grammar of docs/design/api-contract.md §1.3.
 
 use kopiur_api::Duration;
 use proptest::prelude::*;

@@ -1,4 +1,4 @@
-//! Identity resolution and shape rules (spec/api.md §2.5) and lease names (behavior.md §2.2).
+//! Identity resolution and shape rules (docs/design/api-contract.md §2.5) and lease names (docs/design/mover.md §2.2).
 
 use kopiur_api::domain::identity::*;
 use kopiur_api::shared::Identity;

@@ -1,4 +1,4 @@
-//! GFS retention selection (spec/api.md §2.4, spec/behavior.md §8.1).
+//! GFS retention selection (docs/design/api-contract.md §2.4, docs/design/pipeline.md §8.1).
 
 use std::collections::BTreeSet;
 

@@ -205,7 +205,7 @@ fn rust_default_impls_agree_with_decoding_an_empty_object() {
 
 #[test]
 fn parent_blocks_default_to_an_empty_object() {
-    // spec/api.md §1.10: the parent defaults to {} and its children materialize through
+    // docs/design/api-contract.md §1.10: the parent defaults to {} and its children materialize through
     // their own defaults.
     let repo = schema_for_kind("Repository");
     for field in ["create", "health", "deletionProtection", "maintenance"] {

@@ -1,4 +1,4 @@
-//! Reconcile-error Warning Events (behavior §1.5, §10.2 last row): every `error_policy` publishes
+//! Reconcile-error Warning Events (docs/design/reconcile-shape.md §1.5, docs/design/observability.md §10.2 last row): every `error_policy` publishes
 //! a Warning Event on the object with reason `KubeApiError`, `WorkSpecTooLarge` or `InvalidSpec`
 //! (by error variant; the note carries the requeue class label), on transitions only.
 //!

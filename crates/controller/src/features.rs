@@ -1,4 +1,4 @@
-//! [next] fields before they are implemented (spec/api.md §1.9), detected in one place.
+//! [next] fields before they are implemented (docs/design/api-contract.md §1.9), detected in one place.
 //!
 //! Each kind's function returns the [next] fields a spec sets, split by class:
 //! - **gating**: the field's effective value needs behaviour this release lacks. The owner gets
@@ -285,7 +285,7 @@ pub fn snapshot_refusal(snap: &SnapshotSpec, policy: &SnapshotPolicySpec) -> Res
     snapshot_policy(policy).refusal().map_err(|m| format!("its SnapshotPolicy: {m}"))
 }
 
-/// X rule `CrossNamespaceReference` (spec/api.md §1.8): a Snapshot's or SnapshotSchedule's
+/// X rule `CrossNamespaceReference` (docs/design/api-contract.md §1.8): a Snapshot's or SnapshotSchedule's
 /// `policyRef.namespace` must be its own namespace (or absent). Some(message) when it is not.
 pub fn policy_ref_namespace(kind: &str, own: &str, namespace: Option<&str>) -> Option<String> {
     let n = namespace.filter(|n| *n != own)?;

@@ -1,4 +1,4 @@
-//! Every field of every CRD spec, classified (spec/api.md §1.9, §15: no inert field).
+//! Every field of every CRD spec, classified (docs/design/api-contract.md §1.9, §15: no inert field).
 //!
 //! `tests/no_inert_field.rs` generates each CRD's `openAPIV3Schema`, enumerates every leaf of
 //! `spec` (`spec.a.b`, `[]` for list items, `.*` for map values) and requires each leaf to be
@@ -23,7 +23,7 @@ pub enum Class {
     /// Refused when set (`symbol` is the refusal): Stalled with `FeatureNotImplemented` (or
     /// `CrossNamespaceReference`), no Job.
     Refused,
-    /// [next] advisory (the documented list, spec/api.md §1.9, docs/operations.md):
+    /// [next] advisory (the documented list, docs/design/api-contract.md §1.9, docs/operations.md):
     /// `FeaturesIgnored=True / NotImplemented`, one Warning Event per generation.
     Advisory,
     /// [next] and without effect in this release because every value that would give it one
@@ -239,7 +239,7 @@ pub fn rules() -> Vec<Rule> {
             "active_deadline_seconds",
         ),
         rule(REPOS, "spec.bootstrap.failurePolicy.backoffLimit", Read, REPO_APPLY, "backoff_limit"),
-        // Bootstrap ignores it by specification (spec/api.md §2.2).
+        // Bootstrap ignores it by specification (docs/design/api-contract.md §2.2).
         rule(REPOS, "spec.bootstrap.failurePolicy.podStartupDeadlineSeconds", Inert, REPO_APPLY, "bootstrap"),
         rule(CLUSTER, "spec.allowedNamespaces", Read, GATING, "namespace_allowed"),
         rule(CLUSTER, "spec.credentialProjection.allowed", Refused, FEATURES, "\"spec.credentialProjection.allowed\""),
@@ -436,13 +436,13 @@ pub fn rules() -> Vec<Rule> {
         ),
     ]);
 
-    // SnapshotReplication: the whole kind is [next] gating (api.md §1.1, §15): every field is
+    // SnapshotReplication: the whole kind is [next] gating (docs/design/api-contract.md §1.1, §15): every field is
     // refused by the kind's Stalled / FeatureNotImplemented gate.
     v.push(rule(SNAP_REPL, "spec", Refused, SNAP_REPL_GATE, "verdict().gating_conditions()"));
     v
 }
 
-/// The documented advisory list (spec/api.md §1.9; docs/operations.md repeats it).
+/// The documented advisory list (docs/design/api-contract.md §1.9; docs/operations.md repeats it).
 pub const ADVISORY: &[(&str, &str)] = &[
     ("Repository", "spec.server"),
     ("Repository", "spec.concurrency"),

@@ -27,7 +27,7 @@ pub enum Gate {
 /// The `phase` a [`Gate::NotReady`] carries when the referenced repository does not exist.
 pub const ABSENT: &str = "absent";
 
-/// The readiness gate's three states (ADR-0007; api.md §9): none is terminal for the consumer,
+/// The readiness gate's three states (docs/design/repository-breaker.md §4; docs/design/api-contract.md §9): none is terminal for the consumer,
 /// and each resumes by itself through the repository watch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Readiness {

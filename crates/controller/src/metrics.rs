@@ -565,7 +565,7 @@ mod tests {
                     exprs.push(r["expr"].as_str().expect("expr").to_string());
                 }
             }
-            assert!(exprs.len() >= 10, "{rules}: every §10.3 alert");
+            assert!(exprs.len() >= 10, "{rules}: every alert of docs/design/observability.md §10.3");
             for e in &exprs {
                 used.extend(referenced(e, &known).into_iter().map(|m| (rules.to_string(), m)));
             }

@@ -1,5 +1,5 @@
 //! What a mover learns from the application's pods before its Job is built:
-//! `mover.inheritSecurityContextFrom` (spec/api.md §2.6: run as the workload's uid, gid and
+//! `mover.inheritSecurityContextFrom` (docs/design/api-contract.md §2.6: run as the workload's uid, gid and
 //! fsGroup) and `moverDefaults.sourceColocation` (run on the node where a ReadWriteOnce source
 //! or target volume is attached, so the mover does not wait on a Multi-Attach error).
 //!
@@ -158,7 +158,7 @@ pub fn single_node(access_modes: &[String]) -> bool {
     !access_modes.is_empty() && access_modes.iter().all(|m| m == "ReadWriteOnce" || m == "ReadWriteOncePod")
 }
 
-/// Adds co-location with `node` to `affinity` (spec/api.md §2.6 `sourceColocation`): `Auto`
+/// Adds co-location with `node` to `affinity` (docs/design/api-contract.md §2.6 `sourceColocation`): `Auto`
 /// prefers the node (weight 100), `Required` requires it, `Disabled` leaves the affinity alone.
 /// A required term is ANDed into every existing required term, so a user's node affinity still
 /// holds.

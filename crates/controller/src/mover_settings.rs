@@ -1,6 +1,6 @@
 //! The mover settings of one Job, merged field by field from lowest to highest: the hardened
 //! base (`kopiur_mover::job`), the repository's `moverDefaults`, then the recipe's `mover`
-//! (spec/api.md §2.6 "Merge order"). Every Job kind takes its settings from here, so a field
+//! (docs/design/api-contract.md §2.6 "Merge order"). Every Job kind takes its settings from here, so a field
 //! the API accepts takes effect in every Job, or the run is refused with a message saying why.
 //!
 //! What this build applies: `resources`, `securityContext`, `podSecurityContext`, `cache`
@@ -73,7 +73,7 @@ pub async fn namespace_permits_privileged(client: &kube::Client, ns: &str) -> bo
     }
 }
 
-/// The `MoverPermitted` condition (spec/api.md §2.6): False while privileged settings wait for
+/// The `MoverPermitted` condition (docs/design/api-contract.md §2.6): False while privileged settings wait for
 /// the namespace's opt-in, True while a run may start with its settings; `None` leaves the
 /// condition as it was (terminal phases, other refusals).
 pub fn permitted_condition(refused: Option<(&str, &str)>, may_start: bool) -> Option<crate::health::kstatus::Cond> {
@@ -195,7 +195,7 @@ pub struct MoverFacts {
 }
 
 /// [`resolve`] with the facts read from the cluster: the inherited identity sits between
-/// `moverDefaults` and the recipe (spec/api.md §2.6 "Merge order"), and `sourceColocation`
+/// `moverDefaults` and the recipe (docs/design/api-contract.md §2.6 "Merge order"), and `sourceColocation`
 /// adds the volume's node to the affinity.
 pub fn resolve_with(
     defaults: Option<&MoverDefaults>,
@@ -372,7 +372,7 @@ fn persistent_cache_claim(claim: &CacheClaim, c: &CacheSpec) -> k8s_openapi::api
     }
 }
 
-/// What makes the merged settings privileged (spec/api.md §2.6 "Privileged movers"), plus
+/// What makes the merged settings privileged (docs/design/api-contract.md §2.6 "Privileged movers"), plus
 /// relaxing the seccomp profile, which only a privileged mover may do.
 pub fn privileged_reasons(s: &MoverSettings, privileged_mode: bool) -> Vec<String> {
     let mut why = Vec::new();

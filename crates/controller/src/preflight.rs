@@ -1,4 +1,4 @@
-//! The SnapshotPolicy preflight CEL environment (api §6.3, behavior §8.3), pure: `compile`
+//! The SnapshotPolicy preflight CEL environment (docs/design/api-contract.md §6.3, docs/design/pipeline.md §8.3), pure: `compile`
 //! turns `spec.preflight.checks` into programs (or the `InvalidPreflight` message), `evaluate`
 //! runs them over the variables the Snapshot reconcile gathered from its stores.
 //!

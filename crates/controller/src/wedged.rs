@@ -1,4 +1,4 @@
-//! Wedged mover pods (spec §1.4): a pod whose container stays waiting on an image or container
+//! Wedged mover pods (docs/design/architecture.md §1.4): a pod whose container stays waiting on an image or container
 //! configuration problem, or that stays unschedulable, for longer than the operation's
 //! `podStartupDeadlineSeconds`. The verdict is pure; [`io`] builds a [`PodSummary`] per pod of
 //! the Job (one bounded LIST by `job-name`, no pod watch) and deletes a wedged Job. The Snapshot,

@@ -1,4 +1,4 @@
-//! `pruned-by` is read-only to users (behavior §6.1): the chart's ValidatingAdmissionPolicy,
+//! `pruned-by` is read-only to users (docs/design/mass-deletion.md §6.1): the chart's ValidatingAdmissionPolicy,
 //! rendered by `helm template` and applied to a real kube-apiserver, refuses every CREATE or
 //! UPDATE of a Snapshot by anyone but the controller's ServiceAccount that sets, changes or
 //! removes the annotation, and lets every other edit through. The controller's own stamps under

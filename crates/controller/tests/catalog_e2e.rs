@@ -1,4 +1,4 @@
-//! Catalog discovery end to end (spec/behavior.md §3.12) on a private local control plane,
+//! Catalog discovery end to end (docs/design/repository-breaker.md §3.12) on a private local control plane,
 //! Garage and the real mover: kopia snapshots written straight into the repository with the
 //! kopia binary, which no Snapshot CR owns, appear as `origin: discovered` Snapshot rows after a
 //! `catalog-scan-requested-at` request; deleting a row never touches kopia; a kopia snapshot

@@ -188,7 +188,7 @@ fn ack_command(ns: &str, name: &str, v: &str) -> String {
     format!("kubectl annotate repository/{name} -n {ns} {ALLOW_MASS_DELETION}=\"{v}\" --overwrite")
 }
 
-/// The latest deletionTimestamp among `snaps`, as RFC3339 seconds (V of spec §6.3.3).
+/// The latest deletionTimestamp among `snaps`, as RFC3339 seconds (V of docs/design/mass-deletion.md §6.3.3).
 fn latest_deletion(snaps: &[Snapshot]) -> Option<String> {
     snaps
         .iter()
@@ -651,7 +651,7 @@ async fn selector_wave(h: &Harness, jobs: &JobRecorder, w: SelWave<'_>) -> Resul
     Ok(())
 }
 
-/// T40 / ADR-0007 §2: a batch whose kopia delete fails fails its Job, removes no finalizer and
+/// T40 / docs/design/repository-breaker.md §3.7.1: a batch whose kopia delete fails fails its Job, removes no finalizer and
 /// deletes nothing; the dispatcher counts `outcome="failed"`, emits one
 /// `SnapshotDeletionBatchFailed` and stamps `reverify-requested-at` on the repository. After
 /// the failed Job is reaped the members re-batch and drain, each manifest deleted once.
@@ -722,7 +722,7 @@ async fn failed_batch(
         failed_after.as_secs_f64()
     );
     ensure!(n_failed == 1.0, "kopiur_snapshot_deletion_batches_total{{outcome=\"failed\"}} = {n_failed}, want 1");
-    // S6-27, behavior.md §6.4: `kopiur_snapshot_deletion_failures_total` counts each member of
+    // S6-27, docs/design/mass-deletion.md §6.4: `kopiur_snapshot_deletion_failures_total` counts each member of
     // the failed batch once (the batch Job runs in the repository's namespace).
     let members_failed = |m: &str| sample(m, "kopiur_snapshot_deletion_failures_total", &[("namespace", ns)]);
     let want_failures = failed.members.len() as f64;
@@ -1402,7 +1402,7 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
     println!("[audit] {} manifests deleted by movers, {} more than once", all.len(), dup.len());
     check!(fails, dup.is_empty(), "deleted more than once: {dup:?}");
 
-    // The catalog's rediscovery of the flap snapshots as origin discovered (spec §6.2): the
+    // The catalog's rediscovery of the flap snapshots as origin discovered (docs/design/mass-deletion.md §6.2): the
     // cascade releases asked for a scan; every flap manifest comes back as a discovered row.
     let discovered =
         match wait_for("the 30 flap snapshots rediscovered", Duration::from_secs(120), &h.log(), || async {

@@ -1,4 +1,4 @@
-//! The §13.2 deletion scenarios of `spec/behavior.md` that the 2026-12-01 audit (table A.2)
+//! The deletion scenarios of docs/design/test-tiers.md §13.2 that the 2026-12-01 audit (table A.2)
 //! found covered only by unit or simulation tests, in their end-to-end form: a private local
 //! control plane, Garage, the real controller and the real mover, every mover kopia call
 //! audited. One environment for the whole binary; Snapshots are seeded directly (kopia CLI +

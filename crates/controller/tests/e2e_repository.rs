@@ -1,7 +1,7 @@
 //! End to end on the real local control plane, Garage behind the fault proxy, the mover run
 //! by the node agent, and the controller as a child process under its own ServiceAccount and
 //! the generated RBAC. One operator reconciles the whole cluster, so one environment; the main
-//! sequence runs on `r` while side repositories are checked concurrently (spec/behavior.md §13.1):
+//! sequence runs on `r` while side repositories are checked concurrently (docs/design/test-tiers.md §13.1):
 //!
 //! - `r`: defaults stored (T01); bootstrap to Ready within 1 s of its Job's completion, uniqueId
 //!   pinned; an outage opens the breaker at the threshold (T03) with every version of `r` on a
@@ -24,7 +24,7 @@
 //! alert's `for: 15m` is promtool-tested in xtask); T21 (a SnapshotSchedule catch-up after the
 //! controller was down 5 min: stopping the one operator here would break every concurrent
 //! window, and it is a schedule scenario beside T20 in pipeline_acceptance_e2e); T46 (a Restore,
-//! §13.3, not a repository row).
+//! docs/design/test-tiers.md §13.3, not a repository row).
 #[path = "../../xtask/src/rbac.rs"]
 #[allow(dead_code)]
 mod rbac;
@@ -783,7 +783,7 @@ async fn repository_breaker_end_to_end() -> Result<()> {
         assert_eq!(booted, 1);
 
         // Short probe interval for the outage. The strict reconnect a spec change runs keeps
-        // the phase Ready while it is in flight (§3.3): no Initializing on the watch.
+        // the phase Ready while it is in flight (docs/design/repository-breaker.md §3.3): no Initializing on the watch.
         let mark = r_watch.mark().saturating_sub(1);
         let patched = repos
             .patch(

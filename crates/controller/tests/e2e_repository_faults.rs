@@ -1,4 +1,4 @@
-//! The repository fault paths end to end (issue 5 acceptance; spec/behavior.md §3, §13.1), on a
+//! The repository fault paths end to end (issue 5 acceptance; docs/design/repository-breaker.md §3, docs/design/test-tiers.md §13.1), on a
 //! private control plane with Garage, the fault proxy, the real mover and two controller
 //! replicas under the generated RBAC. One environment; independent scenarios run concurrently
 //! on their own namespaces, prefixes and proxies, with the operator's timing knobs shortened:
@@ -15,7 +15,7 @@
 //!   re-created; `allow-reinitialize=<uniqueId>` re-creates once and pins a new id; the now-stale
 //!   ack is ignored with InvalidReinitializeAck, a second wipe ends blocked again, and nothing
 //!   is launched or re-created until the test ends.
-//! - Create disabled (T14): Failed/RepositoryNotInitialized with the exact §3.4 message, one
+//! - Create disabled (T14): Failed/RepositoryNotInitialized with the exact message of docs/design/repository-breaker.md §3.4, one
 //!   strict Job that may not create, nothing written, and no retry until the test ends.
 //! - An outage during a re-bootstrap opens the breaker from the strict connect (T16).
 //! - Two replicas: the leader is killed mid-outage; the standby takes the Lease, keeps the
@@ -448,7 +448,7 @@ async fn alert_mode(w: &World, op: &Operator, ns: &str, proxy: &FaultProxy) -> R
 }
 
 /// T14: `create.enabled: false` on an empty prefix ends Failed/RepositoryNotInitialized with
-/// the exact §3.4 message (it names `spec.create.enabled: true`, never `allow-reinitialize`),
+/// the exact message of docs/design/repository-breaker.md §3.4 (it names `spec.create.enabled: true`, never `allow-reinitialize`),
 /// after one strict Job that may not create, and nothing written to storage.
 async fn create_disabled(w: &World, ns: &str, watch: &PhaseWatch<Repository>) -> Result<Repository> {
     let failed =
@@ -466,7 +466,7 @@ async fn create_disabled(w: &World, ns: &str, watch: &PhaseWatch<Repository>) ->
          true to create one, or point spec.backend at an existing repository",
         w.g.bucket()
     );
-    assert_eq!(msg, want, "the §3.4 RepositoryNotInitialized message");
+    assert_eq!(msg, want, "the RepositoryNotInitialized message of docs/design/repository-breaker.md §3.4");
     ensure!(!msg.contains("allow-reinitialize"), "no reinitialize advice: {msg}");
     assert!(unique_id(&failed).is_empty(), "nothing pinned");
     let jobs = w.jobs.in_ns(ns);

@@ -1,4 +1,4 @@
-//! [next] fields end to end (spec/api.md §1.9) on a private control plane, process node, Garage
+//! [next] fields end to end (docs/design/api-contract.md §1.9) on a private control plane, process node, Garage
 //! and the real mover: a Repository with advisory fields becomes Ready and carries
 //! `FeaturesIgnored=True / NotImplemented` (one Warning Event for the generation, the condition
 //! gone once the fields are); a Repository with a gating field (`s3.auth.workloadIdentity`) is

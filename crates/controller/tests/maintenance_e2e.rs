@@ -9,10 +9,10 @@
 //!
 //! Alongside (no extra wait of its own beyond about 10 s): a ClusterRepository whose
 //! `spec.maintenance.namespace` does not exist reports `MaintenanceConfigured=False /
-//! MaintenanceApplyFailed` with one Warning `MaintenanceNotConfigured` (api.md §4.5), and is
+//! MaintenanceApplyFailed` with one Warning `MaintenanceNotConfigured` (docs/design/api-contract.md §4.5), and is
 //! configured by the next projection pass once the namespace exists; a RepositoryReplication
 //! whose destination Secret lives in another namespace is Stalled `CrossNamespaceReference`
-//! (api.md §1.8, §15) and never gets a Job, though a run was requested at creation.
+//! (docs/design/api-contract.md §1.8, §15) and never gets a Job, though a run was requested at creation.
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -130,7 +130,7 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
         "stringData": {"AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
     }))?;
     secrets.create(&PostParams::default(), &dest).await?;
-    // api.md §4.5: a ClusterRepository whose managed Maintenance's namespace does not exist
+    // docs/design/api-contract.md §4.5: a ClusterRepository whose managed Maintenance's namespace does not exist
     // yet (its password Secret is absent too, so it launches no Job of its own).
     let later = format!("{ns}-later");
     let cr_name = format!("{ns}-shared");
@@ -149,7 +149,7 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
             }))?,
         )
         .await?;
-    // api.md §1.8, §15: a destination Secret in another namespace, with a run requested.
+    // docs/design/api-contract.md §1.8, §15: a destination Secret in another namespace, with a run requested.
     apply(
         &client,
         &ns,
@@ -242,7 +242,7 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     assert!(stalled.2.contains(&op_ns) && stalled.2.contains(&ns), "{}", stalled.2);
     println!("[{:>5.1}s] rr-x Stalled: {}", started.elapsed().as_secs_f64(), stalled.2);
 
-    // Projection (§3.11): the repository gets a managed Maintenance named after itself, owned
+    // Projection (docs/design/repository-breaker.md §3.11): the repository gets a managed Maintenance named after itself, owned
     // by it, and MaintenanceConfigured=True.
     let maints: Api<Maintenance> = Api::namespaced(client.clone(), &ns);
     let managed = wait_for("the managed Maintenance r", Duration::from_secs(60), &log, || async {
@@ -350,7 +350,7 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     .await?;
     assert!(rst.last_replicated.is_some());
     assert_eq!(ready(&rst.conditions), Some(("True".into(), "Replicated".into())));
-    // behavior.md §2.2: the replication that just succeeded connected as `kopiur-ops` at the
+    // docs/design/mover.md §2.2: the replication that just succeeded connected as `kopiur-ops` at the
     // source's lease host, read-only.
     let rjobs = jobs.list(&ListParams::default().labels("kopiur.home-operations.com/replication=rr")).await?.items;
     let work_spec: Value = rjobs
@@ -511,7 +511,7 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     assert!(q.next_scheduled_at > q.last_handled_at, "the quick slot re-pinned forward: {q:?}");
     assert_eq!(q.next_scheduled_at.map(|t| t.timestamp() % 60), Some(0), "no jitter: a whole minute");
 
-    // A failed maintenance run nudges its repository (behavior §3.8, ADR-0007 §2): the run's
+    // A failed maintenance run nudges its repository (docs/design/repository-breaker.md §3.8, §3.7.1): the run's
     // Job exceeds a 1 s deadline (the proxy slows every chunk so it cannot finish in time);
     // the replication is suspended so that only the Maintenance can stamp the repository.
     const REVERIFY: &str = "kopiur.home-operations.com/reverify-requested-at";

@@ -1,8 +1,8 @@
-//! A wedged mover pod, end to end (spec §1.4, api.md §2.2 `podStartupDeadlineSeconds`).
+//! A wedged mover pod, end to end (docs/design/architecture.md §1.4, docs/design/api-contract.md §2.2 `podStartupDeadlineSeconds`).
 //!
 //! The wedge is one users really hit: a mover reads its credentials from the namespace it runs
 //! in, so the consumer namespace holds a user-made copy of the repository's password Secret
-//! (api.md §4 references). Here the copy has the key misspelt. The Secret exists, so the
+//! (docs/design/api-contract.md §4 references). Here the copy has the key misspelt. The Secret exists, so the
 //! controller's `MissingCredentialsSecret` gate passes and the backup Job is created, but the
 //! pod's container cannot be created: the node reports it waiting with
 //! `CreateContainerConfigError` ("couldn't find key KOPIA_PASSWORD in Secret …"), as a kubelet
@@ -256,7 +256,7 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
     assert_eq!(repo_phase(&r), "Ready", "the repository is untouched");
 
     // A Restore in the same namespace never gets that far: it checks its credentials before
-    // any Job (api.md §9), so the misspelt key parks it Pending with CredentialsAvailable=False
+    // any Job (docs/design/api-contract.md §9), so the misspelt key parks it Pending with CredentialsAvailable=False
     // / MissingCredentialsSecret (Stalled: a human must fix the Secret), and no Job is made.
     let restores: Api<Restore> = Api::namespaced(client.clone(), &ns);
     apply(

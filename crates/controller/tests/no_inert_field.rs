@@ -1,4 +1,4 @@
-//! No inert field (spec/api.md §1.9, §15): every leaf of every generated CRD's `spec` schema is
+//! No inert field (docs/design/api-contract.md §1.9, §15): every leaf of every generated CRD's `spec` schema is
 //! read by code, refused at admission or reconcile, or on the documented advisory list.
 //! The classification lives in `kopiur_controller::field_registry`; this test walks the schemas
 //! the CRDs are generated from and checks every leaf against it, and every rule's evidence

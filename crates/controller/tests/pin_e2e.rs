@@ -1,6 +1,6 @@
 //! `spec.pin` and the [next] SnapshotReplication kind, end to end on one private control plane,
-//! Garage, real kopia, the operator and the real mover (spec/api.md §7.1, §7.2, §7.4, §1.1, §12,
-//! §15):
+//! Garage, real kopia, the operator and the real mover (docs/design/api-contract.md §7.1, §7.2, §7.4, §1.1, §12,
+//! docs/design/api-contract.md §15):
 //!
 //! - Two Succeeded Snapshots ask for a pin while their repository is not Ready (its password
 //!   Secret is missing): each shows `Pinned=False / PinJobRunning` saying it waits for the
@@ -19,7 +19,7 @@
 //! - A SnapshotReplication is accepted by the apiserver and answered `Stalled /
 //!   FeatureNotImplemented` with the exact message, `observedGeneration` following each edit, one
 //!   Warning Event per generation and no Job.
-//! - The pin pod connects as `kopiur-ops` at the repository's lease host (behavior.md §2.2).
+//! - The pin pod connects as `kopiur-ops` at the repository's lease host (docs/design/mover.md §2.2).
 //! - Beside it, on repositories of their own (`snapshot_rows`): a ReadOnly refusal
 //!   (`RepositoryWritable=False`, `kopiur_snapshot_refusals_total`), Ready `RepositoryNotFound`,
 //!   Stalled `MissingCredentialsSecret` resumed by the Secret, one `InvalidSpec` per invalid
@@ -275,7 +275,7 @@ async fn pin_jobs_apply_and_remove_the_kopia_pin_and_snapshot_replication_is_gat
         let host = add_calls[0].host.clone();
         let connects: Vec<_> = calls.iter().filter(|c| c.host == host && c.is_connect()).collect();
         ensure!(connects.len() == 1, "the pin pod connected {} times", connects.len());
-        // spec/behavior.md §2.2: the pin connects as kopiur-ops at the repository's lease host.
+        // docs/design/mover.md §2.2: the pin connects as kopiur-ops at the repository's lease host.
         let lease_host = format!("kopiur.{ns}.repo");
         ensure!(
             connects[0].args.contains(&"--override-username=kopiur-ops".to_string())
@@ -423,21 +423,21 @@ fn is_cond(s: &Snapshot, t: &str, status: &str, reason: &str) -> bool {
 
 /// Rows of issue #16 on their own repositories, beside the pin flow:
 ///
-/// - api.md §7.4 / behavior.md §5.2: a Snapshot against a `mode: ReadOnly` Repository is refused:
+/// - docs/design/api-contract.md §7.4 / docs/design/pipeline.md §5.2: a Snapshot against a `mode: ReadOnly` Repository is refused:
 ///   `Failed`, Ready `RepositoryReadOnly` (Stalled), `RepositoryWritable=False /
 ///   RepositoryReadOnly`, no Job, `kopiur_snapshot_refusals_total{reason="RepositoryReadOnly"}` 1.
-/// - api.md §7.4 (ADR-0007 readiness gate): a Snapshot whose policy names a repository that does
+/// - docs/design/api-contract.md §7.4 (the readiness gate of docs/design/repository-breaker.md §4): a Snapshot whose policy names a repository that does
 ///   not exist parks `Pending`, Ready `RepositoryNotFound`, Stalled, no Job.
-/// - api.md §7.4: a ClusterRepository consumer whose namespace lacks the credentials Secret is
+/// - docs/design/api-contract.md §7.4: a ClusterRepository consumer whose namespace lacks the credentials Secret is
 ///   `Pending`, Stalled `MissingCredentialsSecret` with `CredentialsAvailable=False`, no Job; the
 ///   Secret's creation moves it on within 10 s (`CredentialsAvailable=True / Found`, then the
 ///   missing source PVC parks it).
-/// - api.md §7.6: a discovered row with `deletionPolicy: Delete` emits one Warning `InvalidSpec`
+/// - docs/design/api-contract.md §7.6: a discovered row with `deletionPolicy: Delete` emits one Warning `InvalidSpec`
 ///   per generation while it stays invalid, none once it says `Retain`; it stays `Discovered`.
-/// - behavior.md §3.12: the ClusterRepository's first listing finds a kopia snapshot whose
+/// - docs/design/repository-breaker.md §3.12: the ClusterRepository's first listing finds a kopia snapshot whose
 ///   hostname names no existing namespace and there is no `catalog.fallbackNamespace`: one
 ///   Warning `DiscoveredSnapshotUnplaced` on the ClusterRepository, no row created.
-/// - api.md §9: `ReferentAvailable` False `RestoreReferentMissing` for a Restore of a Snapshot
+/// - docs/design/api-contract.md §9: `ReferentAvailable` False `RestoreReferentMissing` for a Restore of a Snapshot
 ///   that does not exist, True `RestoreReferentFound` for a Restore of an existing policy.
 async fn snapshot_rows(h: &Harness, jobs: &JobWatch) -> Result<()> {
     use kopiur_api::Restore;

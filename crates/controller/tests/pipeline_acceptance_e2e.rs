@@ -1161,7 +1161,7 @@ async fn starting_deadline(w: &World, op: &Operator) -> Result<()> {
     Ok(())
 }
 
-/// T21 (behavior.md §13.1): T20 without a deadline. The pinned slot of an every-minute schedule
+/// T21 (docs/design/test-tiers.md §13.1): T20 without a deadline. The pinned slot of an every-minute schedule
 /// is set 3 minutes into the past, as if the controller had been down across 3 slots: exactly
 /// one child fires at once, for the pinned slot, and the next child is the next nominal minute;
 /// the other missed minutes create nothing.

@@ -216,7 +216,11 @@ async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
         let owner = c.owner_references().first().cloned().context("owner")?;
         assert_eq!(owner.kind, "SnapshotSchedule");
         assert_eq!(owner.controller, Some(true));
-        assert_eq!(c.labels().get("app.kubernetes.io/managed-by").map(String::as_str), Some("kopiur"), "api.md §1.7");
+        assert_eq!(
+            c.labels().get("app.kubernetes.io/managed-by").map(String::as_str),
+            Some("kopiur"),
+            "docs/design/api-contract.md §1.7"
+        );
         assert_eq!(c.spec.on_schedule_delete, Some(kopiur_api::snapshot::OnScheduleDelete::Retain));
         let slot: i64 = c.name_any().rsplit('-').next().unwrap().parse()?;
         assert_eq!(slot % 60, 0, "children are named by their minute slot: {}", c.name_any());

@@ -198,7 +198,7 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
         }),
     )
     .await?;
-    // ADR-0007 §8 metrics, scraped from the operator's /metrics.
+    // docs/design/observability.md §10.1 metrics, scraped from the operator's /metrics.
     let trips_before: f64 = samples(&op.metrics().await?, TRIPS, &repo_labels(&ns)).iter().sum();
 
     // T07 (with T03's open, T09 and T10): one outage, in `outage_replay` below.

@@ -1,17 +1,17 @@
-//! SnapshotPolicy conditions and the `pruned-by` stamp end to end (spec/api.md §6.1, §6.4,
-//! behavior.md §4, §6.1, §7.2), on one private control plane with Garage, real kopia and the
+//! SnapshotPolicy conditions and the `pruned-by` stamp end to end (docs/design/api-contract.md §6.1, §6.4,
+//! docs/design/repository-breaker.md §4, docs/design/mass-deletion.md §6.1, docs/design/pipeline.md §7.2), on one private control plane with Garage, real kopia and the
 //! operator; every state is read from a watch (every version the apiserver reports):
 //!
-//! 1. **Ready reasons and the trio** (§6.4): a policy on a Ready Repository is `Ready=True /
+//! 1. **Ready reasons and the trio** (docs/design/api-contract.md §6.4): a policy on a Ready Repository is `Ready=True /
 //!    Ready`, `RepositoriesReady=True / RepositoryReady`; one naming a Repository that does not
 //!    exist is `Stalled / RepositoryNotFound`; one on a ClusterRepository that refuses its
 //!    namespace is `Stalled / NamespaceNotAllowed` (not `RepositoryNotReady`), and admitting
 //!    the namespace lifts it within 10 s (the ClusterRepository watch).
-//! 2. **The repository watch** (behavior.md §4 G3): the policy naming nothing follows its
+//! 2. **The repository watch** (docs/design/repository-breaker.md §4 G3): the policy naming nothing follows its
 //!    Repository once it is created: `Ready=True` within 10 s of the Repository's Ready version,
 //!    and back to `RepositoryNotFound` within 10 s of its deletion (the safety requeue is 300 s,
 //!    so only the Repository → SnapshotPolicy mapping can do it).
-//! 3. **The compressor R check** (§6.1): a policy naming a compressor kopia cannot write with is
+//! 3. **The compressor R check** (docs/design/api-contract.md §6.1): a policy naming a compressor kopia cannot write with is
 //!    `Stalled / InvalidSpec` with the list of names; its Snapshot parks `Stalled / InvalidSpec`
 //!    and gets no Job; fixing the name lifts the policy's stall and the run's Job follows.
 //! 4. **`replaced-run` and a failed stamp** (S6-1, S6-3): a ValidatingAdmissionPolicy installed
@@ -71,7 +71,7 @@ fn trio(cs: &[Condition]) -> String {
         .join(",")
 }
 
-/// Exactly one of Ready, Reconciling and Stalled is True (api.md §1.6).
+/// Exactly one of Ready, Reconciling and Stalled is True (docs/design/api-contract.md §1.6).
 fn one_true(cs: &[Condition]) -> bool {
     ["Ready", "Reconciling", "Stalled"].iter().filter(|t| is(cs, t, "True")).count() == 1
 }

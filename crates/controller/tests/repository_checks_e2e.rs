@@ -1,9 +1,9 @@
-//! The repository's reconcile-time (R) and cross-object (X) checks end to end (spec/api.md §0,
-//! §1.8, §4.1, §4.6, §15), on a private control plane, process node, Garage and the real mover
+//! The repository's reconcile-time (R) and cross-object (X) checks end to end (docs/design/api-contract.md §0,
+//! docs/design/api-contract.md §1.8, §4.1, §4.6, §15), on a private control plane, process node, Garage and the real mover
 //! behind the auditing kopia wrapper, in one shared environment:
 //! - an unknown kopia algorithm name in `spec.create`, and a mover request above its limit, park
 //!   the repository `Pending`, `Ready=False`, `Stalled=True / InvalidSpec`; an unknown
-//!   `scheduleDefaults.timezone` does so with `InvalidSchedule` and the message §15 quotes; a
+//!   `scheduleDefaults.timezone` does so with `InvalidSchedule` and a message naming the field and the zone (docs/design/api-contract.md §15); a
 //!   password Secret reference into another namespace with `CrossNamespaceReference`. Each gets
 //!   one Warning Event of that reason and never a Job (a watch sees every Job);
 //! - fixing the zone lifts the refusal: the repository bootstraps and is Ready;

@@ -1,5 +1,5 @@
 //! The algorithm names `kopia repository create` accepts for `--encryption`, `--block-hash`,
-//! `--object-splitter` and `--ecc` (spec/api.md §4.1, R rule "the name must be known to
+//! `--object-splitter` and `--ecc` (docs/design/api-contract.md §4.1, R rule "the name must be known to
 //! kopia"). kopia matches them exactly (case-sensitive); these lists are kopia 0.23.1's, as its
 //! own "enum value must be one of …" error prints them. The environment test
 //! `repository_checks_e2e` compares them with the pinned kopia binary, so an upgrade that adds

@@ -1,4 +1,4 @@
-//! The classifier against the catalogue of strings in the behaviour spec (§2.5). Real kopia
+//! The classifier against the catalogue of strings of docs/design/mover.md §2.5. Real kopia
 //! captures live in `classify_fixtures.rs`.
 use kopiur_kopia::classify::{self, Classification, ErrorClass};
 use kopiur_kopia::{ConnectVerdict, KopiaError, connect_verdict};

@@ -105,7 +105,7 @@ async fn run() -> Exit {
             }
         },
     };
-    // A uid mismatch on targetRef (spec/behavior.md §1.2): the object of that name was
+    // A uid mismatch on targetRef (docs/design/mover.md §1.2): the object of that name was
     // replaced since the controller built this Job, so nothing is run and nothing reported.
     // A target that cannot be read (gone, or the API unreachable) is logged; the run goes on.
     if let Sink::Kube(k) = &sink {

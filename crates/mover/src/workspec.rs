@@ -95,7 +95,7 @@ impl Operation {
         }
     }
 
-    /// The `app.kubernetes.io/component` label value (api.md §16). The pin Job has none: the
+    /// The `app.kubernetes.io/component` label value (docs/design/api-contract.md §13). The pin Job has none: the
     /// spec names no component for it, and its `…/op=pin` label identifies it.
     pub fn component(&self) -> Option<&'static str> {
         use kopiur_api::names::component;

@@ -541,7 +541,7 @@ fn assert_no_secrets(b: &Bench) {
     }
 }
 
-/// T48 (behavior.md §13.3): replication with the destination's own credentials. The
+/// T48 (docs/design/test-tiers.md §13.3): replication with the destination's own credentials. The
 /// destination keys reach only the `sync-to` child, as `KOPIUR_DEST_*`: with a wrong
 /// destination secret the sync fails while the source connect succeeds (so those keys, not
 /// the source's, are the ones used); with the right one it succeeds. No key or password is in
@@ -636,7 +636,7 @@ async fn replication_uses_the_destination_credentials_and_leaks_none() {
     assert!(list.iter().any(|m| m.id == id), "the destination holds the source's snapshot {id}: {list:?}");
 }
 
-/// behavior.md §2.3 "Partial": kopia exits 1 with a manifest on stdout when it saved a
+/// docs/design/mover.md §2.3 "Partial": kopia exits 1 with a manifest on stdout when it saved a
 /// snapshot with fatal file errors; the mover records that manifest's id so deleting the CR
 /// removes it. Real kopia runs as uid 65532 (through `setpriv`) and meets a mode-000 file it
 /// cannot read: the attempt fails as `PermissionDenied` (its own class, exit 3, naming the

@@ -335,7 +335,7 @@ fn kubelet_view(
     (env, files)
 }
 
-/// behavior.md §1.2: the Job and its work spec hold no Secret value. The inputs reference real
+/// docs/design/mover.md §1.2: the Job and its work spec hold no Secret value. The inputs reference real
 /// Secrets (repository password, S3 keys, a replication destination's keys) and a CA bundle;
 /// the kubelet's view proves the values do reach the mover, by reference only, and the whole
 /// Job and work spec text (and the base64 a Secret's `data` would carry) holds none of them.
@@ -506,7 +506,7 @@ fn restore_target_sits_in_a_writable_parent() {
     assert!(!bvols.iter().any(|v| v.name == "restore-parent"));
 }
 
-/// behavior.md §2.3 "Partial", the SourceError form: kopia exits 1 with a manifest on stdout
+/// docs/design/mover.md §2.3 "Partial", the SourceError form: kopia exits 1 with a manifest on stdout
 /// and a fatal file error that is not a permission error. The attempt is `SourceError`
 /// (retryable: the mover exits 1) and the saved manifest's id is recorded. kopia here is a
 /// script replaying real kopia 0.23 output for `snapshot create` (the manifest and stderr
@@ -559,7 +559,7 @@ fn a_partial_manifest_is_recorded_as_a_source_error() {
     assert!(st.get("phase").is_none(), "a failed attempt writes no phase: {st}");
 }
 
-/// behavior.md §1.2 / §12: the heartbeat interval defaults to 30 s, in the work spec the
+/// docs/design/mover.md §1.2 / docs/design/architecture.md §12: the heartbeat interval defaults to 30 s, in the work spec the
 /// controller builds and in a work spec that omits it.
 #[test]
 fn the_heartbeat_defaults_to_thirty_seconds() {

@@ -217,9 +217,9 @@ async fn bootstrap_runs_as_a_job() {
 
 /// The mover binary, run as a process with the test's kubeconfig (so it reports through the
 /// API like a pod), against a real Snapshot CR in the local control plane:
-/// - behavior.md §1.2: a work spec whose `targetRef.uid` is not the live Snapshot's (the
+/// - docs/design/mover.md §1.2: a work spec whose `targetRef.uid` is not the live Snapshot's (the
 ///   object was replaced) exits 2 before any kopia command, and writes nothing;
-/// - §1.3: with the right uid, the mover merge-PATCHes `status.observedAt` every heartbeat
+/// - docs/design/mover.md §1.3: with the right uid, the mover merge-PATCHes `status.observedAt` every heartbeat
 ///   interval while `snapshot create` runs (1 s here instead of 30 s; the wrapper holds the
 ///   create for 3.5 s), never a phase, then writes the terminal `Succeeded`. Every version of
 ///   the Snapshot is read from a watch.
@@ -366,7 +366,7 @@ async fn the_mover_checks_its_target_uid_and_heartbeats_through_the_api() {
         })
     };
 
-    // §1.2: the uid of an earlier s1 (the object was replaced): exit 2, no kopia, no write.
+    // docs/design/mover.md §1.2: the uid of an earlier s1 (the object was replaced): exit 2, no kopia, no write.
     let kopia_calls = || std::fs::read_to_string(&audit).unwrap_or_default().lines().count();
     let before = kopia_calls();
     let t = Instant::now();
@@ -378,7 +378,7 @@ async fn the_mover_checks_its_target_uid_and_heartbeats_through_the_api() {
     let s = snaps.get("s1").await.unwrap();
     assert!(s.status.is_none(), "nothing was written: {:?}", s.status);
 
-    // §1.3: the heartbeat, then the terminal phase.
+    // docs/design/mover.md §1.3: the heartbeat, then the terminal phase.
     let t = Instant::now();
     let (code, log) = mover(spec(&uid, op(), true), 3, false).await;
     let took = t.elapsed();

@@ -1,7 +1,7 @@
 //! Garage S3 (single node) for tests.
 //!
 //! One `garage server` child per instance, on free loopback ports, following the recipe
-//! verified in `spec/kopia.md` §9. The server runs in its own process group with
+//! described in docs/testenv.md ("What runs"). The server runs in its own process group with
 //! `PR_SET_PDEATHSIG(SIGKILL)`, so a crashed test never leaves a Garage behind, and signals
 //! (stop, kill, pause) reach the whole group.
 use std::net::{SocketAddr, TcpListener};

@@ -1,4 +1,4 @@
-//! Node agent self-verification (testenv spec §10, HV-5..HV-9) against the shared real
+//! Node agent self-verification (docs/testenv.md; harness checks HV-5..HV-9) against the shared real
 //! control plane: Jobs complete and fail as the Job controller expects, env and volumes
 //! reach the process, and deletion ends it.
 use std::time::{Duration, Instant};

@@ -84,7 +84,7 @@ const CONTROLLER: &[Rule] = &[
     Rule { group: "", resources: &["persistentvolumeclaims"], verbs: &["get", "list", "watch", "create"], names: &[] },
     Rule { group: "batch", resources: &["jobs"], verbs: &["get", "list", "watch", "create", "delete"], names: &[] },
     Rule { group: "", resources: &["configmaps"], verbs: &["get", "create", "patch", "delete"], names: &[] },
-    // The wedged mover pod check (spec §1.4): one bounded LIST by `job-name`, no watch, no
+    // The wedged mover pod check (docs/design/architecture.md §1.4): one bounded LIST by `job-name`, no watch, no
     // logs, no exec.
     Rule { group: "", resources: &["pods"], verbs: &["get", "list"], names: &[] },
     // Why a wedged mover cannot start: the Warning Events of its pod (ContainerCreating) or of its

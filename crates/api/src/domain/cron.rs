@@ -1,5 +1,5 @@
 //! Five-field cron with deterministic `H`, per-slot jitter and DST-correct evaluation in an
-//! IANA zone (spec/api.md §1.4–1.5, spec/behavior.md §7.1).
+//! IANA zone (docs/design/api-contract.md §1.4–1.5, docs/design/pipeline.md §7.1).
 //!
 //! - `H` as a whole field becomes `min + (rotate_left(fnv1a64(uid), 13·i) mod size)` with
 //!   i = 0 (minute) … 4 (day-of-week); day-of-month `H` maps into 1–28. `H/n` starts a step at

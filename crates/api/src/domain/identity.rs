@@ -1,5 +1,5 @@
-//! Identity resolution and shape rules (spec/api.md §2.5), and the maintenance lease names
-//! (spec/behavior.md §2.2).
+//! Identity resolution and shape rules (docs/design/api-contract.md §2.5), and the maintenance lease names
+//! (docs/design/mover.md §2.2).
 
 use crate::Error;
 use crate::shared::Identity;

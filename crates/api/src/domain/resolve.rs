@@ -1,4 +1,4 @@
-//! Resolved defaults (spec/api.md §14.2): values deliberately left out of the schema because
+//! Resolved defaults (docs/design/api-contract.md §14.2): values deliberately left out of the schema because
 //! they depend on context or are inherited from another layer.
 
 use crate::Duration;

@@ -1,4 +1,4 @@
-//! GFS retention selection (spec/api.md §2.4, spec/behavior.md §8.1).
+//! GFS retention selection (docs/design/api-contract.md §2.4, docs/design/pipeline.md §8.1).
 //!
 //! Participants are sorted newest first (end time descending, kopia id ascending on ties).
 //! `keepLatest` keeps the N newest; each calendar bucket (UTC hour, day, ISO week, month,

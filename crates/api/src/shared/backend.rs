@@ -1,4 +1,4 @@
-//! Where a repository lives (spec/api.md §3): an externally tagged union, one key per backend.
+//! Where a repository lives (docs/design/api-contract.md §3): an externally tagged union, one key per backend.
 
 use kube::KubeSchema;
 use schemars::JsonSchema;

@@ -1,4 +1,4 @@
-//! A cron with optional jitter and time zone (spec/api.md §2.3).
+//! A cron with optional jitter and time zone (docs/design/api-contract.md §2.3).
 
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};

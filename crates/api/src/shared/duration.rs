@@ -1,4 +1,4 @@
-//! The one `Duration` type of the API (spec/api.md §1.3): bare seconds (`300`) or one or more
+//! The one `Duration` type of the API (docs/design/api-contract.md §1.3): bare seconds (`300`) or one or more
 //! `<integer><unit>` groups with unit `h`, `m` or `s` (`1h30m`). No days, fractions, signs,
 //! `ms` or ISO-8601.
 

@@ -1,4 +1,4 @@
-//! Job failure handling passed through to mover Jobs (spec/api.md §2.2).
+//! Job failure handling passed through to mover Jobs (docs/design/api-contract.md §2.2).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! The kopia identity override on a SnapshotPolicy (spec/api.md §2.5).
+//! The kopia identity override on a SnapshotPolicy (docs/design/api-contract.md §2.5).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! Types shared by several kinds (spec/api.md §2–§3).
+//! Types shared by several kinds (docs/design/api-contract.md §2–§3).
 
 pub mod backend;
 pub mod cron_spec;

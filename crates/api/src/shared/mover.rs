@@ -1,4 +1,4 @@
-//! Mover Job customization (spec/api.md §2.6).
+//! Mover Job customization (docs/design/api-contract.md §2.6).
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,4 @@
-//! References to other objects (spec/api.md §2.1).
+//! References to other objects (docs/design/api-contract.md §2.1).
 
 use kube::KubeSchema;
 

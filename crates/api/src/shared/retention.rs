@@ -1,4 +1,4 @@
-//! GFS retention over a policy's Snapshots (spec/api.md §2.4). The selection itself lives in
+//! GFS retention over a policy's Snapshots (docs/design/api-contract.md §2.4). The selection itself lives in
 //! `domain::retention`.
 
 use kube::KubeSchema;

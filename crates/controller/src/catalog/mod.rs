@@ -1,4 +1,4 @@
-//! Catalog discovery (spec/behavior.md §3.12): kopia snapshots in a repository that none of
+//! Catalog discovery (docs/design/repository-breaker.md §3.12): kopia snapshots in a repository that none of
 //! the operator's Snapshot CRs owns appear as `origin: discovered` Snapshot rows.
 //!
 //! - `plan`: the pure decision (creates, deletes, repairs; placement; scan triggers);

@@ -17,7 +17,7 @@ use super::types::{
 /// How long D4 waits for a running backup to settle.
 pub const WAIT_REQUEUE_SECONDS: i64 = 5;
 
-/// The facts of spec §5.3, gathered for one Snapshot with a `deletionTimestamp`.
+/// The facts of docs/design/mass-deletion.md §5.3, gathered for one Snapshot with a `deletionTimestamp`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnapshotDeletionFacts {
     pub deletion_timestamp: Time,

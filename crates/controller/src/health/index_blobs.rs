@@ -1,4 +1,4 @@
-//! Index-blob health (behavior §3.10): `indexBlobCount > health.indexBlobWarnThreshold` sets
+//! Index-blob health (docs/design/repository-breaker.md §3.10): `indexBlobCount > health.indexBlobWarnThreshold` sets
 //! `IndexBlobHealth=False`/`TooManyIndexBlobs` with one Warning Event of that name per
 //! transition into False; otherwise True/`Healthy`. A threshold of 0 disables the check, which
 //! reads as True/`Healthy` (the "otherwise" branch), so a False left over from before the check

@@ -132,7 +132,7 @@ impl RunJob {
     }
 }
 
-/// The wedged-pod check (spec §1.4) of every active Job among `jobs` (at most one under single
+/// The wedged-pod check (docs/design/architecture.md §1.4) of every active Job among `jobs` (at most one under single
 /// flight), against the Jobs in `store`: sets each one's `pods` verdict and returns how soon a
 /// Job still under watch wants to be looked at again (capped at the 300 s safety net).
 pub async fn check_pods(
@@ -387,8 +387,8 @@ pub fn until(at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> std::time::Durati
     }
 }
 
-/// The mover-settings table both Job kinds built here are checked against (spec/api.md §2.6,
-/// §10 and §11): the repository's `moverDefaults` and the kind's own `mover` block go in, the
+/// The mover-settings table both Job kinds built here are checked against (docs/design/api-contract.md §2.6,
+/// docs/design/api-contract.md §10 and §11): the repository's `moverDefaults` and the kind's own `mover` block go in, the
 /// Job's pod spec must show the documented effect in merge order (hardened base <
 /// moverDefaults < the kind's `mover`).
 #[cfg(test)]

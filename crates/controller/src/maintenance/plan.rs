@@ -1,5 +1,5 @@
-//! The Maintenance run path as a pure function of gathered facts and `now` (spec §9.2, api
-//! §10): pinned quick and full slots, the manual `run-requested` run, single flight, the
+//! The Maintenance run path as a pure function of gathered facts and `now` (docs/design/pipeline.md §9.2, api
+//! docs/design/api-contract.md §10): pinned quick and full slots, the manual `run-requested` run, single flight, the
 //! repository gate (a due slot stays due while parked and runs once on recovery), and the
 //! lease outcome the mover leaves in `status.ownership.owner`.
 use chrono::{DateTime, Utc};
@@ -69,7 +69,7 @@ pub struct MaintDecision {
     /// Jobs whose mover pod is wedged: deleted once the status write landed.
     pub delete_jobs: Vec<String>,
     /// Stamp the reverify nudge on the repository: a run failed, not because its pod was
-    /// wedged (behavior §3.8, ADR-0007 §2).
+    /// wedged (docs/design/repository-breaker.md §3.8, §3.7.1).
     pub nudge: bool,
 }
 
@@ -139,7 +139,7 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
 
     // Record terminal Jobs once: scheduled runs by the tier's lastHandledAt, manual runs by
     // the manualRun they answer. A Job whose mover pod is wedged is a failed run (its Job is
-    // deleted, spec §1.4).
+    // deleted, docs/design/architecture.md §1.4).
     let owned = lease(f, &st);
     for j in &f.jobs {
         let ok = match &j.state {

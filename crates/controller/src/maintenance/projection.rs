@@ -1,4 +1,4 @@
-//! Maintenance projection (behavior §3.11): unless `spec.maintenance.enabled: false` or the
+//! Maintenance projection (docs/design/repository-breaker.md §3.11): unless `spec.maintenance.enabled: false` or the
 //! repository is ReadOnly, every repository has a managed Maintenance named after itself, in
 //! its namespace (a ClusterRepository's: `spec.maintenance.namespace`, else the operator
 //! namespace), owned by it and labelled managed-by, carrying the repository's schedule and the
@@ -148,7 +148,7 @@ pub fn plan(r: &RepoFacts, operator_ns: &str, existing: &[Existing]) -> Projecti
     }
     let d = desired(r, operator_ns);
     let (ns, name) = (d.metadata.namespace.clone().unwrap_or_default(), r.name.clone());
-    // api.md §5: a ClusterRepository's Maintenance goes to maintenance.namespace, else the
+    // docs/design/api-contract.md §5: a ClusterRepository's Maintenance goes to maintenance.namespace, else the
     // operator namespace; with neither known nothing is created (and nothing of ours kept).
     if ns.is_empty() {
         return ProjectionPlan {
@@ -175,7 +175,7 @@ pub fn plan(r: &RepoFacts, operator_ns: &str, existing: &[Existing]) -> Projecti
     }
 }
 
-/// `MaintenanceConfigured=False / MaintenanceApplyFailed` (api.md §4.5) after the managed
+/// `MaintenanceConfigured=False / MaintenanceApplyFailed` (docs/design/api-contract.md §4.5) after the managed
 /// Maintenance `ns/name` could not be applied: the apiserver's own words, and what to do when
 /// the namespace is missing.
 pub fn apply_failed(ns: &str, name: &str, e: &kube::Error) -> Cond {
@@ -422,7 +422,7 @@ mod tests {
         assert_eq!(p.condition.status, CondStatus::True);
     }
 
-    /// api.md §5, §10: the repository's `spec.maintenance.mover` and `failurePolicy` are the
+    /// docs/design/api-contract.md §5, §10: the repository's `spec.maintenance.mover` and `failurePolicy` are the
     /// managed Maintenance's own (so they reach its Job through `common::build`).
     #[test]
     fn the_managed_maintenance_carries_the_repository_maintenance_mover() {
@@ -494,7 +494,7 @@ mod tests {
         assert_eq!(plan(&f, "kopiur-system", &[]).condition.status, CondStatus::True);
     }
 
-    /// api.md §4.5: a failed apply is `MaintenanceApplyFailed`, saying what the apiserver
+    /// docs/design/api-contract.md §4.5: a failed apply is `MaintenanceApplyFailed`, saying what the apiserver
     /// refused; a missing namespace is named with the fix (e2e `maintenance_e2e` shows the
     /// reconcile shell writing it, with its Warning, and healing once the namespace exists).
     #[test]

@@ -99,7 +99,7 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
         reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
     };
     let mut d = plan(&facts, now);
-    // A gating [next] field (spec/api.md §1.9): Stalled FeatureNotImplemented, no Job.
+    // A gating [next] field (docs/design/api-contract.md §1.9): Stalled FeatureNotImplemented, no Job.
     if let Some(message) = crate::features::maintenance(&m.spec).gating_message() {
         d.conditions = common::trio(common::Standing::Stalled, crate::features::FEATURE_NOT_IMPLEMENTED, message);
         d.launch = None;
@@ -116,7 +116,7 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
         tracing::info!(maintenance = %name, namespace = %ns, job = %r.job, mode = %r.mode, outcome = r.outcome, "maintenance run recorded");
         ctx.metrics.maintenance_runs.inc(&[&ns, &name, &r.mode, r.outcome]);
     }
-    // A failed run asks the repository to re-probe sooner (behavior §3.8); the probe decides.
+    // A failed run asks the repository to re-probe sooner (docs/design/repository-breaker.md §3.8); the probe decides.
     if d.nudge
         && let Some(rv) = &repo
         && let Err(e) = ctx.nudge(rv, now).await
@@ -250,7 +250,7 @@ mod tests {
         maintenance_job(m, &crate::config::Config::from_env(), repo, &l, &lease, &owner, &[], TakeoverPolicy::Never)
     }
 
-    /// spec/api.md §10 `mover`: every mover setting of the repository's `moverDefaults` and the
+    /// docs/design/api-contract.md §10 `mover`: every mover setting of the repository's `moverDefaults` and the
     /// Maintenance's own `mover` reaches the maintenance Job's pod, in merge order.
     #[test]
     fn every_mover_setting_reaches_the_maintenance_pod_in_merge_order() {

@@ -1,5 +1,5 @@
 //! The RepositoryReplication run path as a pure function of gathered facts and `now` (spec
-//! §9.3, api §11): a pinned cron slot, the manual `run-requested` run (which re-anchors the
+//! docs/design/pipeline.md §9.3, docs/design/api-contract.md §11): a pinned cron slot, the manual `run-requested` run (which re-anchors the
 //! schedule), suspend, single flight, and the source gate (a due slot stays due while parked
 //! and runs once on recovery).
 use chrono::{DateTime, Utc};
@@ -122,7 +122,7 @@ fn plan_inner(f: &ReplFacts, now: DateTime<Utc>) -> ReplDecision {
 
     // Record the newest Job once: success by lastReplicated, failure by the Replicating phase
     // the launch wrote. A Job whose mover pod is wedged is a failed run (its Job is deleted,
-    // spec §1.4), not the source's fault: no nudge.
+    // docs/design/architecture.md §1.4), not the source's fault: no nudge.
     let newest = f.jobs.iter().max_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
     if let Some(j) = newest {
         let outcome = match &j.state {

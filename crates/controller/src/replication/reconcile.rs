@@ -63,7 +63,7 @@ pub fn describe(b: &Backend) -> String {
     }
 }
 
-/// Whether two backends name the same storage (the same-target key of api §11).
+/// Whether two backends name the same storage (the same-target key of docs/design/api-contract.md §11).
 pub fn same_target(a: &Backend, b: &Backend) -> bool {
     let norm = |p: Option<&str>| p.unwrap_or_default().trim_matches('/').to_string();
     match (a, b) {
@@ -108,7 +108,7 @@ fn destination_secret(b: &Backend) -> Option<String> {
     }
 }
 
-/// X (spec/api.md §11): the destination's Secret lives in this CR's namespace; Some(message)
+/// X (docs/design/api-contract.md §11): the destination's Secret lives in this CR's namespace; Some(message)
 /// when `auth.secretRef.namespace` names another one.
 fn destination_secret_namespace(b: &Backend, ns: &str) -> Option<String> {
     let Backend::S3(s) = b else { return None };
@@ -119,7 +119,7 @@ fn destination_secret_namespace(b: &Backend, ns: &str) -> Option<String> {
     ))
 }
 
-/// Whether the destination can be used (spec/api.md §11, §1.8), from the destination, this
+/// Whether the destination can be used (docs/design/api-contract.md §11, §1.8), from the destination, this
 /// replication's namespace and the source repository's backend (when it is known).
 pub fn destination_verdict(destination: &Backend, ns: &str, source: Option<&Backend>) -> Destination {
     if let Err(e) = kopia_backend(destination) {
@@ -155,7 +155,7 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
     let mut secrets = repo.as_ref().map(RepoView::secret_names).unwrap_or_default();
     secrets.extend(destination_secret(&r.spec.destination));
     let mut jobs = jobs_of(&ctx, &r);
-    // RepositoryReplication has no failurePolicy (api §11): the default deadline applies.
+    // RepositoryReplication has no failurePolicy (docs/design/api-contract.md §11): the default deadline applies.
     let deadline =
         chrono::Duration::seconds(kopiur_api::shared::FailurePolicy::resolved_pod_startup_deadline_seconds(None));
     let pod_recheck = common::check_pods(&ctx.client, &ctx.jobs, &ns, &mut jobs, deadline, now).await;
@@ -258,7 +258,7 @@ fn replication_job(
         },
         owner: owner_of(r),
         repo,
-        // spec/behavior.md §2.2: a replication connects as `kopiur-ops` at the source
+        // docs/design/mover.md §2.2: a replication connects as `kopiur-ops` at the source
         // repository's lease host (never the maintenance owner `kopiur@<lease host>`).
         identity: repo.ops_identity(),
         read_only: true,
@@ -343,7 +343,7 @@ mod job_tests {
         replication_job(r, &crate::config::Config::from_env(), repo, &Launch { slot: at, at, manual: None })
     }
 
-    /// spec/behavior.md §2.2: a replication connects as `kopiur-ops` at the source
+    /// docs/design/mover.md §2.2: a replication connects as `kopiur-ops` at the source
     /// repository's lease host, read-only, for a Repository and a ClusterRepository alike.
     #[test]
     fn the_replication_connects_as_kopiur_ops_at_the_lease_host() {
@@ -373,7 +373,7 @@ mod job_tests {
         }
     }
 
-    /// spec/api.md §11 `mover`: every mover setting of the source repository's `moverDefaults`
+    /// docs/design/api-contract.md §11 `mover`: every mover setting of the source repository's `moverDefaults`
     /// and the replication's own `mover` reaches the replication Job's pod, in merge order.
     #[test]
     fn every_mover_setting_reaches_the_replication_pod_in_merge_order() {
@@ -399,7 +399,7 @@ mod job_tests {
         }
     }
 
-    /// spec/api.md §1.8, §15: a destination Secret referenced in another namespace is refused
+    /// docs/design/api-contract.md §1.8, §15: a destination Secret referenced in another namespace is refused
     /// (`CrossNamespaceReference`, Stalled, no Job even when a run is requested); the same
     /// namespace, or none, is usable.
     #[test]

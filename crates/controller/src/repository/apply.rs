@@ -217,7 +217,7 @@ pub fn lease_host<K: RepoObject>(obj: &K) -> String {
 pub fn kopia_backend(b: &Backend) -> Result<kopiur_kopia::Backend, Error> {
     match b {
         Backend::S3(s) => {
-            // Refused, never ignored (spec/api.md §1.9): the movers have no workload identity yet.
+            // Refused, never ignored (docs/design/api-contract.md §1.9): the movers have no workload identity yet.
             if s.auth.as_ref().is_some_and(|a| a.workload_identity.is_some()) {
                 return Err(Error::InvalidSpec(
                     "spec.backend.s3.auth.workloadIdentity is not implemented in this release".into(),
@@ -415,7 +415,7 @@ async fn launch<K: RepoObject>(
     }
 }
 
-/// `spec.create` as `kopia repository create` options (spec/api.md §4.1): the algorithm names
+/// `spec.create` as `kopia repository create` options (docs/design/api-contract.md §4.1): the algorithm names
 /// verbatim (checked against kopia's by `validate` before any Job), `ecc` as `--ecc` and
 /// `--ecc-overhead-percent`.
 pub fn create_options(c: &kopiur_api::repository::CreateSpec) -> CreateOptions {

@@ -200,7 +200,7 @@ async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Action, Er
     if obj.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    // [next] fields (spec/api.md §1.9): a gating one stops here (Stalled, no Job).
+    // [next] fields (docs/design/api-contract.md §1.9): a gating one stops here (Stalled, no Job).
     let next = next::next_fields(obj);
     if let Some(action) = next::refuse(obj, ctx, &next).await? {
         return Ok(action);
@@ -229,7 +229,7 @@ async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Action, Er
     Ok(action)
 }
 
-/// `MissingCaBundle` (spec/api.md §3): the CA ConfigMap or its key is absent. The facts carried
+/// `MissingCaBundle` (docs/design/api-contract.md §3): the CA ConfigMap or its key is absent. The facts carried
 /// no credential version, so the breaker launched nothing; say why, Stalled, and look again
 /// soon (the ConfigMap is read on every reconcile, so creating it heals within the requeue).
 fn missing_ca_bundle(d: &mut crate::health::Decision, message: &str) {

@@ -1,4 +1,4 @@
-//! [next] fields on repositories (spec/api.md §1.9, `crate::features`): a gating field parks
+//! [next] fields on repositories (docs/design/api-contract.md §1.9, `crate::features`): a gating field parks
 //! the repository `Pending` and Stalled with `FeatureNotImplemented` before anything is
 //! observed or launched (no Job; consumers see it not Ready), and so does a Secret reference
 //! into another namespace (`CrossNamespaceReference`) and a failed reconcile-time check of
@@ -31,7 +31,7 @@ pub fn next_fields<K: RepoObject>(obj: &K) -> NextFields {
     features::repository(obj.common())
 }
 
-/// A namespaced reference that names another namespace (spec/api.md §1.8, X rule
+/// A namespaced reference that names another namespace (docs/design/api-contract.md §1.8, X rule
 /// `CrossNamespaceReference`): movers read Secrets only from the namespace they run in, which
 /// is the repository's home namespace (a ClusterRepository's: the operator namespace).
 pub fn cross_namespace<K: RepoObject>(obj: &K, operator_ns: &str) -> Option<String> {

@@ -1,4 +1,4 @@
-//! Reconcile-time (R) checks on one repository (spec/api.md §0 "R", §4.1, §4.6, §2.6, §1.5):
+//! Reconcile-time (R) checks on one repository (docs/design/api-contract.md §0 "R", §4.1, §4.6, §2.6, §1.5):
 //! what CEL cannot express. A failed check parks the repository like a gating field
 //! (`next::refuse`: phase `Pending`, `Ready=False`, `Stalled=True`, one Warning Event per
 //! generation, no Job), with reason
@@ -54,7 +54,7 @@ pub fn algorithm_names(spec: &RepositoryCommonSpec) -> Vec<String> {
         .collect()
 }
 
-/// Mover resource requests must not exceed their limits (§2.6, §4.6): `spec.moverDefaults`
+/// Mover resource requests must not exceed their limits (docs/design/api-contract.md §2.6, §4.6): `spec.moverDefaults`
 /// and the inline `spec.maintenance.mover`. A quantity that does not parse is left to the
 /// apiserver's own Job validation.
 pub fn resource_bounds(spec: &RepositoryCommonSpec) -> Vec<String> {
@@ -80,8 +80,8 @@ fn requests_above_limits(path: &str, r: &ResourceRequirements) -> Option<String>
     (!over.is_empty()).then(|| format!("{path}: {} (a request must not exceed its limit)", over.join(", ")))
 }
 
-/// `spec.scheduleDefaults.timezone` must exist in the tz database (§1.5). The message is the
-/// one spec/api.md §15 quotes.
+/// `spec.scheduleDefaults.timezone` must exist in the tz database (docs/design/api-contract.md §1.5). The message is the
+/// one docs/design/api-contract.md §15 quotes.
 pub fn schedule_timezone(spec: &RepositoryCommonSpec) -> Option<String> {
     let tz = spec.schedule_defaults.as_ref()?.timezone.as_deref()?;
     kopiur_api::domain::cron::parse_timezone(tz).err().map(|e| format!("spec.scheduleDefaults.timezone: {e}"))

@@ -45,7 +45,7 @@ pub enum TargetState {
 }
 
 /// The credentials the restore Job would read, checked in the Job's namespace (the Restore's)
-/// before any Job exists (behavior.md §1.2): a mover reads Secrets only from the namespace it
+/// before any Job exists (docs/design/mover.md §1.2): a mover reads Secrets only from the namespace it
 /// runs in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Credentials {
@@ -104,7 +104,7 @@ impl Credentials {
     }
 }
 
-/// The object the source names (api.md §9 `ReferentAvailable`): the Snapshot of `snapshotRef`,
+/// The object the source names (docs/design/api-contract.md §9 `ReferentAvailable`): the Snapshot of `snapshotRef`,
 /// the SnapshotPolicy of `fromPolicy`. An `identity` source names no object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Referent {
@@ -235,7 +235,7 @@ fn fail(reason: &str, message: String, nudge: bool, f: &RestoreFacts, now: DateT
 
 pub fn plan(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     let mut d = plan_inner(f, now);
-    // MoverPermitted (spec/api.md §2.6): False while privileged settings wait for the
+    // MoverPermitted (docs/design/api-contract.md §2.6): False while privileged settings wait for the
     // namespace's opt-in, True while a run may start with them.
     let refused = f.mover_refused.as_ref().map(|(r, m)| (*r, m.as_str()));
     let may_start = matches!(f.phase, None | Some(RestorePhase::Pending | RestorePhase::Resolving));
@@ -255,7 +255,7 @@ pub fn plan(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     if d.wait_started_at.is_none() {
         d.wait_started_at = f.wait_started_at;
     }
-    // ReferentAvailable (api.md §9): read until the resolution is pinned; one-shot after that
+    // ReferentAvailable (docs/design/api-contract.md §9): read until the resolution is pinned; one-shot after that
     // (the recorded value stays: a referent deleted after the pin changes nothing).
     if !f.pinned && matches!(f.phase, None | Some(RestorePhase::Pending | RestorePhase::Resolving)) {
         d.conditions.extend(f.referent.condition());
@@ -332,7 +332,7 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
         }
         Some(RestorePhase::Pending | RestorePhase::Resolving) | None => {}
     }
-    // G1, the readiness gate (ADR-0007, api.md §9): parked while the repository is not Ready and
+    // G1, the readiness gate (docs/design/repository-breaker.md §4, docs/design/api-contract.md §9): parked while the repository is not Ready and
     // no timer starts. Wait heals by itself (Reconciling); Blocked (Failed, absent, or a namespace
     // not admitted) needs a human (Stalled). Neither is terminal: the repository watch resumes it.
     match f.gate.readiness() {
@@ -390,10 +390,10 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
         d.requeue_after = Some(Duration::seconds(60));
         return d;
     }
-    // The credentials the Job would read (behavior.md §1.2): a missing Secret or key parks the
+    // The credentials the Job would read (docs/design/mover.md §1.2): a missing Secret or key parks the
     // Restore with CredentialsAvailable=False / MissingCredentialsSecret and no Job, nothing
     // pinned or provisioned; the Secret watch resumes it once the Secret is there. A structural
-    // gate (api.md §7.4): a human creates the Secret, so Stalled.
+    // gate (docs/design/api-contract.md §7.4): a human creates the Secret, so Stalled.
     if f.job == JobState::Absent
         && let Some(message) = f.credentials.missing_message(&f.namespace)
     {
@@ -520,7 +520,7 @@ mod tests {
         d.conditions.iter().find(|c| c.type_ == "ReferentAvailable").map(|c| (c.status.as_str(), c.reason.as_str()))
     }
 
-    /// api.md §9: `ReferentAvailable` True `RestoreReferentFound` while the named Snapshot or
+    /// docs/design/api-contract.md §9: `ReferentAvailable` True `RestoreReferentFound` while the named Snapshot or
     /// policy exists, False `RestoreReferentMissing` while it does not (whatever the gate), none
     /// for an identity source, and left as recorded once the resolution is pinned.
     #[test]

@@ -88,7 +88,7 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
 
     // Source -> candidate and repository.
     let mut source_snapshot: Option<Arc<Snapshot>> = None;
-    // ReferentAvailable (api.md §9): the object the source names, from the stores.
+    // ReferentAvailable (docs/design/api-contract.md §9): the object the source names, from the stores.
     let referent = match &restore.spec.source {
         RestoreSource::SnapshotRef(o) => {
             let sns = o.namespace.clone().unwrap_or_else(|| ns.clone());
@@ -219,7 +219,7 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
     let mut mf = crate::mover_settings::MoverFacts::default();
     let mut settings = None;
     if let Some(rv) = &repo {
-        // Parked behind a closed repository gate no Job can launch: no pod LIST (behavior §1.5).
+        // Parked behind a closed repository gate no Job can launch: no pod LIST (docs/design/reconcile-shape.md §1.5).
         if matches!(status.phase, None | Some(RestorePhase::Pending | RestorePhase::Resolving))
             && job.is_none()
             && matches!(gate, crate::gating::Gate::Open)
@@ -251,7 +251,7 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
         }
         settings = Some(r);
     }
-    // The credentials the Job would read, only while a launch is possible (behavior.md §1.2).
+    // The credentials the Job would read, only while a launch is possible (docs/design/mover.md §1.2).
     let credentials = match &repo {
         Some(rv)
             if matches!(status.phase, None | Some(RestorePhase::Pending | RestorePhase::Resolving))
@@ -263,7 +263,7 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
             let has_key =
                 if missing.is_empty() { secret_has_key(&ctx.client, &ns, &pw_name, &key).await } else { None };
             match Credentials::observe(missing, (&pw_name, &key), has_key) {
-                // The CA bundle the Job mounts from this namespace (api.md §7.4, MissingCaBundle);
+                // The CA bundle the Job mounts from this namespace (docs/design/api-contract.md §7.4, MissingCaBundle);
                 // an unreadable ConfigMap refuses nothing on a guess.
                 Credentials::Found => {
                     match crate::repository::mounts::ca_state(&ctx.client, &ns, &rv.common().backend).await {
@@ -306,7 +306,7 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
         failure: status.failure.clone(),
         ready_reason: status.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()),
         reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
-        // A gating [next] field (spec/api.md §1.9) first: Stalled FeatureNotImplemented, no Job.
+        // A gating [next] field (docs/design/api-contract.md §1.9) first: Stalled FeatureNotImplemented, no Job.
         mover_refused: crate::features::restore(&restore.spec)
             .gating_message()
             .map(|m| (crate::features::FEATURE_NOT_IMPLEMENTED, m))
@@ -507,7 +507,7 @@ fn restore_job(
             return Err(Error::WorkSpec("the restore has no pinned snapshot id".into()));
         }
     };
-    // The connect identity is `kopiur-ops` at the lease host (spec/behavior.md §2.2); the
+    // The connect identity is `kopiur-ops` at the lease host (docs/design/mover.md §2.2); the
     // source's identity only finds the snapshot (`resolve`, or the pinned id).
     let id = repo.ops_identity();
     let spec = WorkSpec {
@@ -645,7 +645,7 @@ mod tests {
         .unwrap()
     }
 
-    /// spec/behavior.md §2.2: a restore connects as `kopiur-ops` at the lease host; the
+    /// docs/design/mover.md §2.2: a restore connects as `kopiur-ops` at the lease host; the
     /// source's identity (pinned from the Snapshot, or `source.identity`) only finds the
     /// snapshot, and never becomes the connect identity.
     #[test]

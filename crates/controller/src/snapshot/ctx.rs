@@ -136,7 +136,7 @@ impl RepoView {
     }
 
     /// The identity a short operational Job (batch delete, pin, restore) connects as:
-    /// `kopiur-ops` at the lease host (spec/behavior.md §2.2). Never the maintenance owner.
+    /// `kopiur-ops` at the lease host (docs/design/mover.md §2.2). Never the maintenance owner.
     pub fn ops_identity(&self) -> kopiur_kopia::cmd::Identity {
         kopiur_kopia::cmd::Identity::new("kopiur-ops", self.lease_host())
     }

@@ -62,7 +62,7 @@ async fn release(
 /// The schedule axis, read by a live GET (never the cache): a stale store must not turn a
 /// schedule deletion into data loss.
 /// A failed GET (anything but a 404) is an error of class Transient: the caller returns it
-/// before anything is planned, so an unreadable schedule is never read as gone (behavior.md §5.3).
+/// before anything is planned, so an unreadable schedule is never read as gone (docs/design/mass-deletion.md §5.3).
 async fn owner(snap: &Snapshot, client: &kube::Client) -> Result<Owner, Error> {
     let Some((name, uid)) = observe::schedule_owner(snap) else { return Ok(Owner::NotScheduleOwned) };
     let api: Api<kopiur_api::SnapshotSchedule> = Api::namespaced(client.clone(), &snap.namespace().unwrap_or_default());
@@ -103,7 +103,7 @@ async fn request_catalog_scan(ctx: &PipelineCtx, repo: &RepoView, now: DateTime<
     }
 }
 
-/// The kstatus trio of a Snapshot whose finalizer is still pending (api.md §7.3, phase
+/// The kstatus trio of a Snapshot whose finalizer is still pending (docs/design/api-contract.md §7.3, phase
 /// `Deleting`): `Reconciling` while the deletion proceeds by itself (waiting for a batch, for
 /// the repository, or for the namespace's tenancy), `Stalled` while `DeletionHeld=True` (the
 /// mass-deletion breaker needs a human's ack). Ready is always False, carrying `ready`'s reason
@@ -163,7 +163,7 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
         let pns = pr.namespace.clone().unwrap_or_else(|| ns.clone());
         ctx.stores.policies.get(&ObjectRef::new(&pr.name).within(&pns)).map(|p| p.spec.default_deletion_policy)
     });
-    // ClusterRepository tenancy (api.md §5): a Snapshot whose namespace is not (or no longer)
+    // ClusterRepository tenancy (docs/design/api-contract.md §5): a Snapshot whose namespace is not (or no longer)
     // allowed never joins a batch. Its decision is recorded as usual, the kopia snapshot is
     // kept, and it parks NamespaceNotAllowed until the namespace is allowed again (or
     // `skip-snapshot-cleanup` orphans it): never a delete on a guess, never a silent release.
@@ -334,7 +334,7 @@ mod tests {
         kube::Client::new(svc, "default")
     }
 
-    /// behavior.md §5.3: the owning schedule is read by a live GET; a GET that fails (here a
+    /// docs/design/mass-deletion.md §5.3: the owning schedule is read by a live GET; a GET that fails (here a
     /// 500, or a 403) is a Transient error returned to the caller (which returns it before
     /// planning), never a schedule read as gone. Only a 404 means gone.
     #[tokio::test]
@@ -368,7 +368,7 @@ mod tests {
     #[test]
     fn deleting_is_reconciling_and_held_is_stalled() {
         use CondStatus::{False, True};
-        // api.md §7.3: Deleting -> Reconciling; Stalled while DeletionHeld=True.
+        // docs/design/api-contract.md §7.3: Deleting -> Reconciling; Stalled while DeletionHeld=True.
         assert_eq!(
             trio(true, "DeletionHeld"),
             vec![

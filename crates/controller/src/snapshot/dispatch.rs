@@ -247,7 +247,7 @@ pub async fn pass(
                     )
                     .await;
                     // No member was released; the repository re-probes sooner (behavior
-                    // §3.8, §6.4). A batch Job reports no failure class: the probe decides.
+                    // docs/design/repository-breaker.md §3.8, docs/design/mass-deletion.md §6.4). A batch Job reports no failure class: the probe decides.
                     if crate::snapshot::plan::failure_nudge(true, false, None, repo.reverify_requested_at(), now)
                         && let Err(e) = ctx.nudge(repo, now).await
                     {

@@ -1,4 +1,4 @@
-//! Snapshot-store-backed metrics (§10.1), recomputed every few seconds from the reflector
+//! Snapshot-store-backed metrics (docs/design/observability.md §10.1), recomputed every few seconds from the reflector
 //! store, so a deleted Snapshot's series disappear with it:
 //! - `kopiur_snapshot_gated{namespace,policy}`: parked run-path Snapshots (Pending or no phase,
 //!   Ready reason `RepositoryNotReady`); absent at 0;

@@ -60,7 +60,7 @@ pub fn recipe(snap: &Snapshot, policy: &SnapshotPolicy) -> Result<Recipe, String
     };
     // The spec must resolve (a broken identity is reported, never papered over), but the run
     // writes under what the policy pinned: the fork guard keeps the pinned identity and each
-    // existing source's pinned path while a fork is refused (spec/api.md §2.5). A PVC not
+    // existing source's pinned path while a fork is refused (docs/design/api-contract.md §2.5). A PVC not
     // pinned yet (new to a selector, or the policy not reconciled yet) takes the spec's path.
     let desired =
         resolve_identity(&policy.name_any(), &ns, policy.spec.identity.as_ref()).map_err(|e| e.to_string())?;
@@ -360,7 +360,7 @@ pub fn batch_delete_job(
         tolerations: None,
         affinity: None,
         backoff_limit: kopiur_mover::job::DEFAULT_BACKOFF_LIMIT,
-        // The 48 h backstop every Job kind shares (behavior.md §1.4 defaults); a batch has no
+        // The 48 h backstop every Job kind shares (docs/design/architecture.md §1.4 defaults); a batch has no
         // failurePolicy of its own.
         active_deadline_seconds: kopiur_mover::job::DEFAULT_ACTIVE_DEADLINE_SECONDS,
         ttl_seconds_after_finished: None,
@@ -423,7 +423,7 @@ mod tests {
         assert_eq!(r.identity.source_path.as_deref(), Some("/new"));
     }
 
-    /// One row per mover setting of spec/api.md §2.6: the repository's `moverDefaults`, the
+    /// One row per mover setting of docs/design/api-contract.md §2.6: the repository's `moverDefaults`, the
     /// policy's `mover` and the cluster facts go in, and the backup Job's pod spec must show the
     /// documented effect (merge order: hardened base < moverDefaults < inherited < recipe).
     #[test]
@@ -647,7 +647,7 @@ mod tests {
         }
     }
 
-    /// behavior.md §1.4: every Job kind, the batch delete included, carries the 48 h backstop
+    /// docs/design/architecture.md §1.4: every Job kind, the batch delete included, carries the 48 h backstop
     /// deadline and the default backoff; the batch has no TTL (it is reaped by the dispatcher).
     #[test]
     fn the_batch_delete_job_has_the_shared_backstop_deadline() {
@@ -678,7 +678,7 @@ mod tests {
         serde_json::from_str(&ws).unwrap()
     }
 
-    /// spec/behavior.md §2.2: the batch delete connects as `kopiur-ops` at the repository's
+    /// docs/design/mover.md §2.2: the batch delete connects as `kopiur-ops` at the repository's
     /// lease host (`kopiur.<ns>.<name>`, `kopiur.clusterrepository.<name>`), never `@kopiur`.
     #[test]
     fn the_batch_delete_connects_as_kopiur_ops_at_the_lease_host() {

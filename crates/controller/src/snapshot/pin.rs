@@ -1,4 +1,4 @@
-//! `spec.pin` (spec/api.md §7.1, §7.2 `status.pinned`, §7.4 `Pinned`): a Snapshot that owns a
+//! `spec.pin` (docs/design/api-contract.md §7.1, §7.2 `status.pinned`, §7.4 `Pinned`): a Snapshot that owns a
 //! kopia manifest gets one `<name>-pin` Job (op label `pin`, annotation `pin-target`) that
 //! connects to its repository once and runs `kopia snapshot pin <id> --add kopiur` (or
 //! `--remove kopiur` when `spec.pin` goes back to false). The pin name is
@@ -19,7 +19,7 @@
 //! | Job failed | False `PinJobFailed`, the mover's message (`status.failure` with `op: pin`), else the Job's reason | — |
 //! | a finished Job whose target is no longer desired | False `PinJobRunning` | delete it (then create the new one) |
 //!
-//! Retries follow the Job rules every mover Job uses (spec/behavior.md §1.4): the Snapshot's
+//! Retries follow the Job rules every mover Job uses (docs/design/architecture.md §1.4): the Snapshot's
 //! `failurePolicy.backoffLimit` (default 2) retries a retryable failure in new pods, exit 3
 //! (non-retryable) fails the Job at once. A failed pin Job is kept for its TTL (3600 s, the
 //! `moverDefaults.ttlSecondsAfterFinished` override included) so its pods can be read; once it is
@@ -591,7 +591,7 @@ mod tests {
             serde_json::json!({"SnapshotPin": {"snapshotId": "k0123", "pin": "kopiur", "add": true}})
         );
         assert_eq!(ws["targetRef"]["uid"], "u-s");
-        // spec/behavior.md §2.2: kopiur-ops at the repository's lease host.
+        // docs/design/mover.md §2.2: kopiur-ops at the repository's lease host.
         assert_eq!(
             ws["repository"]["clientIdentity"],
             serde_json::json!({"username": "kopiur-ops", "hostname": "kopiur.apps.r"})

@@ -235,8 +235,8 @@ pub fn class_nudges(class: Option<&str>) -> bool {
     !matches!(class, Some("PermissionDenied" | "CertificateError"))
 }
 
-/// Whether a recorded mover run stamps the reverify nudge on its repository (behavior §3.8,
-/// ADR-0007 §2), the same rule for backup, Maintenance and batch-delete Jobs: it failed, its
+/// Whether a recorded mover run stamps the reverify nudge on its repository (docs/design/repository-breaker.md §3.8,
+/// docs/design/repository-breaker.md §3.7.1), the same rule for backup, Maintenance and batch-delete Jobs: it failed, its
 /// pod was not wedged (a node problem, never the backend), its class is not local
 /// (`class_nudges`), and the last stamp is at least 60 s old.
 pub fn failure_nudge(
@@ -259,13 +259,13 @@ pub fn plan(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
     }
     // The first failure's time is kept whatever happens next.
     d.preflight_since = f.preflight_since.or(d.preflight_since);
-    // MoverPermitted (spec/api.md §2.6): False while privileged settings wait for the
+    // MoverPermitted (docs/design/api-contract.md §2.6): False while privileged settings wait for the
     // namespace's opt-in, True once a run may start with them.
     let refused = match &f.work_spec {
         WorkSpecState::MoverRefused { reason, message } => Some((*reason, message.as_str())),
         WorkSpecState::Fits | WorkSpecState::TooLarge { .. } | WorkSpecState::Invalid { .. } => None,
     };
-    // CredentialsAvailable=True / Found once the Secrets are there (api.md §7.4), for a run not
+    // CredentialsAvailable=True / Found once the Secrets are there (docs/design/api-contract.md §7.4), for a run not
     // started yet whose repository is known: it replaces a False left by an earlier wait.
     if !f.discovered
         && matches!(f.phase, None | Some(SnapshotPhase::Pending))
@@ -287,7 +287,7 @@ pub fn plan(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
     d
 }
 
-/// api.md §7.6: a discovered row has `deletionPolicy: Retain` and no `onScheduleDelete` (X: the
+/// docs/design/api-contract.md §7.6: a discovered row has `deletionPolicy: Retain` and no `onScheduleDelete` (X: the
 /// origin label is invisible to CEL). The effective value is forced to `Retain` whatever the
 /// spec says (`deletion::observe::effective_policy`); this returns the `InvalidSpec` message
 /// when the spec says otherwise, None when the row is valid.
@@ -582,7 +582,7 @@ fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
             "Secret {} does not exist in this namespace; the mover reads credentials from the Job's namespace",
             f.missing_secrets.join(", ")
         );
-        // A structural gate (api.md §7.4): a human creates the Secret, so Stalled; the Secret
+        // A structural gate (docs/design/api-contract.md §7.4): a human creates the Secret, so Stalled; the Secret
         // watch (and the requeue) resumes the run.
         let mut d = RunDecision::new(
             Some(SnapshotPhase::Pending),
@@ -709,7 +709,7 @@ mod tests {
         assert_eq!(reason(&d), "MissingCredentialsSecret");
         assert!(d.conditions.iter().any(|c| c.type_ == "CredentialsAvailable" && c.status == CondStatus::False));
         assert_eq!(d.step, Step::Idle);
-        // A structural gate (api.md §7.4): Stalled, not Reconciling.
+        // A structural gate (docs/design/api-contract.md §7.4): Stalled, not Reconciling.
         assert_eq!(cond_of(&d, "Stalled"), Some(("True", "MissingCredentialsSecret")));
         assert_eq!(cond_of(&d, "Reconciling").map(|c| c.0), Some("False"));
         // Once the Secret exists, CredentialsAvailable=True / Found, whether the run launches or
@@ -796,7 +796,7 @@ mod tests {
         assert_eq!(d.phase, Some(SnapshotPhase::Failed));
         assert_eq!(reason(&d), "RepositoryReadOnly");
         assert!(!d.nudge);
-        // api.md §7.4: RepositoryWritable=False / RepositoryReadOnly, and the run ends Failed.
+        // docs/design/api-contract.md §7.4: RepositoryWritable=False / RepositoryReadOnly, and the run ends Failed.
         assert_eq!(cond_of(&d, "RepositoryWritable"), Some(("False", "RepositoryReadOnly")));
         assert_eq!(cond_of(&d, "Stalled"), Some(("True", "RepositoryReadOnly")));
         assert_eq!(d.record_completion, Some(Completion::Failed));
@@ -808,7 +808,7 @@ mod tests {
         d.conditions.iter().find(|c| c.type_ == t).map(|c| (c.status.as_str(), c.reason.as_str()))
     }
 
-    /// The readiness gate on a Snapshot (ADR-0007, api.md §7.3, §7.4): an absent repository is
+    /// The readiness gate on a Snapshot (docs/design/repository-breaker.md §4, docs/design/api-contract.md §7.3, §7.4): an absent repository is
     /// Blocked (Stalled `RepositoryNotFound`), a Failed one Blocked (Stalled
     /// `RepositoryNotReady`), a healing one Wait (Reconciling `RepositoryNotReady`); each parks
     /// Pending with no Job and resumes by itself.

@@ -169,7 +169,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     // Only our own Job counts (a same-named Job owned by something else is not ours).
     let job = job.filter(|j| j.owner_references().iter().any(|o| Some(&o.uid) == snap.meta().uid.as_ref()));
 
-    // X (spec/api.md §1.8): a policyRef into another namespace is refused before anything is
+    // X (docs/design/api-contract.md §1.8): a policyRef into another namespace is refused before anything is
     // looked up or gated there: Failed CrossNamespaceReference, no Job (the field is immutable,
     // so the Snapshot could never run as written).
     let policy_ns = snap.spec.policy_ref.as_ref().and_then(|p| p.namespace.as_deref());
@@ -180,7 +180,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
             reason: reason::CROSS_NAMESPACE_REFERENCE,
             message: cross_ns.clone().unwrap_or_default(),
         },
-        // X/R rules against the recipe (api.md §7.1): a Snapshot that could never run as
+        // X/R rules against the recipe (docs/design/api-contract.md §7.1): a Snapshot that could never run as
         // written fails with the rule's reason.
         (Some(pr), Some(p)) => {
             let expanded = p.status.as_ref().and_then(|s| s.resolved.as_ref()).map(|r| r.sources.as_slice());
@@ -216,7 +216,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         };
         // Parked or refused (repository gate closed, source volume or Secrets missing, policy
         // unknown, refused, suspended or colliding) no Job can launch, so the pods are not
-        // listed: an event on a waiting Snapshot costs no LIST (behavior §1.5).
+        // listed: an event on a waiting Snapshot costs no LIST (docs/design/reconcile-shape.md §1.5).
         let refused = crate::features::snapshot_refusal(&snap.spec, &p.spec).is_err()
             || p.spec.suspend
             || crate::snapshot_policy::collision::collision(p, &ctx.stores.policies.state()).is_some()
@@ -263,13 +263,13 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         }
         (None, None) => WorkSpecState::Invalid { message: "the repository is not known yet".into() },
     };
-    // A gating [next] field on the Snapshot or its policy (spec/api.md §1.9): Stalled
+    // A gating [next] field on the Snapshot or its policy (docs/design/api-contract.md §1.9): Stalled
     // FeatureNotImplemented, no Job; it heals when the field goes.
     let work_spec = match policy.as_ref().and_then(|p| crate::features::snapshot_refusal(&snap.spec, &p.spec).err()) {
         Some(message) => WorkSpecState::MoverRefused { reason: crate::features::FEATURE_NOT_IMPLEMENTED, message },
         None => work_spec,
     };
-    // A suspended policy (spec/api.md §6.1): new runs park with PolicySuspended, no Job; a run
+    // A suspended policy (docs/design/api-contract.md §6.1): new runs park with PolicySuspended, no Job; a run
     // in flight finishes. Resumes when spec.suspend is false.
     let work_spec = match policy.as_ref().filter(|p| p.spec.suspend) {
         Some(p) => WorkSpecState::MoverRefused {
@@ -281,7 +281,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         },
         None => work_spec,
     };
-    // A policy refused by the identity-collision rule runs nothing (spec/api.md §6.5): its new
+    // A policy refused by the identity-collision rule runs nothing (docs/design/api-contract.md §6.5): its new
     // Snapshots park Stalled with the rule's message until the collision is resolved. Decided
     // here from the policy store (the same pure rule the policy reconciler writes), so a
     // Snapshot created before the policy's status lands is refused too.
@@ -294,7 +294,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         },
         None => work_spec,
     };
-    // R (spec/api.md §6.1): a compressor kopia cannot write with parks the run Stalled
+    // R (docs/design/api-contract.md §6.1): a compressor kopia cannot write with parks the run Stalled
     // InvalidSpec, no Job, until the policy names a known one.
     let work_spec = match policy.as_ref().and_then(|p| crate::snapshot_policy::compression::unknown_compressor(&p.spec))
     {
@@ -342,7 +342,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     };
     let d = plan(&facts, now);
     let api: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &ns);
-    // The `<name>-pin` Job (api.md §7.1): runs whatever the backup's phase; never the backup Job.
+    // The `<name>-pin` Job (docs/design/api-contract.md §7.1): runs whatever the backup's phase; never the backup Job.
     let pin = super::pin::reconcile(ctx, snap, repo.as_ref(), &facts.gate, &facts.missing_secrets).await?;
 
     let mut fresh: Option<Snapshot> = None;
@@ -435,7 +435,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     next.conditions = super::ctx::merge(&status.conditions, &d.conditions, snap.meta().generation.unwrap_or(0), now);
     super::pin::apply_to_status(&mut next, &pin, snap.meta().generation.unwrap_or(0), now);
     let written = write_status(&api, fresh.as_ref().unwrap_or(snap), &status, &next).await?;
-    // api.md §7.6: a discovered row whose spec is not `Retain` (or carries `onScheduleDelete`) is
+    // docs/design/api-contract.md §7.6: a discovered row whose spec is not `Retain` (or carries `onScheduleDelete`) is
     // forced to Retain with one Warning `InvalidSpec` per generation: emitted by the reconcile
     // whose status write records that generation as observed.
     if written

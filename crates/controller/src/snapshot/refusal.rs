@@ -1,5 +1,5 @@
-//! The rules a Snapshot must meet against its policy before it may run (api.md §7.1, §7.6,
-//! §15), as a pure function: `RepositoryNotInPolicy` (X: an explicit `spec.repository` must be
+//! The rules a Snapshot must meet against its policy before it may run (docs/design/api-contract.md §7.1, §7.6,
+//! docs/design/api-contract.md §15), as a pure function: `RepositoryNotInPolicy` (X: an explicit `spec.repository` must be
 //! one of the policy's repositories) and `SourceRequired` (R: `spec.source` is required when the
 //! policy expands to more than one source; the message lists the choices). A refused Snapshot
 //! ends `Failed` with that reason and never launches a Job: every field involved is immutable,

@@ -1,4 +1,4 @@
-//! The identity-collision X rule (spec/api.md §6.5, §15): two SnapshotPolicies whose resolved
+//! The identity-collision X rule (docs/design/api-contract.md §6.5, §15): two SnapshotPolicies whose resolved
 //! identities (`username`, `hostname`) are equal and that share a repository would write the
 //! same kopia source. The later-created one gets `Stalled` with reason `IdentityCollision`,
 //! naming the other, and runs nothing; the earlier one is untouched. Pure: the shell passes

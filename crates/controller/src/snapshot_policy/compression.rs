@@ -1,4 +1,4 @@
-//! The R rule on `spec.compression.compressor` (spec/api.md §6.1): the name must be a
+//! The R rule on `spec.compression.compressor` (docs/design/api-contract.md §6.1): the name must be a
 //! compressor kopia knows. A bad name would reach `kopia policy set --compression=<name>` in
 //! every backup Job and fail it there; it is refused before any Job instead, with the list of
 //! names kopia accepts. The policy is Stalled `InvalidSpec`; its Snapshots park Stalled with

@@ -1,4 +1,4 @@
-//! The identity fork guard (spec/api.md §2.5 "Fork guard"). A kopia source is
+//! The identity fork guard (docs/design/api-contract.md §2.5 "Fork guard"). A kopia source is
 //! `username@hostname:sourcePath`; changing any part of it for a policy that already has
 //! backups starts a new, empty history: retention and `fromPolicy` restores stop seeing the
 //! old snapshots. So once the policy has a Succeeded Snapshot, a spec change that would alter

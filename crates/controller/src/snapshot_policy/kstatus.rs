@@ -1,4 +1,4 @@
-//! The kstatus trio of a SnapshotPolicy (api.md §1.6, §6.4): the reconciler decides Ready and,
+//! The kstatus trio of a SnapshotPolicy (docs/design/api-contract.md §1.6, §6.4): the reconciler decides Ready and,
 //! for a structural problem, Stalled; this completes the trio so exactly one of Ready,
 //! Reconciling and Stalled is True. Stalled wins (a human or a spec change is needed); else
 //! Ready True is the steady state; else the policy waits on something that heals by itself
@@ -9,7 +9,7 @@ use crate::gating::{Gate, Readiness};
 use crate::health::kstatus::{Cond, CondStatus};
 
 /// `RepositoriesReady` and `Ready` (plus `Stalled` when a human is needed) from the gate of
-/// each repository the policy targets (api.md §6.4, §5 tenancy; ADR-0007's readiness gate).
+/// each repository the policy targets (docs/design/api-contract.md §6.4, §5 tenancy; the readiness gate of docs/design/repository-breaker.md §4).
 /// `RepositoriesReady` is the warning-level summary (`RepositoryReady` / `RepositoryNotReady`).
 /// Ready names the most severe gate: a namespace refused by a ClusterRepository's tenancy
 /// (`NamespaceNotAllowed`), then a repository that does not exist (`RepositoryNotFound`), then

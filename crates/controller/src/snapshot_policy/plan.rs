@@ -50,14 +50,14 @@ pub struct RetentionPlan {
     pub blocked: Vec<Blocked>,
 }
 
-/// The retention that applies now: none while the policy is suspended (api.md §6.1: a
+/// The retention that applies now: none while the policy is suspended (docs/design/api-contract.md §6.1: a
 /// suspended policy pauses retention; its Snapshots are counted, nothing is pruned).
 pub fn retention_in_force(spec: &kopiur_api::snapshot_policy::SnapshotPolicySpec) -> Option<&Retention> {
     if spec.suspend { None } else { spec.retention.as_ref() }
 }
 
 /// A Snapshot is exempt from retention while its pin is asked for or still applied in kopia
-/// (api.md §7.1): an unpin in flight keeps it, so nothing is pruned on a guess.
+/// (docs/design/api-contract.md §7.1): an unpin in flight keeps it, so nothing is pruned on a guess.
 pub fn pinned(spec_pin: bool, status_pinned: Option<bool>) -> bool {
     spec_pin || status_pinned.unwrap_or(false)
 }

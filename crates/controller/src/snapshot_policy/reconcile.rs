@@ -26,7 +26,7 @@ use crate::snapshot_policy::fork;
 use crate::snapshot_policy::sources::{expand, pvcs_in, uses_selector};
 use crate::snapshot_schedule::reconcile::stamp_and_delete;
 
-/// The Ready/Stalled reason of a refused identity fork (spec/api.md §2.5).
+/// The Ready/Stalled reason of a refused identity fork (docs/design/api-contract.md §2.5).
 const IDENTITY_WOULD_FORK: &str = "IdentityWouldFork";
 
 pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Result<Action, Error> {
@@ -68,13 +68,13 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
         }
     }
     next.repository_summary = Some(summary.join(", "));
-    // The current expansion (§6.4). A selector over an unsynced PVC store would publish an
+    // The current expansion (docs/design/api-contract.md §6.4). A selector over an unsynced PVC store would publish an
     // empty list, so the previous one stays until the store has synced.
     let selector = uses_selector(&policy.spec.sources);
     let expansion = if selector && !ctx.stores.synced.pvcs.is_synced() {
         None
     } else {
-        // A gating [next] field (spec/api.md §1.9) refuses the policy like a gated source.
+        // A gating [next] field (docs/design/api-contract.md §1.9) refuses the policy like a gated source.
         Some(next_fields.refusal().and_then(|()| expand(&ns, &policy.spec.sources, &pvcs_in(&ctx.stores.pvcs, &ns))))
     };
     // The policy's Snapshots (the fork guard counts the Succeeded ones; retention groups them).
@@ -159,12 +159,12 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
             deleting: s.meta().deletion_timestamp.is_some(),
             end_time: st.and_then(|st| st.timing.as_ref()).and_then(|t| t.end_time),
             kopia_snapshot_id: st.and_then(|st| st.snapshot.as_ref()).and_then(|x| x.kopia_snapshot_id.clone()),
-            // Exempt while the pin is asked for or still applied (api.md §7.1): never pruned on a guess.
+            // Exempt while the pin is asked for or still applied (docs/design/api-contract.md §7.1): never pruned on a guess.
             pinned: super::plan::pinned(s.spec.pin, st.and_then(|st| st.pinned)),
         });
     }
     let groups: Vec<RepoMembers> = groups.into_values().collect();
-    // A suspended policy pauses retention (spec/api.md §6.1): counted, nothing pruned.
+    // A suspended policy pauses retention (docs/design/api-contract.md §6.1): counted, nothing pruned.
     let retention = super::plan::retention_in_force(&policy.spec);
     let rp = plan(retention, &groups);
     let api = Api::namespaced(ctx.client.clone(), &ns);
@@ -195,9 +195,9 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
 
     // RepositoriesReady and Ready from each target's gate: NamespaceNotAllowed,
     // RepositoryNotFound and a Failed repository are Stalled, one on its way Reconciling
-    // (api.md §6.4; the Repository and ClusterRepository watches re-reconcile the policy).
+    // (docs/design/api-contract.md §6.4; the Repository and ClusterRepository watches re-reconcile the policy).
     conds.extend(super::kstatus::repository_conditions(&gates));
-    // R (api.md §6.1): a compressor kopia cannot write with stalls the policy (its Snapshots
+    // R (docs/design/api-contract.md §6.1): a compressor kopia cannot write with stalls the policy (its Snapshots
     // park with the same reason, no Job) until the name is fixed.
     if let Some(m) = super::compression::unknown_compressor(&policy.spec) {
         conds.retain(|c| c.type_ != "Ready" && c.type_ != "Stalled");
@@ -210,7 +210,7 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
             });
         }
     }
-    // A gated source (spec/api.md §1 gating) overrides Ready and stalls the policy; the
+    // A gated source (docs/design/api-contract.md §1.9 gating) overrides Ready and stalls the policy; the
     // stall is lifted once the source is no longer refused.
     match &expansion {
         Some(Err(m)) => {
@@ -269,7 +269,7 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
             }
         }
     }
-    // The identity-collision X rule (spec/api.md §6.5): the later of two policies with one
+    // The identity-collision X rule (docs/design/api-contract.md §6.5): the later of two policies with one
     // resolved identity in a shared repository is Stalled and runs nothing; lifted once the
     // other is gone or either identity changes.
     match super::collision::collision(&policy, &ctx.stores.policies.state()) {
@@ -300,7 +300,7 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
         }
     }
     crate::preflight::apply_policy_conditions(&mut conds, &status.conditions, policy.spec.preflight.as_ref());
-    // The kstatus trio (api.md §1.6): exactly one of Ready, Reconciling and Stalled is True.
+    // The kstatus trio (docs/design/api-contract.md §1.6): exactly one of Ready, Reconciling and Stalled is True.
     super::kstatus::complete_trio(&mut conds);
     // Advisory [next] fields: FeaturesIgnored while set, one Warning per generation.
     conds.extend(next_fields.advisory_condition());

@@ -1,4 +1,4 @@
-//! Source expansion (spec/api.md §6.2, §6.4), pure over the PVCs of the policy's namespace.
+//! Source expansion (docs/design/api-contract.md §6.2, §6.4), pure over the PVCs of the policy's namespace.
 //! A `pvc` item is one source; a `pvcSelector` item is one source per matched PVC in the
 //! policy's namespace, ordered by PVC name. A PVC reached by two items is backed up once, by the
 //! first item that reaches it. `nfs`, `stream` and a `namespaceSelector` naming another
@@ -164,13 +164,13 @@ pub fn expand(namespace: &str, sources: &[Source], pvcs: &[PvcInfo]) -> Result<E
     Ok(out)
 }
 
-/// The 6-hex child-name suffix of a source key (spec/api.md §8: `-<6 hex of a hash of the
+/// The 6-hex child-name suffix of a source key (docs/design/api-contract.md §8: `-<6 hex of a hash of the
 /// source key>`): the top 24 bits of FNV-1a-64, so it is stable across versions and replicas.
 pub fn key_hash6(key: &str) -> String {
     format!("{:06x}", fnv1a64(key.as_bytes()) >> 40)
 }
 
-/// The policies targeting a repository (api.md §4 G3, §6.4): the Repository `ns/name` (`ns`
+/// The policies targeting a repository (docs/design/repository-breaker.md §4 G3, docs/design/api-contract.md §6.4): the Repository `ns/name` (`ns`
 /// Some) or the ClusterRepository `name` (`ns` None). Every change of that repository
 /// re-reconciles them, so `RepositoriesReady` and Ready follow it at once, not on the 300 s
 /// requeue; a refused tenancy or an absent repository heals the same way.

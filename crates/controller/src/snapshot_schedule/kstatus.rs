@@ -1,4 +1,4 @@
-//! The kstatus trio of a SnapshotSchedule (api.md §1.6, §8): exactly one of Ready, Reconciling
+//! The kstatus trio of a SnapshotSchedule (docs/design/api-contract.md §1.6, §8): exactly one of Ready, Reconciling
 //! and Stalled is True. Ready True `Scheduled` or `Suspended`; Stalled when a human or a spec
 //! change is needed (`InvalidSchedule`, `CrossNamespaceReference`, `FeatureNotImplemented`,
 //! `FanoutTooLarge`, and `PolicySuspended`: someone suspended the policy and must resume it,
@@ -99,7 +99,7 @@ pub fn trio(reason: &str, message: &str) -> [Cond; 3] {
     ]
 }
 
-/// `Scheduled` becomes `Suspended` while `spec.schedule.suspend` is true (api.md §8).
+/// `Scheduled` becomes `Suspended` while `spec.schedule.suspend` is true (docs/design/api-contract.md §8).
 pub fn ready_reason(reason: String, message: String, suspended: bool) -> (String, String) {
     if suspended && reason == reason::SCHEDULED {
         return (reason::SUSPENDED.to_string(), "spec.schedule.suspend is true; no slot fires".to_string());
@@ -107,7 +107,7 @@ pub fn ready_reason(reason: String, message: String, suspended: bool) -> (String
     (reason, message)
 }
 
-/// `ScheduleRunnable` (api.md §8): False `BlockedOnUnreadableRun` while a child's phase is one
+/// `ScheduleRunnable` (docs/design/api-contract.md §8): False `BlockedOnUnreadableRun` while a child's phase is one
 /// this version does not know (a newer operator's), naming the children; such a child counts
 /// as active, so a `Forbid` schedule does not fire over a run it cannot read.
 pub fn runnable(unreadable: &[String]) -> Cond {
@@ -131,7 +131,7 @@ pub fn runnable(unreadable: &[String]) -> Cond {
     }
 }
 
-/// `ReplacementHeld` (api.md §8) for a `Replace` schedule: True `WaitingForRepositorySlot` while
+/// `ReplacementHeld` (docs/design/api-contract.md §8) for a `Replace` schedule: True `WaitingForRepositorySlot` while
 /// a replacement run it created is parked on its repository (not Ready: the breaker is open or
 /// the repository is not there yet), naming the runs; False once none is. No condition for the
 /// other concurrency policies.

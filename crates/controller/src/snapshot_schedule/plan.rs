@@ -149,7 +149,7 @@ pub fn child_name(schedule: &str, slot: DateTime<Utc>) -> String {
 }
 
 /// A child of a policy that expands to several sources: `<schedule>-<slot>-<6 hex of the
-/// source key hash>` (spec/api.md §8), truncated and hashed to fit like every child name.
+/// source key hash>` (docs/design/api-contract.md §8), truncated and hashed to fit like every child name.
 pub fn source_child_name(schedule: &str, slot: DateTime<Utc>, key: &str) -> String {
     let name = format!("{schedule}-{}-{}", slot.timestamp(), key_hash6(key));
     kopiur_mover::job::job_name(&name)
@@ -254,7 +254,7 @@ pub fn plan(f: &ScheduleFacts, now: DateTime<Utc>) -> ScheduleDecision {
         };
     }
 
-    // Concurrency is per slot (spec/behavior.md §7.2): one disposition covers every child of
+    // Concurrency is per slot (docs/design/pipeline.md §7.2): one disposition covers every child of
     // the slot, and an active child of any source counts. Without a source nothing is
     // replaced: running work is never deleted for a slot that creates nothing.
     let children = children_for(&f.name, pin.slot, &f.sources);
@@ -298,7 +298,7 @@ pub fn plan(f: &ScheduleFacts, now: DateTime<Utc>) -> ScheduleDecision {
     ScheduleDecision { disposition, requeue_after: requeue_until(next.at, now), next: Some(next), fire }
 }
 
-/// The labels of a scheduled child (api.md §1.7, §13): its origin, schedule and policy, and
+/// The labels of a scheduled child (docs/design/api-contract.md §1.7, §13): its origin, schedule and policy, and
 /// `app.kubernetes.io/managed-by: kopiur` like everything else kopiur creates.
 pub fn child_labels(schedule: &str, policy: &str) -> std::collections::BTreeMap<String, String> {
     use kopiur_api::names::label;
@@ -318,7 +318,7 @@ pub enum RunEnd {
     Failed,
 }
 
-/// `status.consecutiveFailures` (api.md §8): the trailing Failed runs among the terminal
+/// `status.consecutiveFailures` (docs/design/api-contract.md §8): the trailing Failed runs among the terminal
 /// children, newest first by end time, up to the newest Succeeded or Unchanged one (which
 /// resets it to 0). `failedJobsHistoryLimit` prunes the oldest Failed runs, so while the
 /// newest run is still Failed the count never goes below the stored `prev`; with no terminal

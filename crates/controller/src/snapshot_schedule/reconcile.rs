@@ -41,7 +41,7 @@ fn is_active(s: &Snapshot) -> bool {
     }
     match s.status.as_ref().and_then(|st| st.phase.as_ref()) {
         // An unknown phase (a newer operator's) may be a run in flight: never fire over it
-        // (ScheduleRunnable=False / BlockedOnUnreadableRun, api.md §8).
+        // (ScheduleRunnable=False / BlockedOnUnreadableRun, docs/design/api-contract.md §8).
         None | Some(SnapshotPhase::Pending | SnapshotPhase::Running | SnapshotPhase::Unknown(_)) => true,
         Some(
             SnapshotPhase::Succeeded
@@ -138,7 +138,7 @@ pub fn history_prunes(children: &[Arc<Snapshot>], limit: i32) -> Vec<String> {
 }
 
 /// The most (policy × repository) pairs one `policySelector` slot fans out to; above it the
-/// schedule is `FanoutCapped=True/FanoutTooLarge` and fires nothing (spec/api.md §8).
+/// schedule is `FanoutCapped=True/FanoutTooLarge` and fires nothing (docs/design/api-contract.md §8).
 pub const MAX_SCHEDULE_FANOUT: usize = 50;
 
 /// What a `policySelector` resolves to this reconcile.
@@ -231,7 +231,7 @@ fn select_policies(
             skipped.push(format!("{}: suspended (spec.suspend)", p.name_any()));
             continue;
         }
-        // A policy with a gating [next] field (spec/api.md §1.9) gets no child, like a gated source.
+        // A policy with a gating [next] field (docs/design/api-contract.md §1.9) gets no child, like a gated source.
         match crate::features::snapshot_policy(&p.spec).refusal().and_then(|()| expand(ns, &p.spec.sources, &pvcs)) {
             Ok(e) if !e.sources.is_empty() => selected.push(super::plan::PolicyChildren {
                 policy: p.name_any(),
@@ -293,14 +293,14 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         Some(sel) => sel.repo_tz.clone().ok().flatten(),
         None => ref_tz,
     };
-    // X (spec/api.md §1.8): a policyRef into another namespace creates no child.
+    // X (docs/design/api-contract.md §1.8): a policyRef into another namespace creates no child.
     let cross_ns = match &sched.spec.target {
         ScheduleTarget::PolicyRef(p) => {
             crate::features::policy_ref_namespace("SnapshotSchedule", &ns, p.namespace.as_deref())
         }
         ScheduleTarget::PolicySelector(_) => None,
     };
-    // A suspended policy (spec/api.md §6.1): schedules skip it, no child.
+    // A suspended policy (docs/design/api-contract.md §6.1): schedules skip it, no child.
     let suspended = policy
         .as_ref()
         .filter(|p| p.spec.suspend)
@@ -408,7 +408,7 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
                     ),
                 },
             };
-            // The kstatus trio (api.md §1.6, §8), Suspended while spec.schedule.suspend.
+            // The kstatus trio (docs/design/api-contract.md §1.6, §8), Suspended while spec.schedule.suspend.
             let (reason, msg) = super::kstatus::ready_reason(reason, msg, sched.spec.schedule.suspend);
             conds.extend(super::kstatus::trio(&reason, &msg));
         }
@@ -534,7 +534,7 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
             timezone: None,
         });
     }
-    // consecutiveFailures (api.md §8), before this pass prunes Failed history.
+    // consecutiveFailures (docs/design/api-contract.md §8), before this pass prunes Failed history.
     next.consecutive_failures = super::plan::consecutive_failures(status.consecutive_failures, &run_ends(&kids));
     // onScheduleDelete propagation (T43): live children whose stamp differs get the
     // schedule's value; a child already being deleted keeps the stamp it was deleted under.
@@ -563,7 +563,7 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
     }
 
     conds.push(super::kstatus::runnable(&unreadable(&kids)));
-    // ReplacementHeld (api.md §8): the runs of a Replace schedule parked on their repository.
+    // ReplacementHeld (docs/design/api-contract.md §8): the runs of a Replace schedule parked on their repository.
     let parked: Vec<String> = kids
         .iter()
         .filter(|s| s.meta().deletion_timestamp.is_none())

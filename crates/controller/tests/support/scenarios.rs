@@ -1,4 +1,4 @@
-//! Watch-fed recorders and seeding helpers for `tests/deletion_scenarios_e2e.rs` (the §13.2
+//! Watch-fed recorders and seeding helpers for `tests/deletion_scenarios_e2e.rs` (the scenarios of docs/design/test-tiers.md §13.2,
 //! deletion scenarios in their end-to-end form). Builds on `support/deletion_seed.rs`, which
 //! the including file mounts as `mod seed`.
 //!

@@ -1,5 +1,5 @@
-//! `SnapshotPin`: adds or removes kopiur's pin on one kopia snapshot (spec/api.md §7.1
-//! `spec.pin`, the `<name>-pin` Job; spec/kopia.md `kopia snapshot pin <id> --add NAME |
+//! `SnapshotPin`: adds or removes kopiur's pin on one kopia snapshot (docs/design/api-contract.md §7.1
+//! `spec.pin`, the `<name>-pin` Job; kopia's `kopia snapshot pin <id> --add NAME |
 //! --remove NAME`).
 //!
 //! Sequence: one connect with the work spec's identity; `manifest show <id>` (the manifest's

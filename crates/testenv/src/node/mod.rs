@@ -1,4 +1,4 @@
-//! The process node agent (testenv spec §8): scheduler, kubelet and hostPath PV
+//! The process node agent (docs/testenv.md, "The node agent"): scheduler, kubelet and hostPath PV
 //! provisioner for the one Node `local`, running each pod's containers as local processes.
 //!
 //! Layout: [`lease`] (NA-1..3), [`scheduler`] (NA-4), [`kubelet`] + [`pod`] (NA-5, 12..18),

@@ -1,4 +1,4 @@
-//! deploy/prometheus: every alert of behavior.md §10.3 with its `for` (§12) and severity,
+//! deploy/prometheus: every alert of docs/design/observability.md §10.3 with its `for` (docs/design/architecture.md §12) and severity,
 //! runbook links that resolve in docs/operations.md, and the promtool unit tests.
 use std::collections::BTreeSet;
 
@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::{dashboard::spec_series_names, promql::metric_names, read, repo_root, yaml_file};
 
-/// behavior.md §10.3 and §12: (alert, for, severity).
+/// docs/design/observability.md §10.3 and docs/design/architecture.md §12: (alert, for, severity).
 const SPEC_ALERTS: &[(&str, &str, &str)] = &[
     ("KopiurRepositoryBreakerOpen", "15m", "warning"),
     ("KopiurSnapshotsGated", "30m", "info"),
@@ -85,7 +85,7 @@ fn rules_file_has_every_spec_alert_and_only_those() {
         assert_eq!(r["labels"]["severity"], *severity, "{name}: severity");
         let expr = r["expr"].as_str().unwrap();
         for m in metric_names(expr) {
-            assert!(allowed.contains(&m), "{name}: `{m}` is not a metric of behavior.md §10.1");
+            assert!(allowed.contains(&m), "{name}: `{m}` is not a metric of docs/design/observability.md §10.1");
         }
         for a in ["summary", "description", "runbook_url"] {
             assert!(r["annotations"][a].as_str().is_some_and(|s| !s.is_empty()), "{name}: annotation {a}");
@@ -139,7 +139,7 @@ fn every_alert_has_promtool_tests() {
     }
 }
 
-/// The labels of `kopiur_resource_phase` as the controller renders them (behavior.md §10.1;
+/// The labels of `kopiur_resource_phase` as the controller renders them (docs/design/observability.md §10.1;
 /// the controller's unit test `resource_phase::the_restore_failed_alert_selects_the_exported_series`
 /// renders a Failed Restore and matches it against these same rule files).
 const PHASE_LABELS: [&str; 4] = ["kind", "namespace", "name", "phase"];

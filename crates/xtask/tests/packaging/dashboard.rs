@@ -1,12 +1,12 @@
 //! deploy/dashboards/kopiur.json: parses, is templated on a Prometheus data source, and
-//! queries only the metrics of behavior.md §10.1.
+//! queries only the metrics of docs/design/observability.md §10.1.
 use std::collections::BTreeSet;
 
 use serde_json::Value;
 
 use super::promql::metric_names;
 
-/// behavior.md §10.1, every exported metric name (histograms expand to their series).
+/// docs/design/observability.md §10.1, every exported metric name (histograms expand to their series).
 const SPEC_METRICS: &[&str] = &[
     "kopiur_controller_reconciliations_total",
     "kopiur_controller_reconcile_errors_total",
@@ -137,7 +137,10 @@ fn dashboard_queries_use_only_spec_metrics() {
         let names = metric_names(expr);
         assert!(!names.is_empty(), "{title}: `{expr}` selects no metric");
         for n in names {
-            assert!(allowed.contains(&n), "{title}: `{n}` is not a metric of behavior.md §10.1 (in `{expr}`)");
+            assert!(
+                allowed.contains(&n),
+                "{title}: `{n}` is not a metric of docs/design/observability.md §10.1 (in `{expr}`)"
+            );
             used.insert(n);
         }
     }

@@ -1,4 +1,4 @@
-//! The chart's RBAC: least privilege for the controller, exactly behavior.md §1.1 for the
+//! The chart's RBAC: least privilege for the controller, exactly docs/design/architecture.md §1.1 for the
 //! mover, and grant-for-grant equal to the generated deploy/rbac (`cargo xtask gen`).
 use std::collections::BTreeSet;
 

@@ -44,7 +44,7 @@ fn row(f: &SnapshotDeletionFacts) -> Row {
     plan_snapshot_deletion(f, now()).row
 }
 
-// --- The golden cases of spec §5.4 -------------------------------------------------------
+// --- The golden cases of docs/design/mass-deletion.md §5.4 -------------------------------------------------------
 
 #[test]
 fn golden_external_delete_with_live_schedule_deletes() {
@@ -280,7 +280,7 @@ fn delete_decision_keeps_its_first_timestamp_and_parks_when_not_ready() {
 
 // --- Every fact combination against the literal table ------------------------------------
 
-/// The §5.4 table written as a list of predicates; the first true one is the row.
+/// The table of docs/design/mass-deletion.md §5.4 written as a list of predicates; the first true one is the row.
 fn oracle(f: &SnapshotDeletionFacts) -> Row {
     let owner_not_alive = matches!(
         &f.owner,

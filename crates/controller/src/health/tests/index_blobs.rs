@@ -1,4 +1,4 @@
-//! §3.10 index-blob health: the condition, the transition Event, and that it decides nothing else.
+//! docs/design/repository-breaker.md §3.10 index-blob health: the condition, the transition Event, and that it decides nothing else.
 use super::*;
 use crate::health::fold::EventType;
 use crate::health::index_blobs::{apply, index_blob_health};

@@ -1,4 +1,4 @@
-//! `RepositoryWritable` on the repository (spec/api.md §4.1 `mode: ReadOnly`) and the connect
+//! `RepositoryWritable` on the repository (docs/design/api-contract.md §4.1 `mode: ReadOnly`) and the connect
 //! kind labels read back from a Job.
 use super::*;
 use crate::health::kstatus::drop_stale_repository_writable;
