@@ -1,4 +1,4 @@
-//! Repository: one kopia repository that belongs to a namespace (spec/api.md §4). The spec
+//! Repository: one kopia repository that belongs to a namespace (docs/design/api-contract.md §4). The spec
 //! fields it shares with ClusterRepository live in [`RepositoryCommonSpec`].
 
 use k8s_openapi::api::core::v1::{PodSecurityContext, ResourceRequirements, SecurityContext};

@@ -6,7 +6,7 @@
 //! number of live objects).
 //!
 //! Snapshot, Restore and RepositoryReplication report `status.phase`. SnapshotPolicy,
-//! SnapshotSchedule and Maintenance have no phase (api.md §1); their label is the kstatus
+//! SnapshotSchedule and Maintenance have no phase (docs/design/api-contract.md §1); their label is the kstatus
 //! state of their conditions: `Stalled`, `Reconciling`, `Ready` or `NotReady`. An object with
 //! neither (not reconciled yet) has no series.
 use std::collections::BTreeMap;
@@ -245,7 +245,7 @@ mod tests {
             .collect()
     }
 
-    /// behavior.md §10.3: `KopiurRestoreFailed` (both shipped copies of the rules) selects the
+    /// docs/design/observability.md §10.3: `KopiurRestoreFailed` (both shipped copies of the rules) selects the
     /// series the controller renders for a Failed Restore, and nothing else it renders.
     #[test]
     fn the_restore_failed_alert_selects_the_exported_series() {

@@ -1,4 +1,4 @@
-//! SnapshotReplication gate: the whole kind is [next] (spec/api.md §1.1, §12, §15). The CRD is
+//! SnapshotReplication gate: the whole kind is [next] (docs/design/api-contract.md §1.1, §12, §15). The CRD is
 //! installed so manifests for it apply; this controller answers every object with the kstatus
 //! trio `Ready=False`, `Reconciling=False`, `Stalled=True`, reason `FeatureNotImplemented`, the
 //! exact message `SnapshotReplication is not implemented in this release`, phase `Pending` and

@@ -1,4 +1,4 @@
-//! Conditions and pre-checks end to end (spec/api.md §1.6, §7.3–§7.4, §8, §9, §15), on one
+//! Conditions and pre-checks end to end (docs/design/api-contract.md §1.6, §7.3–§7.4, §8, §9, §15), on one
 //! private control plane with Garage, real kopia and the operator, every state read from a
 //! watch (every version the apiserver reports, not samples):
 //!
@@ -7,23 +7,23 @@
 //!    kstatus trio `Stalled=True` (Reconciling and Ready False). After the ack it is `Deleting`
 //!    with `Reconciling=True` (Stalled False) until its batch Job deletes it. Every version the
 //!    deletion path writes has exactly one of the trio True.
-//! 2. **NamespaceNotAllowed is Stalled** (§15): a Snapshot of a policy on a ClusterRepository
+//! 2. **NamespaceNotAllowed is Stalled** (docs/design/api-contract.md §15): a Snapshot of a policy on a ClusterRepository
 //!    that does not admit the namespace is `Pending`, `Stalled=True / NamespaceNotAllowed`, no
 //!    Job; admitting the namespace moves it on by itself within 10 s.
-//! 3. **Refusals** (§7.1, §15): a manual Snapshot of a three-PVC policy without `spec.source`
+//! 3. **Refusals** (docs/design/api-contract.md §7.1, §15): a manual Snapshot of a three-PVC policy without `spec.source`
 //!    ends `Failed / SourceRequired` listing sourceIndex 0–2; one naming a repository outside
 //!    its policy ends `Failed / RepositoryNotInPolicy`; one whose `policyRef` points into another
 //!    namespace ends `Failed / CrossNamespaceReference`; of two policies with one identity in one
 //!    repository the later is `Stalled / IdentityCollision` naming the earlier, and its Snapshot
 //!    parks `Stalled / IdentityCollision`; none of them gets a Job.
-//! 4. **The Restore's readiness gate and credentials pre-check** (§9, behavior.md §1.2): a
+//! 4. **The Restore's readiness gate and credentials pre-check** (docs/design/api-contract.md §9, docs/design/mover.md §1.2): a
 //!    Restore naming an absent Repository is Blocked (`Pending`, `Stalled=True /
 //!    RepositoryNotFound`); once the Repository exists and is Ready, the Restore, whose namespace
 //!    has no `kopia` Secret, is `Stalled / MissingCredentialsSecret` with
 //!    `CredentialsAvailable=False` and no Job; a Secret without the password key says so; adding
 //!    the key launches the restore Job within 10 s (the Secret watch, not the 60 s requeue), with
 //!    `CredentialsAvailable=True / Found`.
-//! 5. **SnapshotSchedule kstatus** (§8): a schedule of a missing policy is `Reconciling /
+//! 5. **SnapshotSchedule kstatus** (docs/design/api-contract.md §8): a schedule of a missing policy is `Reconciling /
 //!    PolicyNotFound`; a cron of minute 61 is `Stalled / InvalidSchedule`; a suspended schedule
 //!    is `Ready / Suspended`; a selector over two policies whose repositories' time zones differ
 //!    has `TimezoneDefaultAmbiguous=True / RepositoryDefaultsDisagree`.
@@ -61,7 +61,7 @@ fn trio(cs: &[Condition]) -> String {
         .join(",")
 }
 
-/// Exactly one of the trio True (api.md §1.6).
+/// Exactly one of the trio True (docs/design/api-contract.md §1.6).
 fn one_true(cs: &[Condition]) -> bool {
     ["Ready", "Reconciling", "Stalled"].iter().filter(|t| is(cs, t, "True")).count() == 1
 }
@@ -118,7 +118,7 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     let snaps: Api<Snapshot> = Api::namespaced(h.client.clone(), &ns);
     let t = Duration::from_secs(30);
 
-    // ---- 1. Held, then Deleting (api.md §7.3).
+    // ---- 1. Held, then Deleting (docs/design/api-contract.md §7.3).
     let held_name = set[0].clone();
     let w = PhaseWatch::start(snaps.clone(), &held_name, snap_state);
     // The run path's terminal heal first (Ready=True), so the deletion path's writes follow it.
@@ -133,7 +133,7 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     let cs = snap_conds(&held.object);
     ensure!(
         is(&cs, "Stalled", "True") && is(&cs, "Reconciling", "False") && is(&cs, "Ready", "False"),
-        "a held Snapshot is Stalled (api.md §7.3): {}",
+        "a held Snapshot is Stalled (docs/design/api-contract.md §7.3): {}",
         trio(&cs)
     );
     ensure!(
@@ -167,7 +167,7 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     }
     println!("[{:5.1}s] held Snapshot deleted after its ack", started.elapsed().as_secs_f64());
 
-    // ---- 2. NamespaceNotAllowed is Stalled (§15) and heals when the namespace is admitted.
+    // ---- 2. NamespaceNotAllowed is Stalled (docs/design/api-contract.md §15) and heals when the namespace is admitted.
     h.cluster_repository("cond-shared", "cond-shared/", json!({"list": ["nobody"]})).await?;
     let policies: Api<kopiur_api::SnapshotPolicy> = Api::namespaced(h.client.clone(), &ns);
     let policy = |name: &str, spec: serde_json::Value| -> Result<kopiur_api::SnapshotPolicy> {
@@ -220,7 +220,7 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
         admit.elapsed().as_secs_f64()
     );
 
-    // ---- 3. Refusals: SourceRequired and RepositoryNotInPolicy (§7.1, §15).
+    // ---- 3. Refusals: SourceRequired and RepositoryNotInPolicy (docs/design/api-contract.md §7.1, §15).
     policies
         .create(
             &pp,
@@ -259,7 +259,7 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     ensure!(msg.contains(&format!("Repository {ns}/elsewhere")) && msg.contains("three"), "{msg}");
     println!("[{:5.1}s] SourceRequired and RepositoryNotInPolicy: Failed", started.elapsed().as_secs_f64());
 
-    // ---- 3b. IdentityCollision (§6.5, §15): the later policy is Stalled naming the earlier
+    // ---- 3b. IdentityCollision (docs/design/api-contract.md §6.5, §15): the later policy is Stalled naming the earlier
     // one, and its Snapshot runs nothing (its PVC exists, so no other gate stops it).
     let pvc: k8s_openapi::api::core::v1::PersistentVolumeClaim = serde_json::from_value(json!({
         "metadata": {"name": "a", "namespace": ns},
@@ -305,7 +305,7 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
             && is(&snap_conds(s), "Stalled", "True")
     })
     .await?;
-    // PolicySuspended (§6.1): a new Snapshot of a suspended policy parks Stalled, no Job.
+    // PolicySuspended (docs/design/api-contract.md §6.1): a new Snapshot of a suspended policy parks Stalled, no Job.
     policies
         .create(
             &pp,
@@ -333,7 +333,7 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
 
     // ---- 4. The Restore: Blocked (RepositoryNotFound), then the credentials pre-check.
     let rns = h.env.namespace("cond-restore").await?;
-    // X (§1.8): a Snapshot's policyRef into another namespace fails CrossNamespaceReference.
+    // X (docs/design/api-contract.md §1.8): a Snapshot's policyRef into another namespace fails CrossNamespaceReference.
     let rsnaps: Api<Snapshot> = Api::namespaced(h.client.clone(), &rns);
     let xw = PhaseWatch::start(rsnaps.clone(), "xns", snap_state);
     let xns: Snapshot = serde_json::from_value(json!({
@@ -425,7 +425,7 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
         restore_state(&running.object)
     );
 
-    // ---- 5. SnapshotSchedule kstatus (§8).
+    // ---- 5. SnapshotSchedule kstatus (docs/design/api-contract.md §8).
     policies
         .create(
             &pp,
@@ -516,7 +516,7 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
         ensure!(jobs.owned_by(&uid).is_empty(), "Snapshot {what} got a Job: {:?}", jobs.owned_by(&uid));
     }
 
-    // ---- Referents come from the watch caches, never from a LIST per event (behavior §1.5):
+    // ---- Referents come from the watch caches, never from a LIST per event (docs/design/reconcile-shape.md §1.5):
     // 40 events on Snapshots, schedules, the repository and a Secret, and the controller's
     // LIST count does not move.
     let lists = |text: &str| -> std::collections::BTreeMap<String, f64> {

@@ -33,8 +33,8 @@ fn cond(type_: &'static str, status: CondStatus, reason: &str, message: impl Int
     Cond { type_, status, reason: reason.to_string(), message: message.into() }
 }
 
-/// `RepositoryWritable=False / RepositoryReadOnly` while `spec.mode` is `ReadOnly` (spec/api.md
-/// §4.1: a ReadOnly repository refuses backups, skips maintenance and never creates); absent
+/// `RepositoryWritable=False / RepositoryReadOnly` while `spec.mode` is `ReadOnly` (see
+/// docs/design/api-contract.md §4.1: a ReadOnly repository refuses backups, skips maintenance and never creates); absent
 /// otherwise, like `FeaturesIgnored` ([`drop_stale_repository_writable`] removes it).
 pub fn repository_writable(read_only: bool) -> Option<Cond> {
     use kopiur_api::names::{condition, reason};

@@ -1,5 +1,5 @@
 //! Maintenance: kopia quick and full maintenance for one repository under the ownership lease
-//! (spec §9.2). `plan` decides, `reconcile` observes and applies, `common` holds what the
+//! (docs/design/pipeline.md §9.2). `plan` decides, `reconcile` observes and applies, `common` holds what the
 //! RepositoryReplication reconciler shares, `runtime` the referent stores.
 pub mod common;
 pub mod plan;
@@ -134,7 +134,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
             }
         });
     }
-    // The managed Maintenance of every repository (behavior §3.11).
+    // The managed Maintenance of every repository (docs/design/repository-breaker.md §3.11).
     tokio::spawn(projection::run(
         client.clone(),
         config.namespace.clone(),

@@ -1,5 +1,5 @@
 //! RepositoryReplication: mirrors a repository's blobs to a second, bare backend with
-//! `kopia repository sync-to` (spec §9.3). `plan` decides, `reconcile` observes and applies;
+//! `kopia repository sync-to` (docs/design/pipeline.md §9.3). `plan` decides, `reconcile` observes and applies;
 //! the referent stores and shared helpers come from `maintenance::{runtime, common}`.
 pub mod plan;
 pub mod reconcile;

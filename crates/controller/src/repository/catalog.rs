@@ -1,4 +1,4 @@
-//! The repository's side of catalog discovery (spec/behavior.md §3.12): which bootstrap Jobs
+//! The repository's side of catalog discovery (docs/design/repository-breaker.md §3.12): which bootstrap Jobs
 //! list snapshots, when a scan request or the periodic refresh launches a listing probe (P3),
 //! and handing a folded listing to `crate::catalog`.
 //!

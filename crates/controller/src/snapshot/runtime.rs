@@ -365,7 +365,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
                 for x in parked_on(&s, "Repository", ns.as_deref(), &repo.name_any()) {
                     let _ = stx.send(x).await;
                 }
-                // A Restore may reference a Repository in another namespace (api.md §1.8), so
+                // A Restore may reference a Repository in another namespace (docs/design/api-contract.md §1.8), so
                 // parked Restores everywhere are looked at (a Blocked RepositoryNotFound one
                 // resumes when the Repository appears).
                 for x in parked_restores(&r, None) {
@@ -463,7 +463,7 @@ pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
     tokio::spawn(super::gauges::run(ctx.clone(), restores.clone()));
     // Namespace -> its deleting Snapshots (the onNamespaceDelete axis); and, when its labels
     // changed while some ClusterRepository admits namespaces by selector, the consumers whose
-    // tenancy verdict may flip (api.md §5): Snapshots not yet launched or being deleted,
+    // tenancy verdict may flip (docs/design/api-contract.md §5): Snapshots not yet launched or being deleted,
     // Restores not past the gate, and the namespace's SnapshotPolicies.
     {
         let (stx, rtx, s, r) = (snap_tx.clone(), restore_tx.clone(), snapshots.clone(), restores.clone());
