@@ -3,6 +3,8 @@
 pub mod catalog;
 pub mod client_metrics;
 pub mod config;
+pub mod context;
+pub mod controllers;
 pub mod deletion;
 pub mod error_events;
 pub mod features;

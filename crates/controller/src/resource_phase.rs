@@ -110,23 +110,6 @@ pub async fn run<K: Phased>(metrics: Arc<Metrics>, store: Store<K>) {
     }
 }
 
-/// For a kind whose controller keeps no store this module can borrow: a reflector of its own
-/// (one watch) feeding [`run`].
-pub async fn watch<K>(client: kube::Client, metrics: Arc<Metrics>)
-where
-    K: Phased + std::fmt::Debug + serde::de::DeserializeOwned,
-{
-    use futures::StreamExt;
-    use kube::runtime::{WatchStreamExt, reflector, watcher};
-    let (store, writer) = reflector::store::<K>();
-    let events = reflector::reflector(writer, watcher(kube::Api::<K>::all(client), watcher::Config::default()))
-        .default_backoff()
-        .touched_objects();
-    tokio::spawn(run(metrics, store));
-    let mut events = std::pin::pin!(events);
-    while events.next().await.is_some() {}
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

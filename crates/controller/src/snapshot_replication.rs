@@ -13,12 +13,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kopiur_api::SnapshotReplication;
 use kopiur_api::snapshot_replication::{NOT_IMPLEMENTED_MESSAGE, SnapshotReplicationPhase, SnapshotReplicationStatus};
 use kube::api::{Patch, PatchParams};
+use kube::runtime::Controller;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client, Resource, ResourceExt};
 
-use crate::config::Config;
+use crate::context::Context;
+use crate::controllers::Feeds;
 use crate::features::{FEATURE_NOT_IMPLEMENTED, Gated, NextFields};
 use crate::health::kstatus::Cond;
 use crate::metrics::Metrics;
@@ -112,22 +113,19 @@ fn error_policy(obj: Arc<SnapshotReplication>, err: &Error, ctx: Arc<GateCtx>) -
     Action::requeue(class.requeue())
 }
 
-/// Runs the SnapshotReplication gate until shutdown.
-pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
+/// Wires the SnapshotReplication gate over its shared feed; the returned future runs it until
+/// shutdown.
+pub fn wire(shared: &Context, feeds: &mut Feeds) -> impl Future<Output = ()> + Send + 'static {
     let ctx = Arc::new(GateCtx {
-        client: client.clone(),
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter { controller: "kopiur-controller".into(), instance: Some(config.identity.clone()) },
-        ),
-        metrics,
+        client: shared.client.clone(),
+        recorder: shared.recorder.clone(),
+        metrics: shared.metrics.clone(),
     });
-    Controller::new(Api::<SnapshotReplication>::all(client), watcher::Config::default())
-        .with_config(config.controller_config())
+    Controller::for_shared_stream(feeds.snapshot_replications.subscribe(), shared.stores.snapshot_replications.clone())
+        .with_config(shared.config.controller_config())
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(crate::error_events::settle)
-        .await;
 }
 
 #[cfg(test)]

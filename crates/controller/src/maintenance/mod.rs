@@ -10,18 +10,18 @@ pub mod runtime;
 use std::sync::Arc;
 
 use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
 use kopiur_api::shared::RepositoryKind;
-use kopiur_api::{Maintenance, names};
+use kopiur_api::{ClusterRepository, Maintenance, Repository, names};
+use kube::ResourceExt;
+use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, watcher};
-use kube::{Api, Client, ResourceExt};
-use tokio::sync::mpsc;
 
-use crate::config::Config;
-use crate::metrics::Metrics;
+use crate::context::Context;
+use crate::controllers::Feeds;
 use crate::repository::Error;
-use runtime::{ReceiverStream, RunCtx, ready_reason_is, referents, refers_to};
+use runtime::{RunCtx, ready_reason_is, refers_to};
 
 fn error_policy(obj: Arc<Maintenance>, err: &Error, ctx: Arc<RunCtx>) -> Action {
     crate::error_events::report(&ctx.recorder, obj.as_ref(), err);
@@ -49,104 +49,84 @@ fn parked(
         .collect()
 }
 
-/// Runs the Maintenance controller until shutdown.
-pub async fn run(client: Client, config: Config, metrics: Arc<Metrics>) {
-    let r = referents(&client, &config, metrics);
-    let ctl = Controller::new(Api::<Maintenance>::all(client.clone()), watcher::Config::default());
-    let store = ctl.store();
-    let (tx, rx) = mpsc::channel::<ObjectRef<Maintenance>>(1024);
-
-    // Job -> its Maintenance.
-    {
-        let tx = tx.clone();
-        let mut jobs = r.jobs;
-        tokio::spawn(async move {
-            while let Some(job) = jobs.next().await {
-                let ns = job.namespace().unwrap_or_default();
-                for o in job.owner_references().iter().filter(|o| o.kind == "Maintenance") {
-                    let _ = tx.send(ObjectRef::new(&o.name).within(&ns)).await;
-                }
+/// Wires the Maintenance controller over the shared feeds (its own kind, its Jobs, its
+/// repository, relabelled namespaces, Secrets) and the managed-Maintenance projection; the
+/// returned future runs it until shutdown.
+pub fn wire(shared: &Context, feeds: &mut Feeds) -> impl Future<Output = ()> + Send + 'static {
+    let ctx = RunCtx::from_context(shared);
+    let store = shared.stores.maintenances.clone();
+    let (s1, s2, s3, s4) = (store.clone(), store.clone(), store.clone(), store.clone());
+    let crepos = shared.stores.crepos.clone();
+    let seen = std::sync::Mutex::new(crate::gating::NamespaceLabels::default());
+    let ctl = Controller::for_shared_stream(feeds.maintenances.subscribe(), store.clone())
+        // Job -> its Maintenance.
+        .watches_shared_stream(feeds.jobs.subscribe(), |job: Arc<Job>| {
+            let ns = job.namespace().unwrap_or_default();
+            job.owner_references()
+                .iter()
+                .filter(|o| o.kind == "Maintenance")
+                .map(|o| ObjectRef::new(&o.name).within(&ns))
+                .collect::<Vec<_>>()
+        })
+        // Repository -> parked Maintenances (G3: the store is updated before the mapper runs).
+        .watches_shared_stream(feeds.repos.subscribe(), move |repo: Arc<Repository>| {
+            parked(&s1, RepositoryKind::Repository, repo.namespace().as_deref(), &repo.name_any())
+        })
+        // Every Maintenance of a ClusterRepository: an `allowedNamespaces` edit may flip its
+        // tenancy either way (there are few of them per repository).
+        .watches_shared_stream(feeds.crepos.subscribe(), move |repo: Arc<ClusterRepository>| {
+            let name = repo.name_any();
+            s2.state()
+                .iter()
+                .filter(|m| refers_to(&m.spec.repository, "", RepositoryKind::ClusterRepository, None, &name))
+                .map(|m| ObjectRef::from_obj(m.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        // Namespace relabelled -> its Maintenances of a ClusterRepository (selector tenancy).
+        .watches_shared_stream(feeds.namespaces.subscribe(), move |n| match seen.lock() {
+            Ok(mut seen) => {
+                runtime::relabelled_consumers(&mut seen, &n, &crepos, &s3, |x: &Maintenance| &x.spec.repository)
             }
-        });
-    }
-    // Repository -> parked Maintenances (G3: the store is updated before the event).
-    {
-        let (tx, s) = (tx.clone(), store.clone());
-        let mut repos = r.repos;
-        tokio::spawn(async move {
-            while let Some(repo) = repos.next().await {
-                let ns = repo.namespace();
-                for x in parked(&s, RepositoryKind::Repository, ns.as_deref(), &repo.name_any()) {
-                    let _ = tx.send(x).await;
-                }
-            }
-        });
-    }
-    {
-        let (tx, s) = (tx.clone(), store.clone());
-        let mut crepos = r.crepos;
-        tokio::spawn(async move {
-            while let Some(repo) = crepos.next().await {
-                // Every Maintenance of a ClusterRepository: an `allowedNamespaces` edit may
-                // flip its tenancy either way (there are few of them per repository).
-                let name = repo.name_any();
-                let refs: Vec<ObjectRef<Maintenance>> = s
-                    .state()
-                    .iter()
-                    .filter(|m| refers_to(&m.spec.repository, "", RepositoryKind::ClusterRepository, None, &name))
-                    .map(|m| ObjectRef::from_obj(m.as_ref()))
-                    .collect();
-                for x in refs {
-                    let _ = tx.send(x).await;
-                }
-            }
-        });
-    }
-    // Namespace relabelled -> its Maintenances of a ClusterRepository (selector tenancy).
-    {
-        let (tx, s, crepos) = (tx.clone(), store.clone(), r.ctx.crepos.clone());
-        let mut namespaces = r.namespaces;
-        tokio::spawn(async move {
-            let mut seen = crate::gating::NamespaceLabels::default();
-            while let Some(n) = namespaces.next().await {
-                for x in runtime::relabelled_consumers(&mut seen, &n, &crepos, &s, |x: &Maintenance| &x.spec.repository)
-                {
-                    let _ = tx.send(x).await;
-                }
-            }
-        });
-    }
-    // Secret -> Maintenances waiting for credentials in its namespace.
-    {
-        let (tx, s) = (tx, store.clone());
-        let mut secrets = r.secrets;
-        tokio::spawn(async move {
-            while let Some(sec) = secrets.next().await {
-                let ns = sec.namespace();
-                for m in s.state().iter().filter(|m| m.namespace() == ns) {
-                    if m.status
+            Err(_) => Vec::new(),
+        })
+        // Secret -> Maintenances waiting for credentials in its namespace.
+        .watches_shared_stream(feeds.secrets.subscribe(), move |sec| {
+            let ns = sec.namespace();
+            s4.state()
+                .iter()
+                .filter(|m| m.namespace() == ns)
+                .filter(|m| {
+                    m.status
                         .as_ref()
                         .is_some_and(|st| ready_reason_is(&st.conditions, names::reason::MISSING_CREDENTIALS_SECRET))
-                    {
-                        let _ = tx.send(ObjectRef::from_obj(m.as_ref())).await;
-                    }
-                }
-            }
+                })
+                .map(|m| ObjectRef::from_obj(m.as_ref()))
+                .collect::<Vec<_>>()
+        });
+    // The managed Maintenance of every repository (docs/design/repository-breaker.md §3.11). It starts once the three
+    // stores it reads have synced (or after the same 5 s it would wait itself), so it never
+    // waits on a store's readiness before the controller that owns the store: kube's readiness
+    // future wakes only its last waiter (see `crate::synced`).
+    {
+        let synced = shared.stores.synced.clone();
+        let projection = projection::run(
+            shared.client.clone(),
+            shared.config.namespace.clone(),
+            shared.config.identity.clone(),
+            shared.stores.repos.clone(),
+            shared.stores.crepos.clone(),
+            store,
+        );
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                futures::join!(synced.repos.wait(), synced.crepos.wait(), synced.maintenances.wait())
+            })
+            .await;
+            projection.await;
         });
     }
-    // The managed Maintenance of every repository (docs/design/repository-breaker.md §3.11).
-    tokio::spawn(projection::run(
-        client.clone(),
-        config.namespace.clone(),
-        config.identity.clone(),
-        r.ctx.repos.clone(),
-        r.ctx.crepos.clone(),
-        store.clone(),
-    ));
-    ctl.reconcile_on(ReceiverStream(rx))
-        .with_config(config.controller_config())
+    ctl.with_config(shared.config.controller_config())
         .shutdown_on_signal()
-        .run(reconcile::reconcile, error_policy, r.ctx)
+        .run(reconcile::reconcile, error_policy, ctx)
         .for_each(crate::error_events::settle)
-        .await;
 }

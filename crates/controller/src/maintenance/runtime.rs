@@ -1,22 +1,18 @@
-//! Runtime plumbing shared by the Maintenance and RepositoryReplication controllers: their own
-//! reflector stores for the referents (owned Jobs, repositories, Secret metadata) and the
-//! streams their watch mappers consume.
+//! Runtime plumbing shared by the Maintenance and RepositoryReplication controllers: their
+//! context over the shared referent stores (owned Jobs, repositories, Secret and Namespace
+//! metadata; one watch per kind, see `crate::controllers`) and the helpers their watch mappers use.
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use futures::stream::BoxStream;
-use futures::{Stream, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Secret};
 use kopiur_api::shared::{RepositoryKind, RepositoryRef};
 use kopiur_api::{ClusterRepository, Repository};
 use kube::api::{Patch, PatchParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
-use tokio::sync::mpsc;
 
 use crate::config::Config;
 use crate::gating::{Gate, repository_ready};
@@ -24,8 +20,8 @@ use crate::metrics::Metrics;
 use crate::repository::Error;
 use crate::snapshot::ctx::RepoView;
 
-/// What the Maintenance and RepositoryReplication reconcilers read and write through: their
-/// own reflector stores, never a LIST per reconcile.
+/// What the Maintenance and RepositoryReplication reconcilers read and write through: the shared
+/// reflector stores, never a LIST per reconcile.
 pub struct RunCtx {
     pub client: Client,
     pub config: Config,
@@ -108,90 +104,21 @@ impl RunCtx {
     }
 }
 
-pub struct Referents {
-    pub ctx: Arc<RunCtx>,
-    pub jobs: BoxStream<'static, Arc<Job>>,
-    pub repos: BoxStream<'static, Arc<Repository>>,
-    pub crepos: BoxStream<'static, Arc<ClusterRepository>>,
-    pub secrets: BoxStream<'static, Arc<PartialObjectMeta<Secret>>>,
-    /// Must be polled: it drives the Namespace store the tenancy gate reads.
-    pub namespaces: BoxStream<'static, Arc<PartialObjectMeta<Namespace>>>,
-}
-
-fn ok_only<T: Send + 'static, E: Send + 'static>(
-    s: impl Stream<Item = Result<T, E>> + Send + 'static,
-) -> BoxStream<'static, T> {
-    s.filter_map(|r| futures::future::ready(r.ok())).boxed()
-}
-
-/// Stores for the kinds these reconcilers read, and the event streams of their referents.
-pub fn referents(client: &Client, config: &Config, metrics: Arc<Metrics>) -> Referents {
-    let wc = watcher::Config::default();
-    let (jobs, job_w) = reflector::store::<Job>();
-    let job_events = reflector::reflector(
-        job_w,
-        watcher(
-            Api::<Job>::all(client.clone()),
-            watcher::Config::default().labels("app.kubernetes.io/managed-by=kopiur"),
-        ),
-    )
-    .default_backoff()
-    .touched_objects()
-    .map(|r| r.map(Arc::new));
-    let (repos, repo_w) = reflector::store::<Repository>();
-    let repo_events = reflector::reflector(repo_w, watcher(Api::<Repository>::all(client.clone()), wc.clone()))
-        .default_backoff()
-        .touched_objects()
-        .map(|r| r.map(Arc::new));
-    let (crepos, crepo_w) = reflector::store::<ClusterRepository>();
-    let crepo_events =
-        reflector::reflector(crepo_w, watcher(Api::<ClusterRepository>::all(client.clone()), wc.clone()))
-            .default_backoff()
-            .touched_objects()
-            .map(|r| r.map(Arc::new));
-    let (secrets, secret_w) = reflector::store();
-    let secret_events =
-        reflector::reflector(secret_w, watcher(Api::<PartialObjectMeta<Secret>>::all(client.clone()), wc.clone()))
-            .default_backoff()
-            .touched_objects()
-            .map(|r| r.map(Arc::new));
-    let (namespaces, ns_w) = reflector::store();
-    let ns_events = reflector::reflector(ns_w, watcher(Api::<PartialObjectMeta<Namespace>>::all(client.clone()), wc))
-        .default_backoff()
-        .touched_objects()
-        .map(|r| r.map(Arc::new));
-    let ctx = Arc::new(RunCtx {
-        client: client.clone(),
-        config: config.clone(),
-        metrics,
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter { controller: "kopiur-controller".into(), instance: Some(config.identity.clone()) },
-        ),
-        jobs,
-        repos,
-        crepos,
-        secrets,
-        namespaces,
-        mover_rbac_ready: Mutex::new(Default::default()),
-    });
-    Referents {
-        ctx,
-        jobs: ok_only(job_events),
-        repos: ok_only(repo_events),
-        crepos: ok_only(crepo_events),
-        secrets: ok_only(secret_events),
-        namespaces: ok_only(ns_events),
-    }
-}
-
-/// A minimal mpsc receiver stream (one adapter, no extra dependency).
-pub struct ReceiverStream<T>(pub mpsc::Receiver<T>);
-
-impl<T> Stream for ReceiverStream<T> {
-    type Item = T;
-    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<T>> {
-        self.0.poll_recv(cx)
+impl RunCtx {
+    /// A context over the shared stores of `crate::context::Context` (no watch of its own).
+    pub fn from_context(ctx: &crate::context::Context) -> Arc<Self> {
+        Arc::new(Self {
+            client: ctx.client.clone(),
+            config: ctx.config.clone(),
+            metrics: ctx.metrics.clone(),
+            recorder: ctx.recorder.clone(),
+            jobs: ctx.stores.jobs.clone(),
+            repos: ctx.stores.repos.clone(),
+            crepos: ctx.stores.crepos.clone(),
+            secrets: ctx.stores.secrets.clone(),
+            namespaces: ctx.stores.namespaces.clone(),
+            mover_rbac_ready: Mutex::new(Default::default()),
+        })
     }
 }
 
