@@ -99,6 +99,61 @@ fn ready_reason(cs: &[Condition]) -> Option<String> {
     cond(cs, "Ready").map(|c| c.reason.clone())
 }
 
+/// The resources the controller watches, one watch each (`crates/controller/src/controllers.rs`).
+const WATCHED: [&str; 13] = [
+    "jobs",
+    "secrets",
+    "namespaces",
+    "persistentvolumeclaims",
+    "repositories",
+    "clusterrepositories",
+    "snapshots",
+    "snapshotschedules",
+    "snapshotpolicies",
+    "restores",
+    "maintenances",
+    "repositoryreplications",
+    "snapshotreplications",
+];
+
+/// One watch per kind at start-up: once every watched resource has its watch open (each opens
+/// after its first LIST), the controller's WATCH requests by resource are exactly one each and
+/// name no other resource. A kind watched twice (a second reflector or `Controller::new` over
+/// it) shows as 2 here.
+async fn one_watch_per_kind_at_start_up(h: &Harness, started: Instant) -> Result<()> {
+    let watches = |text: &str| -> std::collections::BTreeMap<String, f64> {
+        let mut m = std::collections::BTreeMap::new();
+        for l in text.lines().filter(|l| l.starts_with("kopiur_kube_client_requests_total{")) {
+            if !(l.contains("verb=\"watch\"") && l.contains("client=\"main\"")) {
+                continue;
+            }
+            let kind = l.split("kind=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or("").to_string();
+            let v = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            *m.entry(kind).or_insert(0.0) += v;
+        }
+        m
+    };
+    let by = Instant::now() + Duration::from_secs(30);
+    let mut seen = watches(&h.metrics().await?);
+    while WATCHED.iter().any(|k| !seen.contains_key(*k)) && Instant::now() < by {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        seen = watches(&h.metrics().await?);
+    }
+    // Any second watch of a kind is opened with its first (both at start-up): give a late
+    // duplicate the time to show.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    seen = watches(&h.metrics().await?);
+    let total: f64 = seen.values().sum();
+    println!(
+        "[{:5.1}s] watch streams opened at start-up: {total} for {} resources: {seen:?}",
+        started.elapsed().as_secs_f64(),
+        seen.len()
+    );
+    let expected: std::collections::BTreeMap<String, f64> = WATCHED.iter().map(|k| (k.to_string(), 1.0)).collect();
+    ensure!(seen == expected, "one watch per kind at start-up: watches by resource {seen:?}");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     let started = Instant::now();
@@ -112,6 +167,7 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     let ids = kopia.seed(&set).await?;
     let repo = h.repository(&ns, "r", "cond/", json!({"deletionProtection": {"threshold": 1}})).await?;
     h.wait_repository_ready(&ns, "r", Duration::from_secs(120)).await?;
+    one_watch_per_kind_at_start_up(&h, started).await?;
     let repo = Api::<kopiur_api::Repository>::namespaced(h.client.clone(), &ns).get(&repo.name_any()).await?;
     let uids = seed_snapshots(&h.client, &ns, &RepoPin::of(&repo), items(&set, &ids, "cond"), 2).await?;
     println!("[{:5.1}s] Repository {ns}/r Ready; 2 Snapshots seeded", started.elapsed().as_secs_f64());
