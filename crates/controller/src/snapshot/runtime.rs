@@ -52,9 +52,10 @@ fn parked_on(snaps: &Store<Snapshot>, kind: &str, ns: Option<&str>, name: &str) 
         .collect()
 }
 
-/// Restores not yet past the gate, in a namespace (or everywhere for a ClusterRepository).
-/// The kopiur kinds that own mover Jobs. Matched exhaustively where a Job event is routed, so
-/// a new owning kind must be routed (or said to be watched elsewhere) to compile.
+/// The kopiur kinds that own mover Jobs (an owner reference of another API group is not ours).
+/// Each kind's controller maps its own Jobs from the one Job watch: Snapshot and Restore here
+/// ([`owned_by`]), the repositories in `controllers.rs`, Maintenance and RepositoryReplication
+/// in their modules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JobOwner {
     Snapshot,
@@ -97,6 +98,7 @@ impl JobOwner {
     }
 }
 
+/// Restores not yet past the gate, in a namespace (or everywhere for a ClusterRepository).
 fn parked_restores(restores: &Store<Restore>, ns: Option<&str>) -> Vec<ObjectRef<Restore>> {
     restores
         .state()
