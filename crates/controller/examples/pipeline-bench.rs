@@ -51,6 +51,49 @@ fn by_verb(text: &str, client_label: &str) -> String {
         .join(" ")
 }
 
+/// The value of label `name` in one exposition line.
+fn label<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+    let len = line[start..].find('"')?;
+    Some(&line[start..start + len])
+}
+
+/// Write requests of `client_label` per `(verb, resource)`.
+fn writes_by_resource(text: &str, client_label: &str) -> BTreeMap<(String, String), f64> {
+    let family = "kopiur_kube_client_requests_total";
+    let mut out = BTreeMap::new();
+    for l in text.lines().filter(|l| l.starts_with(family) && l[family.len()..].starts_with('{')) {
+        if label(l, "client") != Some(client_label) {
+            continue;
+        }
+        let (Some(verb), Some(kind)) = (label(l, "verb"), label(l, "kind")) else { continue };
+        if !["create", "update", "patch", "delete"].contains(&verb) {
+            continue;
+        }
+        let n = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        *out.entry((verb.to_string(), kind.to_string())).or_insert(0.0) += n;
+    }
+    out
+}
+
+/// `verb resource=count` for every write that changed between two scrapes.
+fn writes_delta(before: &str, after: &str, client_label: &str) -> String {
+    let b = writes_by_resource(before, client_label);
+    let parts: Vec<String> = writes_by_resource(after, client_label)
+        .into_iter()
+        .filter_map(|(k, n)| {
+            let d = n - b.get(&k).copied().unwrap_or(0.0);
+            (d > 0.0).then(|| format!("{} {}={d}", k.0, k.1))
+        })
+        .collect();
+    if parts.is_empty() { "none".into() } else { parts.join(", ") }
+}
+
+/// All write requests of `client_label`.
+fn total_writes(text: &str, client_label: &str) -> f64 {
+    writes_by_resource(text, client_label).values().sum()
+}
+
 /// The high-water mark of a process's resident set (`VmHWM`), in KiB.
 fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -64,6 +107,10 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
     let idx = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
     sorted[idx.min(sorted.len() - 1)]
+}
+
+fn snapshot_resource() -> kube::discovery::ApiResource {
+    kube::discovery::ApiResource::erase::<Snapshot>(&())
 }
 
 /// Discovered rows pinned to a repository that does not exist, so no listing expires them.
@@ -161,6 +208,40 @@ async fn bench(h: &mut Harness, rows: &[usize], runs: usize) -> Result<()> {
             reached.as_secs_f64(),
             n as f64 / reached.as_secs_f64()
         );
+        if idx == 0 {
+            // One stored row as the controller left it: what every store entry holds.
+            let row: serde_json::Value =
+                Api::<kube::core::DynamicObject>::namespaced_with(client.clone(), &ns, &snapshot_resource())
+                    .get("bench-row-00000")
+                    .await
+                    .map(|o| serde_json::to_value(o).unwrap_or_default())?;
+            println!("one stored row ({} bytes of JSON): {row}", row.to_string().len());
+        }
+        // The start-up's status writes can outlast the reconcile count (a write's own watch
+        // event is reconciled again): wait until the controller's writes stop for 20 s.
+        let drain_from = Instant::now();
+        let first = h.metrics().await?;
+        let (mut last, mut last_change, mut last_text) = (total_writes(&first, "main"), Instant::now(), first.clone());
+        while last_change.elapsed() < Duration::from_secs(20) && drain_from.elapsed() < Duration::from_secs(900) {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let text = h.metrics().await?;
+            let w = total_writes(&text, "main");
+            if w != last {
+                (last, last_change) = (w, Instant::now());
+            }
+            last_text = text;
+        }
+        let more = total_writes(&last_text, "main") - total_writes(&first, "main");
+        println!(
+            "rows {n}: start-up writes after the reconcile count was reached and settled: {more} more{} ({})",
+            if more > 0.0 {
+                format!(", the last {:.0}s after start", (last_change - started).as_secs_f64())
+            } else {
+                String::new()
+            },
+            writes_delta(&first, &last_text, "main"),
+        );
+        println!("rows {n}: every write of the controller from its start: {}", writes_delta("", &last_text, "main"));
         // The last size's operator stays up: its store holds every row and it has settled, so
         // what follows is measured in steady state, not behind a second start-up pass.
         if idx + 1 < rows.len() {
@@ -265,6 +346,7 @@ async fn bench(h: &mut Harness, rows: &[usize], runs: usize) -> Result<()> {
         verb(&after, "get") - verb(&before, "get"),
         verb(&after, "watch") - verb(&before, "watch"),
     );
+    println!("idle minute writes by resource: {}", writes_delta(&before, &after, "main"));
     let objects = snaps.list(&Default::default()).await?.items.len();
     println!(
         "idle minute over {objects} Snapshots + repository + policy: {} API writes (goal 0); Lease renewals {} (leader election, expected)",

@@ -242,6 +242,28 @@ pub fn restore_durations(restores: &[Arc<Restore>]) -> BTreeMap<Vec<String>, i64
         .collect()
 }
 
+/// Writes kind `K`'s `kopiur_resource_phase` lines from `store` at every scrape (sorted by
+/// namespace and name), holding nothing per object between scrapes.
+pub fn live_phase<K: crate::resource_phase::Phased>(metrics: &Metrics, store: Store<K>) {
+    metrics.resource_phase_live(
+        K::KIND,
+        Box::new(move |out: &mut String| {
+            let objs = store.state();
+            let mut rows: Vec<(&str, &str, String)> = objs
+                .iter()
+                .filter_map(|o| {
+                    let m = o.meta();
+                    Some((m.namespace.as_deref().unwrap_or(""), m.name.as_deref().unwrap_or(""), o.phase_label()?))
+                })
+                .collect();
+            rows.sort_unstable();
+            for (ns, name, phase) in rows {
+                crate::metrics::write_phase_line(out, K::KIND, ns, name, &phase);
+            }
+        }),
+    );
+}
+
 /// Recomputes the store-backed gauges every [`PERIOD`] for as long as the pipeline runs.
 pub async fn run(ctx: Arc<PipelineCtx>, restores: Store<Restore>) {
     let (store, metrics) = (ctx.stores.snapshots.clone(), ctx.metrics.clone());
@@ -250,6 +272,13 @@ pub async fn run(ctx: Arc<PipelineCtx>, restores: Store<Restore>) {
     // history by their end time.
     let started = chrono::Utc::now().timestamp();
     let mut seen = BTreeSet::new();
+    // `kopiur_resource_phase` of the kinds whose stores this pipeline holds, written at scrape
+    // time.
+    live_phase(&metrics, store.clone());
+    live_phase(&metrics, restores.clone());
+    live_phase(&metrics, ctx.stores.policies.clone());
+    live_phase(&metrics, ctx.stores.schedules.clone());
+    live_phase(&metrics, ctx.stores.maintenances.clone());
     let mut tick = tokio::time::interval(PERIOD);
     loop {
         tick.tick().await;
@@ -264,12 +293,6 @@ pub async fn run(ctx: Arc<PipelineCtx>, restores: Store<Restore>) {
         metrics.repo_index_blobs.replace(repos.index_blobs);
         metrics.repository_maintenance_configured.replace(repos.maintenance_configured);
         metrics.restore_duration_seconds.replace(restore_durations(&restores.state()));
-        // `kopiur_resource_phase` of the kinds whose stores this pipeline holds.
-        crate::resource_phase::publish(&metrics, &snapshots);
-        crate::resource_phase::publish(&metrics, &restores.state());
-        crate::resource_phase::publish(&metrics, &ctx.stores.policies.state());
-        crate::resource_phase::publish(&metrics, &ctx.stores.schedules.state());
-        crate::resource_phase::publish(&metrics, &ctx.stores.maintenances.state());
     }
 }
 
@@ -392,6 +415,35 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(restore_durations(&[Arc::new(rs)]), BTreeMap::from([(key(&["t", "back"]), 9)]));
+    }
+
+    #[test]
+    fn resource_phase_lines_are_written_from_the_store_at_scrape_time() {
+        use kube::runtime::watcher::Event;
+        let metrics = Metrics::default();
+        metrics.leader.store(true, std::sync::atomic::Ordering::Relaxed);
+        // A slice published the old way is replaced by the live lines.
+        metrics.resource_phase.replace(BTreeMap::from([(key(&["Snapshot", "t", "stale", "Pending"]), 1)]));
+        let (store, mut writer) = kube::runtime::reflector::store::<Snapshot>();
+        live_phase(&metrics, store);
+        let line = |name: &str, phase: &str| {
+            format!("kopiur_resource_phase{{kind=\"Snapshot\",namespace=\"t\",name=\"{name}\",phase=\"{phase}\"}} 1\n")
+        };
+        let (b, a) = (snap("b", "p", json!({"phase": "Running"})), snap("a", "p", json!({"phase": "Discovered"})));
+        writer.apply_watcher_event(&Event::Apply((*b).clone()));
+        writer.apply_watcher_event(&Event::Apply((*a).clone()));
+        // No phase yet: no series.
+        writer.apply_watcher_event(&Event::Apply((*snap("c", "p", json!({}))).clone()));
+        let out = metrics.render(&[]);
+        let both = format!("{}{}", line("a", "Discovered"), line("b", "Running"));
+        assert!(out.contains(&both), "sorted by name, one line each:\n{out}");
+        assert!(!out.contains("name=\"stale\"") && !out.contains("name=\"c\""), "{out}");
+        // A phase change and a deletion show at the next scrape, with no pass in between.
+        writer.apply_watcher_event(&Event::Apply((*snap("b", "p", json!({"phase": "Succeeded"}))).clone()));
+        writer.apply_watcher_event(&Event::Delete((*a).clone()));
+        let out = metrics.render(&[]);
+        assert!(out.contains(&line("b", "Succeeded")) && !out.contains("name=\"a\""), "{out}");
+        assert_eq!(out.matches("kopiur_resource_phase{").count(), 1, "{out}");
     }
 
     #[test]
