@@ -4,6 +4,7 @@ pub mod apply;
 pub mod controlplane;
 pub mod env;
 pub mod garage;
+pub mod index_growth;
 pub mod kubeconfig;
 pub mod node;
 pub mod operator;
