@@ -76,38 +76,50 @@ where
     /// Drives the watch in its own task, so the store keeps syncing however busy a controller is.
     fn start(self) {
         let Self { api, wc, slim, writer, mark, subscribers } = self;
-        let kind = K::kind(&()).to_string();
-        let events = reflector::reflector(
-            writer,
-            watcher(api, wc).modify(move |o| {
+        let events = watcher(api, wc)
+            .modify(move |o| {
                 if slim {
                     crate::heap::slim(o.meta_mut());
                 }
-            }),
-        )
+            })
+            .default_backoff();
+        tokio::spawn(fan_out(events, writer, mark, subscribers));
+    }
+}
+
+/// Applies each watch event to the store, raises `mark` on the first full list, then hands
+/// every touched object (applied or deleted) to each subscriber: a subscriber never sees an
+/// applied object before the store does.
+async fn fan_out<K, S>(
+    events: S,
+    writer: reflector::store::Writer<K>,
+    mark: SyncMark,
+    subscribers: Vec<fmpsc::UnboundedSender<Arc<K>>>,
+) where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+{
+    let kind = K::kind(&()).to_string();
+    let events = reflector::reflector(writer, events)
         .inspect(move |ev| {
             if let Ok(e) = ev {
                 mark.observe(e);
             }
         })
-        .default_backoff()
         .touched_objects();
-        tokio::spawn(async move {
-            let mut events = std::pin::pin!(events);
-            while let Some(ev) = events.next().await {
-                match ev {
-                    Ok(o) => {
-                        let o = Arc::new(o);
-                        for s in &subscribers {
-                            // A subscriber gone (its controller ended) is skipped; the store
-                            // keeps serving the others.
-                            let _ = s.unbounded_send(o.clone());
-                        }
-                    }
-                    Err(e) => tracing::debug!(error = %e, kind, "watch error (retried with backoff)"),
+    let mut events = std::pin::pin!(events);
+    while let Some(ev) = events.next().await {
+        match ev {
+            Ok(o) => {
+                let o = Arc::new(o);
+                for s in &subscribers {
+                    // A subscriber gone (its controller ended) is skipped; the store keeps
+                    // serving the others.
+                    let _ = s.unbounded_send(o.clone());
                 }
             }
-        });
+            Err(e) => tracing::debug!(error = %e, kind, "watch error (retried with backoff)"),
+        }
     }
 }
 
@@ -324,4 +336,64 @@ pub async fn run(ctx: Arc<Context>, mut feeds: Feeds) {
     let snapshot_replication = crate::snapshot_replication::wire(&ctx, &mut feeds);
     feeds.start();
     futures::join!(repositories, pipeline, maintenance, replication, snapshot_replication);
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    /// The next object's name, or None when nothing comes within 5 s.
+    async fn next(sub: &mut Subscription<ConfigMap>) -> Option<String> {
+        let o = tokio::time::timeout(std::time::Duration::from_secs(5), sub.next()).await.ok()??;
+        Some(o.name_any())
+    }
+
+    fn cm(name: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta { name: Some(name.into()), namespace: Some("t".into()), ..Default::default() },
+            ..Default::default()
+        }
+    }
+
+    /// What every controller relies on: each subscriber gets every touched object, deletes
+    /// included, an applied one only once the store holds it, and the sync flag rises on the
+    /// first full list.
+    #[tokio::test]
+    async fn every_subscriber_sees_each_object_after_the_store_deletes_included() {
+        let (store, writer) = reflector::store::<ConfigMap>();
+        let (mark, synced) = synced::flag();
+        let (events, source) = fmpsc::unbounded();
+        let (a_tx, mut a) = fmpsc::unbounded();
+        let (b_tx, mut b) = fmpsc::unbounded();
+        tokio::spawn(fan_out(source, writer, mark, vec![a_tx, b_tx]));
+        let send = |e: watcher::Event<ConfigMap>| events.unbounded_send(Ok(e)).unwrap();
+
+        send(watcher::Event::Init);
+        send(watcher::Event::InitApply(cm("x")));
+        assert_eq!(next(&mut a).await, Some("x".into()));
+        assert_eq!(next(&mut b).await, Some("x".into()));
+        assert!(!synced.is_synced(), "not synced before the list is complete");
+        send(watcher::Event::InitDone);
+        assert!(synced.wait().await);
+        assert!(store.get(&ObjectRef::new("x").within("t")).is_some());
+
+        send(watcher::Event::Apply(cm("y")));
+        for sub in [&mut a, &mut b] {
+            assert_eq!(next(sub).await, Some("y".into()));
+            assert!(store.get(&ObjectRef::new("y").within("t")).is_some(), "the store has it first");
+        }
+        send(watcher::Event::Delete(cm("x")));
+        for sub in [&mut a, &mut b] {
+            assert_eq!(next(sub).await, Some("x".into()), "a delete reaches every subscriber");
+        }
+        assert!(store.get(&ObjectRef::new("x").within("t")).is_none());
+
+        // A subscriber gone does not stop the others.
+        drop(a);
+        send(watcher::Event::Apply(cm("z")));
+        assert_eq!(next(&mut b).await, Some("z".into()));
+    }
 }
