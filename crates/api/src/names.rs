@@ -155,6 +155,8 @@ pub mod reason {
     pub const BACKEND_UNREACHABLE: &str = "BackendUnreachable";
     pub const REPOSITORY_VANISHED: &str = "RepositoryVanished";
     pub const PROBE_DEADLINE_EXCEEDED: &str = "ProbeDeadlineExceeded";
+    /// A connect killed by its deadline while the backend answered: slow, not down.
+    pub const TIMED_OUT: &str = "TimedOut";
     pub const REPOSITORY_NOT_INITIALIZED: &str = "RepositoryNotInitialized";
     pub const REPOSITORY_REINITIALIZE_BLOCKED: &str = "RepositoryReinitializeBlocked";
     pub const REPOSITORY_UNIQUE_ID_MISMATCH: &str = "RepositoryUniqueIdMismatch";
@@ -273,6 +275,8 @@ pub mod event {
     pub const DISCOVERED_SNAPSHOT_UNPLACED: &str = "DiscoveredSnapshotUnplaced";
     pub const MAINTENANCE_NOT_CONFIGURED: &str = "MaintenanceNotConfigured";
     pub const TOO_MANY_INDEX_BLOBS: &str = "TooManyIndexBlobs";
+    /// `IndexBlobHealth` went False and the repository asked its Maintenance for a quick run.
+    pub const QUICK_MAINTENANCE_REQUESTED: &str = "QuickMaintenanceRequested";
     pub const SNAPSHOT_SUCCEEDED: &str = "SnapshotSucceeded";
     pub const SNAPSHOT_FAILED: &str = "SnapshotFailed";
     pub const MOVER_POD_WEDGED: &str = "MoverPodWedged";

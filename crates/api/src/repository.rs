@@ -651,6 +651,15 @@ pub struct HealthStatus {
     pub bootstrap_deadline_seconds: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_folded_job_uid: Option<String>,
+    /// Wall time, in seconds, of the last successful `kopia repository connect` (plus the
+    /// `index list` that follows it) a bootstrap or probe Job measured. The connect deadline
+    /// adapts to it (`bootstrapDeadlineSeconds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_connect_seconds: Option<i64>,
+    /// When the repository last asked its Maintenance for a quick run because
+    /// `IndexBlobHealth` went False; the Maintenance runs one quick cycle after this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quick_maintenance_requested_at: Option<Time>,
 }
 
 /// The mass-deletion ack in effect.

@@ -119,6 +119,33 @@ pub fn repository_ready(
     }
 }
 
+/// Maintenance and a Degraded repository (issue 19, "slow is not down"): while the repository
+/// is Degraded because its connects time out on a backend that answers (Ready reason
+/// `TimedOut`), Maintenance is not gated, because compacting the index blobs that slow the
+/// connect is the cure. Degraded for any other reason (an unreachable backend) it stays parked
+/// like every other consumer. Snapshots and Restores do not read this: they park either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaintenanceGate {
+    /// Whatever [`repository_ready`] says.
+    AsGated,
+    /// Degraded for `TimedOut`: maintenance runs (quick first).
+    Cure,
+}
+
+/// [`MaintenanceGate`] from a repository's stored status: `Cure` only for phase Degraded with
+/// `Ready=False` reason `TimedOut`.
+pub fn maintenance_gate(status: Option<&kopiur_api::repository::RepositoryStatus>) -> MaintenanceGate {
+    let timed_out = status.is_some_and(|s| {
+        s.phase == Some(RepositoryPhase::Degraded)
+            && s.conditions.iter().any(|c| {
+                c.type_ == kopiur_api::names::condition::READY
+                    && c.status == "False"
+                    && c.reason == kopiur_api::names::reason::TIMED_OUT
+            })
+    });
+    if timed_out { MaintenanceGate::Cure } else { MaintenanceGate::AsGated }
+}
+
 /// The repository acting for itself (its batch-delete dispatcher, whose Jobs run in the
 /// repository's home namespace, the operator namespace for a ClusterRepository): the phase
 /// alone. Tenancy is never a question about the repository itself; it is asked of each
@@ -302,6 +329,37 @@ mod tests {
         assert!(!selector_matches(&sel("NotIn"), &l));
         assert!(!selector_matches(&sel("DoesNotExist"), &l));
         assert!(!selector_matches(&sel("Gt"), &l), "an unknown operator admits nothing");
+    }
+
+    #[test]
+    fn maintenance_is_the_cure_only_while_degraded_for_timed_out() {
+        use kopiur_api::repository::RepositoryStatus;
+        let st = |phase: RepositoryPhase, reason: &str| {
+            let mut s = RepositoryStatus { phase: Some(phase), ..Default::default() };
+            s.conditions.push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: "Ready".into(),
+                status: "False".into(),
+                reason: reason.into(),
+                message: "m".into(),
+                observed_generation: None,
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+            });
+            s
+        };
+        assert_eq!(maintenance_gate(Some(&st(RepositoryPhase::Degraded, "TimedOut"))), MaintenanceGate::Cure);
+        assert_eq!(
+            maintenance_gate(Some(&st(RepositoryPhase::Degraded, "BreakerOpen"))),
+            MaintenanceGate::AsGated,
+            "an unreachable backend keeps maintenance parked"
+        );
+        assert_eq!(maintenance_gate(Some(&st(RepositoryPhase::Failed, "TimedOut"))), MaintenanceGate::AsGated);
+        assert_eq!(maintenance_gate(Some(&st(RepositoryPhase::Ready, "TimedOut"))), MaintenanceGate::AsGated);
+        assert_eq!(maintenance_gate(None), MaintenanceGate::AsGated);
+        let mut ready_true = st(RepositoryPhase::Degraded, "TimedOut");
+        ready_true.conditions[0].status = "True".into();
+        assert_eq!(maintenance_gate(Some(&ready_true)), MaintenanceGate::AsGated);
     }
 
     #[test]

@@ -165,6 +165,7 @@ impl Sim {
             via_reinit_ack: false,
             launched_at: Some(j.launched_at),
             early: j.early,
+            connect_seconds: None,
             state,
         })
     }

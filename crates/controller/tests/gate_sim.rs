@@ -34,6 +34,8 @@ fn facts() -> MaintFacts {
         missing_secrets: vec![],
         pod_recheck: None,
         reverify_requested_at: None,
+        repository_gate: kopiur_controller::gating::MaintenanceGate::AsGated,
+        quick_requested_at: None,
     }
 }
 

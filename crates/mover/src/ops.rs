@@ -68,6 +68,16 @@ impl<S: ResultSink> Ctx<S> {
         self.run(cmd::connect(&r.backend, &r.client_identity, readonly || r.read_only, &r.cache)?).await
     }
 
+    /// A connect bounded by the Job's own deadline instead of the short command timeout. A
+    /// repository with thousands of index blobs connects slowly (minutes), and two connects
+    /// must still finish then: the bootstrap/probe connect (its Job deadline adapts to the
+    /// measured connect time) and maintenance's, which is what compacts the index blobs.
+    async fn connect_slow_ok(&self) -> Result<Output, KopiaError> {
+        let r = &self.spec.repository;
+        let c = cmd::connect(&r.backend, &r.client_identity, r.read_only, &r.cache)?;
+        self.run(c.with_timeout(LONG_COMMAND_TIMEOUT)).await
+    }
+
     async fn report(&self, r: Report) {
         if let Err(e) = self.sink.write(&r).await {
             tracing::error!(error = %e, "failed to write the result");
@@ -114,15 +124,20 @@ impl<S: ResultSink> Ctx<S> {
             failure: None,
             create_blocked: None,
             index_blob_count: None,
+            connect_seconds: None,
             snapshots: Vec::new(),
             snapshots_truncated: false,
             snapshot_count: None,
             maintenance_owner: None,
             verified: None,
         };
-        match self.connect(false).await {
+        // The connect's wall time is what the controller's adaptive deadline is built from.
+        let started = std::time::Instant::now();
+        let elapsed = |started: std::time::Instant| Some(round_seconds(started.elapsed()));
+        match self.connect_slow_ok().await {
             Ok(_) => result.outcome = BootstrapOutcome::Connected,
             Err(e) => {
+                result.connect_seconds = elapsed(started);
                 // Only a reachable storage without a repository may lead to a create; any
                 // other failure (outage, auth, a missing bucket's create error) is reported.
                 let not_found = e.class() == ErrorClass::NotFound;
@@ -189,6 +204,10 @@ impl<S: ResultSink> Ctx<S> {
         match self.run(cmd::index_list()).await.and_then(|o| model::parse::<Vec<Value>>("index list", &o.stdout)) {
             Ok(v) => result.index_blob_count = Some(v.len() as u64),
             Err(e) => tracing::warn!(error = %e, "index list failed; the index blob count is unknown"),
+        }
+        // A created repository's time is a create's, not a connect's: only a connect is measured.
+        if result.outcome == BootstrapOutcome::Connected {
+            result.connect_seconds = elapsed(started);
         }
         match self.maintenance_info().await {
             Ok(info) => result.maintenance_owner = Some(info.owner),
@@ -510,7 +529,7 @@ impl<S: ResultSink> Ctx<S> {
     // Maintenance ---------------------------------------------------------------------
 
     async fn maintenance(&self, op: &MaintenanceOp) -> Exit {
-        if let Err(e) = self.connect(false).await {
+        if let Err(e) = self.connect_slow_ok().await {
             return self.fail(&e).await;
         }
         let before = match self.maintenance_info().await {
@@ -617,6 +636,11 @@ pub fn dest_env(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, St
 
 fn member(m: &crate::workspec::DeleteMember, outcome: &str, error: Option<String>) -> MemberResult {
     MemberResult { uid: m.uid.clone(), snapshot_id: m.snapshot_id.clone(), outcome: outcome.into(), error }
+}
+
+/// Seconds with millisecond precision (the result document stays short and stable).
+pub fn round_seconds(d: std::time::Duration) -> f64 {
+    (d.as_millis() as f64) / 1000.0
 }
 
 fn worse(a: Exit, b: Exit) -> Exit {

@@ -101,6 +101,11 @@ pub struct BootstrapResult {
     pub create_blocked: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index_blob_count: Option<u64>,
+    /// Wall time of `kopia repository connect` plus the `repository status` and `index list`
+    /// that follow it, in seconds; on a failed connect, the time until it failed. Absent from
+    /// an older mover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_seconds: Option<f64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub snapshots: Vec<CatalogEntry>,
     #[serde(default)]

@@ -2,13 +2,13 @@
 use chrono::Duration;
 
 use super::gate::CreateGate;
-use super::holdoff::{escalated_deadline, strict_retry_holdoff};
+use super::holdoff::{adaptive_deadline, escalated_deadline, strict_retry_holdoff};
 use super::messages;
 use super::types::{
     Bootstrapped, ConnectKind, ConnectResult, FailureClass, JobFacts, OnFailure, Phase, ReachState, RepoFacts,
     RepoStatus, StrictRetry, Terminal, TerminalReason, Time,
 };
-use super::verdict::{StrictRoute, Verdict, strict_route};
+use super::verdict::{StrictRoute, Verdict, judge, strict_route};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventType {
@@ -53,16 +53,21 @@ pub struct FoldOutcome {
 pub fn fold(facts: &RepoFacts, job: &JobFacts, completed_at: Time, result: &ConnectResult, now: Time) -> FoldOutcome {
     let mut out = FoldOutcome { status: facts.status.clone(), events: Vec::new(), effects: Vec::new() };
     out.status.health.last_folded_job_uid = Some(job.uid.clone());
-    let verdict = Verdict::of(result);
+    let configured = facts.spec.configured_deadline_seconds;
+    // The deadline this connect ran with (before any escalation below).
+    let current = super::holdoff::bootstrap_deadline(&out.status.health, &facts.tuning, configured);
+    let verdict = judge(
+        result,
+        &facts.endpoint,
+        job.launched_at,
+        completed_at,
+        current,
+        out.status.health.last_connect_seconds,
+        &facts.tuning,
+    );
 
     if let ConnectResult::NoResult { deadline_exceeded: true } = result {
-        let current = super::holdoff::bootstrap_deadline(
-            &out.status.health,
-            &facts.tuning,
-            facts.spec.configured_deadline_seconds,
-        );
-        out.status.health.bootstrap_deadline_seconds =
-            Some(escalated_deadline(current, &facts.tuning, facts.spec.configured_deadline_seconds));
+        out.status.health.bootstrap_deadline_seconds = Some(escalated_deadline(current, &facts.tuning, configured));
     }
 
     match job.kind {
@@ -82,7 +87,29 @@ pub fn fold(facts: &RepoFacts, job: &JobFacts, completed_at: Time, result: &Conn
             fold_probe(facts, job, completed_at, &verdict, now, &mut out);
         }
     }
+    record_connect_time(facts, job, result, &mut out.status);
     out
+}
+
+/// A successful connect's measured time becomes `lastConnectSeconds`, and the deadline adapts
+/// to it (`holdoff::adaptive_deadline`; it replaces a doubled one: the measurement is newer).
+fn record_connect_time(facts: &RepoFacts, job: &JobFacts, result: &ConnectResult, st: &mut RepoStatus) {
+    match (result, job.connect_seconds) {
+        (ConnectResult::Connected { .. }, Some(secs)) => {
+            let secs = secs.max(0);
+            st.health.last_connect_seconds = Some(secs);
+            st.health.bootstrap_deadline_seconds =
+                Some(adaptive_deadline(Some(secs), &facts.tuning, facts.spec.configured_deadline_seconds));
+        }
+        (ConnectResult::Connected { .. }, None) => {
+            // An older mover: keep the last measurement and what it earned.
+            st.health.bootstrap_deadline_seconds = st
+                .health
+                .last_connect_seconds
+                .map(|l| adaptive_deadline(Some(l), &facts.tuning, facts.spec.configured_deadline_seconds));
+        }
+        (ConnectResult::Failed { .. } | ConnectResult::NoResult { .. }, _) => {}
+    }
 }
 
 fn pinned(st: &RepoStatus) -> Option<String> {
@@ -367,6 +394,7 @@ fn fold_probe(
             }
         }
         Verdict::ProbeDeadlineExceeded { .. }
+        | Verdict::TimedOut { .. }
         | Verdict::NotInitialized
         | Verdict::BackendUnreachable { .. }
         | Verdict::BootstrapJobFailed
@@ -408,6 +436,7 @@ impl FailureReasonLabel {
             Verdict::Reachable { .. } => "Bootstrapped",
             Verdict::ProbeDeadlineExceeded { job_deadline: true } => "BootstrapDeadlineExceeded",
             Verdict::ProbeDeadlineExceeded { job_deadline: false } => "RepositoryUnavailable",
+            Verdict::TimedOut { .. } => kopiur_api::names::reason::TIMED_OUT,
             Verdict::NotInitialized => "RepositoryNotInitialized",
             Verdict::BackendUnreachable { class } | Verdict::ConnectFailed { class } => class.as_str(),
             Verdict::BootstrapJobFailed => "BootstrapJobFailed",

@@ -107,13 +107,29 @@ pub fn conditions(facts: &RepoFacts, st: &RepoStatus) -> Vec<Cond> {
                 .as_ref()
                 .map(|r| format!("; next strict retry at {}", r.next_attempt_at.format("%Y-%m-%dT%H:%M:%SZ")))
                 .unwrap_or_default();
-            (
-                "BreakerOpen".into(),
-                format!(
-                    "circuit breaker open: {} consecutive failed connects to {target}{next}",
-                    st.health.consecutive_probe_failures
+            match st.reach.as_ref().filter(|r| r.reach == Reach::TimedOut) {
+                // Slow, not down: its own reason, and the message says what runs meanwhile.
+                Some(r) => (
+                    kopiur_api::names::reason::TIMED_OUT.into(),
+                    format!(
+                        "circuit breaker open: {}; maintenance still runs (it compacts the index), snapshots and \
+                         restores wait{next} with a deadline of {}s",
+                        r.message,
+                        super::holdoff::bootstrap_deadline(
+                            &st.health,
+                            &facts.tuning,
+                            facts.spec.configured_deadline_seconds
+                        ),
+                    ),
                 ),
-            )
+                None => (
+                    "BreakerOpen".into(),
+                    format!(
+                        "circuit breaker open: {} consecutive failed connects to {target}{next}",
+                        st.health.consecutive_probe_failures
+                    ),
+                ),
+            }
         }
         Phase::Failed => match &st.terminal {
             Some(t) => (t.reason.reason().to_string(), t.message.clone()),

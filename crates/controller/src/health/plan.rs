@@ -115,6 +115,42 @@ pub fn spend_return(endpoint: &Endpoint, d: &Decision) -> Endpoint {
     }
 }
 
+/// Whether the shell should ask the endpoint before folding a finished Job: the Job was killed
+/// by a deadline (its own, or kopia's), it is not folded yet, the backend has an endpoint, and
+/// no check was made since the Job was launched. The answer tells slow (`TimedOut`) from down
+/// (`verdict::backend_answered`). Any phase: the first deadline kill of a Ready repository is
+/// the one that matters most.
+pub fn fold_check_due(facts: &RepoFacts) -> bool {
+    let Endpoint::Checkable { last, .. } = &facts.endpoint else { return false };
+    let Some(job) = &facts.job else { return false };
+    if facts.status.health.last_folded_job_uid.as_deref() == Some(job.uid.as_str()) {
+        return false;
+    }
+    let JobState::Finished { completed_at, result } = &job.state else { return false };
+    match super::verdict::Verdict::of(result) {
+        super::verdict::Verdict::ProbeDeadlineExceeded { .. } => {}
+        super::verdict::Verdict::Reachable { .. }
+        | super::verdict::Verdict::TimedOut { .. }
+        | super::verdict::Verdict::NotInitialized
+        | super::verdict::Verdict::BackendUnreachable { .. }
+        | super::verdict::Verdict::BootstrapJobFailed
+        | super::verdict::Verdict::ConnectFailed { .. } => return false,
+    }
+    let deadline = bootstrap_deadline(&facts.status.health, &facts.tuning, facts.spec.configured_deadline_seconds);
+    let since = job.launched_at.unwrap_or(*completed_at - Duration::seconds(deadline.max(0)));
+    !last.is_some_and(|c| c.at >= since)
+}
+
+/// Record a check made for a fold: it is the last check, and never a return (the fold itself
+/// decides what the answer means; an early strict connect needs a `Down` → `Answers` seen by
+/// the open breaker's own checks).
+pub fn record_fold_check(endpoint: &Endpoint, check: EndpointCheck) -> Endpoint {
+    match endpoint {
+        Endpoint::NotCheckable => Endpoint::NotCheckable,
+        Endpoint::Checkable { .. } => Endpoint::Checkable { last: Some(check), returned: None },
+    }
+}
+
 /// Parse an RFC3339 annotation value (any offset), normalized to UTC.
 pub fn parse_time(s: &str) -> Option<Time> {
     DateTime::parse_from_rfc3339(s.trim()).ok().map(|t| t.with_timezone(&Utc))

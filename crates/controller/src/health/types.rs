@@ -108,6 +108,10 @@ pub struct Health {
     pub strict_retry: Option<StrictRetry>,
     pub bootstrap_deadline_seconds: Option<i64>,
     pub last_folded_job_uid: Option<String>,
+    /// Seconds the last successful connect took (the mover's measurement).
+    pub last_connect_seconds: Option<i64>,
+    /// When `IndexBlobHealth` last asked the repository's Maintenance for a quick run.
+    pub quick_maintenance_requested_at: Option<Time>,
 }
 
 /// The kopia error classes as they reach the controller in a connect result.
@@ -265,6 +269,8 @@ pub enum Reach {
     BackendUnreachable,
     RepositoryVanished,
     ProbeDeadlineExceeded,
+    /// Killed by its deadline while the backend answered: slow, not down.
+    TimedOut,
     ConnectFailed,
 }
 
@@ -275,6 +281,7 @@ impl Reach {
             Reach::BackendUnreachable => "BackendUnreachable",
             Reach::RepositoryVanished => "RepositoryVanished",
             Reach::ProbeDeadlineExceeded => "ProbeDeadlineExceeded",
+            Reach::TimedOut => kopiur_api::names::reason::TIMED_OUT,
             Reach::ConnectFailed => "ConnectFailed",
         }
     }
@@ -285,6 +292,7 @@ impl Reach {
             Reach::BackendUnreachable,
             Reach::RepositoryVanished,
             Reach::ProbeDeadlineExceeded,
+            Reach::TimedOut,
             Reach::ConnectFailed,
         ]
         .into_iter()
@@ -374,6 +382,9 @@ pub struct JobFacts {
     /// A strict connect launched early because the endpoint answered again (the Job's
     /// `early-strict` annotation): it took the slot of the stamped retry (`fold::slot_end`).
     pub early: bool,
+    /// Seconds the connect took, as the mover measured it (rounded up); None when the mover
+    /// wrote nothing (a deadline kill) or is older than the measurement.
+    pub connect_seconds: Option<i64>,
     pub state: JobState,
 }
 

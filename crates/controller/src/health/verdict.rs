@@ -1,6 +1,6 @@
 //! Connect verdicts: what one bootstrap-shaped connect says about the backend, and how a strict
 //! connect routes (the ADR's narrowing: only transport-shaped failures retry).
-use super::types::{ConnectResult, FailureClass, Reach};
+use super::types::{ConnectResult, Endpoint, EndpointAnswer, FailureClass, Reach, Time, Tuning};
 
 /// The verdict of one connect (rows checked top to bottom).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -13,6 +13,15 @@ pub enum Verdict {
     /// The Job hit its deadline, or kopia's own command deadline fired.
     ProbeDeadlineExceeded {
         job_deadline: bool,
+    },
+    /// A deadline kill (the Job's, or kopia's own) while the backend answered: the connect is
+    /// slow, not down ([`backend_answered`]).
+    TimedOut {
+        job_deadline: bool,
+        /// The deadline the killed connect ran with.
+        deadline_seconds: i64,
+        /// How long the last successful connect took, if measured.
+        last_connect_seconds: Option<i64>,
     },
     /// The storage is reachable but holds no repository.
     NotInitialized,
@@ -62,6 +71,7 @@ impl Verdict {
         match self {
             Verdict::Reachable { .. } => Reach::Reachable,
             Verdict::ProbeDeadlineExceeded { .. } => Reach::ProbeDeadlineExceeded,
+            Verdict::TimedOut { .. } => Reach::TimedOut,
             Verdict::NotInitialized => Reach::RepositoryVanished,
             Verdict::BackendUnreachable { .. } => Reach::BackendUnreachable,
             Verdict::BootstrapJobFailed | Verdict::ConnectFailed { .. } => Reach::ConnectFailed,
@@ -72,7 +82,7 @@ impl Verdict {
     pub fn probe_outcome(&self) -> Option<&'static str> {
         match self {
             Verdict::Reachable { .. } => None,
-            Verdict::ProbeDeadlineExceeded { .. } => Some("timed_out"),
+            Verdict::ProbeDeadlineExceeded { .. } | Verdict::TimedOut { .. } => Some("timed_out"),
             Verdict::NotInitialized => Some("vanished"),
             Verdict::BackendUnreachable { .. } => Some("unreachable"),
             Verdict::BootstrapJobFailed | Verdict::ConnectFailed { .. } => Some("error"),
@@ -88,6 +98,16 @@ impl Verdict {
             }
             Verdict::ProbeDeadlineExceeded { job_deadline: false } => {
                 "kopia timed out connecting to the repository storage".to_string()
+            }
+            Verdict::TimedOut { deadline_seconds, last_connect_seconds, .. } => {
+                let last = match last_connect_seconds {
+                    Some(l) => format!("the last successful connect took {l}s"),
+                    None => "no successful connect was measured yet".to_string(),
+                };
+                format!(
+                    "the backend answers, but the connect took longer than its deadline of {deadline_seconds}s ({last}); \
+                     slow, not down: maintenance compacts the index blobs that slow it"
+                )
             }
             Verdict::NotInitialized => FailureClass::NotFound.summary(true).to_string(),
             Verdict::BackendUnreachable { class } => class.summary(false).to_string(),
@@ -116,11 +136,76 @@ pub fn strict_route(verdict: &Verdict) -> StrictRoute {
         Verdict::Reachable { unique_id, created, index_blob_count } => {
             StrictRoute::Ready { unique_id: unique_id.clone(), created: *created, index_blob_count: *index_blob_count }
         }
-        Verdict::ProbeDeadlineExceeded { .. } => StrictRoute::Retry,
+        Verdict::ProbeDeadlineExceeded { .. } | Verdict::TimedOut { .. } => StrictRoute::Retry,
         Verdict::BackendUnreachable { class: FailureClass::RepositoryUnavailable } => StrictRoute::Retry,
         Verdict::NotInitialized => StrictRoute::NotInitialized,
         Verdict::BackendUnreachable { class } => StrictRoute::Terminal { reason: TerminalReason::Class(*class) },
         Verdict::BootstrapJobFailed => StrictRoute::Terminal { reason: TerminalReason::BootstrapJobFailed },
         Verdict::ConnectFailed { class } => StrictRoute::Terminal { reason: TerminalReason::Class(*class) },
+    }
+}
+
+/// A connect that took at least this long (a quarter of the initial deadline, 30 s by
+/// default) was slow: a healthy connect takes well under a few seconds.
+pub fn slow_connect_seconds(tuning: &Tuning) -> i64 {
+    (tuning.bootstrap_deadline_seconds / 4).max(1)
+}
+
+/// Whether a connect killed by a deadline met a backend that answers (slow, not down). The
+/// freshest cheap endpoint check made since the connect was launched decides (at or after
+/// `launched_at`; with no launch time, within the deadline before `completed_at`): `Answers`
+/// is slow, `Down` is down. With no such check (no endpoint to ask, or none made), a last
+/// successful connect that was slow ([`slow_connect_seconds`]) says the backend answers.
+pub fn backend_answered(
+    endpoint: &Endpoint,
+    launched_at: Option<Time>,
+    completed_at: Time,
+    deadline_seconds: i64,
+    last_connect_seconds: Option<i64>,
+    tuning: &Tuning,
+) -> bool {
+    let since = launched_at.unwrap_or(completed_at - chrono::Duration::seconds(deadline_seconds.max(0)));
+    let fresh = match endpoint {
+        Endpoint::Checkable { last: Some(c), .. } if c.at >= since => Some(c.answer),
+        Endpoint::Checkable { .. } | Endpoint::NotCheckable => None,
+    };
+    match fresh {
+        Some(EndpointAnswer::Answers) => true,
+        Some(EndpointAnswer::Down) => false,
+        None => last_connect_seconds.is_some_and(|l| l >= slow_connect_seconds(tuning)),
+    }
+}
+
+/// The verdict of a finished connect, with the facts that tell slow from down: a deadline
+/// kill on a backend that answered is [`Verdict::TimedOut`], else [`Verdict::of`].
+pub fn judge(
+    result: &ConnectResult,
+    endpoint: &Endpoint,
+    launched_at: Option<Time>,
+    completed_at: Time,
+    deadline_seconds: i64,
+    last_connect_seconds: Option<i64>,
+    tuning: &Tuning,
+) -> Verdict {
+    match Verdict::of(result) {
+        Verdict::ProbeDeadlineExceeded { job_deadline }
+            if backend_answered(
+                endpoint,
+                launched_at,
+                completed_at,
+                deadline_seconds,
+                last_connect_seconds,
+                tuning,
+            ) =>
+        {
+            Verdict::TimedOut { job_deadline, deadline_seconds, last_connect_seconds }
+        }
+        v @ (Verdict::Reachable { .. }
+        | Verdict::ProbeDeadlineExceeded { .. }
+        | Verdict::TimedOut { .. }
+        | Verdict::NotInitialized
+        | Verdict::BackendUnreachable { .. }
+        | Verdict::BootstrapJobFailed
+        | Verdict::ConnectFailed { .. }) => v,
     }
 }

@@ -9,6 +9,7 @@ pub mod runtime;
 
 use std::sync::Arc;
 
+use chrono::SubsecRound;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use kopiur_api::shared::RepositoryKind;
@@ -31,19 +32,28 @@ fn error_policy(obj: Arc<Maintenance>, err: &Error, ctx: Arc<RunCtx>) -> Action 
     Action::requeue(class.requeue())
 }
 
-/// Maintenances parked on this repository (Ready reason `RepositoryNotReady`).
+/// Maintenances parked on this repository (Ready reason `RepositoryNotReady`), plus every
+/// Maintenance of it that has work the repository just handed it: a quick run it asked for
+/// and no quick run answered yet, or a cure while it is Degraded for `TimedOut`.
 fn parked(
     store: &Store<Maintenance>,
     kind: RepositoryKind,
     ns: Option<&str>,
     name: &str,
+    repo: Option<&kopiur_api::repository::RepositoryStatus>,
 ) -> Vec<ObjectRef<Maintenance>> {
+    let curing = crate::gating::maintenance_gate(repo) == crate::gating::MaintenanceGate::Cure;
+    let requested = repo.and_then(|s| s.health.as_ref()).and_then(|h| h.quick_maintenance_requested_at);
     store
         .state()
         .iter()
         .filter(|m| refers_to(&m.spec.repository, &m.namespace().unwrap_or_default(), kind, ns, name))
         .filter(|m| {
-            m.status.as_ref().is_none_or(|s| ready_reason_is(&s.conditions, names::reason::REPOSITORY_NOT_READY))
+            let handled = m.status.as_ref().and_then(|s| s.quick.as_ref()).and_then(|q| q.last_handled_at);
+            let unanswered = requested.is_some_and(|r| handled.is_none_or(|h| h < r.trunc_subsecs(0)));
+            curing
+                || unanswered
+                || m.status.as_ref().is_none_or(|s| ready_reason_is(&s.conditions, names::reason::REPOSITORY_NOT_READY))
         })
         .map(|m| ObjectRef::from_obj(m.as_ref()))
         .collect()
@@ -70,7 +80,7 @@ pub fn wire(shared: &Context, feeds: &mut Feeds) -> impl Future<Output = ()> + S
         })
         // Repository -> parked Maintenances (G3: the store is updated before the mapper runs).
         .watches_shared_stream(feeds.repos.subscribe(), move |repo: Arc<Repository>| {
-            parked(&s1, RepositoryKind::Repository, repo.namespace().as_deref(), &repo.name_any())
+            parked(&s1, RepositoryKind::Repository, repo.namespace().as_deref(), &repo.name_any(), repo.status.as_ref())
         })
         // Every Maintenance of a ClusterRepository: an `allowedNamespaces` edit may flip its
         // tenancy either way (there are few of them per repository).

@@ -5,10 +5,11 @@
 use chrono::{DateTime, Utc};
 use kopiur_api::maintenance::{MaintenanceManualRun, MaintenanceStatus, RunMode, TakeoverPolicy, TierStatus};
 use kopiur_api::names::{reason, run_mode};
+use kopiur_api::repository::RepositoryPhase;
 use kopiur_api::shared::phase::ManualRunPhase;
 
 use super::common::{RunJob, RunRequest, Sched, Standing, lease_cond, rfc3339, trio};
-use crate::gating::Gate;
+use crate::gating::{Gate, MaintenanceGate};
 use crate::health::kstatus::Cond;
 use crate::snapshot::plan::JobState;
 
@@ -33,6 +34,12 @@ pub struct MaintFacts {
     pub pod_recheck: Option<std::time::Duration>,
     /// The repository's `reverify-requested-at` (a failed run nudges it, spaced 60 s).
     pub reverify_requested_at: Option<DateTime<Utc>>,
+    /// `Cure` while the repository is Degraded for `TimedOut`: maintenance runs despite the
+    /// gate, quick first, because it is what makes the connect fast again.
+    pub repository_gate: MaintenanceGate,
+    /// The repository's `status.health.quickMaintenanceRequestedAt` (`IndexBlobHealth` went
+    /// False): one quick run is due unless a quick run was handled at or after it.
+    pub quick_requested_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -279,8 +286,19 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
     let manual_pending = st.manual_run.as_ref().is_some_and(|m| m.phase == ManualRunPhase::Pending);
     let quick_due = q.is_some_and(|n| now >= n.at);
     let full_due = fl.is_some_and(|n| now >= n.at);
+    // A quick run the repository asked for and no quick run has answered yet.
+    // Whole seconds: the run's slot annotation carries seconds, and answers the request by it.
+    let requested = f
+        .quick_requested_at
+        .map(|r| chrono::Timelike::with_nanosecond(&r, 0).unwrap_or(r))
+        .filter(|r| st.quick.as_ref().and_then(|t| t.last_handled_at).is_none_or(|h| h < *r))
+        .filter(|r| *r <= now);
+    let curing = matches!(&f.gate, Gate::NotReady { phase, .. } if phase == RepositoryPhase::Degraded.as_str())
+        && f.repository_gate == MaintenanceGate::Cure;
     match &f.gate {
         Gate::Open => {}
+        // Degraded for TimedOut: slow, not down. Maintenance is the cure; it runs.
+        Gate::NotReady { .. } if curing => {}
         Gate::NotReady { .. } => {
             // Parked: nothing runs, the due slot and the request stay pending; the repository
             // watch resumes it, the requeue is only the safety net.
@@ -316,7 +334,7 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
             trio(Standing::Ready, reason::MAINTENANCE_SCHEDULED, "the repository is ReadOnly; maintenance is skipped"),
         );
     }
-    if (manual_pending || quick_due || full_due) && !f.missing_secrets.is_empty() {
+    if (manual_pending || quick_due || full_due || requested.is_some()) && !f.missing_secrets.is_empty() {
         d.status = st;
         d.conditions = trio(
             Standing::Waiting,
@@ -330,6 +348,20 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
         let m = st.manual_run.as_mut().expect("pending manual run");
         m.phase = ManualRunPhase::Running;
         d.launch = Some(Launch { mode: m.mode, slot: now, at: now, manual: Some(m.requested_at.clone()) });
+    } else if let Some(r) = requested {
+        // The repository asked for a quick run (too many index blobs). It answers a due quick
+        // slot too; a due full run waits for the next reconcile (single flight).
+        if quick_due {
+            tier(&mut st, run_mode::QUICK).next_scheduled_at =
+                quick.next_after(now.max(q.map(|x| x.slot).unwrap_or(now))).map(|x| x.at);
+        }
+        d.launch = Some(Launch { mode: RunMode::Quick, slot: r, at: r, manual: None });
+    } else if curing && quick_due {
+        // Curing a slow repository: quick first (it compacts the index); a due full run stays
+        // due and runs after it.
+        let n = q.expect("quick pin");
+        tier(&mut st, run_mode::QUICK).next_scheduled_at = quick.next_after(now.max(n.slot)).map(|x| x.at);
+        d.launch = Some(Launch { mode: RunMode::Quick, slot: n.slot, at: n.at, manual: None });
     } else if full_due || quick_due {
         // When both are due, full runs and both clocks advance.
         let (mode, n) =
@@ -345,7 +377,18 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
         d.launch = Some(Launch { mode, slot: n.slot, at: n.at, manual: None });
     }
     if let Some(l) = &d.launch {
-        let msg = format!("{} maintenance run launched", mode_str(l.mode));
+        let msg = match (curing, requested.is_some() && l.manual.is_none() && l.mode == RunMode::Quick) {
+            (true, _) => format!(
+                "{} maintenance run launched while {}: the backend answers but connects time out, and \
+                 maintenance compacts the index blobs that slow them",
+                mode_str(l.mode),
+                f.gate.message()
+            ),
+            (false, true) => {
+                "quick maintenance run launched: the repository asked for one (too many index blobs)".to_string()
+            }
+            (false, false) => format!("{} maintenance run launched", mode_str(l.mode)),
+        };
         d.requeue = std::time::Duration::from_secs(300);
         return finish(d, st, trio(Standing::Ready, reason::MAINTENANCE_SCHEDULED, msg));
     }
@@ -384,6 +427,8 @@ mod tests {
             missing_secrets: vec![],
             pod_recheck: None,
             reverify_requested_at: None,
+            repository_gate: MaintenanceGate::AsGated,
+            quick_requested_at: None,
         }
     }
 
@@ -632,6 +677,81 @@ mod tests {
         let d = plan(&f, t(7, 0));
         assert!(d.launch.is_none());
         assert_eq!(d.status.quick.as_ref().unwrap().next_scheduled_at, Some(t(12, 0)));
+    }
+
+    /// Issue 19, "slow is not down": Degraded for `TimedOut`, maintenance runs (quick first,
+    /// then the due full run); Degraded for anything else it stays parked.
+    #[test]
+    fn degraded_for_timed_out_runs_quick_first_and_any_other_degraded_parks() {
+        let mut f = facts();
+        f.schedules = Ok((
+            Sched::parse(&CronSpec::new("0 */6 * * *"), "u", None).unwrap(),
+            Sched::parse(&CronSpec::new("0 6 * * *"), "u", None).unwrap(),
+        ));
+        f.status = plan(&f, t(4, 0)).status;
+        f.gate = Gate::NotReady { repository: "t/r".into(), phase: "Degraded".into() };
+
+        // Unreachable backend: parked, no Job, both slots stay due.
+        let d = plan(&f, t(6, 0));
+        assert_eq!(d.launch, None);
+        assert_eq!(ready(&d), (reason::REPOSITORY_NOT_READY, CondStatus::False));
+        // The same gate with a Failed repository never cures, whatever the fact says.
+        let mut failed = facts();
+        failed.status = f.status.clone();
+        failed.schedules = f.schedules.clone();
+        failed.gate = Gate::NotReady { repository: "t/r".into(), phase: "Failed".into() };
+        failed.repository_gate = MaintenanceGate::Cure;
+        assert_eq!(plan(&failed, t(6, 0)).launch, None);
+
+        // TimedOut: the quick run goes first, the full slot stays due.
+        f.repository_gate = MaintenanceGate::Cure;
+        let d = plan(&f, t(6, 0));
+        let l = d.launch.clone().expect("a run while curing");
+        assert_eq!((l.mode, l.at), (RunMode::Quick, t(6, 0)));
+        assert!(d.conditions[0].message.contains("maintenance compacts the index blobs"), "{:?}", d.conditions);
+        assert_eq!(d.status.full.as_ref().unwrap().next_scheduled_at, Some(t(6, 0)), "full still due");
+        f.status = d.status;
+        f.jobs = vec![job("m-quick-1", "quick", t(6, 0), None, JobState::Active)];
+        assert_eq!(plan(&f, t(6, 1)).launch, None, "single flight");
+        f.jobs = vec![job("m-quick-1", "quick", t(6, 0), None, JobState::Complete { at: Some(t(6, 5)) })];
+        let d = plan(&f, t(6, 5));
+        assert_eq!(d.launch.as_ref().map(|l| l.mode), Some(RunMode::Full), "then the full run");
+        assert!(d.status.quick.as_ref().unwrap().last_run_at.is_some());
+
+        // Gate open: today's order (full wins when both are due).
+        let mut open = facts();
+        open.schedules = f.schedules.clone();
+        open.status = plan(&open, t(4, 0)).status;
+        assert_eq!(plan(&open, t(6, 0)).launch.map(|l| l.mode), Some(RunMode::Full));
+    }
+
+    /// `IndexBlobHealth` asked for a quick run: one quick run now, answered once.
+    #[test]
+    fn a_repository_request_runs_one_quick_now_and_is_answered_once() {
+        let mut f = facts();
+        f.status = plan(&f, t(4, 0)).status;
+        // Sub-second precision is dropped: the run's slot annotation carries whole seconds.
+        f.quick_requested_at = Some(t(4, 10) + chrono::Duration::milliseconds(500));
+        assert_eq!(plan(&f, t(4, 9)).launch, None, "a request from the future waits");
+        let d = plan(&f, t(4, 11));
+        let l = d.launch.clone().expect("the requested quick run");
+        assert_eq!((l.mode, l.slot, l.at, l.manual), (RunMode::Quick, t(4, 10), t(4, 10), None));
+        assert!(d.conditions[0].message.contains("asked for one"), "{:?}", d.conditions);
+        assert_eq!(d.status.quick.as_ref().unwrap().next_scheduled_at, Some(t(6, 0)), "the schedule is untouched");
+        f.status = d.status;
+        f.jobs = vec![job("m-quick-r", "quick", t(4, 10), None, JobState::Complete { at: Some(t(4, 12)) })];
+        let d = plan(&f, t(4, 12));
+        assert_eq!(d.launch, None, "answered");
+        assert_eq!(d.recorded.len(), 1);
+        f.status = d.status;
+        f.jobs = vec![];
+        assert_eq!(plan(&f, t(5, 0)).launch, None, "answered for good once the Job is gone");
+        // A newer request runs again; while parked for an unreachable backend it waits.
+        f.quick_requested_at = Some(t(5, 0));
+        f.gate = Gate::NotReady { repository: "t/r".into(), phase: "Degraded".into() };
+        assert_eq!(plan(&f, t(5, 1)).launch, None, "parked: no Job against an unreachable backend");
+        f.gate = Gate::Open;
+        assert_eq!(plan(&f, t(5, 1)).launch.map(|l| l.slot), Some(t(5, 0)));
     }
 
     #[test]

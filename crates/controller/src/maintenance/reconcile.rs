@@ -97,6 +97,12 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
         missing_secrets: missing,
         pod_recheck,
         reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
+        repository_gate: crate::gating::maintenance_gate(repo.as_ref().and_then(RepoView::status)),
+        quick_requested_at: repo
+            .as_ref()
+            .and_then(RepoView::status)
+            .and_then(|s| s.health.as_ref())
+            .and_then(|h| h.quick_maintenance_requested_at),
     };
     let mut d = plan(&facts, now);
     // A gating [next] field (docs/design/api-contract.md §1.9): Stalled FeatureNotImplemented, no Job.

@@ -448,6 +448,7 @@ mod tests {
             via_reinit_ack: false,
             launched_at: None,
             early: false,
+            connect_seconds: None,
             state: JobState::Running,
         });
         let mut d = crate::health::plan(&f, t(60));
@@ -477,6 +478,7 @@ mod tests {
                 failure: None,
                 create_blocked: None,
                 index_blob_count: None,
+                connect_seconds: None,
                 snapshots: vec![entry; listed],
                 snapshots_truncated: truncated,
                 snapshot_count: count,
@@ -523,6 +525,7 @@ mod tests {
             failure: None,
             create_blocked: None,
             index_blob_count: None,
+            connect_seconds: None,
             snapshots: vec![entry.clone(); listed],
             snapshots_truncated: true,
             snapshot_count: count,

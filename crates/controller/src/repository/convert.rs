@@ -93,6 +93,8 @@ pub fn to_pure(st: Option<&RepositoryStatus>) -> RepoStatus {
             }),
             bootstrap_deadline_seconds: h.bootstrap_deadline_seconds,
             last_folded_job_uid: h.last_folded_job_uid,
+            last_connect_seconds: h.last_connect_seconds,
+            quick_maintenance_requested_at: h.quick_maintenance_requested_at,
         },
         terminal,
         reach,
@@ -137,6 +139,8 @@ pub fn from_pure(
         }),
         bootstrap_deadline_seconds: h.bootstrap_deadline_seconds,
         last_folded_job_uid: h.last_folded_job_uid.clone(),
+        last_connect_seconds: h.last_connect_seconds,
+        quick_maintenance_requested_at: h.quick_maintenance_requested_at,
     });
     if let Some(count) = pure.index_blob_count {
         let prev = st.storage_stats.clone().unwrap_or_default();
@@ -240,6 +244,8 @@ mod tests {
                 consecutive_probe_failures: 4,
                 strict_retry: None,
                 last_probe_at: Some(now),
+                last_connect_seconds: Some(90),
+                quick_maintenance_requested_at: Some(now),
                 ..Health::default()
             },
             terminal: Some(Terminal { reason: TerminalReason::RepositoryReinitializeBlocked, message: "msg".into() }),

@@ -206,6 +206,14 @@ pub async fn observe(facts: &mut RepoFacts, uid: &str, backend: &Backend, now: T
     let t = target(backend);
     facts.endpoint = remembered(uid, t.is_some());
     let t = t?;
+    if crate::health::plan::fold_check_due(facts) {
+        // A deadline-killed connect is about to be folded: does the backend answer (slow) or
+        // not (down)? One check decides `TimedOut` against an unreachable verdict.
+        let answer = check(&t).await;
+        facts.endpoint = crate::health::plan::record_fold_check(&facts.endpoint, EndpointCheck { at: now, answer });
+        remember(uid, facts.endpoint.clone());
+        return Some(answer);
+    }
     if !crate::health::plan::endpoint_watched(facts) {
         if facts.status.phase != Some(crate::health::Phase::Degraded) {
             // Out of the breaker: a later outage starts with no remembered transition.

@@ -136,6 +136,13 @@ pub fn connect_result(result: Option<&BootstrapResult>, job_uid: &str, failed_re
     }
 }
 
+/// The connect time the result reports for this Job, rounded up to whole seconds (a 70 ms
+/// connect is 1 s); None for another Job's result, an older mover or a nonsense value.
+pub fn measured_seconds(r: &BootstrapResult, job_uid: &str) -> Option<i64> {
+    let s = r.connect_seconds.filter(|_| r.job_uid == job_uid)?;
+    (s.is_finite() && s >= 0.0).then(|| (s.ceil() as i64).max(1))
+}
+
 async fn read_result(ctx: &Ctx, ns: &str, job: &str) -> Result<Option<BootstrapResult>, Error> {
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     let Some(cm) = api.get_opt(&result_configmap_name(job)).await? else { return Ok(None) };
@@ -168,6 +175,7 @@ pub async fn job_observation<K: RepoObject>(
         },
     );
     let mut listing = None;
+    let mut connect_seconds = None;
     let state = match terminal(&job) {
         None => JobState::Running,
         Some((completed_at, failed_reason)) => {
@@ -176,6 +184,7 @@ pub async fn job_observation<K: RepoObject>(
                     == Some(uid.as_str());
             // Read the result only when it will be folded (once per Job).
             let result = if folded { None } else { read_result(ctx, &ns, &name).await? };
+            connect_seconds = result.as_ref().and_then(|r| measured_seconds(r, &uid));
             let state = JobState::Finished {
                 completed_at,
                 result: connect_result(result.as_ref(), &uid, failed_reason.as_deref()),
@@ -196,6 +205,7 @@ pub async fn job_observation<K: RepoObject>(
         via_reinit_ack: ann.get(ANN_CREATE_GATE).map(String::as_str) == Some(GATE_VIA_ACK),
         launched_at: job.metadata.creation_timestamp.as_ref().map(to_chrono),
         early: ann.get(ANN_EARLY_STRICT).map(String::as_str) == Some("true"),
+        connect_seconds,
         state,
     });
     Ok((facts, listing))
@@ -282,4 +292,26 @@ async fn observe_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<(RepoFacts, 
         endpoint: Default::default(),
     };
     Ok((facts, listing))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reported_connect_time_is_read_rounded_up_for_its_own_job_only() {
+        let r: BootstrapResult = serde_json::from_value(serde_json::json!({
+            "jobUid": "j1", "outcome": "connected", "uniqueIdHex": "ab", "indexBlobCount": 2000,
+            "connectSeconds": 89.2
+        }))
+        .expect("a result document");
+        assert_eq!(measured_seconds(&r, "j1"), Some(90));
+        assert_eq!(measured_seconds(&r, "j2"), None, "another Job's result");
+        let fast = BootstrapResult { connect_seconds: Some(0.073), ..r.clone() };
+        assert_eq!(measured_seconds(&fast, "j1"), Some(1));
+        let older = BootstrapResult { connect_seconds: None, ..r.clone() };
+        assert_eq!(measured_seconds(&older, "j1"), None, "an older mover reports nothing");
+        let bad = BootstrapResult { connect_seconds: Some(f64::NAN), ..r };
+        assert_eq!(measured_seconds(&bad, "j1"), None);
+    }
 }

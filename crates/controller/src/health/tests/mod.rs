@@ -9,6 +9,7 @@ mod gates;
 mod index_blobs;
 mod probe;
 mod props;
+mod timed_out;
 mod transitions;
 mod writable;
 
@@ -82,6 +83,7 @@ pub fn job(kind: ConnectKind, result: ConnectResult, completed_at: Time) -> JobF
         via_reinit_ack: false,
         launched_at: None,
         early: false,
+        connect_seconds: None,
         state: JobState::Finished { completed_at, result },
     }
 }
