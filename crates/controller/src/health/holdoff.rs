@@ -88,7 +88,11 @@ mod tests {
         assert_eq!(adaptive_deadline(Some(90), &t(), Some(600)), 600);
         assert_eq!(adaptive_deadline(Some(1000), &t(), Some(600)), 1800, "the operator cap above it");
         assert_eq!(adaptive_deadline(Some(1000), &t(), Some(1000)), 1800, "between the floor and the cap");
-        assert_eq!(adaptive_deadline(Some(1000), &t(), Some(3000)), 3000, "a configured deadline above the cap is both");
+        assert_eq!(
+            adaptive_deadline(Some(1000), &t(), Some(3000)),
+            3000,
+            "a configured deadline above the cap is both"
+        );
         assert_eq!(adaptive_deadline(Some(5000), &t(), Some(3600)), 3600);
     }
 
