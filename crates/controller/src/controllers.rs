@@ -277,6 +277,7 @@ fn repositories(ctx: &Context, feeds: &mut Feeds) -> impl Future<Output = ()> + 
         secrets: ctx.stores.secrets.clone(),
         warned_acks: std::sync::Mutex::new(Default::default()),
         mover_rbac_ready: std::sync::Mutex::new(Default::default()),
+        maintenances: ctx.stores.maintenances.clone(),
     });
     let op_ns = ctx.config.namespace.clone();
     let (repos, crepos) = (ctx.stores.repos.clone(), ctx.stores.crepos.clone());

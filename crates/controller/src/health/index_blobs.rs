@@ -9,7 +9,7 @@ use kopiur_api::names::{condition, event, reason};
 use super::fold::{Event, EventType};
 use super::kstatus::{Cond, CondStatus};
 use super::plan::Decision;
-use super::types::{RepoIdentity, RepoKind};
+use super::types::{RepoIdentity, RepoKind, Time};
 
 /// The verdict for one reconcile: the condition to render and the Event for a transition.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,4 +86,67 @@ pub fn apply(d: &mut Decision, id: &RepoIdentity, threshold: i32, was_false: boo
     d.conditions.retain(|c| c.type_ != condition::INDEX_BLOB_HEALTH);
     d.conditions.push(v.condition);
     d.events.extend(v.event);
+}
+
+/// While `IndexBlobHealth` stays False the request is repeated this often (a quick run that
+/// could not compact enough, or failed, gets another chance without flooding Events).
+pub const QUICK_REQUEST_REPEAT_SECONDS: i64 = 3600;
+
+/// What answers a quick-maintenance request for this repository.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Maintainers {
+    /// The Maintenances that refer to the repository, as `namespace/name` (may be empty).
+    Found(Vec<String>),
+    /// A ReadOnly repository skips maintenance: nothing is requested.
+    ReadOnly,
+}
+
+/// `IndexBlobHealth` past its threshold schedules a quick maintenance on its own and says so.
+/// Runs after [`apply`]: when the rendered condition is False, a request is due on the
+/// transition into False and again every [`QUICK_REQUEST_REPEAT_SECONDS`] while it stays
+/// False; a due request stamps `status.health.quickMaintenanceRequestedAt` (whole seconds; the
+/// Maintenance answers it with one quick run) with one `QuickMaintenanceRequested` Event. The
+/// condition message names the request, or why there is none (no Maintenance; ReadOnly).
+pub fn request_quick(d: &mut Decision, was_false: bool, maintainers: &Maintainers, now: Time) {
+    let Some(c) =
+        d.conditions.iter_mut().find(|c| c.type_ == condition::INDEX_BLOB_HEALTH && c.status == CondStatus::False)
+    else {
+        return;
+    };
+    let names = match maintainers {
+        Maintainers::ReadOnly => {
+            c.message.push_str("; the repository is ReadOnly, so maintenance is skipped and no quick run is requested");
+            return;
+        }
+        Maintainers::Found(names) if names.is_empty() => {
+            c.message.push_str(
+                "; no Maintenance exists for this repository, so no quick maintenance run could be requested: enable \
+                 spec.maintenance or create a Maintenance for it to compact the index",
+            );
+            return;
+        }
+        Maintainers::Found(names) => names.join(", "),
+    };
+    let last = d.status.health.quick_maintenance_requested_at;
+    let due = !was_false || last.is_none_or(|l| now - l >= chrono::Duration::seconds(QUICK_REQUEST_REPEAT_SECONDS));
+    let at = match (due, last) {
+        (true, _) | (false, None) => {
+            let at = chrono::SubsecRound::trunc_subsecs(now, 0);
+            d.status.health.quick_maintenance_requested_at = Some(at);
+            d.events.push(Event {
+                type_: EventType::Normal,
+                reason: event::QUICK_MAINTENANCE_REQUESTED,
+                note: format!("{}; a quick maintenance run was requested from Maintenance {names}", c.message),
+            });
+            at
+        }
+        (false, Some(l)) => l,
+    };
+    c.message = format!(
+        "{}; a quick maintenance run was requested at {} from Maintenance {names} (repeated every {}m while this \
+         stays False)",
+        c.message,
+        at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        QUICK_REQUEST_REPEAT_SECONDS / 60,
+    );
 }

@@ -121,6 +121,8 @@ pub struct Ctx {
     pub warned_acks: Mutex<HashMap<String, String>>,
     /// Namespaces where the mover ServiceAccount and RoleBinding are known to exist.
     pub mover_rbac_ready: Mutex<std::collections::HashSet<String>>,
+    /// The Maintenances, to find who answers a quick-maintenance request (`IndexBlobHealth`).
+    pub maintenances: Store<kopiur_api::Maintenance>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -223,10 +225,40 @@ async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Action, Er
     let threshold = obj.common().health.index_blob_warn_threshold;
     let was_false = convert::index_blob_health_was_false(obj.status_common());
     crate::health::index_blobs::apply(&mut decision, &facts.id, threshold, was_false);
+    let maintainers = match facts.spec.read_only {
+        true => crate::health::index_blobs::Maintainers::ReadOnly,
+        false => crate::health::index_blobs::Maintainers::Found(maintainers_of::<K>(&ctx.maintenances, obj)),
+    };
+    crate::health::index_blobs::request_quick(&mut decision, was_false, &maintainers, now);
     let action = apply::apply(obj, ctx, &facts, decision, cat, now).await?;
     endpoint::remember_after(&uid, &facts, spent);
     next::warn_ignored(obj, ctx, &next).await;
     Ok(action)
+}
+
+/// The Maintenances that refer to this repository, as `namespace/name`, sorted.
+fn maintainers_of<K: RepoObject>(store: &Store<kopiur_api::Maintenance>, obj: &K) -> Vec<String> {
+    let kind = match K::KIND {
+        RepoKind::Repository => kopiur_api::shared::RepositoryKind::Repository,
+        RepoKind::ClusterRepository => kopiur_api::shared::RepositoryKind::ClusterRepository,
+    };
+    let (ns, name) = (obj.namespace(), obj.name_any());
+    let mut out: Vec<String> = store
+        .state()
+        .iter()
+        .filter(|m| {
+            crate::maintenance::runtime::refers_to(
+                &m.spec.repository,
+                &m.namespace().unwrap_or_default(),
+                kind,
+                ns.as_deref(),
+                &name,
+            )
+        })
+        .map(|m| format!("{}/{}", m.namespace().unwrap_or_default(), m.name_any()))
+        .collect();
+    out.sort();
+    out
 }
 
 /// `MissingCaBundle` (docs/design/api-contract.md §3): the CA ConfigMap or its key is absent. The facts carried

@@ -126,3 +126,82 @@ fn apply_replaces_rather_than_duplicates_the_condition() {
     assert_eq!(d.conditions.iter().filter(|c| c.type_ == "IndexBlobHealth").count(), 1);
     assert_eq!(cond(&d.conditions, "IndexBlobHealth").status, CondStatus::False);
 }
+
+mod quick_request {
+    use super::*;
+    use crate::health::index_blobs::{Maintainers, QUICK_REQUEST_REPEAT_SECONDS, request_quick};
+
+    fn decided(count: u64, was_false: bool, last: Option<Time>, now: Time) -> crate::health::plan::Decision {
+        let mut f = ready();
+        f.status.health.quick_maintenance_requested_at = last;
+        let mut d = plan(&f, now);
+        d.status.index_blob_count = Some(count);
+        apply(&mut d, &id(), 1000, was_false);
+        d
+    }
+
+    fn found() -> Maintainers {
+        Maintainers::Found(vec!["t/r-maintenance".into()])
+    }
+
+    fn requested(d: &crate::health::plan::Decision) -> usize {
+        d.events.iter().filter(|e| e.reason == "QuickMaintenanceRequested").count()
+    }
+
+    #[test]
+    fn crossing_the_threshold_requests_one_quick_run_and_says_so() {
+        let now = at(100) + chrono::Duration::milliseconds(700);
+        let mut d = decided(1500, false, None, now);
+        request_quick(&mut d, false, &found(), now);
+        assert_eq!(d.status.health.quick_maintenance_requested_at, Some(at(100)), "whole seconds");
+        assert_eq!(requested(&d), 1);
+        let e = d.events.iter().find(|e| e.reason == "QuickMaintenanceRequested").unwrap();
+        assert_eq!(e.type_, EventType::Normal);
+        assert!(e.note.contains("t/r-maintenance") && e.note.contains("1500"), "{}", e.note);
+        let c = d.conditions.iter().find(|c| c.type_ == "IndexBlobHealth").unwrap();
+        assert!(c.message.contains("a quick maintenance run was requested at"), "{}", c.message);
+        assert!(c.message.contains("t/r-maintenance"), "{}", c.message);
+    }
+
+    #[test]
+    fn while_false_it_repeats_only_after_the_repeat_interval() {
+        let first = at(100);
+        let soon = first + chrono::Duration::seconds(QUICK_REQUEST_REPEAT_SECONDS - 1);
+        let mut d = decided(1500, true, Some(first), soon);
+        request_quick(&mut d, true, &found(), soon);
+        assert_eq!(requested(&d), 0, "once per crossing");
+        assert_eq!(d.status.health.quick_maintenance_requested_at, Some(first));
+        let c = d.conditions.iter().find(|c| c.type_ == "IndexBlobHealth").unwrap();
+        assert!(c.message.contains("requested at 2026-08-04T12:01:40Z"), "the stored request is named: {}", c.message);
+
+        let later = first + chrono::Duration::seconds(QUICK_REQUEST_REPEAT_SECONDS);
+        let mut d = decided(1500, true, Some(first), later);
+        request_quick(&mut d, true, &found(), later);
+        assert_eq!(requested(&d), 1, "again after the interval while still False");
+        assert_eq!(d.status.health.quick_maintenance_requested_at, Some(later));
+    }
+
+    #[test]
+    fn without_a_maintenance_or_read_only_nothing_is_requested_and_the_message_says_why() {
+        let mut d = decided(1500, false, None, at(100));
+        request_quick(&mut d, false, &Maintainers::Found(vec![]), at(100));
+        assert_eq!((requested(&d), d.status.health.quick_maintenance_requested_at), (0, None));
+        let c = d.conditions.iter().find(|c| c.type_ == "IndexBlobHealth").unwrap();
+        assert!(c.message.contains("no Maintenance exists for this repository"), "{}", c.message);
+
+        let mut d = decided(1500, false, None, at(100));
+        request_quick(&mut d, false, &Maintainers::ReadOnly, at(100));
+        assert_eq!((requested(&d), d.status.health.quick_maintenance_requested_at), (0, None));
+        let c = d.conditions.iter().find(|c| c.type_ == "IndexBlobHealth").unwrap();
+        assert!(c.message.contains("ReadOnly"), "{}", c.message);
+    }
+
+    #[test]
+    fn a_healthy_count_requests_nothing() {
+        let mut d = decided(999, false, None, at(100));
+        request_quick(&mut d, false, &found(), at(100));
+        assert_eq!((requested(&d), d.status.health.quick_maintenance_requested_at), (0, None));
+        let c = d.conditions.iter().find(|c| c.type_ == "IndexBlobHealth").unwrap();
+        assert!(!c.message.contains("requested"), "{}", c.message);
+    }
+}
