@@ -5,7 +5,8 @@
 //! leaves it; a built-in copy of such a row is used without a file), each with its own name and
 //! uid, and reports the heap each piece of per-Snapshot state holds:
 //! - the reflector store (`Arc<Snapshot>` plus its `ObjectRef` key);
-//! - the `kopiur_resource_phase` series of the Snapshot kind;
+//! - the `kopiur_resource_phase` series of the Snapshot kind, held as before and written at
+//!   scrape time as now;
 //! - the store-backed gauges of `snapshot::gauges` (transient, rebuilt every period);
 //! - one rendering of `/metrics` (transient, per scrape).
 //!
@@ -89,6 +90,23 @@ fn main() {
         size_of::<Snapshot>(),
         row.to_string().len()
     );
+    {
+        use kopiur_api::snapshot::*;
+        println!(
+            "inline sizes: ObjectMeta {} B, SnapshotSpec {} B (SnapshotSource {} B), SnapshotStatus {} B \
+             (KopiaSnapshotRef {}, SnapshotStats {}, JobRef {}, SnapshotResolved {}, DeletionRecord {}, Condition {})",
+            size_of::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>(),
+            size_of::<SnapshotSpec>(),
+            size_of::<SnapshotSource>(),
+            size_of::<SnapshotStatus>(),
+            size_of::<KopiaSnapshotRef>(),
+            size_of::<SnapshotStats>(),
+            size_of::<JobRef>(),
+            size_of::<SnapshotResolved>(),
+            size_of::<DeletionRecord>(),
+            size_of::<kopiur_api::shared::status::Condition>(),
+        );
+    }
     let objs: Vec<Snapshot> = (0..rows)
         .map(|i| {
             let mut v = row.clone();
@@ -117,7 +135,9 @@ fn main() {
     let metrics = Metrics::default();
     metrics.leader.store(true, Ordering::Relaxed);
     kopiur_controller::resource_phase::publish(&metrics, &state);
-    let m3 = report("kopiur_resource_phase series of the Snapshot kind (held)", m2, rows);
+    report("kopiur_resource_phase series of the Snapshot kind, as before (held)", m2, rows);
+    kopiur_controller::snapshot::gauges::live_phase(&metrics, store.clone());
+    let m3 = report("... replaced by lines written at scrape time (held)", m2, rows);
     let g = kopiur_controller::snapshot::gauges::compute(&state);
     report("snapshot gauges (rebuilt every 5 s)", m3, rows);
     drop(g);
