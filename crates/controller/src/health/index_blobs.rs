@@ -101,52 +101,73 @@ pub enum Maintainers {
     ReadOnly,
 }
 
-/// `IndexBlobHealth` past its threshold schedules a quick maintenance on its own and says so.
-/// Runs after [`apply`]: when the rendered condition is False, a request is due on the
-/// transition into False and again every [`QUICK_REQUEST_REPEAT_SECONDS`] while it stays
-/// False; a due request stamps `status.health.quickMaintenanceRequestedAt` (whole seconds; the
-/// Maintenance answers it with one quick run) with one `QuickMaintenanceRequested` Event. The
-/// condition message names the request, or why there is none (no Maintenance; ReadOnly).
+/// `IndexBlobHealth` past its threshold schedules a quick maintenance on its own and says so;
+/// so does a breaker open for `TimedOut` (slow, not down: maintenance is the cure). Runs after
+/// [`apply`]. A request is due when the rendered `IndexBlobHealth` turns False, when the
+/// breaker opened for `TimedOut` after the last request, and again every
+/// [`QUICK_REQUEST_REPEAT_SECONDS`] while either holds. A due request stamps
+/// `status.health.quickMaintenanceRequestedAt` (whole seconds; the Maintenance answers it with
+/// one quick run) with one `QuickMaintenanceRequested` Event naming the Maintenance(s). A False
+/// `IndexBlobHealth` message names the request, or why there is none (no Maintenance;
+/// ReadOnly).
 pub fn request_quick(d: &mut Decision, was_false: bool, maintainers: &Maintainers, now: Time) {
-    let Some(c) =
-        d.conditions.iter_mut().find(|c| c.type_ == condition::INDEX_BLOB_HEALTH && c.status == CondStatus::False)
-    else {
+    let blobs =
+        d.conditions.iter().position(|c| c.type_ == condition::INDEX_BLOB_HEALTH && c.status == CondStatus::False);
+    let timed_out = d.status.phase == Some(super::types::Phase::Degraded)
+        && d.status.reach.as_ref().is_some_and(|r| r.reach == super::types::Reach::TimedOut);
+    if blobs.is_none() && !timed_out {
         return;
-    };
+    }
     let names = match maintainers {
         Maintainers::ReadOnly => {
-            c.message.push_str("; the repository is ReadOnly, so maintenance is skipped and no quick run is requested");
+            if let Some(i) = blobs {
+                d.conditions[i]
+                    .message
+                    .push_str("; the repository is ReadOnly, so maintenance is skipped and no quick run is requested");
+            }
             return;
         }
         Maintainers::Found(names) if names.is_empty() => {
-            c.message.push_str(
-                "; no Maintenance exists for this repository, so no quick maintenance run could be requested: enable \
-                 spec.maintenance or create a Maintenance for it to compact the index",
-            );
+            if let Some(i) = blobs {
+                d.conditions[i].message.push_str(
+                    "; no Maintenance exists for this repository, so no quick maintenance run could be requested: \
+                     enable spec.maintenance or create a Maintenance for it to compact the index",
+                );
+            }
             return;
         }
         Maintainers::Found(names) => names.join(", "),
     };
     let last = d.status.health.quick_maintenance_requested_at;
-    let due = !was_false || last.is_none_or(|l| now - l >= chrono::Duration::seconds(QUICK_REQUEST_REPEAT_SECONDS));
+    let opened = d.status.health.breaker_opened_at;
+    let due = last.is_none_or(|l| now - l >= chrono::Duration::seconds(QUICK_REQUEST_REPEAT_SECONDS))
+        || (blobs.is_some() && !was_false)
+        || (timed_out && opened.is_some_and(|o| last.is_some_and(|l| l < chrono::SubsecRound::trunc_subsecs(o, 0))));
     let at = match (due, last) {
+        (false, Some(l)) => l,
         (true, _) | (false, None) => {
             let at = chrono::SubsecRound::trunc_subsecs(now, 0);
             d.status.health.quick_maintenance_requested_at = Some(at);
+            let why = match blobs {
+                Some(i) => d.conditions[i].message.clone(),
+                None => "connects time out while the backend answers (slow, not down)".to_string(),
+            };
             d.events.push(Event {
                 type_: EventType::Normal,
                 reason: event::QUICK_MAINTENANCE_REQUESTED,
-                note: format!("{}; a quick maintenance run was requested from Maintenance {names}", c.message),
+                note: format!("{why}; a quick maintenance run was requested from Maintenance {names}"),
             });
             at
         }
-        (false, Some(l)) => l,
     };
-    c.message = format!(
-        "{}; a quick maintenance run was requested at {} from Maintenance {names} (repeated every {}m while this \
-         stays False)",
-        c.message,
-        at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        QUICK_REQUEST_REPEAT_SECONDS / 60,
-    );
+    if let Some(i) = blobs {
+        let c = &mut d.conditions[i];
+        c.message = format!(
+            "{}; a quick maintenance run was requested at {} from Maintenance {names} (repeated every {}m while \
+             this stays False)",
+            c.message,
+            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            QUICK_REQUEST_REPEAT_SECONDS / 60,
+        );
+    }
 }

@@ -205,3 +205,45 @@ mod quick_request {
         assert!(!c.message.contains("requested"), "{}", c.message);
     }
 }
+
+mod cure_request {
+    use super::*;
+    use crate::health::index_blobs::{Maintainers, request_quick};
+
+    /// Degraded for `TimedOut` (count healthy or unknown): the breaker asks for the cure once
+    /// per opening, not again for the same opening within the hour; an unreachable backend
+    /// asks for nothing.
+    #[test]
+    fn a_breaker_open_for_timed_out_requests_one_quick_run_per_opening() {
+        let open = |opened: i64, last: Option<i64>, reach: Reach| {
+            let mut f = ready();
+            f.status.phase = Some(Phase::Degraded);
+            f.status.health.breaker_opened_at = Some(at(opened));
+            f.status.health.quick_maintenance_requested_at = last.map(at);
+            f.status.reach = Some(ReachState { reach, message: "m".into() });
+            f.status.health.strict_retry =
+                Some(StrictRetry { attempt: 1, holdoff_seconds: 120, next_attempt_at: at(opened + 120) });
+            plan(&f, at(opened + 5))
+        };
+        let found = Maintainers::Found(vec!["t/r".into()]);
+        let n = |d: &crate::health::plan::Decision| {
+            d.events.iter().filter(|e| e.reason == "QuickMaintenanceRequested").count()
+        };
+        let mut d = open(100, None, Reach::TimedOut);
+        request_quick(&mut d, false, &found, at(105));
+        assert_eq!((n(&d), d.status.health.quick_maintenance_requested_at), (1, Some(at(105))));
+        assert!(d.events[0].note.contains("slow, not down") && d.events[0].note.contains("t/r"));
+        // A request older than this opening: asked again.
+        let mut d = open(100, Some(50), Reach::TimedOut);
+        request_quick(&mut d, false, &found, at(105));
+        assert_eq!(n(&d), 1);
+        // Already asked since it opened: not again within the hour.
+        let mut d = open(100, Some(102), Reach::TimedOut);
+        request_quick(&mut d, false, &found, at(105));
+        assert_eq!((n(&d), d.status.health.quick_maintenance_requested_at), (0, Some(at(102))));
+        // An unreachable backend: nothing (maintenance stays parked anyway).
+        let mut d = open(100, None, Reach::BackendUnreachable);
+        request_quick(&mut d, false, &found, at(105));
+        assert_eq!((n(&d), d.status.health.quick_maintenance_requested_at), (0, None));
+    }
+}
