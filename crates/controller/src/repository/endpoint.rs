@@ -1,7 +1,9 @@
 //! The cheap endpoint check (the I/O half; the decision is `health::plan`): while a
 //! repository's breaker is open for an unreachable backend, the controller itself asks the
 //! backend endpoint whether it answers at all, with no Job and no kopia, so the strict connect
-//! can run as soon as the backend is back instead of at the end of a long holdoff.
+//! can run as soon as the backend is back instead of at the end of a long holdoff. The same
+//! check runs once before a deadline-killed connect is folded (`health::plan::fold_check_due`),
+//! in any phase: its answer tells a slow backend (`TimedOut`) from a dead one.
 //!
 //! One unauthenticated request: `HEAD /` over plain HTTP, or a TLS ClientHello for an `https`
 //! endpoint. Any protocol answer counts (an HTTP status line, even 403; a TLS handshake record
