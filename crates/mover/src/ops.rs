@@ -736,3 +736,86 @@ pub fn resolve(mut list: Vec<SnapshotManifest>, r: &crate::workspec::ResolveIden
     list.sort_by_key(|m| std::cmp::Reverse(m.end_time));
     list.into_iter().nth(r.offset as usize)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::result::FileSink;
+    use crate::workspec::{RepositoryInfo, SCHEMA_VERSION, TargetRef};
+    use kopiur_kopia::backend::{Backend, FilesystemBackend};
+    use kopiur_kopia::cmd::CacheSizes;
+
+    /// A stand-in kopia: `repository connect` takes 1.5 s, then the repository answers.
+    const FAKE_KOPIA: &str = r#"#!/bin/sh
+case "$1 $2" in
+  "repository connect") sleep 1.5; exit 0 ;;
+  "repository status") echo '{"uniqueIDHex":"abcd"}' ;;
+  "index list") echo '[{"id":"xn0_a"},{"id":"xn0_b"}]' ;;
+  "maintenance info") echo '{"owner":"kopiur@kopiur.t.r"}' ;;
+  *) echo "unexpected: $*" >&2; exit 1 ;;
+esac
+"#;
+
+    /// The bootstrap connect reports its wall time (`connectSeconds`, next to the index blob
+    /// count), and it is bounded by the Job deadline, not by the per-command timeout: a 1 s
+    /// command timeout does not kill a 1.5 s connect.
+    #[tokio::test]
+    async fn bootstrap_reports_the_connect_time_and_outlives_the_command_timeout() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("kopia");
+        std::fs::write(&bin, FAKE_KOPIA).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let spec = WorkSpec {
+            schema_version: SCHEMA_VERSION,
+            target_ref: TargetRef {
+                api_version: "kopiur.home-operations.com/v1alpha1".into(),
+                kind: "Repository".into(),
+                namespace: Some("t".into()),
+                name: "r".into(),
+                uid: "u".into(),
+            },
+            repository: RepositoryInfo {
+                kind: "Repository".into(),
+                namespace: Some("t".into()),
+                name: "r".into(),
+                uid: "u".into(),
+                backend: Backend::Filesystem(FilesystemBackend { path: "/nonexistent".into() }),
+                client_identity: Identity::new("kopiur-ops", "kopiur.t.r"),
+                read_only: false,
+                cache: CacheSizes::default(),
+            },
+            command_timeout_seconds: 1,
+            heartbeat_seconds: 30,
+            operation: Operation::BootstrapRepository(BootstrapRepositoryOp {
+                create_gate: CreateGate::PinnedOnceReady,
+                pinned_unique_id: Some("abcd".into()),
+                probe: true,
+                list_snapshots: false,
+                catalog_limit: 10,
+                verify_snapshot_ids: vec![],
+                maintenance_owner: "kopiur@kopiur.t.r".into(),
+                create: Default::default(),
+            }),
+        };
+        let out = dir.path().join("result.jsonl");
+        let env = KopiaEnv::new(dir.path().join("work"), dir.path().join("cache"));
+        let runner = Runner::new(&bin, Duration::from_secs(1));
+        let ctx = Ctx::new(spec, env, runner, FileSink { path: out.clone() }, "job-1".into());
+        assert_eq!(ctx.execute().await, Exit::Success);
+        let line = std::fs::read_to_string(&out).unwrap();
+        let report: Report = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+        let Report::Bootstrap(r) = report else { panic!("not a bootstrap report: {line}") };
+        assert_eq!(r.outcome, BootstrapOutcome::Connected, "{r:?}");
+        assert_eq!(r.index_blob_count, Some(2));
+        let secs = r.connect_seconds.expect("the connect time is reported");
+        assert!((1.5..10.0).contains(&secs), "connect + status + index list took {secs}s");
+        assert!(line.contains("\"connectSeconds\":"), "{line}");
+    }
+
+    #[test]
+    fn seconds_keep_millisecond_precision() {
+        assert_eq!(round_seconds(Duration::from_micros(1_234_567)), 1.234);
+        assert_eq!(round_seconds(Duration::ZERO), 0.0);
+    }
+}
