@@ -112,8 +112,8 @@ pub fn conditions(facts: &RepoFacts, st: &RepoStatus) -> Vec<Cond> {
                 Some(r) => (
                     kopiur_api::names::reason::TIMED_OUT.into(),
                     format!(
-                        "circuit breaker open: {}; maintenance still runs (it compacts the index), snapshots and \
-                         restores wait{next} with a deadline of {}s",
+                        "circuit breaker open: {}; maintenance still runs (it compacts the index blobs that slow \
+                         the connect), snapshots and restores wait{next} with a deadline of {}s",
                         r.message,
                         super::holdoff::bootstrap_deadline(
                             &st.health,

@@ -105,8 +105,8 @@ impl Verdict {
                     None => "no successful connect was measured yet".to_string(),
                 };
                 format!(
-                    "the backend answers, but the connect took longer than its deadline of {deadline_seconds}s ({last}); \
-                     slow, not down: maintenance compacts the index blobs that slow it"
+                    "the backend answers, but the connect took longer than its deadline of {deadline_seconds}s ({last}): \
+                     slow, not down"
                 )
             }
             Verdict::NotInitialized => FailureClass::NotFound.summary(true).to_string(),
