@@ -5,8 +5,12 @@
 //!   64 MiB at 10,000), and reconcile throughput over those rows at start-up;
 //! - Snapshot-created to Job-created latency, p50 / p95 over sequential manual Snapshots
 //!   (goal: p50 at most 1 s);
+//! - the start-up write backlog: the reconcile count reaches the row count before every row's
+//!   one status write is sent (a write's own watch event is reconciled and counted too), so
+//!   the bench waits until the controller's writes stop for 20 s and prints when that was and
+//!   what was written, by verb and resource;
 //! - API write requests per idle minute (goal 0), from the controller's own
-//!   `kopiur_kube_client_requests_total`, Lease renewals reported apart;
+//!   `kopiur_kube_client_requests_total`, Lease renewals reported apart, by resource;
 //! - API requests during each start-up by verb (LISTs are paged by the watcher), and LISTs per
 //!   steady-state minute (goal 0: the controller reads from its watch caches).
 //!
