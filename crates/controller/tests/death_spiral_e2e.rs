@@ -19,6 +19,12 @@
 //! maintenance Job is created, and no Job but the breaker's own strict connects targets the
 //! repository until the proxy passes again; then the repository is Ready and the parked run
 //! runs.
+//!
+//! Slow after Ready: every index blob is put back ([`index_growth::copy_to_garage`]) and the
+//! latency raised, so a probe outlives the deadline the fast connects earned: the repository is
+//! Degraded for `TimedOut` (both `Ready` and `BackendReachable`), the breaker asks for a quick
+//! run, the Maintenance launches it while the repository is still Degraded (not gated), and the
+//! repository is Ready again with the count fallen, with no human action.
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
@@ -49,6 +55,10 @@ const PREFIX: &str = "spiral/";
 const LATENCY: Duration = Duration::from_millis(5);
 /// The Repository's initial connect deadline: below the calibrated cold connect at [`LATENCY`].
 const INITIAL_DEADLINE: i64 = 10;
+/// Scenario C's latency: a cold connect over the grown index (about 55 s, between the calibrated
+/// 26 s at 20 ms and 71 s at 50 ms) outlives
+/// the deadline a fast connect earns (3 × a few seconds + 30 s).
+const SLOWER: Duration = Duration::from_millis(40);
 /// The probe cadence (`spec.health.probe.interval`).
 const PROBE_INTERVAL: i64 = 30;
 const THRESHOLD: i64 = 1000;
@@ -72,6 +82,15 @@ fn ready_reason(o: &DynamicObject) -> String {
 fn state(o: &DynamicObject) -> String {
     let phase = ptr(o, "/status/phase").and_then(Value::as_str).unwrap_or_default();
     format!("{phase}/{}", ready_reason(o))
+}
+
+fn reachable_reason(o: &DynamicObject) -> String {
+    ptr(o, "/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "BackendReachable"))
+        .and_then(|c| c["reason"].as_str())
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn phase(o: &DynamicObject) -> String {
@@ -266,8 +285,15 @@ async fn slow_is_not_down_maintenance_cures_it_and_a_refused_backend_parks_it() 
     let degraded =
         w.wait_since("r Degraded (unreachable)", mark, Duration::from_secs(180), |o| phase(o) == "Degraded").await?;
     let why = ready_reason(&degraded.object);
-    say(format!("r Degraded after {:.1} s: Ready reason {why}", degraded.at.duration_since(cut).as_secs_f64()));
-    ensure!(why != reason::TIMED_OUT, "a refused backend is down, not slow: {why}");
+    let reach = reachable_reason(&degraded.object);
+    say(format!(
+        "r Degraded after {:.1} s: Ready reason {why}, BackendReachable reason {reach}",
+        degraded.at.duration_since(cut).as_secs_f64()
+    ));
+    ensure!(
+        why != reason::TIMED_OUT && reach != reason::TIMED_OUT,
+        "a refused backend is down, not slow: {why}/{reach}"
+    );
     let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     maints
         .patch(
@@ -277,7 +303,7 @@ async fn slow_is_not_down_maintenance_cures_it_and_a_refused_backend_parks_it() 
         )
         .await?;
     // Parked for a while: the manual run stays Pending for the repository, no maintenance Job.
-    let parked_for = Duration::from_secs(30);
+    let parked_for = Duration::from_secs(20);
     tokio::time::sleep(parked_for).await;
     let mm = maints.get("m").await?;
     let mv = serde_json::to_value(&mm)?;
@@ -321,6 +347,74 @@ async fn slow_is_not_down_maintenance_cures_it_and_a_refused_backend_parks_it() 
         ran.first_seen.duration_since(back).as_secs_f64(),
         during.len()
     ));
+
+    // ---- Scenario C: slow after Ready: Degraded for TimedOut, and maintenance is not gated. ----
+    // The bucket holds the grown repository again (every index blob back) and the proxy is
+    // slower: the next probe outlives the deadline the fast connects earned.
+    let ready_before = w.latest().context("r")?.object;
+    let earned = int(&ready_before, "/status/health/bootstrapDeadlineSeconds");
+    let req_before = events(&client, "r", event::QUICK_MAINTENANCE_REQUESTED).await?;
+    let regrow = index_growth::copy_to_garage(&g, &work, PREFIX, PASSWORD, true).await?;
+    proxy.set(Mode::Latency(SLOWER));
+    let c_start = Instant::now();
+    let mark = w.mark().saturating_sub(1);
+    let c_before: Vec<String> = jobs.in_namespace(NS).into_iter().map(|j| j.uid).collect();
+    say(format!(
+        "scenario C: {TARGET}+ index blobs back ({:.1} s), {SLOWER:?} of latency; the deadline r earned: {earned:?} s",
+        regrow.as_secs_f64()
+    ));
+    let slow =
+        w.wait_since("r Degraded for TimedOut", mark, Duration::from_secs(240), |o| phase(o) == "Degraded").await?;
+    let slow_why = ready_reason(&slow.object);
+    say(format!(
+        "r Degraded {:.1} s after the slowdown: Ready reason {slow_why}, BackendReachable reason {}",
+        slow.at.duration_since(c_start).as_secs_f64(),
+        reachable_reason(&slow.object)
+    ));
+    ensure!(slow_why == reason::TIMED_OUT, "slow, not down: Degraded for {slow_why}");
+    // No request: the breaker opening for TimedOut asks the Maintenance for a quick run, and
+    // the Maintenance is not gated by a repository Degraded for TimedOut.
+    let cure = jobs
+        .wait("a maintenance Job while Degraded", Duration::from_secs(120), |j| {
+            is_maintenance(j) && !c_before.contains(&j.uid)
+        })
+        .await?;
+    let state_then = w.latest().map(|s| s.phase).unwrap_or_default();
+    say(format!(
+        "maintenance Job {} launched {:.1} s after r went Degraded, r then {state_then}",
+        cure.name,
+        cure.first_seen.saturating_duration_since(slow.at).as_secs_f64()
+    ));
+    ensure!(state_then.starts_with("Degraded/"), "the maintenance Job launched while r was Degraded: {state_then}");
+    let done = w
+        .wait("r Ready, compacted", Duration::from_secs(300), |o| {
+            phase(o) == "Ready" && index_blobs(o).is_some_and(|n| n < THRESHOLD)
+        })
+        .await?;
+    let c_states = w.transitions_since(mark);
+    for s in &c_states {
+        let (ph, why) = s.split_once('/').unwrap_or((s, ""));
+        ensure!(ph != "Degraded" || why == reason::TIMED_OUT, "slow read as {why}: {c_states:?}");
+    }
+    let cure_seen = jobs.in_namespace(NS).into_iter().find(|j| j.uid == cure.uid).context("cure Job")?;
+    ensure!(cure_seen.complete_seen.is_some(), "the maintenance Job completed: {}", describe(&[cure_seen.clone()]));
+    let c_jobs: Vec<JobSeen> = jobs.owned_by(&r_uid).into_iter().filter(|j| !c_before.contains(&j.uid)).collect();
+    let c_secs = done.at.duration_since(c_start).as_secs_f64();
+    say(format!("r transitions: {c_states:?}"));
+    say(format!(
+        "scenario C figures: Degraded (TimedOut) {:.1} s after the slowdown, Ready with indexBlobCount {:?} {c_secs:.1} s \
+         after it (lastConnectSeconds {:?}, bootstrapDeadlineSeconds {:?}); connect Jobs {}: {}",
+        slow.at.duration_since(c_start).as_secs_f64(),
+        index_blobs(&done.object),
+        int(&done.object, "/status/health/lastConnectSeconds"),
+        int(&done.object, "/status/health/bootstrapDeadlineSeconds"),
+        c_jobs.len(),
+        describe(&c_jobs)
+    ));
+    let req_after = events(&client, "r", event::QUICK_MAINTENANCE_REQUESTED).await?;
+    ensure!(req_after > req_before, "the TimedOut breaker asked for a quick run ({req_before} -> {req_after} Events)");
+    let c_bound = (c_secs as usize).div_ceil(PROBE_INTERVAL as usize) + c_states.len() + 2;
+    ensure!(c_jobs.len() <= c_bound, "{} connect Jobs in {c_secs:.0} s, bound {c_bound}", c_jobs.len());
     let _ = op.metric("kopiur_leader").await;
     say("done".into());
     Ok(())

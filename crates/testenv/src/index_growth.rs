@@ -260,25 +260,7 @@ pub async fn grow_into_garage(
     reached?;
     let grow = grow_started.elapsed();
 
-    let copy_started = Instant::now();
-    k.run(
-        &args(&[
-            "repository",
-            "sync-to",
-            "s3",
-            &format!("--bucket={}", g.bucket()),
-            &format!("--endpoint={}", g.s3_endpoint()),
-            &format!("--prefix={prefix}"),
-            &format!("--region={}", g.region()),
-            "--disable-tls",
-            "--parallel=16",
-            "--no-progress",
-        ]),
-        Duration::from_secs(180),
-    )
-    .await
-    .context("kopia repository sync-to s3")?;
-    let copy = copy_started.elapsed();
+    let copy = copy_to_garage(g, work, prefix, password, false).await?;
 
     let check = k.fresh("verify");
     let direct_connect = check.connect_s3(g, &g.s3_endpoint(), prefix, Duration::from_secs(180)).await?;
@@ -287,4 +269,30 @@ pub async fn grow_into_garage(
         bail!("the copied repository lists {index_blobs} index blobs, fewer than {target}");
     }
     Ok(Growth { index_blobs, setup, grow, copy, direct_connect })
+}
+
+/// Copies the grown filesystem repository under `work` (as [`grow_into_garage`] left it) into
+/// `g`'s bucket at `prefix`. With `delete`, blobs the copy does not hold are removed first: the
+/// bucket holds exactly the grown repository again (every index blob back, a compaction undone),
+/// which is how a test grows the repository a second time in seconds.
+pub async fn copy_to_garage(g: &Garage, work: &Path, prefix: &str, password: &str, delete: bool) -> Result<Duration> {
+    let k = Kopia::new(g, &work.join("grow"), password)?;
+    let started = Instant::now();
+    let mut a = args(&[
+        "repository",
+        "sync-to",
+        "s3",
+        &format!("--bucket={}", g.bucket()),
+        &format!("--endpoint={}", g.s3_endpoint()),
+        &format!("--prefix={prefix}"),
+        &format!("--region={}", g.region()),
+        "--disable-tls",
+        "--parallel=16",
+        "--no-progress",
+    ]);
+    if delete {
+        a.push("--delete".into());
+    }
+    k.run(&a, Duration::from_secs(180)).await.context("kopia repository sync-to s3")?;
+    Ok(started.elapsed())
 }
