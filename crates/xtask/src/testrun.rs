@@ -32,9 +32,9 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "pipeline_outage_e2e",      // 830 s: the outage replay, the critical path
     "pipeline_acceptance_e2e",  // 342 s
     "e2e_repository",           // 366 s (with the T01/T02/T08/T18/T44 side repositories; T44 5 min down)
+    "death_spiral_e2e",         // 345 s (measured alone; grows 2,000 index blobs in ~50 s, three scenarios)
     "real_node_e2e",            // 277 s (measured alone)
     "deletion_e2e",             // 243 s
-    "death_spiral_e2e",         // 233 s (measured alone; grows a 2,000-index-blob repository in about 50 s)
     "breaker_close_fast_e2e",   // 211 s (measured alone; a 168 s cut, then Ready within 60 s)
     "e2e_repository_faults",    // 203 s (with T14, T17's mid-outage Snapshot and T45)
     "deletion_scenarios_e2e",   // 118-168 s (up to 282 s on a loaded machine)
@@ -446,9 +446,9 @@ mod tests {
                 "pipeline_outage_e2e",
                 "pipeline_acceptance_e2e",
                 "e2e_repository",
+                "death_spiral_e2e",
                 "real_node_e2e",
                 "deletion_e2e",
-                "death_spiral_e2e",
                 "breaker_close_fast_e2e",
                 "e2e_repository_faults",
                 "deletion_scenarios_e2e",
