@@ -397,7 +397,11 @@ async fn slow_is_not_down_maintenance_cures_it_and_a_refused_backend_parks_it() 
         ensure!(ph != "Degraded" || why == reason::TIMED_OUT, "slow read as {why}: {c_states:?}");
     }
     let cure_seen = jobs.in_namespace(NS).into_iter().find(|j| j.uid == cure.uid).context("cure Job")?;
-    ensure!(cure_seen.complete_seen.is_some(), "the maintenance Job completed: {}", describe(&[cure_seen.clone()]));
+    ensure!(
+        cure_seen.complete_seen.is_some(),
+        "the maintenance Job completed: {}",
+        describe(std::slice::from_ref(&cure_seen))
+    );
     let c_jobs: Vec<JobSeen> = jobs.owned_by(&r_uid).into_iter().filter(|j| !c_before.contains(&j.uid)).collect();
     let c_secs = done.at.duration_since(c_start).as_secs_f64();
     say(format!("r transitions: {c_states:?}"));
