@@ -8,6 +8,7 @@ pub mod controllers;
 pub mod deletion;
 pub mod error_events;
 pub mod features;
+pub mod feeds;
 pub mod field_registry;
 pub mod gating;
 pub mod health;

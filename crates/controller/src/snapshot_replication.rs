@@ -19,7 +19,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::context::Context;
-use crate::controllers::Feeds;
+use crate::feeds::Feeds;
 use crate::features::{FEATURE_NOT_IMPLEMENTED, Gated, NextFields};
 use crate::health::kstatus::Cond;
 use crate::metrics::Metrics;

@@ -25,19 +25,13 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "repository",
         "a test helper calls repository::convert::merge_conditions (belongs in a crate-root status module)",
     ),
-    (
-        "maintenance",
-        "controllers",
-        "controllers::Feeds (the shared watch feeds; belongs in a crate-root context module)",
-    ),
+    ("maintenance", "controllers"),
     ("mover_pods", "mover_settings", "a test module uses mover_settings::MoverFacts"),
     ("mover_rbac", "snapshot", "snapshot::ctx::managed_labels (a crate-root labels helper)"),
     ("mover_settings", "snapshot", "snapshot::ctx::managed_labels (a crate-root labels helper)"),
-    ("replication", "controllers", "controllers::Feeds (crate-root context module)"),
     ("repository", "error_events", "error_events::report, while the crate Error it reports lives in repository"),
     ("repository", "maintenance", "maintenance::runtime::refers_to (a shared store lookup)"),
     ("repository", "mover_rbac", "mover_rbac::ensure, called from repository::apply"),
-    ("snapshot", "controllers", "controllers::{Feeds, ReceiverStream} (crate-root context module)"),
     ("snapshot", "restore", "snapshot::runtime wires the Restore controller (belongs in controllers)"),
     (
         "snapshot",
@@ -50,7 +44,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "snapshot::runtime wires the SnapshotSchedule controller (belongs in controllers)",
     ),
     ("snapshot_policy", "snapshot_schedule", "snapshot_policy::reconcile calls the schedule shell's stamp_and_delete"),
-    ("snapshot_replication", "controllers", "controllers::Feeds (crate-root context module)"),
 ];
 
 type Graph = BTreeMap<String, BTreeSet<String>>;

@@ -20,7 +20,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::context::Context;
-use crate::controllers::Feeds;
+use crate::feeds::Feeds;
 use crate::repository::Error;
 use runtime::{RunCtx, ready_reason_is, refers_to};
 

@@ -16,7 +16,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::context::Context;
-use crate::controllers::Feeds;
+use crate::feeds::Feeds;
 use crate::maintenance::runtime::{RunCtx, ready_reason_is, refers_to};
 use crate::repository::Error;
 

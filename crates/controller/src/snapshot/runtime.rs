@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 
 use super::ctx::{PipelineCtx, Stores};
 use crate::context::Context;
-use crate::controllers::{Feeds, ReceiverStream};
+use crate::feeds::{Feeds, ReceiverStream};
 use crate::repository::Error;
 
 fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, err: &Error, ctx: Arc<PipelineCtx>) -> Action {
