@@ -25,7 +25,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "repository",
         "a test helper calls repository::convert::merge_conditions (belongs in a crate-root status module)",
     ),
-    ("maintenance", "controllers"),
     ("mover_pods", "mover_settings", "a test module uses mover_settings::MoverFacts"),
     ("mover_rbac", "snapshot", "snapshot::ctx::managed_labels (a crate-root labels helper)"),
     ("mover_settings", "snapshot", "snapshot::ctx::managed_labels (a crate-root labels helper)"),
