@@ -14,6 +14,7 @@ pub mod gating;
 pub mod health;
 pub mod heap;
 pub mod http;
+pub mod labels;
 pub mod leader;
 pub mod maintenance;
 pub mod metrics;

@@ -28,7 +28,7 @@ pub async fn ensure(
     let meta = || ObjectMeta {
         name: Some(MOVER_SERVICE_ACCOUNT.into()),
         namespace: Some(ns.into()),
-        labels: Some(crate::snapshot::ctx::managed_labels()),
+        labels: Some(crate::labels::managed_labels()),
         ..Default::default()
     };
     let sa = ServiceAccount {

@@ -356,7 +356,7 @@ fn persistent_cache_claim(claim: &CacheClaim, c: &CacheSpec) -> k8s_openapi::api
         metadata: kube::api::ObjectMeta {
             name: Some(claim.name.clone()),
             owner_references: Some(vec![claim.owner.clone()]),
-            labels: Some(crate::snapshot::ctx::managed_labels()),
+            labels: Some(crate::labels::managed_labels()),
             ..Default::default()
         },
         spec: Some(PersistentVolumeClaimSpec {

@@ -26,8 +26,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "a test helper calls repository::convert::merge_conditions (belongs in a crate-root status module)",
     ),
     ("mover_pods", "mover_settings", "a test module uses mover_settings::MoverFacts"),
-    ("mover_rbac", "snapshot", "snapshot::ctx::managed_labels (a crate-root labels helper)"),
-    ("mover_settings", "snapshot", "snapshot::ctx::managed_labels (a crate-root labels helper)"),
     ("repository", "error_events", "error_events::report, while the crate Error it reports lives in repository"),
     ("repository", "maintenance", "maintenance::runtime::refers_to (a shared store lookup)"),
     ("repository", "mover_rbac", "mover_rbac::ensure, called from repository::apply"),

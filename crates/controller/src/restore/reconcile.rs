@@ -467,7 +467,7 @@ async fn create_pvc(ctx: &PipelineCtx, restore: &Restore) -> Result<(), Error> {
     let pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
         "metadata": {"name": p.name, "namespace": ns,
                      "annotations": {CREATED_BY: restore.uid().unwrap_or_default()},
-                     "labels": crate::snapshot::ctx::managed_labels()},
+                     "labels": crate::labels::managed_labels()},
         "spec": {"accessModes": modes, "resources": {"requests": {"storage": p.capacity}},
                  "storageClassName": p.storage_class_name}
     }))

@@ -238,10 +238,6 @@ impl PipelineCtx {
     }
 }
 
-pub fn managed_labels() -> std::collections::BTreeMap<String, String> {
-    std::collections::BTreeMap::from([(kopiur_mover::job::LABEL_MANAGED_BY.to_string(), "kopiur".to_string())])
-}
-
 pub fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
