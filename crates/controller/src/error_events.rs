@@ -21,7 +21,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
 
-use crate::repository::Error;
+use crate::error::Error;
 
 /// Entries not refreshed for this long are dropped (the longest requeue is 1800 s).
 pub const TTL: Duration = Duration::from_secs(3600);

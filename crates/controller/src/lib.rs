@@ -6,6 +6,7 @@ pub mod config;
 pub mod context;
 pub mod controllers;
 pub mod deletion;
+pub mod error;
 pub mod error_events;
 pub mod features;
 pub mod feeds;

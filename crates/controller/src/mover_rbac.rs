@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 
-use crate::repository::Error;
+use crate::error::Error;
 use crate::repository::apply::{FIELD_MANAGER, MOVER_CLUSTER_ROLE, MOVER_SERVICE_ACCOUNT};
 
 /// Applies the mover ServiceAccount and RoleBinding in `ns` unless `ready` already lists it.

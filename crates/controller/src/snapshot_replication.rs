@@ -23,7 +23,7 @@ use crate::feeds::Feeds;
 use crate::features::{FEATURE_NOT_IMPLEMENTED, Gated, NextFields};
 use crate::health::kstatus::Cond;
 use crate::metrics::Metrics;
-use crate::repository::Error;
+use crate::error::Error;
 
 struct GateCtx {
     client: Client,

@@ -17,7 +17,7 @@ use kopiur_mover::workspec::{
 use kube::ResourceExt;
 
 use crate::health::kstatus::{Cond, CondStatus};
-use crate::repository::Error;
+use crate::error::Error;
 use crate::repository::apply::MOVER_SERVICE_ACCOUNT;
 use crate::snapshot::ctx::RepoView;
 use crate::snapshot::plan::JobState;

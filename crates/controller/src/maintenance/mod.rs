@@ -21,7 +21,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::context::Context;
 use crate::feeds::Feeds;
-use crate::repository::Error;
+use crate::error::Error;
 use runtime::{RunCtx, ready_reason_is, refers_to};
 
 fn error_policy(obj: Arc<Maintenance>, err: &Error, ctx: Arc<RunCtx>) -> Action {

@@ -19,7 +19,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::common::{self, MoverJob, RunJob, Sched, rfc3339};
 use super::plan::{Launch, MaintFacts, plan};
 use super::runtime::RunCtx;
-use crate::repository::Error;
+use crate::error::Error;
 use crate::snapshot::ctx::RepoView;
 use crate::snapshot::job::owner_of;
 

@@ -17,7 +17,7 @@ use kube::{Api, Client};
 use crate::config::Config;
 use crate::gating::{Gate, repository_ready};
 use crate::metrics::Metrics;
-use crate::repository::Error;
+use crate::error::Error;
 use crate::snapshot::ctx::RepoView;
 
 /// What the Maintenance and RepositoryReplication reconcilers read and write through: the shared

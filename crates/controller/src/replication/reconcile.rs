@@ -18,7 +18,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::plan::{Destination, Launch, ReplFacts, plan};
 use crate::maintenance::common::{self, MoverJob, RunJob, Sched, rfc3339};
 use crate::maintenance::runtime::RunCtx;
-use crate::repository::Error;
+use crate::error::Error;
 use crate::repository::apply::kopia_backend;
 use crate::snapshot::ctx::RepoView;
 use crate::snapshot::job::owner_of;

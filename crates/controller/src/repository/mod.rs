@@ -13,7 +13,6 @@ pub mod validate;
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
-use std::time::Duration as StdDuration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
@@ -28,6 +27,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::config::Config;
+use crate::error::Error;
 use crate::health::RepoKind;
 use crate::metrics::Metrics;
 
@@ -123,70 +123,6 @@ pub struct Ctx {
     pub mover_rbac_ready: Mutex<std::collections::HashSet<String>>,
     /// The Maintenances, to find who answers a quick-maintenance request (`IndexBlobHealth`).
     pub maintenances: Store<kopiur_api::Maintenance>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API call failed: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("the work spec could not be built: {0}")]
-    WorkSpec(String),
-    /// Above the 100 KiB work-spec limit (too large for one environment variable).
-    #[error("{0}")]
-    WorkSpecTooLarge(String),
-    #[error("invalid spec: {0}")]
-    InvalidSpec(String),
-    /// The merged mover settings are refused (`crate::mover_settings`); no Job is created.
-    #[error("{0}")]
-    MoverRefused(crate::mover_settings::Refusal),
-}
-
-impl From<kopiur_mover::job::JobError> for Error {
-    fn from(e: kopiur_mover::job::JobError) -> Error {
-        match e {
-            kopiur_mover::job::JobError::WorkSpec(w @ kopiur_mover::workspec::WorkSpecError::TooLarge { .. }) => {
-                Error::WorkSpecTooLarge(w.to_string())
-            }
-            other => Error::WorkSpec(other.to_string()),
-        }
-    }
-}
-
-/// Requeue classes: only the class decides timing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorClass {
-    Transient,
-    Structural,
-    Terminal,
-}
-
-impl ErrorClass {
-    pub fn label(self) -> &'static str {
-        match self {
-            ErrorClass::Transient => "transient",
-            ErrorClass::Structural => "structural",
-            ErrorClass::Terminal => "terminal",
-        }
-    }
-    pub fn requeue(self) -> StdDuration {
-        match self {
-            ErrorClass::Transient => StdDuration::from_secs(30),
-            ErrorClass::Structural => StdDuration::from_secs(300),
-            ErrorClass::Terminal => StdDuration::from_secs(1800),
-        }
-    }
-}
-
-impl Error {
-    pub fn class(&self) -> ErrorClass {
-        match self {
-            Error::Kube(_) => ErrorClass::Transient,
-            Error::WorkSpec(_) | Error::WorkSpecTooLarge(_) => ErrorClass::Structural,
-            Error::InvalidSpec(_) => ErrorClass::Terminal,
-            // A human changes the settings; re-checked every 5 minutes.
-            Error::MoverRefused(_) => ErrorClass::Structural,
-        }
-    }
 }
 
 pub async fn reconcile<K: RepoObject>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Action, Error> {

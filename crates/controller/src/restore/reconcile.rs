@@ -25,7 +25,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
 use super::plan::{Candidate, Credentials, Referent, RestoreFacts, Step, TargetState, Verdict, plan};
-use crate::repository::Error;
+use crate::error::Error;
 use crate::repository::apply::MOVER_SERVICE_ACCOUNT;
 use crate::snapshot::ctx::{PipelineCtx, RepoView};
 use crate::snapshot::job::{mover_identity, owner_of};

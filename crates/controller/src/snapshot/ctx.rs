@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::gating::{Gate, repository_ready};
 use crate::health::kstatus::Cond;
 use crate::metrics::Metrics;
-use crate::repository::Error;
+use crate::error::Error;
 
 pub struct Stores {
     pub jobs: Store<Job>,

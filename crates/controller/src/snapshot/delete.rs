@@ -27,7 +27,7 @@ use crate::deletion::observe;
 use crate::deletion::plan::{self, SnapshotDeletionFacts};
 use crate::deletion::types::{EventType, Manifest, RepoPresence};
 use crate::health::kstatus::{Cond, CondStatus};
-use crate::repository::Error;
+use crate::error::Error;
 
 /// Removes the cleanup finalizer. The release's Events are published only once the patch has
 /// landed: a reconcile of a stale copy (the store lags the release, or another write moved the
@@ -349,7 +349,7 @@ mod tests {
         .unwrap();
         for code in [500, 403, 503] {
             match owner(&snap, &client_answering(code)).await {
-                Err(e) => assert_eq!(e.class(), crate::repository::ErrorClass::Transient, "{code}: {e}"),
+                Err(e) => assert_eq!(e.class(), crate::error::ErrorClass::Transient, "{code}: {e}"),
                 Ok(o) => panic!("{code}: a failed GET was read as {o:?}"),
             }
         }

@@ -22,7 +22,7 @@ use crate::deletion::breaker::{self, BreakerState, RepoDeletionFacts};
 use crate::deletion::fire_set::{self, FireCandidate, FireContext, ScheduleLink};
 use crate::deletion::{cascade, observe, types::RepoRef};
 use crate::health::kstatus::{Cond, CondStatus};
-use crate::repository::Error;
+use crate::error::Error;
 
 /// The repository as the deletion core names it.
 pub fn repo_ref(repo: &RepoView) -> RepoRef {

@@ -261,7 +261,7 @@ pub async fn reconcile(
     repo: Option<&RepoView>,
     gate: &crate::gating::Gate,
     missing_secrets: &[String],
-) -> Result<PinDecision, crate::repository::Error> {
+) -> Result<PinDecision, crate::error::Error> {
     use kube::api::{DeleteParams, PostParams, PropagationPolicy};
     use kube::runtime::reflector::ObjectRef;
 

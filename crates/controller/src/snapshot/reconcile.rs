@@ -20,7 +20,7 @@ use super::job::{BuildError, Recipe, backup_job, recipe};
 use super::plan::{
     Completion, JobState, PolicyState, PreflightState, RunFacts, SourceState, Step, Verdict, WorkSpecState, plan,
 };
-use crate::repository::Error;
+use crate::error::Error;
 
 pub fn job_state(job: Option<&Job>) -> JobState {
     let Some(job) = job else { return JobState::Absent };

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use super::ctx::{PipelineCtx, Stores};
 use crate::context::Context;
 use crate::feeds::{Feeds, ReceiverStream};
-use crate::repository::Error;
+use crate::error::Error;
 
 fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, err: &Error, ctx: Arc<PipelineCtx>) -> Action {
     crate::error_events::report(&ctx.recorder, obj.as_ref(), err);

@@ -19,7 +19,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::plan::{Member, RepoMembers, plan};
 use crate::gating::Gate;
 use crate::health::kstatus::{Cond, CondStatus};
-use crate::repository::Error;
+use crate::error::Error;
 use crate::snapshot::ctx::PipelineCtx;
 use crate::snapshot::reconcile::origin;
 use crate::snapshot_policy::fork;

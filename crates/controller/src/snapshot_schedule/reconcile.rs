@@ -17,7 +17,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::plan::{ChildSource, ChildSources, Disposition, Pin, ScheduleFacts, plan};
 use crate::health::kstatus::{Cond, CondStatus};
-use crate::repository::Error;
+use crate::error::Error;
 use crate::snapshot::ctx::PipelineCtx;
 use crate::snapshot::job::owner_of;
 use crate::snapshot_policy::sources::{expand, pvcs_in, uses_selector};
