@@ -15,6 +15,7 @@ pub mod gating;
 pub mod health;
 pub mod heap;
 pub mod http;
+pub mod identity;
 pub mod labels;
 pub mod leader;
 pub mod maintenance;

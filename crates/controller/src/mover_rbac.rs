@@ -10,7 +10,7 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 
 use crate::error::Error;
-use crate::repository::apply::{FIELD_MANAGER, MOVER_CLUSTER_ROLE, MOVER_SERVICE_ACCOUNT};
+use crate::identity::{FIELD_MANAGER, MOVER_CLUSTER_ROLE, MOVER_SERVICE_ACCOUNT};
 
 /// Applies the mover ServiceAccount and RoleBinding in `ns` unless `ready` already lists it.
 /// `pull_secrets` become the ServiceAccount's `imagePullSecrets`, so every mover pod in `ns`

@@ -25,9 +25,8 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "repository",
         "a test helper calls repository::convert::merge_conditions (belongs in a crate-root status module)",
     ),
-    ("mover_pods", "mover_settings", "a test module uses mover_settings::MoverFacts"),
+    ("mover_pods", "mover_settings", "mover_pods::io::facts builds a mover_settings::MoverFacts"),
     ("repository", "maintenance", "maintenance::runtime::refers_to (a shared store lookup)"),
-    ("repository", "mover_rbac", "mover_rbac::ensure, called from repository::apply"),
     ("snapshot", "restore", "snapshot::runtime wires the Restore controller (belongs in controllers)"),
     (
         "snapshot",

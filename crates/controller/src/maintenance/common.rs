@@ -18,7 +18,7 @@ use kube::ResourceExt;
 
 use crate::health::kstatus::{Cond, CondStatus};
 use crate::error::Error;
-use crate::repository::apply::MOVER_SERVICE_ACCOUNT;
+use crate::identity::MOVER_SERVICE_ACCOUNT;
 use crate::snapshot::ctx::RepoView;
 use crate::snapshot::plan::JobState;
 

@@ -25,9 +25,7 @@ use super::observe::{
 use super::{Ctx, Error, RepoObject};
 use crate::health::{ConnectKind, CreateGate, Decision, Effect, EventType, Launch, Plan, RepoFacts};
 
-pub const FIELD_MANAGER: &str = "kopiur-controller";
-pub const MOVER_SERVICE_ACCOUNT: &str = "kopiur-mover";
-pub const MOVER_CLUSTER_ROLE: &str = "kopiur-mover";
+pub use crate::identity::{FIELD_MANAGER, MOVER_CLUSTER_ROLE, MOVER_SERVICE_ACCOUNT};
 
 pub async fn apply<K: RepoObject>(
     obj: &K,

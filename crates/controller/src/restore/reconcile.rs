@@ -26,7 +26,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::plan::{Candidate, Credentials, Referent, RestoreFacts, Step, TargetState, Verdict, plan};
 use crate::error::Error;
-use crate::repository::apply::MOVER_SERVICE_ACCOUNT;
+use crate::identity::MOVER_SERVICE_ACCOUNT;
 use crate::snapshot::ctx::{PipelineCtx, RepoView};
 use crate::snapshot::job::{mover_identity, owner_of};
 use crate::snapshot::plan::JobState;

@@ -17,7 +17,7 @@ use kopiur_mover::workspec::{
 use kube::{Resource, ResourceExt};
 
 use super::ctx::RepoView;
-use crate::repository::apply::MOVER_SERVICE_ACCOUNT;
+use crate::identity::MOVER_SERVICE_ACCOUNT;
 use crate::repository::mounts::{BackendMounts, MountError};
 
 /// What the policy resolves to for one Snapshot.

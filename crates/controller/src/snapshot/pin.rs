@@ -44,7 +44,7 @@ use super::ctx::RepoView;
 use super::job::{BuildError, backend_mounts, mover_env, mover_identity, owner_of, repository_info, secrets};
 use super::plan::JobState;
 use crate::health::kstatus::{Cond, CondStatus};
-use crate::repository::apply::MOVER_SERVICE_ACCOUNT;
+use crate::identity::MOVER_SERVICE_ACCOUNT;
 
 /// How often a pin parked at the repository gate is looked at again (the repository watch
 /// normally resumes it first).
