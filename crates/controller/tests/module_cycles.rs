@@ -25,7 +25,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "repository",
         "a test helper calls repository::convert::merge_conditions (belongs in a crate-root status module)",
     ),
-    ("mover_pods", "mover_settings", "mover_pods::io::facts builds a mover_settings::MoverFacts"),
     ("repository", "maintenance", "maintenance::runtime::refers_to (a shared store lookup)"),
     ("snapshot", "restore", "snapshot::runtime wires the Restore controller (belongs in controllers)"),
     (

@@ -225,7 +225,7 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
             && matches!(gate, crate::gating::Gate::Open)
         {
             let claim = target_name(&restore).unwrap_or_default();
-            mf = crate::mover_pods::io::facts(
+            mf = crate::mover_settings::io::facts(
                 &ctx.client,
                 &ns,
                 rv.common().mover_defaults.as_ref(),

@@ -228,7 +228,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
             && !refused
             && ctx.missing_secrets(&ns, &rv.secret_names()).is_empty();
         if matches!(phase, None | Some(SnapshotPhase::Pending)) && job.is_none() && launch_possible {
-            mf = crate::mover_pods::io::facts(
+            mf = crate::mover_settings::io::facts(
                 &ctx.client,
                 &ns,
                 rv.common().mover_defaults.as_ref(),
