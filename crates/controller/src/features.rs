@@ -441,7 +441,7 @@ mod tests {
         );
         // Due on the first reconcile of a generation, not once the status reports it.
         assert_eq!(n.advisory_event(&[], 3).as_deref(), Some(c.message.as_str()));
-        let stored = crate::repository::convert::merge_conditions(&[], std::slice::from_ref(&c), 3, chrono::Utc::now());
+        let stored = crate::conditions::merge_conditions(&[], std::slice::from_ref(&c), 3, chrono::Utc::now());
         assert_eq!(n.advisory_event(&stored, 3), None);
         assert!(n.advisory_event(&stored, 4).is_some(), "a new generation warns again");
         assert!(two.advisory_event(&stored, 3).is_some(), "a different set warns again");

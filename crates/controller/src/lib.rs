@@ -2,6 +2,7 @@
 //! circuit breaker (`health`), consumer gating, metrics and leader election.
 pub mod catalog;
 pub mod client_metrics;
+pub mod conditions;
 pub mod config;
 pub mod context;
 pub mod controllers;

@@ -51,7 +51,7 @@ pub fn desired_status(
     let mut next = current.clone();
     next.phase = Some(SnapshotReplicationPhase::Pending);
     next.observed_generation = Some(generation);
-    next.conditions = crate::repository::convert::merge_conditions(&current.conditions, &conds, generation, now);
+    next.conditions = crate::conditions::merge_conditions(&current.conditions, &conds, generation, now);
     next
 }
 

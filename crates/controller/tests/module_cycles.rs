@@ -20,11 +20,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     // Layering, top to bottom: controllers (wiring) → replication, snapshot_replication, maintenance,
     // snapshot_schedule, snapshot_policy, restore, snapshot → error_events, mover_rbac, repository →
     // features, mover_settings, mover_pods. Each entry below points upwards and closes a cycle.
-    (
-        "features",
-        "repository",
-        "a test helper calls repository::convert::merge_conditions (belongs in a crate-root status module)",
-    ),
     ("repository", "maintenance", "maintenance::runtime::refers_to (a shared store lookup)"),
     ("snapshot", "restore", "snapshot::runtime wires the Restore controller (belongs in controllers)"),
     (

@@ -303,7 +303,7 @@ async fn write_condition<K: RepoObject>(
 ) -> Result<(), kube::Error> {
     let conds: Vec<Condition> = repo.status_common().map(|s| s.conditions.clone()).unwrap_or_default();
     let was = conds.iter().find(|c| c.type_ == condition::MAINTENANCE_CONFIGURED).map(|c| c.status.clone());
-    let merged = crate::repository::convert::merge_conditions(
+    let merged = crate::conditions::merge_conditions(
         &conds,
         std::slice::from_ref(&p.condition),
         repo.meta().generation.unwrap_or(0),

@@ -252,5 +252,5 @@ pub fn truncate(s: &str, max: usize) -> String {
 /// Conditions merged the one way every kopiur status does it (lastTransitionTime kept when
 /// the status is unchanged), so a steady state renders identically and writes nothing.
 pub fn merge(existing: &[Condition], desired: &[Cond], generation: i64, now: DateTime<Utc>) -> Vec<Condition> {
-    crate::repository::convert::merge_conditions(existing, desired, generation, now)
+    crate::conditions::merge_conditions(existing, desired, generation, now)
 }
