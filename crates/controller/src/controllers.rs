@@ -181,7 +181,7 @@ fn repositories(ctx: &Context, feeds: &mut Feeds) -> impl Future<Output = ()> + 
 pub async fn run(ctx: Arc<Context>, mut feeds: Feeds) {
     let repositories = repositories(&ctx, &mut feeds);
     // The backup pipeline: Snapshot, SnapshotSchedule, SnapshotPolicy and Restore.
-    let pipeline = crate::snapshot::runtime::wire(&ctx, &mut feeds);
+    let pipeline = crate::pipeline::wire(&ctx, &mut feeds);
     let maintenance = crate::maintenance::wire(&ctx, &mut feeds);
     let replication = crate::replication::wire(&ctx, &mut feeds);
     // `kopiur_resource_phase{kind="RepositoryReplication"}` (the pipeline publishes the others).

@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod mover_pods;
 pub mod mover_rbac;
 pub mod mover_settings;
+pub mod pipeline;
 pub mod preflight;
 pub mod replication;
 pub mod repository;

@@ -21,16 +21,10 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     // snapshot_schedule, snapshot_policy, restore, snapshot → error_events, mover_rbac, repository →
     // features, mover_settings, mover_pods. Each entry below points upwards and closes a cycle.
     ("repository", "maintenance", "maintenance::runtime::refers_to (a shared store lookup)"),
-    ("snapshot", "restore", "snapshot::runtime wires the Restore controller (belongs in controllers)"),
     (
         "snapshot",
         "snapshot_policy",
-        "snapshot::runtime wires the SnapshotPolicy controller; snapshot reads policy sources/collision checks",
-    ),
-    (
-        "snapshot",
-        "snapshot_schedule",
-        "snapshot::runtime wires the SnapshotSchedule controller (belongs in controllers)",
+        "snapshot::{job, reconcile} read snapshot_policy::{sources, collision, compression}",
     ),
     ("snapshot_policy", "snapshot_schedule", "snapshot_policy::reconcile calls the schedule shell's stamp_and_delete"),
 ];

@@ -9,4 +9,3 @@ pub mod pin;
 pub mod plan;
 pub mod reconcile;
 pub mod refusal;
-pub mod runtime;

@@ -16,7 +16,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 
-use super::ctx::{PipelineCtx, Stores};
+use crate::snapshot::ctx::{PipelineCtx, Stores};
 use crate::context::Context;
 use crate::feeds::{Feeds, ReceiverStream};
 use crate::error::Error;
@@ -39,7 +39,7 @@ fn parked_on(snaps: &Store<Snapshot>, kind: &str, ns: Option<&str>, name: &str) 
             let st = s.status.as_ref();
             let waiting = s.meta().deletion_timestamp.is_some()
                 || matches!(st.and_then(|x| x.phase.as_ref()), None | Some(SnapshotPhase::Pending))
-                || super::pin::outstanding(s);
+                || crate::snapshot::pin::outstanding(s);
             if !waiting {
                 return false;
             }
@@ -145,7 +145,7 @@ pub fn wire(shared: &Context, feeds: &mut Feeds) -> impl Future<Output = ()> + S
             secrets: st.secrets.clone(),
             namespaces: st.namespaces.clone(),
             maintenances: st.maintenances.clone(),
-            synced: super::ctx::StoresSynced {
+            synced: crate::snapshot::ctx::StoresSynced {
                 jobs: st.synced.jobs.clone(),
                 policies: st.synced.policies.clone(),
                 snapshots: st.synced.snapshots.clone(),
@@ -308,15 +308,15 @@ pub fn wire(shared: &Context, feeds: &mut Feeds) -> impl Future<Output = ()> + S
                 .collect()
         });
 
-    tokio::spawn(super::gauges::run(ctx.clone(), restores.clone()));
+    tokio::spawn(crate::snapshot::gauges::run(ctx.clone(), restores.clone()));
     // The ADR-0006 batch-delete dispatcher.
-    tokio::spawn(super::dispatch::run(ctx.clone(), snap_tx));
+    tokio::spawn(crate::snapshot::dispatch::run(ctx.clone(), snap_tx));
 
     let cfg = shared.config.controller_config();
     let a = snap_ctl
         .with_config(cfg.clone())
         .shutdown_on_signal()
-        .run(super::reconcile::reconcile, error_policy::<Snapshot>, ctx.clone())
+        .run(crate::snapshot::reconcile::reconcile, error_policy::<Snapshot>, ctx.clone())
         .for_each(crate::error_events::settle);
     let b = sched_ctl
         .with_config(cfg.clone())
