@@ -32,7 +32,7 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "pipeline_outage_e2e",      // 830 s: the outage replay, the critical path
     "pipeline_acceptance_e2e",  // 342 s
     "e2e_repository",           // 366 s (with the T01/T02/T08/T18/T44 side repositories; T44 5 min down)
-    "death_spiral_e2e",         // 345 s (measured alone; grows 2,000 index blobs in ~50 s, three scenarios)
+    "death_spiral_e2e",         // 345-442 s (alone; body 305-340 s incl. growing 2,000 index blobs; slow teardown)
     "real_node_e2e",            // 277 s (measured alone)
     "deletion_e2e",             // 243 s
     "breaker_close_fast_e2e",   // 211 s (measured alone; a 168 s cut, then Ready within 60 s)
