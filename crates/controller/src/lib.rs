@@ -27,6 +27,7 @@ pub mod mover_settings;
 pub mod pipeline;
 pub mod preflight;
 pub mod replication;
+pub mod repo_ref;
 pub mod repository;
 pub mod resource_phase;
 pub mod restore;

@@ -22,7 +22,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     // repository, …) → the crate-root shared layer (feeds, error, conditions, labels, identity,
     // health, mover_settings, mover_pods, …). Each entry below points upwards and closes a cycle;
     // docs/design/architecture.md (module layering) says what would remove it.
-    ("repository", "maintenance", "maintenance::runtime::refers_to (a shared store lookup)"),
     (
         "snapshot",
         "snapshot_policy",

@@ -127,23 +127,7 @@ pub fn ready_reason_is(conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::
     conds.iter().any(|c| c.type_ == kopiur_api::names::condition::READY && c.reason == reason)
 }
 
-/// Whether a consumer that references `r` (in `consumer_ns`) points at this repository.
-pub fn refers_to(
-    r: &kopiur_api::shared::RepositoryRef,
-    consumer_ns: &str,
-    kind: kopiur_api::shared::RepositoryKind,
-    repo_ns: Option<&str>,
-    repo_name: &str,
-) -> bool {
-    use kopiur_api::shared::RepositoryKind;
-    if r.kind != kind || r.name != repo_name {
-        return false;
-    }
-    match kind {
-        RepositoryKind::Repository => r.namespace.as_deref().unwrap_or(consumer_ns) == repo_ns.unwrap_or_default(),
-        RepositoryKind::ClusterRepository => true,
-    }
-}
+pub use crate::repo_ref::refers_to;
 
 /// The consumers of one namespace to re-evaluate after a Namespace event: those referencing a
 /// ClusterRepository, when the namespace's labels changed and some ClusterRepository admits

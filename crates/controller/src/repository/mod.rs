@@ -183,7 +183,7 @@ fn maintainers_of<K: RepoObject>(store: &Store<kopiur_api::Maintenance>, obj: &K
         .state()
         .iter()
         .filter(|m| {
-            crate::maintenance::runtime::refers_to(
+            crate::repo_ref::refers_to(
                 &m.spec.repository,
                 &m.namespace().unwrap_or_default(),
                 kind,
