@@ -26,6 +26,7 @@ pub mod mover_rbac;
 pub mod mover_settings;
 pub mod pipeline;
 pub mod preflight;
+pub mod prune;
 pub mod replication;
 pub mod repo_ref;
 pub mod repository;

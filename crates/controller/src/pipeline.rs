@@ -16,10 +16,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 
-use crate::snapshot::ctx::{PipelineCtx, Stores};
 use crate::context::Context;
-use crate::feeds::{Feeds, ReceiverStream};
 use crate::error::Error;
+use crate::feeds::{Feeds, ReceiverStream};
+use crate::snapshot::ctx::{PipelineCtx, Stores};
 
 fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, err: &Error, ctx: Arc<PipelineCtx>) -> Action {
     crate::error_events::report(&ctx.recorder, obj.as_ref(), err);

@@ -19,11 +19,11 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::context::Context;
-use crate::feeds::Feeds;
+use crate::error::Error;
 use crate::features::{FEATURE_NOT_IMPLEMENTED, Gated, NextFields};
+use crate::feeds::Feeds;
 use crate::health::kstatus::Cond;
 use crate::metrics::Metrics;
-use crate::error::Error;
 
 struct GateCtx {
     client: Client,

@@ -27,7 +27,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "snapshot_policy",
         "snapshot::{job, reconcile} read snapshot_policy::{sources, collision, compression}",
     ),
-    ("snapshot_policy", "snapshot_schedule", "snapshot_policy::reconcile calls the schedule shell's stamp_and_delete"),
 ];
 
 type Graph = BTreeMap<String, BTreeSet<String>>;

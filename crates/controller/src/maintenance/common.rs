@@ -16,8 +16,8 @@ use kopiur_mover::workspec::{
 };
 use kube::ResourceExt;
 
-use crate::health::kstatus::{Cond, CondStatus};
 use crate::error::Error;
+use crate::health::kstatus::{Cond, CondStatus};
 use crate::identity::MOVER_SERVICE_ACCOUNT;
 use crate::snapshot::ctx::RepoView;
 use crate::snapshot::plan::JobState;

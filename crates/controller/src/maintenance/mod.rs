@@ -20,8 +20,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::context::Context;
-use crate::feeds::Feeds;
 use crate::error::Error;
+use crate::feeds::Feeds;
 use runtime::{RunCtx, ready_reason_is, refers_to};
 
 fn error_policy(obj: Arc<Maintenance>, err: &Error, ctx: Arc<RunCtx>) -> Action {

@@ -15,9 +15,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 
 use crate::config::Config;
+use crate::error::Error;
 use crate::gating::{Gate, repository_ready};
 use crate::metrics::Metrics;
-use crate::error::Error;
 use crate::snapshot::ctx::RepoView;
 
 /// What the Maintenance and RepositoryReplication reconcilers read and write through: the shared

@@ -16,9 +16,9 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::context::Context;
+use crate::error::Error;
 use crate::feeds::Feeds;
 use crate::maintenance::runtime::{RunCtx, ready_reason_is, refers_to};
-use crate::error::Error;
 
 fn error_policy(obj: Arc<RepositoryReplication>, err: &Error, ctx: Arc<RunCtx>) -> Action {
     crate::error_events::report(&ctx.recorder, obj.as_ref(), err);

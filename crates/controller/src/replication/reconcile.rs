@@ -16,9 +16,9 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 
 use super::plan::{Destination, Launch, ReplFacts, plan};
+use crate::error::Error;
 use crate::maintenance::common::{self, MoverJob, RunJob, Sched, rfc3339};
 use crate::maintenance::runtime::RunCtx;
-use crate::error::Error;
 use crate::repository::apply::kopia_backend;
 use crate::snapshot::ctx::RepoView;
 use crate::snapshot::job::owner_of;

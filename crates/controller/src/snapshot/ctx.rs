@@ -16,10 +16,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource};
 
 use crate::config::Config;
+use crate::error::Error;
 use crate::gating::{Gate, repository_ready};
 use crate::health::kstatus::Cond;
 use crate::metrics::Metrics;
-use crate::error::Error;
 
 pub struct Stores {
     pub jobs: Store<Job>,

@@ -26,8 +26,8 @@ use crate::deletion::cascade::{self, LiveSchedule, Owner};
 use crate::deletion::observe;
 use crate::deletion::plan::{self, SnapshotDeletionFacts};
 use crate::deletion::types::{EventType, Manifest, RepoPresence};
-use crate::health::kstatus::{Cond, CondStatus};
 use crate::error::Error;
+use crate::health::kstatus::{Cond, CondStatus};
 
 /// Removes the cleanup finalizer. The release's Events are published only once the patch has
 /// landed: a reconcile of a stale copy (the store lags the release, or another write moved the

@@ -21,8 +21,8 @@ use crate::deletion::batch::{self, BatchJob, BatchTuning, JobPhase, Reap, RepoQu
 use crate::deletion::breaker::{self, BreakerState, RepoDeletionFacts};
 use crate::deletion::fire_set::{self, FireCandidate, FireContext, ScheduleLink};
 use crate::deletion::{cascade, observe, types::RepoRef};
-use crate::health::kstatus::{Cond, CondStatus};
 use crate::error::Error;
+use crate::health::kstatus::{Cond, CondStatus};
 
 /// The repository as the deletion core names it.
 pub fn repo_ref(repo: &RepoView) -> RepoRef {

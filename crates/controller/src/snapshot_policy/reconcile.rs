@@ -17,14 +17,14 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 
 use super::plan::{Member, RepoMembers, plan};
+use crate::error::Error;
 use crate::gating::Gate;
 use crate::health::kstatus::{Cond, CondStatus};
-use crate::error::Error;
+use crate::prune::stamp_and_delete;
 use crate::snapshot::ctx::PipelineCtx;
 use crate::snapshot::reconcile::origin;
 use crate::snapshot_policy::fork;
 use crate::snapshot_policy::sources::{expand, pvcs_in, uses_selector};
-use crate::snapshot_schedule::reconcile::stamp_and_delete;
 
 /// The Ready/Stalled reason of a refused identity fork (docs/design/api-contract.md §2.5).
 const IDENTITY_WOULD_FORK: &str = "IdentityWouldFork";

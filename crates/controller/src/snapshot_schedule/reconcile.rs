@@ -5,19 +5,20 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use kopiur_api::domain::cron::{Cron, effective_timezone};
-use kopiur_api::names::{annotation, pruned_by};
+use kopiur_api::names::pruned_by;
 use kopiur_api::shared::status::NameRef;
 use kopiur_api::snapshot::{SnapshotPhase, SnapshotSpec};
 use kopiur_api::snapshot_schedule::{ScheduleRecord, ScheduleTarget, SnapshotScheduleStatus};
 use kopiur_api::{Snapshot, SnapshotSchedule};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
 use super::plan::{ChildSource, ChildSources, Disposition, Pin, ScheduleFacts, plan};
-use crate::health::kstatus::{Cond, CondStatus};
 use crate::error::Error;
+use crate::health::kstatus::{Cond, CondStatus};
+use crate::prune::stamp_and_delete;
 use crate::snapshot::ctx::PipelineCtx;
 use crate::snapshot::job::owner_of;
 use crate::snapshot_policy::sources::{expand, pvcs_in, uses_selector};
@@ -60,22 +61,6 @@ fn unreadable(kids: &[std::sync::Arc<Snapshot>]) -> Vec<String> {
         .filter(|s| matches!(s.status.as_ref().and_then(|st| st.phase.as_ref()), Some(SnapshotPhase::Unknown(_))))
         .map(|s| s.name_any())
         .collect()
-}
-
-/// Stamp, then delete. If the stamp fails the DELETE is not sent: an unstamped prune would
-/// read as an external deletion.
-pub async fn stamp_and_delete(api: &Api<Snapshot>, name: &str, value: &str) -> Result<(), Error> {
-    let body = serde_json::json!({"metadata": {"annotations": {annotation::PRUNED_BY: value}}});
-    match api.patch(name, &PatchParams::default(), &Patch::Merge(&body)).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
-        Err(e) => return Err(e.into()),
-    }
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// failedJobsHistoryLimit: the newest N Failed and, separately, the newest N Unchanged
