@@ -25,6 +25,7 @@ pub mod mover_pods;
 pub mod mover_rbac;
 pub mod mover_settings;
 pub mod pipeline;
+pub mod policy_rules;
 pub mod preflight;
 pub mod prune;
 pub mod replication;

@@ -276,21 +276,21 @@ pub fn wire(shared: &Context, feeds: &mut Feeds) -> impl Future<Output = ()> + S
             s.spec.policy_ref.as_ref().map(|p| ObjectRef::new(&p.name).within(p.namespace.as_deref().unwrap_or(&ns)))
         })
         .watches_shared_stream(feeds.repos.subscribe(), move |repo: Arc<Repository>| {
-            crate::snapshot_policy::sources::policies_targeting(
+            crate::policy_rules::sources::policies_targeting(
                 &p1.state(),
                 Some(repo.namespace().as_deref().unwrap_or_default()),
                 &repo.name_any(),
             )
         })
         .watches_shared_stream(feeds.crepos.subscribe(), move |repo: Arc<ClusterRepository>| {
-            crate::snapshot_policy::sources::policies_targeting(&p2.state(), None, &repo.name_any())
+            crate::policy_rules::sources::policies_targeting(&p2.state(), None, &repo.name_any())
         })
         .watches_shared_stream(feeds.pvcs.subscribe(), move |p| {
             let ns = p.namespace();
             p3.state()
                 .iter()
                 .filter(|x| x.namespace() == ns)
-                .filter(|x| crate::snapshot_policy::sources::uses_selector(&x.spec.sources))
+                .filter(|x| crate::policy_rules::sources::uses_selector(&x.spec.sources))
                 .map(|x| ObjectRef::from_obj(x.as_ref()))
                 .collect::<Vec<_>>()
         })

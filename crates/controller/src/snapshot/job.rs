@@ -44,7 +44,7 @@ pub fn recipe(snap: &Snapshot, policy: &SnapshotPolicy) -> Result<Recipe, String
         ));
     }
     if let SourceKind::PvcSelector(sel) = &source.kind
-        && let Some(m) = crate::snapshot_policy::sources::selector_refusal(index, sel, &ns)
+        && let Some(m) = crate::policy_rules::sources::selector_refusal(index, sel, &ns)
     {
         return Err(m);
     }

@@ -219,8 +219,8 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         // listed: an event on a waiting Snapshot costs no LIST (docs/design/reconcile-shape.md §1.5).
         let refused = crate::features::snapshot_refusal(&snap.spec, &p.spec).is_err()
             || p.spec.suspend
-            || crate::snapshot_policy::collision::collision(p, &ctx.stores.policies.state()).is_some()
-            || crate::snapshot_policy::compression::unknown_compressor(&p.spec).is_some();
+            || crate::policy_rules::collision::collision(p, &ctx.stores.policies.state()).is_some()
+            || crate::policy_rules::compression::unknown_compressor(&p.spec).is_some();
         let launch_possible = matches!(gate, crate::gating::Gate::Open)
             && matches!(source, SourceState::Present)
             && matches!(policy_state, PolicyState::Known)
@@ -286,18 +286,17 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     // here from the policy store (the same pure rule the policy reconciler writes), so a
     // Snapshot created before the policy's status lands is refused too.
     let work_spec = match policy.as_ref().and_then(|p| {
-        crate::snapshot_policy::collision::collision(p, &ctx.stores.policies.state()).map(|m| (p.name_any(), m))
+        crate::policy_rules::collision::collision(p, &ctx.stores.policies.state()).map(|m| (p.name_any(), m))
     }) {
         Some((p, m)) => WorkSpecState::MoverRefused {
-            reason: crate::snapshot_policy::collision::IDENTITY_COLLISION,
+            reason: crate::policy_rules::collision::IDENTITY_COLLISION,
             message: format!("SnapshotPolicy {p}: {m}"),
         },
         None => work_spec,
     };
     // R (docs/design/api-contract.md §6.1): a compressor kopia cannot write with parks the run Stalled
     // InvalidSpec, no Job, until the policy names a known one.
-    let work_spec = match policy.as_ref().and_then(|p| crate::snapshot_policy::compression::unknown_compressor(&p.spec))
-    {
+    let work_spec = match policy.as_ref().and_then(|p| crate::policy_rules::compression::unknown_compressor(&p.spec)) {
         Some(m) => {
             WorkSpecState::MoverRefused { reason: reason::INVALID_SPEC, message: format!("its SnapshotPolicy: {m}") }
         }

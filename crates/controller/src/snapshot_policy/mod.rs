@@ -1,9 +1,7 @@
 //! SnapshotPolicy: `plan` selects what GFS retention prunes, `fork` guards the pinned identity,
 //! `reconcile` applies both.
-pub mod collision;
-pub mod compression;
+pub use crate::policy_rules::{collision, compression, sources};
 pub mod fork;
 pub mod kstatus;
 pub mod plan;
 pub mod reconcile;
-pub mod sources;

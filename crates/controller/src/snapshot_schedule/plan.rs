@@ -8,7 +8,7 @@ use kopiur_api::domain::cron::{Cron, next_slot, parse_timezone};
 use kopiur_api::snapshot::SnapshotSource;
 use kopiur_api::snapshot_schedule::ConcurrencyPolicy;
 
-use crate::snapshot_policy::sources::key_hash6;
+use crate::policy_rules::sources::key_hash6;
 
 /// One expanded source of the policy: a child backs it up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -398,7 +398,7 @@ mod tests {
     }
 
     fn src(pvc: &str) -> ChildSource {
-        let source = crate::snapshot_policy::sources::Expanded {
+        let source = crate::policy_rules::sources::Expanded {
             source_index: 0,
             namespace: "apps".into(),
             pvc: pvc.into(),
@@ -542,7 +542,7 @@ mod tests {
         let d = plan(&f, t(10, 2, 0));
         assert_eq!(d.disposition, Disposition::Fire);
         let slot = t(10, 2, 0).timestamp();
-        let h = crate::snapshot_policy::sources::key_hash6;
+        let h = crate::policy_rules::sources::key_hash6;
         let got: Vec<(String, Option<String>)> =
             d.fire.unwrap().children.into_iter().map(|c| (c.name, c.policy)).collect();
         assert_eq!(
@@ -570,7 +570,7 @@ mod tests {
         let slot = t(10, 2, 0).timestamp();
         let expected: Vec<String> = ["apps/db", "apps/media", "apps/photos"]
             .iter()
-            .map(|k| format!("nightly-{slot}-{}", crate::snapshot_policy::sources::key_hash6(k)))
+            .map(|k| format!("nightly-{slot}-{}", crate::policy_rules::sources::key_hash6(k)))
             .collect();
         assert_eq!(names(&d), expected);
         let targets: Vec<&str> =

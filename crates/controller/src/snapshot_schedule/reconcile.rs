@@ -18,10 +18,10 @@ use kube::{Api, Resource, ResourceExt};
 use super::plan::{ChildSource, ChildSources, Disposition, Pin, ScheduleFacts, plan};
 use crate::error::Error;
 use crate::health::kstatus::{Cond, CondStatus};
+use crate::policy_rules::sources::{expand, pvcs_in, uses_selector};
 use crate::prune::stamp_and_delete;
 use crate::snapshot::ctx::PipelineCtx;
 use crate::snapshot::job::owner_of;
-use crate::snapshot_policy::sources::{expand, pvcs_in, uses_selector};
 
 /// The schedule's children: owned by this schedule's uid.
 pub fn children(ctx: &PipelineCtx, sched: &SnapshotSchedule) -> Vec<Arc<Snapshot>> {
