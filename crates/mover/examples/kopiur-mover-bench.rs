@@ -170,6 +170,7 @@ impl Bench {
             },
             command_timeout_seconds: 120,
             heartbeat_seconds: 30,
+            connect_timeout_seconds: None,
             operation: Operation::Snapshot(SnapshotOp {
                 mount_path: self.tree.display().to_string(),
                 source_path: "/pvc/data".into(),

@@ -68,14 +68,20 @@ impl<S: ResultSink> Ctx<S> {
         self.run(cmd::connect(&r.backend, &r.client_identity, readonly || r.read_only, &r.cache)?).await
     }
 
-    /// A connect bounded by the Job's own deadline instead of the short command timeout. A
-    /// repository with thousands of index blobs connects slowly (minutes), and two connects
-    /// must still finish then: the bootstrap/probe connect (its Job deadline adapts to the
-    /// measured connect time) and maintenance's, which is what compacts the index blobs.
+    /// A connect bounded by the Job's own deadline (`connectTimeoutSeconds`, which the
+    /// controller sets to it) instead of the short command timeout. A repository with thousands
+    /// of index blobs connects slowly (minutes), and two connects must still finish then: the
+    /// bootstrap/probe connect (its Job deadline adapts to the measured connect time) and
+    /// maintenance's, which is what compacts the index blobs. Without that field (a run outside
+    /// a Job) the short timeout applies, so a blackholed backend still gets a verdict.
     async fn connect_slow_ok(&self) -> Result<Output, KopiaError> {
         let r = &self.spec.repository;
         let c = cmd::connect(&r.backend, &r.client_identity, r.read_only, &r.cache)?;
-        self.run(c.with_timeout(LONG_COMMAND_TIMEOUT)).await
+        let bound = match self.spec.connect_timeout_seconds {
+            Some(s) => Duration::from_secs(s.max(1)).min(LONG_COMMAND_TIMEOUT),
+            None => self.short(),
+        };
+        self.run(c.with_timeout(bound)).await
     }
 
     async fn report(&self, r: Report) {
@@ -757,8 +763,8 @@ esac
 "#;
 
     /// The bootstrap connect reports its wall time (`connectSeconds`, next to the index blob
-    /// count), and it is bounded by the Job deadline, not by the per-command timeout: a 1 s
-    /// command timeout does not kill a 1.5 s connect.
+    /// count), and it is bounded by the Job deadline (`connectTimeoutSeconds`), not by the
+    /// per-command timeout: a 1 s command timeout does not kill a 1.5 s connect.
     #[tokio::test]
     async fn bootstrap_reports_the_connect_time_and_outlives_the_command_timeout() {
         use std::os::unix::fs::PermissionsExt;
@@ -787,6 +793,7 @@ esac
             },
             command_timeout_seconds: 1,
             heartbeat_seconds: 30,
+            connect_timeout_seconds: Some(30),
             operation: Operation::BootstrapRepository(BootstrapRepositoryOp {
                 create_gate: CreateGate::PinnedOnceReady,
                 pinned_unique_id: Some("abcd".into()),

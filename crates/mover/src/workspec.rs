@@ -28,6 +28,13 @@ pub struct WorkSpec {
     pub command_timeout_seconds: u64,
     #[serde(default = "default_heartbeat")]
     pub heartbeat_seconds: u64,
+    /// The bound on the slow connects (the bootstrap/probe connect and maintenance's): the
+    /// controller sets it to the Job's deadline, so a repository with thousands of index blobs
+    /// can still connect, and the Job deadline (whose clock starts before the mover's) normally
+    /// ends a hung connect first. Absent (a mover run outside a Job, an older controller): the
+    /// short `command_timeout_seconds`, so a blackholed backend still gets a verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_timeout_seconds: Option<u64>,
     pub operation: Operation,
 }
 

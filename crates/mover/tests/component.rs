@@ -122,6 +122,7 @@ impl Bench {
             },
             command_timeout_seconds: 60,
             heartbeat_seconds: 30,
+            connect_timeout_seconds: None,
             operation: op,
         }
     }

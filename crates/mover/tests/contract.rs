@@ -44,6 +44,7 @@ fn spec(op: Operation) -> WorkSpec {
         },
         command_timeout_seconds: 60,
         heartbeat_seconds: 30,
+        connect_timeout_seconds: None,
         operation: op,
     }
 }

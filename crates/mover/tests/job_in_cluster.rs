@@ -125,6 +125,7 @@ async fn bootstrap_runs_as_a_job() {
         },
         command_timeout_seconds: 60,
         heartbeat_seconds: 30,
+        connect_timeout_seconds: None,
         operation: Operation::BootstrapRepository(BootstrapRepositoryOp {
             create_gate: CreateGate::Allowed { via_reinit_ack: false },
             pinned_unique_id: None,
@@ -283,6 +284,7 @@ async fn the_mover_checks_its_target_uid_and_heartbeats_through_the_api() {
         },
         command_timeout_seconds: 60,
         heartbeat_seconds: 1,
+        connect_timeout_seconds: None,
         operation: op,
     };
     let mover = |ws: WorkSpec, n: u32, result_file: bool| {

@@ -58,6 +58,7 @@ fn spec(endpoint: String) -> WorkSpec {
         // Far beyond the test: only the signal can end this run in time.
         command_timeout_seconds: 3600,
         heartbeat_seconds: 30,
+        connect_timeout_seconds: None,
         operation: Operation::BootstrapRepository(BootstrapRepositoryOp {
             create_gate: CreateGate::PinnedOnceReady,
             pinned_unique_id: None,

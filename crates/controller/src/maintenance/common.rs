@@ -281,6 +281,9 @@ pub fn build(m: MoverJob<'_>) -> Result<Job, Error> {
         &repo.home_namespace(&m.config.namespace),
         &m.namespace,
     )?;
+    let fp = m.failure_policy;
+    let deadline_seconds =
+        fp.and_then(|f| f.active_deadline_seconds).unwrap_or(kopiur_mover::job::DEFAULT_ACTIVE_DEADLINE_SECONDS);
     let spec = WorkSpec {
         schema_version: SCHEMA_VERSION,
         target_ref: m.target,
@@ -296,11 +299,13 @@ pub fn build(m: MoverJob<'_>) -> Result<Job, Error> {
         },
         command_timeout_seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
         heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
+        // Maintenance is what compacts a slow repository's index: its connect may take as
+        // long as the Job may run.
+        connect_timeout_seconds: u64::try_from(deadline_seconds).ok(),
         operation: m.operation,
     };
     let names = repo.secret_names();
     let key = repo.common().encryption.password_secret_ref.resolved_key().to_string();
-    let fp = m.failure_policy;
     let input = JobInput {
         name: m.name,
         namespace: m.namespace,
@@ -328,9 +333,7 @@ pub fn build(m: MoverJob<'_>) -> Result<Job, Error> {
         tolerations: None,
         affinity: None,
         backoff_limit: fp.and_then(|f| f.backoff_limit).unwrap_or(kopiur_mover::job::DEFAULT_BACKOFF_LIMIT),
-        active_deadline_seconds: fp
-            .and_then(|f| f.active_deadline_seconds)
-            .unwrap_or(kopiur_mover::job::DEFAULT_ACTIVE_DEADLINE_SECONDS),
+        active_deadline_seconds: deadline_seconds,
         ttl_seconds_after_finished: Some(kopiur_mover::job::DEFAULT_TTL_SECONDS),
         rust_log: m.config.mover_rust_log.clone(),
         log_format: None,

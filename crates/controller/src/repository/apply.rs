@@ -295,6 +295,8 @@ async fn launch<K: RepoObject>(
         },
         command_timeout_seconds: kopiur_mover::workspec::DEFAULT_COMMAND_TIMEOUT_SECONDS,
         heartbeat_seconds: kopiur_mover::workspec::DEFAULT_HEARTBEAT_SECONDS,
+        // The connect may take as long as the Job may run (the adaptive deadline).
+        connect_timeout_seconds: u64::try_from(l.deadline_seconds).ok(),
         operation: Operation::BootstrapRepository(BootstrapRepositoryOp {
             create_gate: mover_gate(l.gate),
             pinned_unique_id: facts.status.unique_id.clone(),

@@ -531,6 +531,7 @@ fn restore_job(
         },
         command_timeout_seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
         heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
+        connect_timeout_seconds: None,
         operation: Operation::Restore(RestoreOp {
             snapshot_id,
             resolve,

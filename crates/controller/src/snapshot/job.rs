@@ -226,6 +226,7 @@ pub fn backup_job(
         repository: repository_info(repo, id, &mounts).map_err(BuildError::Invalid)?,
         command_timeout_seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
         heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
+        connect_timeout_seconds: None,
         operation: Operation::Snapshot(op),
     };
     let bytes = serde_json::to_vec(&spec).map(|v| v.len()).unwrap_or(usize::MAX);
@@ -315,6 +316,7 @@ pub fn batch_delete_job(
         repository: repository_info(repo, repo.ops_identity(), &mounts).map_err(BuildError::Invalid)?,
         command_timeout_seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
         heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
+        connect_timeout_seconds: None,
         operation: Operation::SnapshotDeleteBatch(SnapshotDeleteBatchOp {
             members: spec
                 .members

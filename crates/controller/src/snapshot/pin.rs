@@ -359,6 +359,7 @@ pub fn pin_job(
         repository: repository_info(repo, repo.ops_identity(), &mounts).map_err(BuildError::Invalid)?,
         command_timeout_seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
         heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
+        connect_timeout_seconds: None,
         operation: Operation::SnapshotPin(SnapshotPinOp {
             snapshot_id: kopia_id.to_string(),
             pin: PIN_NAME.into(),
