@@ -80,7 +80,7 @@ pub struct SnapshotSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repository: Option<RepositoryRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<SnapshotSource>,
+    pub source: Option<Box<SnapshotSource>>,
     /// kopia manifest tags.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("maxProperties" = 10))]
@@ -93,7 +93,7 @@ pub struct SnapshotSpec {
     #[schemars(length(max = 1024))]
     pub description: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure_policy: Option<FailurePolicy>,
+    pub failure_policy: Option<Box<FailurePolicy>>,
     /// Resolved from the policy once and pinned in `status.resolved.deletionPolicy` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_policy: Option<DeletionPolicy>,
@@ -229,18 +229,18 @@ pub struct SnapshotStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<KopiaSnapshotRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timing: Option<Timing>,
+    pub timing: Option<Box<Timing>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stats: Option<SnapshotStats>,
+    pub stats: Option<Box<SnapshotStats>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job: Option<JobRef>,
+    pub job: Option<Box<JobRef>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved: Option<SnapshotResolved>,
     /// At most 4 KiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_tail: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure: Option<Failure>,
+    pub failure: Option<Box<Failure>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -253,7 +253,7 @@ pub struct SnapshotStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_recorded_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deletion: Option<DeletionRecord>,
+    pub deletion: Option<Box<DeletionRecord>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(transform = ListMap("type"))]
     pub conditions: Vec<Condition>,

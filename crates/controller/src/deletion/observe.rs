@@ -110,7 +110,7 @@ pub fn schedule_owner(s: &Snapshot) -> Option<(String, String)> {
 }
 
 pub fn previous_record(s: &Snapshot) -> Option<DeletionRecord> {
-    s.status.as_ref()?.deletion.clone()
+    s.status.as_ref()?.deletion.as_deref().cloned()
 }
 
 /// The breaker's view of a deleting Snapshot; `None` when it is not being deleted.

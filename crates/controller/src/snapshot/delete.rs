@@ -249,7 +249,7 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
     // Held or DeleteSnapshot: persist the record and the conditions (only when they change).
     let mut next = status.clone();
     next.phase = Some(SnapshotPhase::Deleting);
-    next.deletion = p.record.clone();
+    next.deletion = p.record.clone().map(Box::new);
     let mut conds: Vec<Cond> = Vec::new();
     if let Some(hc) = &p.held_condition {
         conds.push(Cond {

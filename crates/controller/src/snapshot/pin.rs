@@ -286,7 +286,7 @@ pub async fn reconcile(
         missing_secrets: missing_secrets.to_vec(),
         job: PinJob::of(job.as_deref()),
         job_name: name.clone(),
-        failure: status.failure.clone().filter(|f| f.op.as_deref() == Some("pin")),
+        failure: status.failure.as_deref().cloned().filter(|f| f.op.as_deref() == Some("pin")),
     };
     let mut d = plan(&facts);
     let api = kube::Api::<Job>::namespaced(ctx.client.clone(), &ns);

@@ -304,7 +304,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     };
     let (preflight, preflight_timeout) = preflight_facts(ctx, policy.as_deref(), repo.as_ref(), now);
     let pod_startup_deadline = chrono::Duration::seconds(FailurePolicy::resolved_pod_startup_deadline_seconds(
-        snap.spec.failure_policy.as_ref(),
+        snap.spec.failure_policy.as_deref(),
     ));
     let job_facts = job_state(job.as_deref());
     let mut pods = Verdict::NotWedged { recheck_at: None };
@@ -333,7 +333,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         job_created: job.as_deref().and_then(crate::wedged::io::job_created),
         pod_startup_deadline,
         pods,
-        failure: status.failure.clone(),
+        failure: status.failure.as_deref().cloned(),
         ready_reason: status.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()),
         completion_recorded: status.completion_recorded_at.is_some(),
         reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
@@ -393,7 +393,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     next.source_missing_since = d.source_missing_since;
     next.preflight_since = d.preflight_since;
     if let Some(f) = &d.failure {
-        next.failure = Some(f.clone());
+        next.failure = Some(Box::new(f.clone()));
     }
     // Pin once: repository (with uid), identity, policy, deletion policy.
     if next.resolved.is_none()
@@ -416,8 +416,8 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         });
     }
     if d.step == Step::Launch {
-        next.job = Some(JobRef { name: job_name.clone(), attempts: 0 });
-        next.timing = Some(Timing { start_time: Some(now), ..Timing::default() });
+        next.job = Some(Box::new(JobRef { name: job_name.clone(), attempts: 0 }));
+        next.timing = Some(Box::new(Timing { start_time: Some(now), ..Timing::default() }));
     }
     if d.record_completion.is_some() {
         next.completion_recorded_at = Some(now);

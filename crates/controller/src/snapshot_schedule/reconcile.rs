@@ -454,7 +454,7 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
                 },
                 spec: SnapshotSpec {
                     policy_ref: Some(kopiur_api::shared::PolicyRef { name: pname.clone(), namespace: None }),
-                    source: c.source.clone(),
+                    source: c.source.clone().map(Box::new),
                     deletion_policy: Some(default_deletion),
                     on_schedule_delete: Some(sched.spec.deletion.on_schedule_delete),
                     ..SnapshotSpec::default()
@@ -473,7 +473,7 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
                     let existing = snaps.get_opt(&c.name).await?;
                     let same = existing.as_ref().is_none_or(|x| {
                         x.spec.policy_ref.as_ref().map(|p| p.name.as_str()) == Some(pname.as_str())
-                            && x.spec.source == c.source
+                            && x.spec.source.as_deref() == c.source.as_ref()
                     });
                     if !same {
                         let note = format!(
