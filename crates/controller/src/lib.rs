@@ -37,5 +37,6 @@ pub mod snapshot;
 pub mod snapshot_policy;
 pub mod snapshot_replication;
 pub mod snapshot_schedule;
+pub mod status;
 pub mod synced;
 pub mod wedged;

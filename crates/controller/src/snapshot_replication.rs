@@ -12,7 +12,7 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kopiur_api::SnapshotReplication;
 use kopiur_api::snapshot_replication::{NOT_IMPLEMENTED_MESSAGE, SnapshotReplicationPhase, SnapshotReplicationStatus};
-use kube::api::{Patch, PatchParams};
+
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -77,17 +77,10 @@ async fn reconcile(obj: Arc<SnapshotReplication>, ctx: Arc<GateCtx>) -> Result<A
         return Ok(Action::await_change());
     }
     let event = needs_event(&current.conditions, generation);
-    let patch = crate::repository::apply::merge_patch(
-        &serde_json::to_value(&current).unwrap_or_default(),
-        &serde_json::to_value(&next).unwrap_or_default(),
-    );
-    let body = serde_json::json!({"metadata": {"resourceVersion": obj.resource_version()}, "status": patch});
     let api: Api<SnapshotReplication> = Api::namespaced(ctx.client.clone(), &ns);
-    match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
-        Ok(_) => {}
-        // A newer object's watch event brings the reconcile back.
-        Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Action::await_change()),
-        Err(e) => return Err(e.into()),
+    // A lost conflict: a newer object's watch event brings the reconcile back.
+    if !crate::status::write_status(&api, obj.as_ref(), &current, &next).await?.landed() {
+        return Ok(Action::await_change());
     }
     if event {
         let ev = Event {

@@ -22,7 +22,7 @@ use kopiur_api::snapshot::{
 };
 use kopiur_api::snapshot_policy::DeletionPolicy;
 use kopiur_mover::result::CatalogEntry;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
 
 pub use plan::{Bounds, CatalogPlan, DeleteReason, ExistingSnapshot, ScanDue, ScanFacts, scan_due};
@@ -229,8 +229,9 @@ async fn write_row_status(
     st: &SnapshotStatus,
 ) -> Result<(), kube::Error> {
     let api: Api<Snapshot> = Api::namespaced(client.clone(), namespace);
-    let body = serde_json::json!({ "status": st });
-    match api.patch_status(name, &PatchParams::default(), &Patch::Merge(&body)).await {
+    // The whole status of a row just created (unguarded: nothing else writes it yet).
+    let next = serde_json::to_value(st).unwrap_or_default();
+    match crate::status::write_status_value(&api, name, None, &serde_json::Value::Null, &next).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e),

@@ -127,7 +127,8 @@ impl RunJob {
     pub fn wedged(&self) -> Option<&str> {
         match (&self.state, &self.pods) {
             (JobState::Active, crate::wedged::Verdict::Wedged { message }) => Some(message),
-            _ => None,
+            (JobState::Active, crate::wedged::Verdict::NotWedged { .. })
+            | (JobState::Absent | JobState::Complete { .. } | JobState::Failed { .. }, _) => None,
         }
     }
 }
@@ -355,30 +356,6 @@ pub fn build(m: MoverJob<'_>) -> Result<Job, Error> {
         t.labels.get_or_insert_with(Default::default).extend(m.labels);
     }
     Ok(job)
-}
-
-/// A merge-PATCH of `.status` from `old` to `new`, guarded by the resourceVersion the
-/// reconcile read; skipped when nothing changed (idle objects write nothing). A conflict is
-/// left to the next reconcile, which the watch triggers.
-pub async fn write_status<K, S>(api: &kube::Api<K>, obj: &K, old: &S, new: &S) -> Result<bool, Error>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-    S: serde::Serialize + PartialEq,
-{
-    if old == new {
-        return Ok(false);
-    }
-    let patch = crate::repository::apply::merge_patch(
-        &serde_json::to_value(old).unwrap_or_default(),
-        &serde_json::to_value(new).unwrap_or_default(),
-    );
-    let body = serde_json::json!({"metadata": {"resourceVersion": obj.meta().resource_version}, "status": patch});
-    let name = obj.meta().name.clone().unwrap_or_default();
-    match api.patch_status(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&body)).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// The requeue for a pinned fire time: until it, at least 1 s, at most the 300 s safety net.

@@ -310,14 +310,12 @@ async fn write_condition<K: RepoObject>(
         now,
     );
     if merged != conds {
-        let body = serde_json::json!({
-            "metadata": {"resourceVersion": repo.meta().resource_version},
-            "status": {"conditions": merged},
-        });
-        match K::api(client.clone(), repo).patch_status(name, &PatchParams::default(), &Patch::Merge(&body)).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
-            Err(e) => return Err(e),
+        // Only the conditions: the rest of the repository's status is the health loop's.
+        let (old, new) = (serde_json::json!({ "conditions": conds }), serde_json::json!({ "conditions": merged }));
+        let guard = repo.meta().resource_version.as_deref();
+        let api = K::api(client.clone(), repo);
+        if !crate::status::write_status_value(&api, name, guard, &old, &new).await?.landed() {
+            return Ok(());
         }
         let now_false = p.condition.status == CondStatus::False;
         if now_false && was.as_deref() != Some("False") {

@@ -148,10 +148,8 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
     next.conditions =
         crate::snapshot::ctx::merge(&status.conditions, &d.conditions, m.meta().generation.unwrap_or(0), now);
     // Unchanged counts as landed; a lost conflict re-decides on the newer object.
-    let written = status == next
-        || common::write_status(&Api::<Maintenance>::namespaced(ctx.client.clone(), &ns), m.as_ref(), &status, &next)
-            .await?;
-    if written {
+    let api = Api::<Maintenance>::namespaced(ctx.client.clone(), &ns);
+    if crate::status::write_status(&api, m.as_ref(), &status, &next).await?.landed() {
         // After the failed run is on record: deleting first would lose it if the write lost.
         common::delete_wedged(&ctx.client, &ctx.jobs, &ns, &d.delete_jobs).await;
         for r in &d.recorded {

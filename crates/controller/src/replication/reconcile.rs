@@ -209,15 +209,8 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
     next.conditions =
         crate::snapshot::ctx::merge(&status.conditions, &d.conditions, r.meta().generation.unwrap_or(0), now);
     // Unchanged counts as landed; a lost conflict re-decides on the newer object.
-    let written = status == next
-        || common::write_status(
-            &Api::<RepositoryReplication>::namespaced(ctx.client.clone(), &ns),
-            r.as_ref(),
-            &status,
-            &next,
-        )
-        .await?;
-    if written {
+    let api = Api::<RepositoryReplication>::namespaced(ctx.client.clone(), &ns);
+    if crate::status::write_status(&api, r.as_ref(), &status, &next).await?.landed() {
         // After the failed run is on record: deleting first would lose it if the write lost.
         common::delete_wedged(&ctx.client, &ctx.jobs, &ns, &d.delete_jobs).await;
         if let Some(message) = &d.wedged {

@@ -58,10 +58,10 @@ pub async fn apply<K: RepoObject>(
     crate::features::drop_stale_features_ignored(&mut desired.conditions, &d.conditions);
     crate::health::kstatus::drop_stale_repository_writable(&mut desired.conditions, &d.conditions);
     if current != Some(&desired) {
-        let api = K::api(ctx.client.clone(), obj);
+        // Unguarded: only the controller writes a repository's status.
         let old = current.cloned().map(|c| obj.status_value(c)).unwrap_or(serde_json::Value::Null);
-        let body = serde_json::json!({ "status": merge_patch(&old, &obj.status_value(desired)) });
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await?;
+        let new = obj.status_value(desired);
+        crate::status::write_status_value(&K::api(ctx.client.clone(), obj), &name, None, &old, &new).await?;
     }
 
     // 2. Process memory for once-per-value warnings.
@@ -106,34 +106,6 @@ pub async fn apply<K: RepoObject>(
         // Safety net for a missed watch event.
         None => Action::requeue(std::time::Duration::from_secs(300)),
     })
-}
-
-/// A JSON merge patch from `old` to `new`: keys that disappeared become explicit nulls, so
-/// cleared fields (a closed breaker's `strictRetry`) are really removed from stored status.
-pub fn merge_patch(old: &serde_json::Value, new: &serde_json::Value) -> serde_json::Value {
-    use serde_json::Value;
-    match (old, new) {
-        (Value::Object(o), Value::Object(n)) => {
-            let mut out = serde_json::Map::new();
-            for k in o.keys() {
-                if !n.contains_key(k) {
-                    out.insert(k.clone(), Value::Null);
-                }
-            }
-            for (k, v) in n {
-                let patched = match o.get(k) {
-                    Some(ov) => merge_patch(ov, v),
-                    None => v.clone(),
-                };
-                out.insert(k.clone(), patched);
-            }
-            Value::Object(out)
-        }
-        (
-            Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) | Value::Array(_) | Value::Object(_),
-            _,
-        ) => new.clone(),
-    }
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -430,8 +402,6 @@ pub fn create_options(c: &kopiur_api::repository::CreateSpec) -> CreateOptions {
 
 #[cfg(test)]
 mod tests {
-    use super::merge_patch;
-
     #[test]
     fn spec_create_reaches_the_create_options_ecc_included() {
         use super::{CreateOptions, create_options};
@@ -451,17 +421,5 @@ mod tests {
             }
         );
         assert_eq!(create_options(&Default::default()), CreateOptions::default(), "kopia's defaults");
-    }
-    use serde_json::json;
-
-    #[test]
-    fn removed_keys_become_null_recursively() {
-        let old = json!({"phase": "Degraded", "health": {"consecutiveProbeFailures": 4, "strictRetry": {"attempt": 2}, "breakerOpenedAt": "t"}});
-        let new = json!({"phase": "Ready", "health": {"consecutiveProbeFailures": 0}});
-        let p = merge_patch(&old, &new);
-        assert_eq!(
-            p,
-            json!({"phase": "Ready", "health": {"consecutiveProbeFailures": 0, "strictRetry": null, "breakerOpenedAt": null}})
-        );
     }
 }

@@ -11,7 +11,7 @@ use kopiur_api::names::reason;
 use kopiur_api::repository::RepositoryPhase;
 use kopiur_api::{ClusterRepository, Repository};
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
+
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 
@@ -92,11 +92,10 @@ pub async fn refuse<K: RepoObject>(obj: &K, ctx: &Ctx, next: &NextFields) -> Res
     features::drop_stale_features_ignored(&mut desired.conditions, &[]);
     crate::health::kstatus::drop_stale_repository_writable(&mut desired.conditions, &conds);
     if current.as_ref() != Some(&desired) {
+        // Unguarded: only the controller writes a repository's status.
         let old = current.map(|c| obj.status_value(c)).unwrap_or(serde_json::Value::Null);
-        let body = serde_json::json!({ "status": super::apply::merge_patch(&old, &obj.status_value(desired)) });
-        K::api(ctx.client.clone(), obj)
-            .patch_status(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&body))
-            .await?;
+        let new = obj.status_value(desired);
+        crate::status::write_status_value(&K::api(ctx.client.clone(), obj), &obj.name_any(), None, &old, &new).await?;
     }
     if !already {
         publish(obj, ctx, reason, &message).await;

@@ -19,7 +19,7 @@ use kopiur_mover::workspec::{
     DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_HEARTBEAT_SECONDS, Operation, RepositoryInfo, ResolveIdentity, RestoreOp,
     SCHEMA_VERSION, TargetRef, WorkSpec,
 };
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
@@ -410,20 +410,8 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
         tracing::warn!(error = %e, restore = %name, "stamping reverify-requested-at failed");
     }
     // Whether `next` is what the API now holds (nothing to write counts).
-    let mut written = true;
-    if next != status {
-        let api: Api<Restore> = Api::namespaced(ctx.client.clone(), &ns);
-        let patch = crate::repository::apply::merge_patch(
-            &serde_json::to_value(&status).unwrap_or_default(),
-            &serde_json::to_value(&next).unwrap_or_default(),
-        );
-        let body = serde_json::json!({"metadata": {"resourceVersion": restore.resource_version()}, "status": patch});
-        match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => written = false,
-            Err(e) => return Err(e.into()),
-        }
-    }
+    let api: Api<Restore> = Api::namespaced(ctx.client.clone(), &ns);
+    let written = crate::status::write_status(&api, restore.as_ref(), &status, &next).await?.landed();
     // After the Failed status landed: deleting first would read as a lost Job if the write lost
     // a conflict. A failed delete is retried by the plan's requeue.
     if d.delete_job

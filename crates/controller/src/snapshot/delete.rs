@@ -19,7 +19,6 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::ctx::{PipelineCtx, RepoView};
 use super::dispatch;
-use super::reconcile::write_status;
 use crate::deletion::batch::{self, MemberBatch};
 use crate::deletion::breaker::MemberBreaker;
 use crate::deletion::cascade::{self, LiveSchedule, Owner};
@@ -289,7 +288,7 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
     conds.extend(deleting_trio(held, ready));
     next.conditions = super::ctx::merge(&status.conditions, &conds, snap.meta().generation.unwrap_or(0), now);
     let api: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &ns);
-    write_status(&api, snap, &status, &next).await?;
+    crate::status::write_status(&api, snap, &status, &next).await?;
     match &p.action {
         plan::Action::DeleteSnapshot(_) => {
             ctx.dispatch.notify_one();

@@ -12,7 +12,7 @@ use k8s_openapi::api::batch::v1::Job;
 use kopiur_api::Snapshot;
 use kopiur_api::names::{annotation, condition, label};
 use kopiur_api::snapshot::DeletionDecision;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::api::{DeleteParams, PostParams, PropagationPolicy};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
@@ -410,28 +410,23 @@ async fn write_repo_status(
     if current_dp.as_ref() == Some(&desired_dp) && conds == current_conds {
         return Ok(());
     }
-    let body = serde_json::json!({
-        "metadata": {"resourceVersion": repo.meta().resource_version},
-        "status": {"deletionProtection": desired_dp, "conditions": conds},
-    });
-    let pp = PatchParams::default();
-    let res = match repo {
+    // Only the fields this pass owns: the rest of the repository's status is the health loop's.
+    let before = serde_json::json!({"deletionProtection": current_dp, "conditions": current_conds});
+    let after = serde_json::json!({"deletionProtection": desired_dp, "conditions": conds});
+    let guard = repo.meta().resource_version.clone();
+    let write = match repo {
         RepoView::Namespaced(r) => {
-            Api::<kopiur_api::Repository>::namespaced(ctx.client.clone(), &r.namespace().unwrap_or_default())
-                .patch_status(&repo.name(), &pp, &Patch::Merge(&body))
-                .await
-                .map(|_| ())
+            let api = Api::<kopiur_api::Repository>::namespaced(ctx.client.clone(), &r.namespace().unwrap_or_default());
+            crate::status::write_status_value(&api, &repo.name(), guard.as_deref(), &before, &after).await?
         }
-        RepoView::Cluster(_) => Api::<kopiur_api::ClusterRepository>::all(ctx.client.clone())
-            .patch_status(&repo.name(), &pp, &Patch::Merge(&body))
-            .await
-            .map(|_| ()),
+        RepoView::Cluster(_) => {
+            let api = Api::<kopiur_api::ClusterRepository>::all(ctx.client.clone());
+            crate::status::write_status_value(&api, &repo.name(), guard.as_deref(), &before, &after).await?
+        }
     };
-    match res {
-        Ok(()) => {}
-        // A concurrent status write: the next pass sees the new version and tries again.
-        Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
-        Err(e) => return Err(e.into()),
+    // A concurrent status write: the next pass sees the new version and tries again.
+    if !write.landed() {
+        return Ok(());
     }
     let reference = repo_object_ref(repo);
     for ev in &state.events {

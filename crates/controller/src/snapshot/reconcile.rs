@@ -8,7 +8,7 @@ use kopiur_api::names::{annotation, event, finalizer, label, reason};
 use kopiur_api::shared::phase::SnapshotOrigin;
 use kopiur_api::shared::status::{ResolvedRepository, Timing};
 use kopiur_api::shared::{FailurePolicy, RepositoryKind, RepositoryRef};
-use kopiur_api::snapshot::{JobRef, SnapshotPhase, SnapshotResolved, SnapshotStatus};
+use kopiur_api::snapshot::{JobRef, SnapshotPhase, SnapshotResolved};
 use kopiur_api::{Snapshot, SnapshotPolicy};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -433,7 +433,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     }
     next.conditions = super::ctx::merge(&status.conditions, &d.conditions, snap.meta().generation.unwrap_or(0), now);
     super::pin::apply_to_status(&mut next, &pin, snap.meta().generation.unwrap_or(0), now);
-    let written = write_status(&api, fresh.as_ref().unwrap_or(snap), &status, &next).await?;
+    let written = crate::status::write_status(&api, fresh.as_ref().unwrap_or(snap), &status, &next).await?.landed();
     // docs/design/api-contract.md §7.6: a discovered row whose spec is not `Retain` (or carries `onScheduleDelete`) is
     // forced to Retain with one Warning `InvalidSpec` per generation: emitted by the reconcile
     // whose status write records that generation as observed.
@@ -491,32 +491,6 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
             Step::Idle => Action::await_change(),
         },
     })
-}
-
-/// One status write, skipped when nothing changed.
-/// Guarded by the resourceVersion we decided on: the mover PATCHes the same status, and a
-/// decision made on a stale copy must not overwrite its result. A conflict is not an error:
-/// the newer object's watch event brings the reconcile back. `Ok(false)` means the write lost
-/// such a conflict; `Ok(true)` that the status now reads `next`.
-pub async fn write_status(
-    api: &Api<Snapshot>,
-    snap: &Snapshot,
-    current: &SnapshotStatus,
-    next: &SnapshotStatus,
-) -> Result<bool, Error> {
-    if current == next {
-        return Ok(true);
-    }
-    let patch = crate::repository::apply::merge_patch(
-        &serde_json::to_value(current).unwrap_or_default(),
-        &serde_json::to_value(next).unwrap_or_default(),
-    );
-    let body = serde_json::json!({"metadata": {"resourceVersion": snap.resource_version()}, "status": patch});
-    match api.patch_status(&snap.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// Whether the Snapshot carries `skip-snapshot-cleanup`.

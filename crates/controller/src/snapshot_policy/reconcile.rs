@@ -11,8 +11,8 @@ use kopiur_api::domain::identity::resolve_identity;
 use kopiur_api::names::{annotation, pruned_by};
 use kopiur_api::shared::status::{ResolvedRepository, ResolvedSource};
 use kopiur_api::snapshot::SnapshotPhase;
-use kopiur_api::snapshot_policy::{LastSuccessfulSnapshot, PolicyResolved, RetentionStatus, SnapshotPolicyStatus};
-use kube::api::{Patch, PatchParams};
+use kopiur_api::snapshot_policy::{LastSuccessfulSnapshot, PolicyResolved, RetentionStatus};
+
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 
@@ -307,7 +307,9 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
     let generation = policy.meta().generation.unwrap_or(0);
     next.conditions = crate::snapshot::ctx::merge(&status.conditions, &conds, generation, now);
     crate::features::drop_stale_features_ignored(&mut next.conditions, &conds);
-    write_status(&ctx, &policy, &status, &next).await?;
+    let api: Api<SnapshotPolicy> = Api::namespaced(ctx.client.clone(), &policy.namespace().unwrap_or_default());
+    // A lost conflict is left to the next reconcile, which the newer object's watch event brings.
+    crate::status::write_status(&api, policy.as_ref(), &status, &next).await?;
     if let Some(note) = next_fields.advisory_event(&status.conditions, generation) {
         ctx.event(&policy.object_ref(&()), true, crate::features::FEATURES_IGNORED, note).await;
     }
@@ -315,26 +317,4 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
         return Ok(Action::requeue(std::time::Duration::from_secs(2)));
     }
     Ok(Action::requeue(std::time::Duration::from_secs(300)))
-}
-
-async fn write_status(
-    ctx: &PipelineCtx,
-    p: &SnapshotPolicy,
-    current: &SnapshotPolicyStatus,
-    next: &SnapshotPolicyStatus,
-) -> Result<(), Error> {
-    if current == next {
-        return Ok(());
-    }
-    let api: Api<SnapshotPolicy> = Api::namespaced(ctx.client.clone(), &p.namespace().unwrap_or_default());
-    let patch = crate::repository::apply::merge_patch(
-        &serde_json::to_value(current).unwrap_or_default(),
-        &serde_json::to_value(next).unwrap_or_default(),
-    );
-    let body = serde_json::json!({"metadata": {"resourceVersion": p.resource_version()}, "status": patch});
-    match api.patch_status(&p.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }

@@ -8,7 +8,7 @@ use kopiur_api::domain::cron::{Cron, effective_timezone};
 use kopiur_api::names::pruned_by;
 use kopiur_api::shared::status::NameRef;
 use kopiur_api::snapshot::{SnapshotPhase, SnapshotSpec};
-use kopiur_api::snapshot_schedule::{ScheduleRecord, ScheduleTarget, SnapshotScheduleStatus};
+use kopiur_api::snapshot_schedule::{ScheduleRecord, ScheduleTarget};
 use kopiur_api::{Snapshot, SnapshotSchedule};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -596,7 +596,9 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
     }
     next.conditions =
         crate::snapshot::ctx::merge(&status.conditions, &conds, sched.meta().generation.unwrap_or(0), now);
-    write_status(&ctx, &sched, &status, &next).await?;
+    let api: Api<SnapshotSchedule> = Api::namespaced(ctx.client.clone(), &sched.namespace().unwrap_or_default());
+    // A lost conflict is left to the next reconcile, which the newer object's watch event brings.
+    crate::status::write_status(&api, sched.as_ref(), &status, &next).await?;
     let mut requeue = d.requeue_after.to_std().unwrap_or_default().max(std::time::Duration::from_secs(1));
     // Policies are not watched here: a selector schedule re-reads them each minute so its
     // conditions follow labels being added or removed (the fire itself reads them at the slot).
@@ -604,28 +606,6 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         requeue = requeue.min(std::time::Duration::from_secs(60));
     }
     Ok(Action::requeue(requeue))
-}
-
-async fn write_status(
-    ctx: &PipelineCtx,
-    s: &SnapshotSchedule,
-    current: &SnapshotScheduleStatus,
-    next: &SnapshotScheduleStatus,
-) -> Result<(), Error> {
-    if current == next {
-        return Ok(());
-    }
-    let api: Api<SnapshotSchedule> = Api::namespaced(ctx.client.clone(), &s.namespace().unwrap_or_default());
-    let patch = crate::repository::apply::merge_patch(
-        &serde_json::to_value(current).unwrap_or_default(),
-        &serde_json::to_value(next).unwrap_or_default(),
-    );
-    let body = serde_json::json!({"metadata": {"resourceVersion": s.resource_version()}, "status": patch});
-    match api.patch_status(&s.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 #[cfg(test)]
