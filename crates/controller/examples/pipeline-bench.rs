@@ -246,6 +246,16 @@ async fn bench(h: &mut Harness, rows: &[usize], runs: usize) -> Result<()> {
             writes_delta(&first, &last_text, "main"),
         );
         println!("rows {n}: every write of the controller from its start: {}", writes_delta("", &last_text, "main"));
+        // Steady state: the start-up writes have stopped; 30 s more (two allocator trim periods).
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let text = h.metrics().await?;
+        let rss = sum_metric(&text, "kopiur_process_resident_memory_bytes", |_| true);
+        let peak = h.op.as_ref().and_then(|o| o.proc_.pid()).and_then(peak_rss_kib);
+        println!(
+            "rows {n}: controller RSS {:.1} MiB once the start-up writes stopped (30 s later), peak {} over the whole start",
+            rss / 1048576.0,
+            peak.map(|k| format!("{:.1} MiB", k as f64 / 1024.0)).unwrap_or_else(|| "unknown".into()),
+        );
         // The last size's operator stays up: its store holds every row and it has settled, so
         // what follows is measured in steady state, not behind a second start-up pass.
         if idx + 1 < rows.len() {

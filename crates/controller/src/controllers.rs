@@ -40,22 +40,22 @@ pub fn build(client: &Client, config: Config, metrics: Arc<Metrics>) -> (Arc<Con
     }
     // Slimmed as before: the pipeline's own kinds and Maintenance (the stores that grow with a
     // fleet); the others as the apiserver sends them.
-    let (jobs, jobs_s, jobs_y) = feed!(Job, all().labels(MANAGED_JOBS), false);
+    let (jobs, jobs_s, jobs_y) = feed!(Job, all().labels(MANAGED_JOBS), None);
     let (secrets, secrets_s, secrets_y) =
-        feed!(kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>, all(), false);
+        feed!(kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>, all(), None);
     let (namespaces, ns_s, ns_y) =
-        feed!(kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>, all(), false);
+        feed!(kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>, all(), None);
     let (pvcs, pvcs_s, pvcs_y) =
-        feed!(kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::PersistentVolumeClaim>, all(), false);
-    let (repos, repos_s, repos_y) = feed!(Repository, all(), false);
-    let (crepos, crepos_s, crepos_y) = feed!(ClusterRepository, all(), false);
-    let (snapshots, snaps_s, snaps_y) = feed!(kopiur_api::Snapshot, all(), true);
-    let (schedules, scheds_s, scheds_y) = feed!(kopiur_api::SnapshotSchedule, all(), true);
-    let (policies, pols_s, pols_y) = feed!(kopiur_api::SnapshotPolicy, all(), true);
-    let (restores, rest_s, rest_y) = feed!(kopiur_api::Restore, all(), false);
-    let (maintenances, maint_s, maint_y) = feed!(kopiur_api::Maintenance, all(), true);
-    let (replications, repl_s, repl_y) = feed!(kopiur_api::RepositoryReplication, all(), false);
-    let (snapshot_replications, srepl_s, srepl_y) = feed!(kopiur_api::SnapshotReplication, all(), false);
+        feed!(kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::PersistentVolumeClaim>, all(), None);
+    let (repos, repos_s, repos_y) = feed!(Repository, all(), None);
+    let (crepos, crepos_s, crepos_y) = feed!(ClusterRepository, all(), None);
+    let (snapshots, snaps_s, snaps_y) = feed!(kopiur_api::Snapshot, all(), Some(crate::heap::slim_snapshot));
+    let (schedules, scheds_s, scheds_y) = feed!(kopiur_api::SnapshotSchedule, all(), Some(crate::heap::slim_object));
+    let (policies, pols_s, pols_y) = feed!(kopiur_api::SnapshotPolicy, all(), Some(crate::heap::slim_object));
+    let (restores, rest_s, rest_y) = feed!(kopiur_api::Restore, all(), None);
+    let (maintenances, maint_s, maint_y) = feed!(kopiur_api::Maintenance, all(), Some(crate::heap::slim_object));
+    let (replications, repl_s, repl_y) = feed!(kopiur_api::RepositoryReplication, all(), None);
+    let (snapshot_replications, srepl_s, srepl_y) = feed!(kopiur_api::SnapshotReplication, all(), None);
     let stores = Stores {
         jobs: jobs_s,
         secrets: secrets_s,

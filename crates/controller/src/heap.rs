@@ -56,6 +56,20 @@ pub fn slim(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMet
     }
 }
 
+/// [`slim`] for any kind's feed.
+pub fn slim_object<K: kube::Resource>(o: &mut K) {
+    slim(o.meta_mut());
+}
+
+/// [`slim`] for the Snapshot feed, the store that grows with a fleet: also trims the conditions
+/// list to its length (deserialised, three conditions sit in room for four: 128 bytes a row).
+pub fn slim_snapshot(s: &mut kopiur_api::Snapshot) {
+    slim(&mut s.metadata);
+    if let Some(st) = s.status.as_mut() {
+        st.conditions.shrink_to_fit();
+    }
+}
+
 /// Caps glibc's arenas at [`ARENA_MAX`]; call first thing in `main`, before any thread.
 /// Returns whether the setting took effect.
 pub fn limit_arenas() -> bool {
@@ -80,6 +94,30 @@ pub async fn trim_periodically() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slim_snapshot_trims_the_conditions_list_and_keeps_every_condition() {
+        let cond = |t: &str| {
+            serde_json::json!({"type": t, "status": "False", "reason": "R", "message": "",
+            "lastTransitionTime": "2026-12-03T00:00:00Z"})
+        };
+        // From text, as a watch deserialises it (a `Value` would give serde the exact length).
+        let text = serde_json::json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": "s", "namespace": "t", "managedFields": [{"manager": "x"}]},
+            "spec": {"repository": {"name": "r"}},
+            "status": {"conditions": [cond("Ready"), cond("Reconciling"), cond("Stalled")]}
+        })
+        .to_string();
+        let mut s: kopiur_api::Snapshot = serde_json::from_str(&text).unwrap();
+        let before = s.status.as_ref().unwrap().conditions.clone();
+        assert!(s.status.as_ref().unwrap().conditions.capacity() > 3, "serde leaves room to grow");
+        slim_snapshot(&mut s);
+        let st = s.status.as_ref().unwrap();
+        assert_eq!(st.conditions, before);
+        assert_eq!(st.conditions.capacity(), 3);
+        assert!(s.metadata.managed_fields.is_none());
+    }
 
     #[test]
     fn slim_drops_managed_fields_and_the_kubectl_copy_only() {
