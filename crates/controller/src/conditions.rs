@@ -1,9 +1,73 @@
-//! Rendering kstatus conditions onto a status, shared by every kind (crate root).
+//! kstatus conditions for every kind (crate root): the desired [`Cond`], the one constructor
+//! [`cond`], the trio [`trio`] by how an object [`Standing`]s, and [`merge_conditions`], which
+//! renders them onto a status.
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time as KTime};
 
-use crate::health::kstatus::Cond;
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CondStatus {
+    True,
+    False,
+    Unknown,
+}
+
+impl CondStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CondStatus::True => "True",
+            CondStatus::False => "False",
+            CondStatus::Unknown => "Unknown",
+        }
+    }
+}
+
+/// One desired condition; `lastTransitionTime` is the status writer's business.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cond {
+    pub type_: &'static str,
+    pub status: CondStatus,
+    pub reason: String,
+    pub message: String,
+}
+
+/// The one way to build a [`Cond`].
+pub fn cond(type_: &'static str, status: CondStatus, reason: &str, message: impl Into<String>) -> Cond {
+    Cond { type_, status, reason: reason.to_string(), message: message.into() }
+}
+
+/// How an object stands, for the kstatus trio: at most one of Ready, Reconciling, Stalled is
+/// True.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Ready=True.
+    Ready,
+    /// Ready=False, Reconciling=True: a wait that heals by itself.
+    Waiting,
+    /// Ready=False, Stalled=True: a human or a spec change is needed.
+    Stalled,
+    /// Ready=False with neither (a failed run the next slot retries).
+    Failed,
+}
+
+/// The kstatus trio: Ready carries `reason` and `message`; Reconciling and Stalled carry the
+/// reason, and the message only when True.
+pub fn trio(standing: Standing, reason: &str, message: impl Into<String>) -> Vec<Cond> {
+    use kopiur_api::names::condition::{READY, RECONCILING, STALLED};
+    let m = message.into();
+    let (ready, reconciling, stalled) = match standing {
+        Standing::Ready => (CondStatus::True, CondStatus::False, CondStatus::False),
+        Standing::Waiting => (CondStatus::False, CondStatus::True, CondStatus::False),
+        Standing::Stalled => (CondStatus::False, CondStatus::False, CondStatus::True),
+        Standing::Failed => (CondStatus::False, CondStatus::False, CondStatus::False),
+    };
+    let side = |s: CondStatus| if s == CondStatus::True { m.clone() } else { String::new() };
+    vec![
+        cond(READY, ready, reason, m.clone()),
+        cond(RECONCILING, reconciling, reason, side(reconciling)),
+        cond(STALLED, stalled, reason, side(stalled)),
+    ]
+}
 
 pub fn ktime(t: DateTime<Utc>) -> KTime {
     KTime(k8s_openapi::jiff::Timestamp::from_second(t.timestamp()).unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH))

@@ -3,35 +3,8 @@
 //! Stalled (needs a human).
 use super::types::{Bootstrapped, Phase, Reach, RepoFacts, RepoStatus};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CondStatus {
-    True,
-    False,
-    Unknown,
-}
-
-impl CondStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CondStatus::True => "True",
-            CondStatus::False => "False",
-            CondStatus::Unknown => "Unknown",
-        }
-    }
-}
-
-/// One desired condition; `lastTransitionTime` is the status writer's business.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Cond {
-    pub type_: &'static str,
-    pub status: CondStatus,
-    pub reason: String,
-    pub message: String,
-}
-
-fn cond(type_: &'static str, status: CondStatus, reason: &str, message: impl Into<String>) -> Cond {
-    Cond { type_, status, reason: reason.to_string(), message: message.into() }
-}
+use crate::conditions::cond;
+pub use crate::conditions::{Cond, CondStatus};
 
 /// `RepositoryWritable=False / RepositoryReadOnly` while `spec.mode` is `ReadOnly` (see
 /// docs/design/api-contract.md §4.1: a ReadOnly repository refuses backups, skips maintenance and never creates); absent

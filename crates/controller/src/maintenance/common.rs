@@ -213,39 +213,8 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-fn cond(type_: &'static str, status: CondStatus, reason: &str, message: impl Into<String>) -> Cond {
-    Cond { type_, status, reason: reason.to_string(), message: message.into() }
-}
-
-/// How the object stands, for the kstatus trio: exactly one of Ready, Reconciling, Stalled
-/// is True.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Standing {
-    /// Ready=True.
-    Ready,
-    /// Ready=False, Reconciling=True: a wait that heals by itself.
-    Waiting,
-    /// Ready=False, Stalled=True: a human or a spec change is needed.
-    Stalled,
-    /// Ready=False with neither (a failed run the next slot retries).
-    Failed,
-}
-
-pub fn trio(standing: Standing, reason: &str, message: impl Into<String>) -> Vec<Cond> {
-    let m = message.into();
-    let (ready, reconciling, stalled) = match standing {
-        Standing::Ready => (CondStatus::True, CondStatus::False, CondStatus::False),
-        Standing::Waiting => (CondStatus::False, CondStatus::True, CondStatus::False),
-        Standing::Stalled => (CondStatus::False, CondStatus::False, CondStatus::True),
-        Standing::Failed => (CondStatus::False, CondStatus::False, CondStatus::False),
-    };
-    let side = |s: CondStatus| if s == CondStatus::True { m.clone() } else { String::new() };
-    vec![
-        cond(kopiur_api::names::condition::READY, ready, reason, m.clone()),
-        cond(kopiur_api::names::condition::RECONCILING, reconciling, reason, side(reconciling)),
-        cond(kopiur_api::names::condition::STALLED, stalled, reason, side(stalled)),
-    ]
-}
+use crate::conditions::cond;
+pub use crate::conditions::{Standing, trio};
 
 pub fn lease_cond(owned: bool, reason: &str, message: impl Into<String>) -> Cond {
     cond(

@@ -146,7 +146,7 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
     }
     next.observed_generation = m.meta().generation;
     next.conditions =
-        crate::snapshot::ctx::merge(&status.conditions, &d.conditions, m.meta().generation.unwrap_or(0), now);
+        crate::conditions::merge_conditions(&status.conditions, &d.conditions, m.meta().generation.unwrap_or(0), now);
     // Unchanged counts as landed; a lost conflict re-decides on the newer object.
     let api = Api::<Maintenance>::namespaced(ctx.client.clone(), &ns);
     if crate::status::write_status(&api, m.as_ref(), &status, &next).await?.landed() {

@@ -207,7 +207,7 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
     next.observed_generation = r.meta().generation;
     next.destination_backend = Some(describe(&r.spec.destination));
     next.conditions =
-        crate::snapshot::ctx::merge(&status.conditions, &d.conditions, r.meta().generation.unwrap_or(0), now);
+        crate::conditions::merge_conditions(&status.conditions, &d.conditions, r.meta().generation.unwrap_or(0), now);
     // Unchanged counts as landed; a lost conflict re-decides on the newer object.
     let api = Api::<RepositoryReplication>::namespaced(ctx.client.clone(), &ns);
     if crate::status::write_status(&api, r.as_ref(), &status, &next).await?.landed() {

@@ -7,7 +7,7 @@ use kopiur_api::repository::{
     HealthStatus, RepositoryPhase, RepositoryStatus, StorageStats, StrictRetry as ApiStrictRetry,
 };
 
-pub use crate::conditions::merge_conditions;
+use crate::conditions::merge_conditions;
 use crate::health::kstatus::Cond;
 use crate::health::{
     Bootstrapped, FailureClass, Health, Phase, Reach, ReachState, RepoStatus, StrictRetry, Terminal, TerminalReason,

@@ -17,7 +17,7 @@ use kube::runtime::events::{Event, EventType};
 
 use super::{Ctx, Error, RepoObject};
 use crate::features::{self, FEATURE_NOT_IMPLEMENTED, FEATURES_IGNORED, NextFields};
-use crate::health::kstatus::{Cond, CondStatus};
+use crate::health::kstatus::Cond;
 
 /// The [next] fields of either kind.
 pub fn next_fields<K: RepoObject>(obj: &K) -> NextFields {
@@ -88,7 +88,7 @@ pub async fn refuse<K: RepoObject>(obj: &K, ctx: &Ctx, next: &NextFields) -> Res
     desired.phase = Some(RepositoryPhase::Pending);
     desired.observed_generation = Some(generation);
     desired.backend = Some(obj.common().backend.key().to_string());
-    desired.conditions = super::convert::merge_conditions(&desired.conditions, &conds, generation, Utc::now());
+    desired.conditions = crate::conditions::merge_conditions(&desired.conditions, &conds, generation, Utc::now());
     features::drop_stale_features_ignored(&mut desired.conditions, &[]);
     crate::health::kstatus::drop_stale_repository_writable(&mut desired.conditions, &conds);
     if current.as_ref() != Some(&desired) {
@@ -105,17 +105,7 @@ pub async fn refuse<K: RepoObject>(obj: &K, ctx: &Ctx, next: &NextFields) -> Res
 }
 
 fn stalled(reason: &str, message: &str) -> Vec<Cond> {
-    let c = |type_: &'static str, status, message: &str| Cond {
-        type_,
-        status,
-        reason: reason.to_string(),
-        message: message.to_string(),
-    };
-    vec![
-        c("Ready", CondStatus::False, message),
-        c("Reconciling", CondStatus::False, ""),
-        c("Stalled", CondStatus::True, message),
-    ]
+    crate::conditions::trio(crate::conditions::Standing::Stalled, reason, message)
 }
 
 /// The Warning Event for advisory fields, once per generation (decided on the status read
@@ -144,6 +134,7 @@ async fn publish<K: RepoObject>(obj: &K, ctx: &Ctx, reason: &str, note: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conditions::CondStatus;
     use serde_json::{Value, json};
 
     fn repo(spec: Value) -> Repository {

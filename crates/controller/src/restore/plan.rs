@@ -199,9 +199,7 @@ pub struct RestoreDecision {
     pub delete_job: bool,
 }
 
-fn cond(type_: &'static str, status: CondStatus, reason: &str, message: impl Into<String>) -> Cond {
-    Cond { type_, status, reason: reason.to_string(), message: message.into() }
-}
+use crate::conditions::cond;
 
 fn decision(phase: RestorePhase, ready: CondStatus, reason: &str, msg: impl Into<String>) -> RestoreDecision {
     let m = msg.into();

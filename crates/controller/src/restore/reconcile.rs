@@ -401,8 +401,12 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
         next.target =
             Some(RestoreTargetStatus { pvc_ref: Some(ApiObjectRef { name: t, namespace: None }), pvc_prime: None });
     }
-    next.conditions =
-        crate::snapshot::ctx::merge(&status.conditions, &d.conditions, restore.meta().generation.unwrap_or(0), now);
+    next.conditions = crate::conditions::merge_conditions(
+        &status.conditions,
+        &d.conditions,
+        restore.meta().generation.unwrap_or(0),
+        now,
+    );
     if d.nudge
         && let Some(rv) = &repo
         && let Err(e) = ctx.nudge(rv, now).await

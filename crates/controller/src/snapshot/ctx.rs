@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kopiur_api::shared::RepositoryRef;
 use kopiur_api::{ClusterRepository, Maintenance, Repository, Snapshot, SnapshotPolicy, SnapshotSchedule};
 use kube::api::{Patch, PatchParams};
@@ -18,7 +18,6 @@ use kube::{Api, Client, Resource};
 use crate::config::Config;
 use crate::error::Error;
 use crate::gating::{Gate, repository_ready};
-use crate::health::kstatus::Cond;
 use crate::metrics::Metrics;
 
 pub struct Stores {
@@ -247,10 +246,4 @@ pub fn truncate(s: &str, max: usize) -> String {
         cut -= 1;
     }
     s[..cut].to_string()
-}
-
-/// Conditions merged the one way every kopiur status does it (lastTransitionTime kept when
-/// the status is unchanged), so a steady state renders identically and writes nothing.
-pub fn merge(existing: &[Condition], desired: &[Cond], generation: i64, now: DateTime<Utc>) -> Vec<Condition> {
-    crate::conditions::merge_conditions(existing, desired, generation, now)
 }

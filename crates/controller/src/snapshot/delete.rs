@@ -286,7 +286,8 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
     };
     let held = matches!(p.action, plan::Action::Held);
     conds.extend(deleting_trio(held, ready));
-    next.conditions = super::ctx::merge(&status.conditions, &conds, snap.meta().generation.unwrap_or(0), now);
+    next.conditions =
+        crate::conditions::merge_conditions(&status.conditions, &conds, snap.meta().generation.unwrap_or(0), now);
     let api: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &ns);
     crate::status::write_status(&api, snap, &status, &next).await?;
     match &p.action {

@@ -406,7 +406,7 @@ async fn write_repo_status(
         message: pc.message,
     };
     let generation = repo.meta().generation.unwrap_or(0);
-    let conds = super::ctx::merge(&current_conds, &[cond], generation, now);
+    let conds = crate::conditions::merge_conditions(&current_conds, &[cond], generation, now);
     if current_dp.as_ref() == Some(&desired_dp) && conds == current_conds {
         return Ok(());
     }

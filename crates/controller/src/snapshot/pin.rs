@@ -244,7 +244,8 @@ pub fn apply_to_status(next: &mut SnapshotStatus, d: &PinDecision, generation: i
     next.pinned = d.pinned;
     match &d.condition {
         Some(c) => {
-            next.conditions = super::ctx::merge(&next.conditions, std::slice::from_ref(c), generation, now);
+            next.conditions =
+                crate::conditions::merge_conditions(&next.conditions, std::slice::from_ref(c), generation, now);
         }
         None => next.conditions.retain(|c| c.type_ != condition::PINNED),
     }

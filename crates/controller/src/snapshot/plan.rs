@@ -171,35 +171,19 @@ pub struct RunDecision {
     pub delete_job: bool,
 }
 
-fn cond(type_: &'static str, status: CondStatus, reason: &str, message: impl Into<String>) -> Cond {
-    Cond { type_, status, reason: reason.to_string(), message: message.into() }
-}
+use crate::conditions::{Standing, cond, trio};
 
 /// kstatus trio for a non-terminal wait: Ready=False, Reconciling=True, Stalled=False.
 fn waiting(reason: &str, message: impl Into<String>) -> Vec<Cond> {
-    let m = message.into();
-    vec![
-        cond("Ready", CondStatus::False, reason, m.clone()),
-        cond("Reconciling", CondStatus::True, reason, m),
-        cond("Stalled", CondStatus::False, reason, ""),
-    ]
+    trio(Standing::Waiting, reason, message)
 }
 
 fn stalled(reason: &str, message: impl Into<String>) -> Vec<Cond> {
-    let m = message.into();
-    vec![
-        cond("Ready", CondStatus::False, reason, m.clone()),
-        cond("Reconciling", CondStatus::False, reason, ""),
-        cond("Stalled", CondStatus::True, reason, m),
-    ]
+    trio(Standing::Stalled, reason, message)
 }
 
 fn done(reason: &str, message: impl Into<String>) -> Vec<Cond> {
-    vec![
-        cond("Ready", CondStatus::True, reason, message),
-        cond("Reconciling", CondStatus::False, reason, ""),
-        cond("Stalled", CondStatus::False, reason, ""),
-    ]
+    trio(Standing::Ready, reason, message)
 }
 
 impl RunDecision {

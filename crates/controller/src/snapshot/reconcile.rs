@@ -431,7 +431,12 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         let reason = d.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()).unwrap_or_default();
         ctx.metrics.snapshot_refusals.inc(&[&ns, &name, &reason]);
     }
-    next.conditions = super::ctx::merge(&status.conditions, &d.conditions, snap.meta().generation.unwrap_or(0), now);
+    next.conditions = crate::conditions::merge_conditions(
+        &status.conditions,
+        &d.conditions,
+        snap.meta().generation.unwrap_or(0),
+        now,
+    );
     super::pin::apply_to_status(&mut next, &pin, snap.meta().generation.unwrap_or(0), now);
     let written = crate::status::write_status(&api, fresh.as_ref().unwrap_or(snap), &status, &next).await?.landed();
     // docs/design/api-contract.md §7.6: a discovered row whose spec is not `Retain` (or carries `onScheduleDelete`) is

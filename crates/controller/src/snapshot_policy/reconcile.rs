@@ -305,7 +305,7 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
     // Advisory [next] fields: FeaturesIgnored while set, one Warning per generation.
     conds.extend(next_fields.advisory_condition());
     let generation = policy.meta().generation.unwrap_or(0);
-    next.conditions = crate::snapshot::ctx::merge(&status.conditions, &conds, generation, now);
+    next.conditions = crate::conditions::merge_conditions(&status.conditions, &conds, generation, now);
     crate::features::drop_stale_features_ignored(&mut next.conditions, &conds);
     let api: Api<SnapshotPolicy> = Api::namespaced(ctx.client.clone(), &policy.namespace().unwrap_or_default());
     // A lost conflict is left to the next reconcile, which the newer object's watch event brings.

@@ -23,12 +23,7 @@ pub enum ScheduleReason {
     NoPolicyMatched,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Standing {
-    Ready,
-    Waiting,
-    Stalled,
-}
+pub use crate::conditions::Standing;
 
 impl ScheduleReason {
     pub const ALL: [ScheduleReason; 10] = [
@@ -78,25 +73,9 @@ impl ScheduleReason {
 
 /// The trio for a Ready `reason` and `message`. A reason this version does not know is a wait
 /// (Reconciling): never Stalled on a guess.
-pub fn trio(reason: &str, message: &str) -> [Cond; 3] {
+pub fn trio(reason: &str, message: &str) -> Vec<Cond> {
     let standing = ScheduleReason::parse(reason).map_or(Standing::Waiting, ScheduleReason::standing);
-    let is = |s: Standing| if standing == s { CondStatus::True } else { CondStatus::False };
-    let msg = |s: Standing| if standing == s { message.to_string() } else { String::new() };
-    [
-        Cond { type_: "Ready", status: is(Standing::Ready), reason: reason.to_string(), message: message.to_string() },
-        Cond {
-            type_: "Reconciling",
-            status: is(Standing::Waiting),
-            reason: reason.to_string(),
-            message: msg(Standing::Waiting),
-        },
-        Cond {
-            type_: "Stalled",
-            status: is(Standing::Stalled),
-            reason: reason.to_string(),
-            message: msg(Standing::Stalled),
-        },
-    ]
+    crate::conditions::trio(standing, reason, message)
 }
 
 /// `Scheduled` becomes `Suspended` while `spec.schedule.suspend` is true (docs/design/api-contract.md §8).

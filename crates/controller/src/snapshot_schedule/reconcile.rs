@@ -595,7 +595,7 @@ pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> R
         });
     }
     next.conditions =
-        crate::snapshot::ctx::merge(&status.conditions, &conds, sched.meta().generation.unwrap_or(0), now);
+        crate::conditions::merge_conditions(&status.conditions, &conds, sched.meta().generation.unwrap_or(0), now);
     let api: Api<SnapshotSchedule> = Api::namespaced(ctx.client.clone(), &sched.namespace().unwrap_or_default());
     // A lost conflict is left to the next reconcile, which the newer object's watch event brings.
     crate::status::write_status(&api, sched.as_ref(), &status, &next).await?;
