@@ -21,6 +21,7 @@ pub mod labels;
 pub mod leader;
 pub mod maintenance;
 pub mod metrics;
+pub mod mover_job;
 pub mod mover_pods;
 pub mod mover_rbac;
 pub mod mover_settings;

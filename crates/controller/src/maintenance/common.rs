@@ -9,7 +9,7 @@ use kopiur_api::Duration as ApiDuration;
 use kopiur_api::domain::cron::{Cron, NextSlot, effective_timezone, next_slot, parse_timezone};
 use kopiur_api::shared::{CronSpec, FailurePolicy};
 use kopiur_kopia::cmd::{CacheSizes, Identity};
-use kopiur_mover::job::{CacheVolume, JobInput, build_job};
+use kopiur_mover::job::{JobInput, build_job};
 use kopiur_mover::workspec::{
     DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_HEARTBEAT_SECONDS, Operation, RepositoryInfo, SCHEMA_VERSION, TargetRef,
     WorkSpec,
@@ -18,7 +18,6 @@ use kube::ResourceExt;
 
 use crate::error::Error;
 use crate::health::kstatus::{Cond, CondStatus};
-use crate::identity::MOVER_SERVICE_ACCOUNT;
 use crate::snapshot::ctx::RepoView;
 use crate::snapshot::plan::JobState;
 
@@ -277,37 +276,22 @@ pub fn build(m: MoverJob<'_>) -> Result<Job, Error> {
     let names = repo.secret_names();
     let key = repo.common().encryption.password_secret_ref.resolved_key().to_string();
     let input = JobInput {
-        name: m.name,
-        namespace: m.namespace,
-        image: m.config.mover_image.clone(),
-        image_pull_policy: m.config.mover_image_pull_policy.clone(),
-        service_account_name: Some(MOVER_SERVICE_ACCOUNT.into()),
-        work_spec: spec,
-        password: (names[0].clone(), key),
-        env_from_secrets: names,
         destination_secret: m.destination_secret,
-        result_configmap: None,
-        connect_kind: None,
-        delete_repo_uid: None,
         annotations: m.annotations,
-        owner: m.owner,
-        cache: CacheVolume::EmptyDir,
-        source: None,
-        restore: None,
-        repository_volume: mounts.repository_volume.clone(),
-        ca_bundle: mounts.ca_bundle.clone(),
-        resources: None,
-        security_context: None,
-        pod_security_context: Some(crate::snapshot::job::mover_identity()),
-        node_selector: None,
-        tolerations: None,
-        affinity: None,
-        backoff_limit: fp.and_then(|f| f.backoff_limit).unwrap_or(kopiur_mover::job::DEFAULT_BACKOFF_LIMIT),
         active_deadline_seconds: deadline_seconds,
-        ttl_seconds_after_finished: Some(kopiur_mover::job::DEFAULT_TTL_SECONDS),
-        rust_log: m.config.mover_rust_log.clone(),
-        log_format: None,
-        extra_env: crate::snapshot::job::mover_env(m.config),
+        ..crate::mover_job::input(
+            m.config,
+            crate::mover_job::Identity {
+                name: m.name,
+                namespace: m.namespace,
+                owner: m.owner,
+                work_spec: spec,
+                password: (names[0].clone(), key),
+                env_from_secrets: names,
+            },
+            &mounts,
+            fp,
+        )
     };
     let mut input = input;
     crate::mover_settings::resolve(

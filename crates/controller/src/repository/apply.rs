@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kopiur_api::names::annotation;
 use kopiur_api::shared::Backend;
 use kopiur_kopia::cmd::{CacheSizes, CreateOptions, Identity};
-use kopiur_mover::job::{CacheVolume, ConnectKind as MoverConnectKind, JobInput, build_job};
+use kopiur_mover::job::{ConnectKind as MoverConnectKind, JobInput, build_job};
 use kopiur_mover::workspec::{
     BootstrapRepositoryOp, CreateGate as MoverGate, Operation, RepositoryInfo, SCHEMA_VERSION, TargetRef, WorkSpec,
 };
@@ -306,47 +306,27 @@ async fn launch<K: RepoObject>(
         annotations.insert(ANN_EARLY_STRICT.to_string(), "true".to_string());
     }
     let input = JobInput {
-        name: name.clone(),
-        namespace: ns.clone(),
-        image: ctx.config.mover_image.clone(),
-        image_pull_policy: ctx.config.mover_image_pull_policy.clone(),
-        service_account_name: Some(MOVER_SERVICE_ACCOUNT.into()),
-        work_spec: spec,
-        password: (pw_secret, pw_key),
-        env_from_secrets: env_from,
-        destination_secret: None,
         result_configmap: Some(result_configmap_name(&name)),
         connect_kind: Some(if probe { MoverConnectKind::Probe } else { MoverConnectKind::Strict }),
-        delete_repo_uid: None,
         annotations,
-        owner: owner(obj),
-        cache: CacheVolume::EmptyDir,
-        source: None,
-        restore: None,
-        repository_volume: mounts.repository_volume.clone(),
-        ca_bundle: mounts.ca_bundle.clone(),
-        resources: None,
         // The mover's UID/GID and the repository's moverDefaults come from `mover_settings`.
-        security_context: None,
         pod_security_context: None,
-        node_selector: None,
-        tolerations: None,
-        affinity: None,
+        // One attempt: the breaker counts failures, a retry would hide them.
         backoff_limit: 0,
         active_deadline_seconds: l.deadline_seconds,
-        ttl_seconds_after_finished: Some(kopiur_mover::job::DEFAULT_TTL_SECONDS),
-        rust_log: ctx.config.mover_rust_log.clone(),
-        log_format: None,
-        extra_env: ctx
-            .config
-            .mover_kopia_binary
-            .iter()
-            .map(|b| k8s_openapi::api::core::v1::EnvVar {
-                name: "KOPIUR_KOPIA_BINARY".into(),
-                value: Some(b.clone()),
-                value_from: None,
-            })
-            .collect(),
+        ..crate::mover_job::input(
+            &ctx.config,
+            crate::mover_job::Identity {
+                name: name.clone(),
+                namespace: ns.clone(),
+                owner: owner(obj),
+                work_spec: spec,
+                password: (pw_secret, pw_key),
+                env_from_secrets: env_from,
+            },
+            &mounts,
+            None,
+        )
     };
     let mut input = input;
     crate::mover_settings::resolve(common.mover_defaults.as_ref(), None, crate::mover_settings::MoverOp::Other, false)

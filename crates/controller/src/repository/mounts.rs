@@ -19,13 +19,7 @@ pub const CA_BUNDLE_DIR: &str = "/etc/kopiur/ca";
 /// The file the ConfigMap key appears as.
 pub const CA_BUNDLE_FILE: &str = "ca.crt";
 
-/// The mounts and the kopia backend of one mover Job.
-#[derive(Clone, Debug, PartialEq)]
-pub struct BackendMounts {
-    pub backend: kopiur_kopia::Backend,
-    pub repository_volume: Option<PvcMount>,
-    pub ca_bundle: Option<ConfigMapFileMount>,
-}
+pub use crate::mover_job::BackendMounts;
 
 impl BackendMounts {
     /// Puts the mounts into a Job input (the work spec carries `backend`).

@@ -1,6 +1,5 @@
 //! Restore reconciler: observe (source rows and the target PVC from stores) -> `plan::plan` ->
 //! apply (pin, target PVC, Job, one status write, nudge).
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -14,7 +13,7 @@ use kopiur_api::shared::{ObjectRef as ApiObjectRef, RepositoryRef};
 use kopiur_api::snapshot::SnapshotPhase;
 use kopiur_api::{Restore, Snapshot};
 use kopiur_kopia::cmd::{CacheSizes, Identity, RestoreOptions as KopiaRestoreOptions};
-use kopiur_mover::job::{CacheVolume, JobInput, PvcMount, RESTORE_MOUNT, build_job};
+use kopiur_mover::job::{JobInput, PvcMount, RESTORE_MOUNT, build_job};
 use kopiur_mover::workspec::{
     DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_HEARTBEAT_SECONDS, Operation, RepositoryInfo, ResolveIdentity, RestoreOp,
     SCHEMA_VERSION, TargetRef, WorkSpec,
@@ -26,9 +25,8 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::plan::{Candidate, Credentials, Referent, RestoreFacts, Step, TargetState, Verdict, plan};
 use crate::error::Error;
-use crate::identity::MOVER_SERVICE_ACCOUNT;
 use crate::snapshot::ctx::{PipelineCtx, RepoView};
-use crate::snapshot::job::{mover_identity, owner_of};
+use crate::snapshot::job::owner_of;
 use crate::snapshot::plan::JobState;
 use crate::snapshot::reconcile::job_state;
 
@@ -556,42 +554,21 @@ fn restore_job(
     let key = repo.common().encryption.password_secret_ref.resolved_key().to_string();
     let mut env_from = vec![pw.clone()];
     env_from.extend(auth.filter(|a| *a != pw));
-    let fp = restore.spec.failure_policy.clone();
     let input = JobInput {
-        name: job_name.to_string(),
-        namespace: ns,
-        image: config.mover_image.clone(),
-        image_pull_policy: config.mover_image_pull_policy.clone(),
-        service_account_name: Some(MOVER_SERVICE_ACCOUNT.into()),
-        work_spec: spec,
-        password: (pw, key),
-        env_from_secrets: env_from,
-        destination_secret: None,
-        result_configmap: None,
-        connect_kind: None,
-        delete_repo_uid: None,
-        annotations: BTreeMap::new(),
-        owner: owner_of(restore),
-        cache: CacheVolume::EmptyDir,
-        source: None,
         restore: Some(PvcMount { claim_name: target, mount_path: RESTORE_MOUNT.into(), read_only: false }),
-        repository_volume: mounts.repository_volume.clone(),
-        ca_bundle: mounts.ca_bundle.clone(),
-        resources: None,
-        security_context: None,
-        pod_security_context: Some(mover_identity()),
-        node_selector: None,
-        tolerations: None,
-        affinity: None,
-        backoff_limit: fp.as_ref().and_then(|f| f.backoff_limit).unwrap_or(kopiur_mover::job::DEFAULT_BACKOFF_LIMIT),
-        active_deadline_seconds: fp
-            .as_ref()
-            .and_then(|f| f.active_deadline_seconds)
-            .unwrap_or(kopiur_mover::job::DEFAULT_ACTIVE_DEADLINE_SECONDS),
-        ttl_seconds_after_finished: Some(kopiur_mover::job::DEFAULT_TTL_SECONDS),
-        rust_log: config.mover_rust_log.clone(),
-        log_format: None,
-        extra_env: crate::snapshot::job::mover_env(config),
+        ..crate::mover_job::input(
+            config,
+            crate::mover_job::Identity {
+                name: job_name.to_string(),
+                namespace: ns,
+                owner: owner_of(restore),
+                work_spec: spec,
+                password: (pw, key),
+                env_from_secrets: env_from,
+            },
+            &mounts,
+            restore.spec.failure_policy.as_ref(),
+        )
     };
     let mut input = input;
     // A refusal was planned already (`mover_refused`); this is the same resolution.

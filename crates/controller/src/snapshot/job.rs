@@ -9,7 +9,7 @@ use kopiur_api::shared::status::ResolvedIdentity;
 use kopiur_api::snapshot_policy::{DEFAULT_IGNORE_RULES, SourceKind};
 use kopiur_api::{Snapshot, SnapshotPolicy};
 use kopiur_kopia::cmd::{CacheSizes, Identity, PathPolicy};
-use kopiur_mover::job::{CacheVolume, JobInput, PvcMount, SOURCE_MOUNT, build_job};
+use kopiur_mover::job::{JobInput, PvcMount, SOURCE_MOUNT, build_job};
 use kopiur_mover::workspec::{
     DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DeleteMember, MAX_WORK_SPEC_BYTES, Operation,
     RepositoryInfo, SCHEMA_VERSION, SnapshotDeleteBatchOp, SnapshotOp, TargetRef, WorkSpec,
@@ -17,7 +17,6 @@ use kopiur_mover::workspec::{
 use kube::{Resource, ResourceExt};
 
 use super::ctx::RepoView;
-use crate::identity::MOVER_SERVICE_ACCOUNT;
 use crate::repository::mounts::{BackendMounts, MountError};
 
 /// What the policy resolves to for one Snapshot.
@@ -133,29 +132,7 @@ pub(crate) fn secrets(repo: &RepoView) -> ((String, String), Vec<String>) {
     ((pw, key), env_from)
 }
 
-/// The mover runs as 65532:65532 (the image's user); naming it keeps `runAsNonRoot`
-/// verifiable wherever the image metadata is not consulted.
-pub fn mover_identity() -> k8s_openapi::api::core::v1::PodSecurityContext {
-    k8s_openapi::api::core::v1::PodSecurityContext {
-        run_as_user: Some(kopiur_mover::job::MOVER_UID),
-        run_as_group: Some(kopiur_mover::job::MOVER_UID),
-        ..Default::default()
-    }
-}
-
-/// Plain variables every mover Job gets (never a secret): the kopia binary override used by
-/// test environments and auditing wrappers.
-pub fn mover_env(config: &crate::config::Config) -> Vec<k8s_openapi::api::core::v1::EnvVar> {
-    config
-        .mover_kopia_binary
-        .iter()
-        .map(|b| k8s_openapi::api::core::v1::EnvVar {
-            name: "KOPIUR_KOPIA_BINARY".into(),
-            value: Some(b.clone()),
-            value_from: None,
-        })
-        .collect()
-}
+pub use crate::mover_job::{mover_env, mover_identity};
 
 pub struct Built {
     pub job: Job,
@@ -234,46 +211,25 @@ pub fn backup_job(
         return Err(BuildError::TooLarge(bytes));
     }
     let (password, env_from) = secrets(repo);
-    let fp = snap.spec.failure_policy.clone();
     let input = JobInput {
-        name: kopiur_mover::job::job_name(&snap.name_any()),
-        namespace: ns,
-        image: config.mover_image.clone(),
-        image_pull_policy: config.mover_image_pull_policy.clone(),
-        service_account_name: Some(MOVER_SERVICE_ACCOUNT.into()),
-        work_spec: spec,
-        password,
-        env_from_secrets: env_from,
-        destination_secret: None,
-        result_configmap: None,
-        connect_kind: None,
-        delete_repo_uid: None,
-        annotations: BTreeMap::new(),
-        owner: owner_of(snap),
-        cache: CacheVolume::EmptyDir,
         source: Some(PvcMount {
             claim_name: recipe.pvc.clone(),
             mount_path: SOURCE_MOUNT.into(),
             read_only: recipe.read_only,
         }),
-        restore: None,
-        repository_volume: mounts.repository_volume.clone(),
-        ca_bundle: mounts.ca_bundle.clone(),
-        resources: None,
-        security_context: None,
-        pod_security_context: Some(mover_identity()),
-        node_selector: None,
-        tolerations: None,
-        affinity: None,
-        backoff_limit: fp.as_ref().and_then(|f| f.backoff_limit).unwrap_or(kopiur_mover::job::DEFAULT_BACKOFF_LIMIT),
-        active_deadline_seconds: fp
-            .as_ref()
-            .and_then(|f| f.active_deadline_seconds)
-            .unwrap_or(kopiur_mover::job::DEFAULT_ACTIVE_DEADLINE_SECONDS),
-        ttl_seconds_after_finished: Some(kopiur_mover::job::DEFAULT_TTL_SECONDS),
-        rust_log: config.mover_rust_log.clone(),
-        log_format: None,
-        extra_env: mover_env(config),
+        ..crate::mover_job::input(
+            config,
+            crate::mover_job::Identity {
+                name: kopiur_mover::job::job_name(&snap.name_any()),
+                namespace: ns,
+                owner: owner_of(snap),
+                work_spec: spec,
+                password,
+                env_from_secrets: env_from,
+            },
+            &mounts,
+            snap.spec.failure_policy.as_deref(),
+        )
     };
     let mut input = input;
     let settings = crate::mover_settings::resolve_with(
@@ -333,42 +289,28 @@ pub fn batch_delete_job(
         RepoView::Cluster(c) => owner_of(c.as_ref()),
     };
     let input = JobInput {
-        name: spec.name.clone(),
-        namespace: ns,
-        image: config.mover_image.clone(),
-        image_pull_policy: config.mover_image_pull_policy.clone(),
-        service_account_name: Some(MOVER_SERVICE_ACCOUNT.into()),
-        work_spec: work,
-        password,
-        env_from_secrets: env_from,
-        destination_secret: None,
-        result_configmap: None,
-        connect_kind: None,
         delete_repo_uid: Some(repo_uid),
         annotations: BTreeMap::from([(
             kopiur_api::names::annotation::DELETE_MEMBERS.to_string(),
             spec.members_annotation(),
         )]),
-        owner,
-        cache: CacheVolume::EmptyDir,
-        source: None,
-        restore: None,
-        repository_volume: mounts.repository_volume.clone(),
-        ca_bundle: mounts.ca_bundle.clone(),
-        resources: None,
-        security_context: None,
-        pod_security_context: Some(mover_identity()),
-        node_selector: None,
-        tolerations: None,
-        affinity: None,
-        backoff_limit: kopiur_mover::job::DEFAULT_BACKOFF_LIMIT,
-        // The 48 h backstop every Job kind shares (docs/design/architecture.md §1.4 defaults); a batch has no
-        // failurePolicy of its own.
-        active_deadline_seconds: kopiur_mover::job::DEFAULT_ACTIVE_DEADLINE_SECONDS,
+        // Drained batches are reaped by the controller, not by a TTL.
         ttl_seconds_after_finished: None,
-        rust_log: config.mover_rust_log.clone(),
-        log_format: None,
-        extra_env: mover_env(config),
+        // The shared backoff and 48 h backstop (docs/design/architecture.md §1.4 defaults): a batch has no
+        // failurePolicy of its own.
+        ..crate::mover_job::input(
+            config,
+            crate::mover_job::Identity {
+                name: spec.name.clone(),
+                namespace: ns,
+                owner,
+                work_spec: work,
+                password,
+                env_from_secrets: env_from,
+            },
+            &mounts,
+            None,
+        )
     };
     let mut input = input;
     // Only the repository configures a batch delete; it never gets a TTL (its dispatcher reaps it).

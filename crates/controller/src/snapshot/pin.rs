@@ -33,7 +33,7 @@ use kopiur_api::Snapshot;
 use kopiur_api::names::{annotation, condition, reason};
 use kopiur_api::shared::status::Failure;
 use kopiur_api::snapshot::{SnapshotPhase, SnapshotStatus};
-use kopiur_mover::job::{CacheVolume, JobInput, build_job};
+use kopiur_mover::job::{JobInput, build_job};
 use kopiur_mover::ops::pin::{PIN_NAME, SnapshotPinOp};
 use kopiur_mover::workspec::{
     DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_HEARTBEAT_SECONDS, Operation, SCHEMA_VERSION, TargetRef, WorkSpec,
@@ -41,10 +41,9 @@ use kopiur_mover::workspec::{
 use kube::{Resource, ResourceExt};
 
 use super::ctx::RepoView;
-use super::job::{BuildError, backend_mounts, mover_env, mover_identity, owner_of, repository_info, secrets};
+use super::job::{BuildError, backend_mounts, owner_of, repository_info, secrets};
 use super::plan::JobState;
 use crate::health::kstatus::{Cond, CondStatus};
-use crate::identity::MOVER_SERVICE_ACCOUNT;
 
 /// How often a pin parked at the repository gate is looked at again (the repository watch
 /// normally resumes it first).
@@ -368,42 +367,21 @@ pub fn pin_job(
         }),
     };
     let (password, env_from) = secrets(repo);
-    let fp = snap.spec.failure_policy.clone();
     let mut input = JobInput {
-        name: job_name(&snap.name_any()),
-        namespace: ns,
-        image: config.mover_image.clone(),
-        image_pull_policy: config.mover_image_pull_policy.clone(),
-        service_account_name: Some(MOVER_SERVICE_ACCOUNT.into()),
-        work_spec: spec,
-        password,
-        env_from_secrets: env_from,
-        destination_secret: None,
-        result_configmap: None,
-        connect_kind: None,
-        delete_repo_uid: None,
         annotations: BTreeMap::from([(annotation::PIN_TARGET.to_string(), add.to_string())]),
-        owner: owner_of(snap),
-        cache: CacheVolume::EmptyDir,
-        source: None,
-        restore: None,
-        repository_volume: mounts.repository_volume.clone(),
-        ca_bundle: mounts.ca_bundle.clone(),
-        resources: None,
-        security_context: None,
-        pod_security_context: Some(mover_identity()),
-        node_selector: None,
-        tolerations: None,
-        affinity: None,
-        backoff_limit: fp.as_ref().and_then(|f| f.backoff_limit).unwrap_or(kopiur_mover::job::DEFAULT_BACKOFF_LIMIT),
-        active_deadline_seconds: fp
-            .as_ref()
-            .and_then(|f| f.active_deadline_seconds)
-            .unwrap_or(kopiur_mover::job::DEFAULT_ACTIVE_DEADLINE_SECONDS),
-        ttl_seconds_after_finished: Some(kopiur_mover::job::DEFAULT_TTL_SECONDS),
-        rust_log: config.mover_rust_log.clone(),
-        log_format: None,
-        extra_env: mover_env(config),
+        ..crate::mover_job::input(
+            config,
+            crate::mover_job::Identity {
+                name: job_name(&snap.name_any()),
+                namespace: ns,
+                owner: owner_of(snap),
+                work_spec: spec,
+                password,
+                env_from_secrets: env_from,
+            },
+            &mounts,
+            snap.spec.failure_policy.as_deref(),
+        )
     };
     crate::mover_settings::resolve(
         repo.common().mover_defaults.as_ref(),
