@@ -143,7 +143,7 @@ pub fn report<K: Resource<DynamicType = ()>>(recorder: &Recorder, obj: &K, err: 
     let ev = Event {
         type_: EventType::Warning,
         reason: reason.as_str().to_string(),
-        note: Some(truncate(format!("{}: {err}", err.class().label()), 1024)),
+        note: Some(crate::text::truncate(&format!("{}: {err}", err.class().label()), 1024)),
         action: "Reconcile".into(),
         secondary: None,
     };
@@ -153,17 +153,6 @@ pub fn report<K: Resource<DynamicType = ()>>(recorder: &Recorder, obj: &K, err: 
             tracing::warn!(err = %e, reason = ev.reason, "publishing a reconcile-error Event failed");
         }
     });
-}
-
-fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-    s
 }
 
 /// The controllers' result streams end here: a successful reconcile clears the object's entry.

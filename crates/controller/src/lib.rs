@@ -40,4 +40,5 @@ pub mod snapshot_replication;
 pub mod snapshot_schedule;
 pub mod status;
 pub mod synced;
+pub mod text;
 pub mod wedged;

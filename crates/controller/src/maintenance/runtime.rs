@@ -67,7 +67,7 @@ impl RunCtx {
         let ev = Event {
             type_: if warning { EventType::Warning } else { EventType::Normal },
             reason: reason.to_string(),
-            note: Some(crate::snapshot::ctx::truncate(&note, 1024)),
+            note: Some(crate::text::truncate(&note, 1024)),
             action: "Reconcile".into(),
             secondary: None,
         };

@@ -80,7 +80,7 @@ pub async fn apply<K: RepoObject>(
                 EventType::Warning => KEventType::Warning,
             },
             reason: e.reason.to_string(),
-            note: Some(truncate(&e.note, 1024)),
+            note: Some(crate::text::truncate(&e.note, 1024)),
             action: "Reconcile".into(),
             secondary: None,
         };
@@ -106,17 +106,6 @@ pub async fn apply<K: RepoObject>(
         // Safety net for a missed watch event.
         None => Action::requeue(std::time::Duration::from_secs(300)),
     })
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut cut = max;
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    s[..cut].to_string()
 }
 
 fn owner<K: RepoObject>(obj: &K) -> OwnerReference {

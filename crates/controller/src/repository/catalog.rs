@@ -290,7 +290,7 @@ async fn fold_listing<K: RepoObject>(
                 let ev = KEvent {
                     type_: KEventType::Warning,
                     reason: "DiscoveredSnapshotUnplaced".into(),
-                    note: Some(truncate(
+                    note: Some(crate::text::truncate(
                         &format!(
                             "kopia snapshots of hostname(s) {} have no allowed, existing namespace and no catalog.fallbackNamespace; they were not materialized",
                             hosts.join(", ")
@@ -324,17 +324,6 @@ async fn advance_verify_cursor<K: RepoObject>(obj: &K, ctx: &Ctx, r: &kopiur_mov
     {
         tracing::warn!(repository = %obj.name_any(), error = %e, "recording the catalog verify cursor failed");
     }
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut cut = max;
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    s[..cut].to_string()
 }
 
 #[cfg(test)]

@@ -201,7 +201,7 @@ impl PipelineCtx {
         let ev = Event {
             type_: if warning { EventType::Warning } else { EventType::Normal },
             reason: reason.to_string(),
-            note: Some(truncate(&note, 1024)),
+            note: Some(crate::text::truncate(&note, 1024)),
             action: "Reconcile".into(),
             secondary: None,
         };
@@ -235,15 +235,4 @@ impl PipelineCtx {
         }
         Ok(())
     }
-}
-
-pub fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut cut = max;
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    s[..cut].to_string()
 }
