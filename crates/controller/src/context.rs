@@ -2,23 +2,30 @@
 //! metrics, one Event recorder, and one reflector store per watched kind (each fed by one watch,
 //! see `controllers.rs`), with a sync flag per store.
 //!
-//! The per-kind contexts (`repository::Ctx`, `snapshot::ctx::PipelineCtx`,
-//! `maintenance::runtime::RunCtx`) keep their own fields for now, but every store in them is a
-//! clone of a store here: a kind is watched once, whoever reads it.
-use std::sync::Arc;
+//! Every reconciler gets this one context (`repository::Ctx`, `snapshot::ctx::PipelineCtx` and
+//! `maintenance::runtime::RunCtx` are names for it), with the helpers they share: the
+//! repository gate, Secret presence, Events, the mover's RBAC. The helpers that hand out a
+//! repository view (`repository`, `tenancy_allows`, `nudge`) are in `snapshot::ctx`, next to
+//! `RepoView`.
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Secret};
+use kopiur_api::shared::RepositoryRef;
 use kopiur_api::{
     ClusterRepository, Maintenance, Repository, RepositoryReplication, Restore, Snapshot, SnapshotPolicy,
     SnapshotReplication, SnapshotSchedule,
 };
 use kube::Client;
 use kube::core::PartialObjectMeta;
-use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::Store;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::config::Config;
+use crate::error::Error;
+use crate::gating::{Gate, repository_ready};
 use crate::metrics::Metrics;
 use crate::synced::Synced;
 
@@ -69,6 +76,12 @@ pub struct Context {
     /// One recorder (its cache is keyed by object and reason, so kinds never collide).
     pub recorder: Recorder,
     pub stores: Stores,
+    /// Namespaces where the mover ServiceAccount and RoleBinding are known to exist.
+    pub mover_rbac_ready: Mutex<HashSet<String>>,
+    /// Last InvalidReinitializeAck value warned per repository uid (process memory).
+    pub warned_acks: Mutex<HashMap<String, String>>,
+    /// Wakes the batch-delete dispatcher (`snapshot::dispatch`) ahead of its tick.
+    pub dispatch: tokio::sync::Notify,
 }
 
 impl Context {
@@ -77,6 +90,53 @@ impl Context {
             client.clone(),
             Reporter { controller: "kopiur-controller".into(), instance: Some(config.identity.clone()) },
         );
-        Self { client, config, metrics, recorder, stores }
+        Self {
+            client,
+            config,
+            metrics,
+            recorder,
+            stores,
+            mover_rbac_ready: Mutex::new(HashSet::new()),
+            warned_acks: Mutex::new(HashMap::new()),
+            dispatch: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// `RepositoryReady(R)`, with ClusterRepository tenancy read against the consumer
+    /// namespace's labels from the Namespace store (a namespace the store does not hold fails
+    /// closed for a selector). A relabelled namespace re-enqueues its consumers.
+    pub fn gate(&self, consumer_ns: &str, r: &RepositoryRef) -> Gate {
+        let labels = self.namespace_labels(consumer_ns);
+        repository_ready(&self.stores.repos, &self.stores.crepos, consumer_ns, labels.as_ref(), r)
+    }
+
+    /// A namespace's labels from the store; None when the store does not hold it.
+    pub fn namespace_labels(&self, ns: &str) -> Option<BTreeMap<String, String>> {
+        self.stores.namespaces.get(&ObjectRef::new(ns)).map(|n| n.metadata.labels.clone().unwrap_or_default())
+    }
+
+    /// Of `names`, those with no Secret in `ns`.
+    pub fn missing_secrets(&self, ns: &str, names: &[String]) -> Vec<String> {
+        names.iter().filter(|n| self.stores.secrets.get(&ObjectRef::new(n).within(ns)).is_none()).cloned().collect()
+    }
+
+    /// Publishes an Event on `reference` (the note cut to 1 KiB); a failure is logged.
+    pub async fn event(&self, reference: &ObjectReference, warning: bool, reason: &str, note: String) {
+        let ev = Event {
+            type_: if warning { EventType::Warning } else { EventType::Normal },
+            reason: reason.to_string(),
+            note: Some(crate::text::truncate(&note, 1024)),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&ev, reference).await {
+            tracing::warn!(%err, reason, "publishing an Event failed");
+        }
+    }
+
+    /// The mover's ServiceAccount and RoleBinding in `ns` (server-side apply, once per
+    /// namespace per process).
+    pub async fn ensure_mover_rbac(&self, ns: &str) -> Result<(), Error> {
+        crate::mover_rbac::ensure(&self.client, ns, &self.mover_rbac_ready, &self.config.mover_image_pull_secrets).await
     }
 }

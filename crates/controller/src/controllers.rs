@@ -25,7 +25,7 @@ use crate::context::{Context, Stores, StoresSynced};
 use crate::feeds::{Feed, Feeds};
 use crate::metrics::Metrics;
 use crate::repository::observe::secret_names;
-use crate::repository::{Ctx, RepoObject, error_policy, reconcile};
+use crate::repository::{RepoObject, error_policy, reconcile};
 
 /// The label every mover Job kopiur creates carries (the Job watch selects on it).
 pub const MANAGED_JOBS: &str = "app.kubernetes.io/managed-by=kopiur";
@@ -120,18 +120,8 @@ fn referrers<K: RepoObject>(store: &Store<K>, ns: &str, name: &str, operator_ns:
 
 /// The Repository and ClusterRepository controllers: each over its own kind, its owned Jobs
 /// and the Secrets it references (metadata only: values never reach us).
-fn repositories(ctx: &Context, feeds: &mut Feeds) -> impl Future<Output = ()> + Send + 'static {
-    let rctx = Arc::new(Ctx {
-        client: ctx.client.clone(),
-        config: ctx.config.clone(),
-        metrics: ctx.metrics.clone(),
-        recorder: ctx.recorder.clone(),
-        jobs: ctx.stores.jobs.clone(),
-        secrets: ctx.stores.secrets.clone(),
-        warned_acks: std::sync::Mutex::new(Default::default()),
-        mover_rbac_ready: std::sync::Mutex::new(Default::default()),
-        maintenances: ctx.stores.maintenances.clone(),
-    });
+fn repositories(ctx: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()> + Send + 'static {
+    let rctx = ctx.clone();
     let op_ns = ctx.config.namespace.clone();
     let (repos, crepos) = (ctx.stores.repos.clone(), ctx.stores.crepos.clone());
     let cfg = ctx.config.controller_config();

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use crate::context::Context;
 use crate::error::Error;
 use crate::feeds::{Feeds, ReceiverStream};
-use crate::snapshot::ctx::{PipelineCtx, Stores};
+use crate::snapshot::ctx::PipelineCtx;
 
 fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, err: &Error, ctx: Arc<PipelineCtx>) -> Action {
     crate::error_events::report(&ctx.recorder, obj.as_ref(), err);
@@ -127,36 +127,9 @@ fn unlaunched(snaps: &Store<Snapshot>, ns: Option<&str>) -> Vec<ObjectRef<Snapsh
 
 /// Wires the pipeline's four controllers (Snapshot, SnapshotSchedule, SnapshotPolicy, Restore)
 /// over the shared feeds; the returned future runs them until shutdown.
-pub fn wire(shared: &Context, feeds: &mut Feeds) -> impl Future<Output = ()> + Send + 'static {
+pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()> + Send + 'static {
     let st = &shared.stores;
-    let ctx = Arc::new(PipelineCtx {
-        client: shared.client.clone(),
-        config: shared.config.clone(),
-        metrics: shared.metrics.clone(),
-        recorder: shared.recorder.clone(),
-        stores: Stores {
-            jobs: st.jobs.clone(),
-            repos: st.repos.clone(),
-            crepos: st.crepos.clone(),
-            policies: st.policies.clone(),
-            snapshots: st.snapshots.clone(),
-            schedules: st.schedules.clone(),
-            pvcs: st.pvcs.clone(),
-            secrets: st.secrets.clone(),
-            namespaces: st.namespaces.clone(),
-            maintenances: st.maintenances.clone(),
-            synced: crate::snapshot::ctx::StoresSynced {
-                jobs: st.synced.jobs.clone(),
-                policies: st.synced.policies.clone(),
-                snapshots: st.synced.snapshots.clone(),
-                schedules: st.synced.schedules.clone(),
-                pvcs: st.synced.pvcs.clone(),
-                maintenances: st.synced.maintenances.clone(),
-            },
-        },
-        mover_rbac_ready: Mutex::new(Default::default()),
-        dispatch: tokio::sync::Notify::new(),
-    });
+    let ctx = shared.clone();
     let (snapshots, restores, policies, crepos) =
         (st.snapshots.clone(), st.restores.clone(), st.policies.clone(), st.crepos.clone());
 

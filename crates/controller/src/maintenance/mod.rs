@@ -62,8 +62,8 @@ fn parked(
 /// Wires the Maintenance controller over the shared feeds (its own kind, its Jobs, its
 /// repository, relabelled namespaces, Secrets) and the managed-Maintenance projection; the
 /// returned future runs it until shutdown.
-pub fn wire(shared: &Context, feeds: &mut Feeds) -> impl Future<Output = ()> + Send + 'static {
-    let ctx = RunCtx::from_context(shared);
+pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()> + Send + 'static {
+    let ctx = shared.clone();
     let store = shared.stores.maintenances.clone();
     let (s1, s2, s3, s4) = (store.clone(), store.clone(), store.clone(), store.clone());
     let crepos = shared.stores.crepos.clone();

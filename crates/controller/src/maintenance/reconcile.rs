@@ -34,7 +34,8 @@ pub fn jobs_of(ctx: &RunCtx, m: &Maintenance) -> Vec<RunJob> {
     let ns = m.namespace();
     let uid = m.uid().unwrap_or_default();
     let name = m.name_any();
-    ctx.jobs
+    ctx.stores
+        .jobs
         .state()
         .iter()
         .filter(|j| j.namespace() == ns)
@@ -82,7 +83,7 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
     let mut jobs = jobs_of(&ctx, &m);
     let deadline =
         chrono::Duration::seconds(FailurePolicy::resolved_pod_startup_deadline_seconds(m.spec.failure_policy.as_ref()));
-    let pod_recheck = common::check_pods(&ctx.client, &ctx.jobs, &ns, &mut jobs, deadline, now).await;
+    let pod_recheck = common::check_pods(&ctx.client, &ctx.stores.jobs, &ns, &mut jobs, deadline, now).await;
     let facts = MaintFacts {
         schedules,
         status: status.clone(),
@@ -151,7 +152,7 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
     let api = Api::<Maintenance>::namespaced(ctx.client.clone(), &ns);
     if crate::status::write_status(&api, m.as_ref(), &status, &next).await?.landed() {
         // After the failed run is on record: deleting first would lose it if the write lost.
-        common::delete_wedged(&ctx.client, &ctx.jobs, &ns, &d.delete_jobs).await;
+        common::delete_wedged(&ctx.client, &ctx.stores.jobs, &ns, &d.delete_jobs).await;
         for r in &d.recorded {
             if let Some(message) = &r.wedged {
                 ctx.event(&reference, true, event::MOVER_POD_WEDGED, message.clone()).await;

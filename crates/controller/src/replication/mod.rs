@@ -49,8 +49,8 @@ fn parked(
 /// Wires the RepositoryReplication controller over the shared feeds (its own kind, its Jobs,
 /// its source repository, relabelled namespaces, Secrets); the returned future runs it until
 /// shutdown.
-pub fn wire(shared: &Context, feeds: &mut Feeds) -> impl Future<Output = ()> + Send + 'static {
-    let ctx = RunCtx::from_context(shared);
+pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()> + Send + 'static {
+    let ctx = shared.clone();
     let store = shared.stores.replications.clone();
     let (s1, s2, s3, s4) = (store.clone(), store.clone(), store.clone(), store.clone());
     let crepos = shared.stores.crepos.clone();

@@ -33,7 +33,8 @@ pub fn jobs_of(ctx: &RunCtx, r: &RepositoryReplication) -> Vec<RunJob> {
     let ns = r.namespace();
     let uid = r.uid().unwrap_or_default();
     let name = r.name_any();
-    ctx.jobs
+    ctx.stores
+        .jobs
         .state()
         .iter()
         .filter(|j| j.namespace() == ns)
@@ -158,7 +159,7 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
     // RepositoryReplication has no failurePolicy (docs/design/api-contract.md §11): the default deadline applies.
     let deadline =
         chrono::Duration::seconds(kopiur_api::shared::FailurePolicy::resolved_pod_startup_deadline_seconds(None));
-    let pod_recheck = common::check_pods(&ctx.client, &ctx.jobs, &ns, &mut jobs, deadline, now).await;
+    let pod_recheck = common::check_pods(&ctx.client, &ctx.stores.jobs, &ns, &mut jobs, deadline, now).await;
     let facts = ReplFacts {
         schedule: Sched::parse(&r.spec.schedule, &uid, repo_tz.as_deref()),
         status: status.clone(),
@@ -212,7 +213,7 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
     let api = Api::<RepositoryReplication>::namespaced(ctx.client.clone(), &ns);
     if crate::status::write_status(&api, r.as_ref(), &status, &next).await?.landed() {
         // After the failed run is on record: deleting first would lose it if the write lost.
-        common::delete_wedged(&ctx.client, &ctx.jobs, &ns, &d.delete_jobs).await;
+        common::delete_wedged(&ctx.client, &ctx.stores.jobs, &ns, &d.delete_jobs).await;
         if let Some(message) = &d.wedged {
             ctx.event(&reference, true, event::MOVER_POD_WEDGED, message.clone()).await;
         }

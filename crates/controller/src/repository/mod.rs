@@ -10,26 +10,19 @@ pub mod next;
 pub mod observe;
 pub mod validate;
 
-use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Secret;
 use kopiur_api::repository::{RepositoryCommonSpec, RepositoryStatus};
 use kopiur_api::{ClusterRepository, Repository};
-use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::config::Config;
 use crate::error::Error;
 use crate::health::RepoKind;
-use crate::metrics::Metrics;
 
 /// What the reconciler needs from either kind.
 pub trait RepoObject:
@@ -109,21 +102,8 @@ impl RepoObject for ClusterRepository {
     }
 }
 
-/// Shared state of every reconciler.
-pub struct Ctx {
-    pub client: Client,
-    pub config: Config,
-    pub metrics: Arc<Metrics>,
-    pub recorder: Recorder,
-    pub jobs: Store<Job>,
-    pub secrets: Store<PartialObjectMeta<Secret>>,
-    /// Last InvalidReinitializeAck value warned per object uid (process memory).
-    pub warned_acks: Mutex<HashMap<String, String>>,
-    /// Namespaces where the mover ServiceAccount and RoleBinding are known to exist.
-    pub mover_rbac_ready: Mutex<std::collections::HashSet<String>>,
-    /// The Maintenances, to find who answers a quick-maintenance request (`IndexBlobHealth`).
-    pub maintenances: Store<kopiur_api::Maintenance>,
-}
+/// The Repository and ClusterRepository reconcilers run on the one crate context.
+pub type Ctx = crate::context::Context;
 
 pub async fn reconcile<K: RepoObject>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let started = std::time::Instant::now();
@@ -163,7 +143,7 @@ async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Action, Er
     crate::health::index_blobs::apply(&mut decision, &facts.id, threshold, was_false);
     let maintainers = match facts.spec.read_only {
         true => crate::health::index_blobs::Maintainers::ReadOnly,
-        false => crate::health::index_blobs::Maintainers::Found(maintainers_of::<K>(&ctx.maintenances, obj)),
+        false => crate::health::index_blobs::Maintainers::Found(maintainers_of::<K>(&ctx.stores.maintenances, obj)),
     };
     crate::health::index_blobs::request_quick(&mut decision, was_false, &maintainers, now);
     let action = apply::apply(obj, ctx, &facts, decision, cat, now).await?;

@@ -90,9 +90,9 @@ fn secret_rv(
 pub fn credential_version<K: RepoObject>(obj: &K, ctx: &Ctx) -> Option<String> {
     let ns = obj.home_namespace(&ctx.config.namespace);
     let (pw, auth) = secret_names(obj);
-    let pw_rv = secret_rv(&ctx.secrets, &ns, &pw)?;
+    let pw_rv = secret_rv(&ctx.stores.secrets, &ns, &pw)?;
     let auth_rv = match auth {
-        Some(a) => secret_rv(&ctx.secrets, &ns, &a)?,
+        Some(a) => secret_rv(&ctx.stores.secrets, &ns, &a)?,
         None => String::new(),
     };
     Some(format!("{pw_rv}/{auth_rv}"))
@@ -161,7 +161,7 @@ pub async fn job_observation<K: RepoObject>(
 ) -> Result<(Option<JobFacts>, Option<CatalogListing>), Error> {
     let ns = obj.home_namespace(&ctx.config.namespace);
     let name = job_name(obj);
-    let Some(job) = ctx.jobs.get(&ObjectRef::new(&name).within(&ns)) else { return Ok((None, None)) };
+    let Some(job) = ctx.stores.jobs.get(&ObjectRef::new(&name).within(&ns)) else { return Ok((None, None)) };
     let owner_uid = obj.meta().uid.clone().unwrap_or_default();
     if !job.owner_references().iter().any(|o| o.uid == owner_uid) {
         return Ok((None, None)); // someone else's Job, or one of a deleted namesake

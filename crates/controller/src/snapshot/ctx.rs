@@ -1,63 +1,21 @@
 //! Shared state of the backup pipeline's reconcilers: the client, the reflector stores every
 //! consumer reads its facts from, and the status helpers they share.
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kopiur_api::shared::RepositoryRef;
-use kopiur_api::{ClusterRepository, Maintenance, Repository, Snapshot, SnapshotPolicy, SnapshotSchedule};
+use kopiur_api::{ClusterRepository, Repository};
 use kube::api::{Patch, PatchParams};
-use kube::core::PartialObjectMeta;
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client, Resource};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource};
 
-use crate::config::Config;
 use crate::error::Error;
-use crate::gating::{Gate, repository_ready};
-use crate::metrics::Metrics;
 
-pub struct Stores {
-    pub jobs: Store<Job>,
-    pub repos: Store<Repository>,
-    pub crepos: Store<ClusterRepository>,
-    pub policies: Store<SnapshotPolicy>,
-    pub snapshots: Store<Snapshot>,
-    pub schedules: Store<SnapshotSchedule>,
-    pub pvcs: Store<PartialObjectMeta<PersistentVolumeClaim>>,
-    /// Metadata only: Secret values never reach the controller.
-    pub secrets: Store<PartialObjectMeta<Secret>>,
-    /// Namespace metadata: the `onNamespaceDelete` axis reads `deletionTimestamp`.
-    pub namespaces: Store<PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>,
-    /// Maintenances: the `maintenance.*` preflight variables.
-    pub maintenances: Store<Maintenance>,
-    /// Whether the stores whose completeness a decision depends on have synced.
-    pub synced: StoresSynced,
-}
+pub use crate::context::{Stores, StoresSynced};
 
-/// Read these instead of `Store::wait_until_ready` (see `crate::synced` for why).
-pub struct StoresSynced {
-    pub jobs: crate::synced::Synced,
-    pub policies: crate::synced::Synced,
-    pub snapshots: crate::synced::Synced,
-    pub schedules: crate::synced::Synced,
-    pub pvcs: crate::synced::Synced,
-    pub maintenances: crate::synced::Synced,
-}
-
-pub struct PipelineCtx {
-    pub client: Client,
-    pub config: Config,
-    pub metrics: Arc<Metrics>,
-    pub recorder: Recorder,
-    pub stores: Stores,
-    pub mover_rbac_ready: Mutex<HashSet<String>>,
-    /// Wakes the batch-delete dispatcher (`dispatch.rs`) ahead of its tick.
-    pub dispatch: tokio::sync::Notify,
-}
+/// The backup pipeline's reconcilers run on the one crate context.
+pub type PipelineCtx = crate::context::Context;
 
 /// The repository a consumer writes to, whichever kind, with what the run path needs.
 pub enum RepoView {
@@ -150,7 +108,8 @@ impl RepoView {
     }
 }
 
-impl PipelineCtx {
+/// The helpers that hand out a [`RepoView`], on the one crate context.
+impl crate::context::Context {
     pub fn repository(&self, consumer_ns: &str, r: &RepositoryRef) -> Option<RepoView> {
         match r.kind {
             kopiur_api::shared::RepositoryKind::Repository => {
@@ -163,19 +122,6 @@ impl PipelineCtx {
         }
     }
 
-    /// `RepositoryReady(R)`, with ClusterRepository tenancy read against the consumer
-    /// namespace's labels from the Namespace store (a namespace the store does not hold fails
-    /// closed for a selector). A relabelled namespace re-enqueues its consumers (`runtime.rs`).
-    pub fn gate(&self, consumer_ns: &str, r: &RepositoryRef) -> Gate {
-        let labels = self.namespace_labels(consumer_ns);
-        repository_ready(&self.stores.repos, &self.stores.crepos, consumer_ns, labels.as_ref(), r)
-    }
-
-    /// A namespace's labels from the store; None when the store does not hold it.
-    pub fn namespace_labels(&self, ns: &str) -> Option<std::collections::BTreeMap<String, String>> {
-        self.stores.namespaces.get(&ObjectRef::new(ns)).map(|n| n.metadata.labels.clone().unwrap_or_default())
-    }
-
     /// ClusterRepository tenancy of one consumer namespace against `repo` (always true for a
     /// namespaced Repository).
     pub fn tenancy_allows(&self, repo: &RepoView, consumer_ns: &str) -> bool {
@@ -184,35 +130,6 @@ impl PipelineCtx {
             RepoView::Cluster(c) => Some(c.as_ref()),
         };
         crate::gating::consumer_allowed(cluster, consumer_ns, self.namespace_labels(consumer_ns).as_ref())
-    }
-
-    /// Of `names`, those with no Secret in `ns`.
-    pub fn missing_secrets(&self, ns: &str, names: &[String]) -> Vec<String> {
-        names.iter().filter(|n| self.stores.secrets.get(&ObjectRef::new(n).within(ns)).is_none()).cloned().collect()
-    }
-
-    pub async fn event(
-        &self,
-        reference: &k8s_openapi::api::core::v1::ObjectReference,
-        warning: bool,
-        reason: &str,
-        note: String,
-    ) {
-        let ev = Event {
-            type_: if warning { EventType::Warning } else { EventType::Normal },
-            reason: reason.to_string(),
-            note: Some(crate::text::truncate(&note, 1024)),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(err) = self.recorder.publish(&ev, reference).await {
-            tracing::warn!(%err, reason, "publishing an Event failed");
-        }
-    }
-
-    /// The mover's ServiceAccount and RoleBinding in a consumer namespace.
-    pub async fn ensure_mover_rbac(&self, ns: &str) -> Result<(), Error> {
-        crate::mover_rbac::ensure(&self.client, ns, &self.mover_rbac_ready, &self.config.mover_image_pull_secrets).await
     }
 
     /// Stamps `reverify-requested-at=now` on a repository (the caller checked the spacing).
