@@ -229,9 +229,9 @@ pub struct SnapshotStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<KopiaSnapshotRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timing: Option<Box<Timing>>,
+    pub timing: Option<Timing>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stats: Option<Box<SnapshotStats>>,
+    pub stats: Option<SnapshotStats>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<Box<JobRef>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

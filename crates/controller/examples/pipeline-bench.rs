@@ -118,34 +118,46 @@ fn snapshot_resource() -> kube::discovery::ApiResource {
 }
 
 /// Discovered rows pinned to a repository that does not exist, so no listing expires them.
+/// Seeds rows exactly as the catalog writes them (`catalog::row` and `catalog::row_status`:
+/// four labels, the kopia identity, timing, size, the resolved repository and identity), only
+/// named `bench-row-N`.
 async fn seed_discovered(client: &Client, ns: &str, from: usize, to: usize) -> Result<()> {
+    use kopiur_controller::catalog::{RepoScope, row, row_status};
     let api: Api<Snapshot> = Api::namespaced(client.clone(), ns);
+    let scope = RepoScope {
+        kind: kopiur_api::shared::RepositoryKind::Repository,
+        name: "catalog-bench".into(),
+        namespace: Some(ns.to_string()),
+        uid: "00000000-0000-0000-0000-00000000b000".into(),
+        unique_id: Some("0123456789abcdef0123456789abcdef".into()),
+        fallback_namespace: None,
+        allowed: None,
+        bounds: Default::default(),
+    };
+    let t0 = chrono::DateTime::parse_from_rfc3339("2026-11-01T00:00:00Z")?.with_timezone(&chrono::Utc);
     futures::stream::iter((from..to).map(|i| {
-        let api = api.clone();
-        let ns = ns.to_string();
+        let (api, scope) = (api.clone(), &scope);
         async move {
-            let id = format!("{:032x}", 0xb000_0000_0000_u128 + i as u128);
+            let entry = kopiur_mover::result::CatalogEntry {
+                id: format!("{:032x}", 0xb000_0000_0000_u128 + i as u128),
+                username: "app".into(),
+                hostname: format!("{ns}.data"),
+                path: format!("/data/{i}"),
+                start_time: Some(t0 + chrono::Duration::minutes(i as i64)),
+                end_time: Some(t0 + chrono::Duration::minutes(i as i64) + chrono::Duration::seconds(42)),
+                size: 1_073_741_824 + i as i64,
+                files: 1000,
+                tags: BTreeMap::new(),
+            };
             let name = format!("bench-row-{i:05}");
-            let obj: Snapshot = serde_json::from_value(json!({
-                "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
-                "metadata": {"name": name, "namespace": ns, "labels": {
-                    "kopiur.home-operations.com/origin": "discovered",
-                    "app.kubernetes.io/managed-by": "kopiur",
-                    "kopiur.home-operations.com/snapshot-id": id,
-                }},
-                "spec": {"repository": {"name": "catalog-bench"}, "deletionPolicy": "Retain"},
-            }))?;
+            let mut obj = row(scope, ns, &entry);
+            obj.metadata.name = Some(name.clone());
             match api.create(&PostParams::default(), &obj).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 409 => {}
                 Err(e) => return Err(anyhow::Error::from(e)),
             }
-            let status = json!({"status": {
-                "phase": "Discovered", "origin": "discovered",
-                "snapshot": {"kopiaSnapshotID": id, "sourcePath": format!("/data/{i}"),
-                             "endTime": "2026-11-01T00:00:00Z"},
-                "resolved": {"repository": {"kind": "Repository", "namespace": ns, "name": "catalog-bench", "uid": "00000000-0000-0000-0000-00000000b000"}},
-            }});
+            let status = json!({ "status": row_status(scope, &entry) });
             api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await?;
             Ok::<_, anyhow::Error>(())
         }

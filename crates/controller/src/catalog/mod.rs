@@ -172,15 +172,15 @@ pub fn row_status(scope: &RepoScope, e: &CatalogEntry) -> SnapshotStatus {
             identity: Some(identity.clone()),
             description: None,
         }),
-        timing: Some(Box::new(Timing {
+        timing: Some(Timing {
             start_time: e.start_time,
             end_time: e.end_time,
             duration_seconds: match (e.start_time, e.end_time) {
                 (Some(s), Some(t)) => Some((t - s).num_seconds().max(0)),
                 (Some(_), None) | (None, _) => None,
             },
-        })),
-        stats: Some(Box::new(SnapshotStats { size_bytes: Some(e.size), ..SnapshotStats::default() })),
+        }),
+        stats: Some(SnapshotStats { size_bytes: Some(e.size), ..SnapshotStats::default() }),
         resolved: Some(SnapshotResolved {
             repository: Some(ResolvedRepository {
                 kind: scope.kind,

@@ -417,7 +417,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     }
     if d.step == Step::Launch {
         next.job = Some(Box::new(JobRef { name: job_name.clone(), attempts: 0 }));
-        next.timing = Some(Box::new(Timing { start_time: Some(now), ..Timing::default() }));
+        next.timing = Some(Timing { start_time: Some(now), ..Timing::default() });
     }
     if d.record_completion.is_some() {
         next.completion_recorded_at = Some(now);
