@@ -61,6 +61,8 @@ const MOUNTS: &str = "crates/controller/src/repository/mounts.rs";
 const CATALOG: &str = "crates/controller/src/repository/catalog.rs";
 const PROJECTION: &str = "crates/controller/src/maintenance/projection.rs";
 const MAINT_COMMON: &str = "crates/controller/src/maintenance/common.rs";
+/// The one mover `JobInput` builder: reads a kind's failurePolicy limits (`mover_job::input`).
+const MOVER_JOB: &str = "crates/controller/src/mover_job.rs";
 const MAINT_RECONCILE: &str = "crates/controller/src/maintenance/reconcile.rs";
 const SNAP_JOB: &str = "crates/controller/src/snapshot/job.rs";
 const SNAP_RECONCILE: &str = "crates/controller/src/snapshot/reconcile.rs";
@@ -360,7 +362,7 @@ pub fn rules() -> Vec<Rule> {
     // Restore.
     repository_ref(&mut v, RESTORE, "spec.repository");
     mover_spec(&mut v, RESTORE, "spec.mover");
-    failure_policy(&mut v, RESTORE, "spec.failurePolicy", RESTORE_RECONCILE);
+    failure_policy(&mut v, RESTORE, "spec.failurePolicy", MOVER_JOB);
     v.extend([
         rule(
             RESTORE,
@@ -385,7 +387,7 @@ pub fn rules() -> Vec<Rule> {
     // Maintenance.
     repository_ref(&mut v, MAINT, "spec.repository");
     mover_spec(&mut v, MAINT, "spec.mover");
-    failure_policy(&mut v, MAINT, "spec.failurePolicy", MAINT_COMMON);
+    failure_policy(&mut v, MAINT, "spec.failurePolicy", MOVER_JOB);
     v.extend([
         rule(
             MAINT,
