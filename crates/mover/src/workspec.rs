@@ -29,13 +29,24 @@ pub struct WorkSpec {
     #[serde(default = "default_heartbeat")]
     pub heartbeat_seconds: u64,
     /// The bound on the slow connects (the bootstrap/probe connect and maintenance's): the
-    /// controller sets it to the Job's deadline, so a repository with thousands of index blobs
-    /// can still connect, and the Job deadline (whose clock starts before the mover's) normally
-    /// ends a hung connect first. Absent (a mover run outside a Job, an older controller): the
-    /// short `command_timeout_seconds`, so a blackholed backend still gets a verdict.
+    /// controller sets it to [`connect_backstop`] of the Job's deadline, so a repository with
+    /// thousands of index blobs can still connect and the Job deadline always ends a hung
+    /// connect first (its verdict, DeadlineExceeded, is what tells a slow backend from a dead
+    /// one; the mover's own timeout reads as RepositoryUnavailable). Absent (a mover run outside
+    /// a Job, an older controller): the short `command_timeout_seconds`, so a blackholed backend
+    /// still gets a verdict.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_timeout_seconds: Option<u64>,
     pub operation: Operation,
+}
+
+/// The mover's own bound on a slow connect inside a Job whose deadline is `deadline_seconds`:
+/// strictly later than the deadline, with a margin for the Job controller to act on it (a
+/// minute, or half the deadline when that is longer), so the mover's timer is only a backstop
+/// and never races the Job's DeadlineExceeded verdict.
+pub fn connect_backstop(deadline_seconds: i64) -> Option<u64> {
+    let d = u64::try_from(deadline_seconds).ok()?;
+    Some(d.saturating_add((d / 2).max(60)))
 }
 
 fn default_command_timeout() -> u64 {
@@ -322,5 +333,23 @@ impl WorkSpec {
             return Err(WorkSpecError::Version(spec.schema_version));
         }
         Ok(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::connect_backstop;
+
+    #[test]
+    fn the_connect_backstop_always_comes_after_the_job_deadline() {
+        // The Job's DeadlineExceeded must be the first verdict on a slow connect: equal
+        // bounds raced in CI and the mover's timeout (RepositoryUnavailable) won.
+        for d in [1_i64, 10, 57, 120, 600, 3600, 48 * 3600] {
+            let b = connect_backstop(d).expect("a positive deadline has a backstop");
+            assert!(b >= d as u64 + 60, "deadline {d}: backstop {b} leaves the Job controller under a minute");
+        }
+        assert_eq!(connect_backstop(10), Some(70));
+        assert_eq!(connect_backstop(600), Some(900));
+        assert_eq!(connect_backstop(-1), None);
     }
 }

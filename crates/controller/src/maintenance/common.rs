@@ -268,9 +268,10 @@ pub fn build(m: MoverJob<'_>) -> Result<Job, Error> {
         },
         command_timeout_seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
         heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
-        // Maintenance is what compacts a slow repository's index: its connect may take as
-        // long as the Job may run.
-        connect_timeout_seconds: u64::try_from(deadline_seconds).ok(),
+        // The connect may take as long as the Job may run (for bootstrap, the adaptive
+        // deadline; maintenance is what compacts a slow repository's index); the mover's own
+        // bound comes after the Job deadline, whose verdict tells slow from down.
+        connect_timeout_seconds: kopiur_mover::workspec::connect_backstop(deadline_seconds),
         operation: m.operation,
     };
     let names = repo.secret_names();

@@ -256,8 +256,10 @@ async fn launch<K: RepoObject>(
         },
         command_timeout_seconds: kopiur_mover::workspec::DEFAULT_COMMAND_TIMEOUT_SECONDS,
         heartbeat_seconds: kopiur_mover::workspec::DEFAULT_HEARTBEAT_SECONDS,
-        // The connect may take as long as the Job may run (the adaptive deadline).
-        connect_timeout_seconds: u64::try_from(l.deadline_seconds).ok(),
+        // The connect may take as long as the Job may run (for bootstrap, the adaptive
+        // deadline; maintenance is what compacts a slow repository's index); the mover's own
+        // bound comes after the Job deadline, whose verdict tells slow from down.
+        connect_timeout_seconds: kopiur_mover::workspec::connect_backstop(l.deadline_seconds),
         operation: Operation::BootstrapRepository(BootstrapRepositoryOp {
             create_gate: mover_gate(l.gate),
             pinned_unique_id: facts.status.unique_id.clone(),

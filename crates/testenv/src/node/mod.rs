@@ -156,7 +156,18 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> anyhow::R
         host_path: std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
         shutdown: shutdown_rx.clone(),
         live: Mutex::new(HashMap::new()),
-        created: mounts::CreatedPaths::with_journal(cfg.state_dir.join("created-mount-targets")),
+        created: {
+            let created = mounts::CreatedPaths::with_journal(cfg.state_dir.join("created-mount-targets"));
+            match mounts::SharedTargets::register(Path::new(SHARED_TARGETS_DIR)) {
+                Ok(shared) => created.sharing(shared),
+                Err(e) => {
+                    tracing::warn!(
+                        "mount-target registry {SHARED_TARGETS_DIR}: {e}; this agent removes its targets alone"
+                    );
+                    created
+                }
+            }
+        },
         cfg,
     });
 
@@ -209,6 +220,10 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> anyhow::R
     tracing::info!("stopped");
     Ok(())
 }
+
+/// The host-wide registry of mount targets shared by the agents alive (see
+/// [`mounts::SharedTargets`]); the last agent out removes it.
+pub const SHARED_TARGETS_DIR: &str = "/run/kopiur-testnode-targets";
 
 /// Upper bound on the SIGTERM grace at agent shutdown (not pod deletion).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);

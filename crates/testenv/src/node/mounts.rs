@@ -239,10 +239,125 @@ impl Prepared {
 /// Host paths the agent created as mount targets; removed at teardown when still empty.
 /// With a journal file, the record survives an agent that was killed, so its successor
 /// removes them too.
+///
+/// Agents running side by side share host paths: the first to mount at `/restore/data`
+/// creates it, the next finds it there. Removing a directory that is a mount point in another
+/// mount namespace detaches that mount (Linux 3.18 on), so an agent that removed "its" empty
+/// target at teardown pulled the volume out from under a container of another agent (CI: a
+/// Restore's kopia found no `/restore` and failed on `mkdir /restore`). With a [`SharedTargets`]
+/// registry, an agent that is not the last one alive hands its paths to the registry, and
+/// the last agent to clean up removes them all.
 #[derive(Debug, Default)]
 pub struct CreatedPaths {
     paths: Mutex<Vec<PathBuf>>,
     journal: Option<PathBuf>,
+    shared: Option<SharedTargets>,
+}
+
+/// A host-wide registry of the agents alive and of the mount targets whose removal waits
+/// for the last of them. Each agent holds an exclusive `flock` on its own file under
+/// `agents/` for as long as it lives (a killed agent's lock goes with it, whatever its pid
+/// became); `pending` lists deferred paths; the directory's own `flock` serializes teardown
+/// decisions with registrations. The last agent out removes the directory too.
+#[derive(Debug)]
+pub struct SharedTargets {
+    dir: PathBuf,
+    /// This agent's registration, its lock held while open; `None` once deregistered.
+    me: Mutex<Option<(PathBuf, std::fs::File)>>,
+}
+
+fn flock(f: &std::fs::File, op: libc::c_int) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on an open descriptor.
+    check(unsafe { libc::flock(f.as_raw_fd(), op) })
+}
+
+impl SharedTargets {
+    /// Registers this agent in the registry at `dir` (created when missing).
+    pub fn register(dir: &Path) -> io::Result<SharedTargets> {
+        let shared = SharedTargets { dir: dir.to_path_buf(), me: Mutex::new(None) };
+        let _guard = shared.lock()?;
+        let agents = dir.join("agents");
+        std::fs::create_dir_all(&agents)?;
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let path = agents.join(format!("{}-{nanos}", std::process::id()));
+        let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
+        flock(&f, libc::LOCK_EX | libc::LOCK_NB)?;
+        *shared.me.lock().unwrap() = Some((path, f));
+        Ok(shared)
+    }
+
+    /// The registry's own lock: the directory, opened and locked, and still the one at its
+    /// path (the last agent out removes it while holding the lock; a waiter then retries).
+    fn lock(&self) -> io::Result<std::fs::File> {
+        use std::os::unix::fs::MetadataExt;
+        loop {
+            std::fs::create_dir_all(&self.dir)?;
+            let f = match std::fs::File::open(&self.dir) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            flock(&f, libc::LOCK_EX)?;
+            let held = f.metadata()?;
+            match std::fs::metadata(&self.dir) {
+                Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => return Ok(f),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Whether an agent other than this one is alive (holds its registration lock).
+    fn others_alive(&self) -> io::Result<bool> {
+        let mine = self.me.lock().unwrap().as_ref().map(|(p, _)| p.clone());
+        let Ok(entries) = std::fs::read_dir(self.dir.join("agents")) else { return Ok(false) };
+        let mut alive = false;
+        for e in entries.flatten() {
+            let p = e.path();
+            if Some(&p) == mine.as_ref() {
+                continue;
+            }
+            let Ok(f) = std::fs::OpenOptions::new().write(true).open(&p) else { continue };
+            if flock(&f, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
+                // Its agent is gone (killed): the registration is stale.
+                let _ = std::fs::remove_file(&p);
+            } else {
+                alive = true;
+            }
+        }
+        Ok(alive)
+    }
+
+    /// This agent is done: with other agents alive, `mine` joins the pending list and
+    /// nothing is removed (returns `None`); as the last one, returns every path to remove
+    /// (the pending ones and `mine`) and removes the registry.
+    fn finish(&self, mine: &[PathBuf]) -> io::Result<Option<Vec<PathBuf>>> {
+        let _guard = self.lock()?;
+        if let Some((p, f)) = self.me.lock().unwrap().take() {
+            let _ = std::fs::remove_file(&p);
+            drop(f);
+        }
+        let pending_file = self.dir.join("pending");
+        if self.others_alive()? {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&pending_file)?;
+            for p in mine {
+                writeln!(f, "{}", p.display())?;
+            }
+            return Ok(None);
+        }
+        let mut all: Vec<PathBuf> = std::fs::read_to_string(&pending_file)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(PathBuf::from)
+            .collect();
+        all.extend(mine.iter().cloned());
+        let _ = std::fs::remove_file(&pending_file);
+        let _ = std::fs::remove_dir(self.dir.join("agents"));
+        let _ = std::fs::remove_dir(&self.dir);
+        Ok(Some(all))
+    }
 }
 
 impl CreatedPaths {
@@ -251,7 +366,13 @@ impl CreatedPaths {
         let paths = std::fs::read_to_string(&journal)
             .map(|s| s.lines().filter(|l| !l.is_empty()).map(PathBuf::from).collect())
             .unwrap_or_default();
-        CreatedPaths { paths: Mutex::new(paths), journal: Some(journal) }
+        CreatedPaths { paths: Mutex::new(paths), journal: Some(journal), shared: None }
+    }
+
+    /// Coordinates teardown with the other agents through `shared` (see [`SharedTargets`]).
+    pub fn sharing(mut self, shared: SharedTargets) -> Self {
+        self.shared = Some(shared);
+        self
     }
 
     fn record(&self, p: PathBuf) {
@@ -301,9 +422,29 @@ impl CreatedPaths {
         Ok(())
     }
 
-    /// Removes recorded paths, newest first: empty files and empty directories only.
+    /// Removes recorded paths, deepest first: empty files and empty directories only. With
+    /// a shared registry and another agent alive, hands them to the registry instead (the
+    /// other agent's containers may have mounts on them), and the last agent removes them.
     pub fn cleanup(&self) {
-        let paths = std::mem::take(&mut *self.paths.lock().unwrap());
+        let mine = std::mem::take(&mut *self.paths.lock().unwrap());
+        let mut paths = match &self.shared {
+            None => mine,
+            Some(shared) => match shared.finish(&mine) {
+                Ok(Some(all)) => all,
+                Ok(None) => Vec::new(),
+                Err(e) => {
+                    // Fail safe: keep the (empty) directories rather than detach a mount.
+                    tracing::warn!(
+                        "mount-target registry {}: {e}; leaving {} path(s)",
+                        shared.dir.display(),
+                        mine.len()
+                    );
+                    Vec::new()
+                }
+            },
+        };
+        paths.sort_by(|a, b| (a.components().count(), a).cmp(&(b.components().count(), b)));
+        paths.dedup();
         for p in paths.iter().rev() {
             match std::fs::symlink_metadata(p) {
                 Ok(m) if m.is_dir() => {
@@ -381,6 +522,56 @@ mod tests {
         assert!(!tmp.path().join("a/f").exists());
         assert!(tmp.path().join("a/b/keep").exists());
         assert!(created.is_empty());
+    }
+
+    #[test]
+    fn a_shared_target_outlives_the_agent_that_created_it_until_the_last_agent_is_done() {
+        let tmp = tempfile::tempdir().unwrap();
+        let registry = tmp.path().join("registry");
+        let target = tmp.path().join("restore/data");
+        let a = CreatedPaths::default().sharing(SharedTargets::register(&registry).unwrap());
+        let b = CreatedPaths::default().sharing(SharedTargets::register(&registry).unwrap());
+        a.create_dir_all(&target).unwrap();
+        // b's container mounts at the same target: it exists, so b records nothing.
+        b.create_dir_all(&target).unwrap();
+        assert_eq!((a.len(), b.len()), (2, 0));
+        a.cleanup();
+        assert!(target.is_dir(), "a removed a target b's containers may still have a mount on");
+        assert!(registry.join("pending").is_file());
+        b.cleanup();
+        assert!(!tmp.path().join("restore").exists(), "the last agent removes what the first created");
+        assert!(!registry.exists(), "the last agent removes the registry");
+        // cleanup runs twice at agent shutdown: the second one finds nothing and leaves nothing.
+        a.cleanup();
+        b.cleanup();
+        assert!(!registry.exists());
+    }
+
+    #[test]
+    fn a_killed_agent_does_not_hold_shared_targets_forever() {
+        let tmp = tempfile::tempdir().unwrap();
+        let registry = tmp.path().join("registry");
+        let target = tmp.path().join("t/x");
+        let a = CreatedPaths::default().sharing(SharedTargets::register(&registry).unwrap());
+        {
+            // Registered, then gone without a cleanup: its lock goes with it.
+            let _killed = SharedTargets::register(&registry).unwrap();
+        }
+        a.create_dir_all(&target).unwrap();
+        a.cleanup();
+        assert!(!tmp.path().join("t").exists(), "a dead agent's stale registration counted as alive");
+        assert!(!registry.exists());
+    }
+
+    #[test]
+    fn a_nonempty_shared_target_is_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let registry = tmp.path().join("registry");
+        let a = CreatedPaths::default().sharing(SharedTargets::register(&registry).unwrap());
+        a.create_dir_all(&tmp.path().join("k/d")).unwrap();
+        std::fs::write(tmp.path().join("k/d/data"), b"x").unwrap();
+        a.cleanup();
+        assert!(tmp.path().join("k/d/data").exists());
     }
 
     #[test]
