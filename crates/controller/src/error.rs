@@ -32,37 +32,37 @@ impl From<kopiur_mover::job::JobError> for Error {
 
 /// Requeue classes: only the class decides timing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorClass {
+pub enum RequeueClass {
     Transient,
     Structural,
     Terminal,
 }
 
-impl ErrorClass {
+impl RequeueClass {
     pub fn label(self) -> &'static str {
         match self {
-            ErrorClass::Transient => "transient",
-            ErrorClass::Structural => "structural",
-            ErrorClass::Terminal => "terminal",
+            RequeueClass::Transient => "transient",
+            RequeueClass::Structural => "structural",
+            RequeueClass::Terminal => "terminal",
         }
     }
     pub fn requeue(self) -> StdDuration {
         match self {
-            ErrorClass::Transient => StdDuration::from_secs(30),
-            ErrorClass::Structural => StdDuration::from_secs(300),
-            ErrorClass::Terminal => StdDuration::from_secs(1800),
+            RequeueClass::Transient => StdDuration::from_secs(30),
+            RequeueClass::Structural => StdDuration::from_secs(300),
+            RequeueClass::Terminal => StdDuration::from_secs(1800),
         }
     }
 }
 
 impl Error {
-    pub fn class(&self) -> ErrorClass {
+    pub fn class(&self) -> RequeueClass {
         match self {
-            Error::Kube(_) => ErrorClass::Transient,
-            Error::WorkSpec(_) | Error::WorkSpecTooLarge(_) => ErrorClass::Structural,
-            Error::InvalidSpec(_) => ErrorClass::Terminal,
+            Error::Kube(_) => RequeueClass::Transient,
+            Error::WorkSpec(_) | Error::WorkSpecTooLarge(_) => RequeueClass::Structural,
+            Error::InvalidSpec(_) => RequeueClass::Terminal,
             // A human changes the settings; re-checked every 5 minutes.
-            Error::MoverRefused(_) => ErrorClass::Structural,
+            Error::MoverRefused(_) => RequeueClass::Structural,
         }
     }
 }

@@ -185,12 +185,12 @@ impl Sim {
             && j.result.is_none()
         {
             j.result = Some(if up && wiped_at_completion {
-                ConnectResult::Failed { class: FailureClass::NotFound, not_initialized: true, timed_out: false }
+                ConnectResult::Failed { class: ErrorClass::NotFound, not_initialized: true, timed_out: false }
             } else if up {
                 ConnectResult::Connected { unique_id: PIN.into(), created: false, index_blob_count: Some(4) }
             } else {
                 ConnectResult::Failed {
-                    class: FailureClass::RepositoryUnavailable,
+                    class: ErrorClass::RepositoryUnavailable,
                     not_initialized: false,
                     timed_out: false,
                 }
@@ -887,7 +887,7 @@ mod death_spiral {
                     let took = POD_START + connect_secs(self.blobs);
                     let (completes_at, result, secs) = if self.refused_at(self.now) {
                         let r = ConnectResult::Failed {
-                            class: FailureClass::RepositoryUnavailable,
+                            class: ErrorClass::RepositoryUnavailable,
                             not_initialized: false,
                             timed_out: false,
                         };

@@ -5,7 +5,7 @@ use super::gate::CreateGate;
 use super::holdoff::{adaptive_deadline, escalated_deadline, strict_retry_holdoff};
 use super::messages;
 use super::types::{
-    Bootstrapped, ConnectKind, ConnectResult, FailureClass, JobFacts, OnFailure, Phase, ReachState, RepoFacts,
+    Bootstrapped, ConnectKind, ConnectResult, ErrorClass, JobFacts, OnFailure, Phase, ReachState, RepoFacts,
     RepoStatus, StrictRetry, Terminal, TerminalReason, Time,
 };
 use super::verdict::{StrictRoute, Verdict, judge, strict_route};
@@ -316,7 +316,7 @@ fn fold_strict(
                     // cannot drive a launch loop.
                     to_failed(
                         out,
-                        TerminalReason::Class(super::types::FailureClass::NotFound),
+                        TerminalReason::Class(super::types::ErrorClass::NotFound),
                         format!(
                             "the reinitialize ack allowed creating a repository at {}, but none could be created",
                             facts.id.target
@@ -369,13 +369,13 @@ fn fold_probe(
     // A rejected certificate is configuration, not an outage: it never counts toward (or
     // opens) the breaker. A probe of a repository that was serving goes terminal, like a
     // strict connect would, so a human sees the CA fix instead of a half-open loop.
-    if let Verdict::ConnectFailed { class: FailureClass::CertificateError } = verdict {
+    if let Verdict::ConnectFailed { class: ErrorClass::CertificateError } = verdict {
         if matches!(prev_phase, Phase::Ready | Phase::Degraded) {
             let message = format!(
                 "{}; fix it and the repository retries on the next spec, Secret or CA ConfigMap change",
                 verdict.summary()
             );
-            to_failed(out, TerminalReason::Class(FailureClass::CertificateError), message);
+            to_failed(out, TerminalReason::Class(ErrorClass::CertificateError), message);
         }
         out.status.reach = Some(ReachState { reach: verdict.reach(), message: verdict.summary() });
         return;

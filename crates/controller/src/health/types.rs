@@ -114,67 +114,29 @@ pub struct Health {
     pub quick_maintenance_requested_at: Option<Time>,
 }
 
-/// The kopia error classes as they reach the controller in a connect result.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FailureClass {
-    AuthFailure,
-    AccessDenied,
-    PermissionDenied,
-    Locked,
-    NotFound,
-    RepositoryUnavailable,
-    SourceError,
-    /// A rejected TLS certificate: configuration, never an outage (no breaker).
-    CertificateError,
-    Unknown,
-}
+/// The kopia error classes as they reach the controller in a connect result: the kopia
+/// crate's own type (the mover classifies, the controller only reads the label back).
+pub use kopiur_kopia::classify::ErrorClass;
 
-impl FailureClass {
-    pub const ALL: [FailureClass; 9] = [
-        FailureClass::AuthFailure,
-        FailureClass::AccessDenied,
-        FailureClass::PermissionDenied,
-        FailureClass::Locked,
-        FailureClass::NotFound,
-        FailureClass::RepositoryUnavailable,
-        FailureClass::SourceError,
-        FailureClass::CertificateError,
-        FailureClass::Unknown,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailureClass::AuthFailure => "AuthFailure",
-            FailureClass::AccessDenied => "AccessDenied",
-            FailureClass::PermissionDenied => "PermissionDenied",
-            FailureClass::Locked => "Locked",
-            FailureClass::NotFound => "NotFound",
-            FailureClass::RepositoryUnavailable => "RepositoryUnavailable",
-            FailureClass::SourceError => "SourceError",
-            FailureClass::CertificateError => "CertificateError",
-            FailureClass::Unknown => "Unknown",
-        }
-    }
-
-    /// Labels from a newer version read as Unknown.
-    pub fn from_label(s: &str) -> FailureClass {
-        FailureClass::ALL.into_iter().find(|c| c.as_str() == s).unwrap_or(FailureClass::Unknown)
-    }
-
-    /// The fixed one-line summary used in condition messages (kopia's own text churns).
-    pub fn summary(self, not_initialized: bool) -> &'static str {
-        match (self, not_initialized) {
-            (FailureClass::NotFound, true) => "no kopia repository is initialized in the configured storage",
-            (FailureClass::NotFound, false) => "the repository storage, bucket or path was not found",
-            (FailureClass::AuthFailure, _) => "the repository password is wrong or missing",
-            (FailureClass::AccessDenied, _) => "the storage backend denied access: check the backend credentials",
-            (FailureClass::PermissionDenied, _) => "a local file permission was denied",
-            (FailureClass::Locked, _) => "the repository is locked by another operation",
-            (FailureClass::RepositoryUnavailable, _) => "the repository storage is unreachable",
-            (FailureClass::SourceError, _) => "kopia reported a source error while connecting",
-            (FailureClass::CertificateError, _) => kopiur_kopia::classify::CERTIFICATE_SUMMARY,
-            (FailureClass::Unknown, _) => "kopia failed with an unrecognized error",
-        }
+/// The fixed one-line summary of a failed *connect* used in condition messages (kopia's own
+/// text churns). It differs from [`kopiur_kopia::classify::Classification::summary`] only
+/// where a connect reads differently from a backup: a connect names no snapshot, and a source
+/// error during a connect is kopia's, not the backed-up volume's.
+pub fn connect_failure_summary(class: ErrorClass, not_initialized: bool) -> &'static str {
+    match (class, not_initialized) {
+        (ErrorClass::NotFound, false) => "the repository storage, bucket or path was not found",
+        (ErrorClass::SourceError, _) => "kopia reported a source error while connecting",
+        (
+            ErrorClass::NotFound
+            | ErrorClass::AuthFailure
+            | ErrorClass::AccessDenied
+            | ErrorClass::PermissionDenied
+            | ErrorClass::Locked
+            | ErrorClass::RepositoryUnavailable
+            | ErrorClass::CertificateError
+            | ErrorClass::Unknown,
+            _,
+        ) => kopiur_kopia::classify::Classification { class, not_initialized }.summary(),
     }
 }
 
@@ -225,7 +187,7 @@ impl ConnectKind {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConnectResult {
     Connected { unique_id: String, created: bool, index_blob_count: Option<u64> },
-    Failed { class: FailureClass, not_initialized: bool, timed_out: bool },
+    Failed { class: ErrorClass, not_initialized: bool, timed_out: bool },
     NoResult { deadline_exceeded: bool },
 }
 
@@ -234,7 +196,7 @@ pub enum ConnectResult {
 pub enum TerminalReason {
     /// A kopia class (AuthFailure, AccessDenied, PermissionDenied, Locked, SourceError,
     /// Unknown, NotFound).
-    Class(FailureClass),
+    Class(ErrorClass),
     RepositoryNotInitialized,
     RepositoryReinitializeBlocked,
     RepositoryUniqueIdMismatch {

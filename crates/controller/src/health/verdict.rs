@@ -1,6 +1,9 @@
 //! Connect verdicts: what one bootstrap-shaped connect says about the backend, and how a strict
 //! connect routes (the ADR's narrowing: only transport-shaped failures retry).
-use super::types::{ConnectResult, Endpoint, EndpointAnswer, FailureClass, Reach, Time, Tuning};
+use kopiur_kopia::classify::Classification;
+use kopiur_kopia::verdict::{ConnectVerdict, verdict_of};
+
+use super::types::{ConnectResult, Endpoint, EndpointAnswer, ErrorClass, Reach, Time, Tuning};
 
 /// The verdict of one connect (rows checked top to bottom).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,13 +30,13 @@ pub enum Verdict {
     NotInitialized,
     /// RepositoryUnavailable, or NotFound without notInitialized (a missing bucket or path).
     BackendUnreachable {
-        class: FailureClass,
+        class: ErrorClass,
     },
     /// The Job failed and the mover wrote nothing (crash, wedged pod).
     BootstrapJobFailed,
     /// Everything a human must fix: auth, access, permissions, a lock, anything unknown.
     ConnectFailed {
-        class: FailureClass,
+        class: ErrorClass,
     },
 }
 
@@ -50,19 +53,21 @@ impl Verdict {
             }
             ConnectResult::NoResult { deadline_exceeded: false } => Verdict::BootstrapJobFailed,
             ConnectResult::Failed { timed_out: true, .. } => Verdict::ProbeDeadlineExceeded { job_deadline: false },
-            ConnectResult::Failed { class, not_initialized, timed_out: false } => match class {
-                FailureClass::NotFound if *not_initialized => Verdict::NotInitialized,
-                FailureClass::NotFound | FailureClass::RepositoryUnavailable => {
-                    Verdict::BackendUnreachable { class: *class }
+            // The kopia crate's mapping (the one source of it); the fold tells a vanished
+            // repository from the pin, so the verdict is read unpinned.
+            ConnectResult::Failed { class, not_initialized, timed_out: false } => {
+                let c = Classification { class: *class, not_initialized: *not_initialized };
+                match verdict_of(c, false) {
+                    ConnectVerdict::NotInitialized | ConnectVerdict::RepositoryVanished => Verdict::NotInitialized,
+                    ConnectVerdict::BackendUnreachable => Verdict::BackendUnreachable { class: *class },
+                    ConnectVerdict::ConnectFailed(class) => Verdict::ConnectFailed { class },
+                    // Not a failure's verdict; should one appear, a human looks (never a retry
+                    // loop on a guess).
+                    ConnectVerdict::Reachable | ConnectVerdict::ProbeDeadlineExceeded => {
+                        Verdict::ConnectFailed { class: *class }
+                    }
                 }
-                FailureClass::AuthFailure
-                | FailureClass::AccessDenied
-                | FailureClass::PermissionDenied
-                | FailureClass::Locked
-                | FailureClass::SourceError
-                | FailureClass::CertificateError
-                | FailureClass::Unknown => Verdict::ConnectFailed { class: *class },
-            },
+            }
         }
     }
 
@@ -109,10 +114,10 @@ impl Verdict {
                      slow, not down"
                 )
             }
-            Verdict::NotInitialized => FailureClass::NotFound.summary(true).to_string(),
-            Verdict::BackendUnreachable { class } => class.summary(false).to_string(),
+            Verdict::NotInitialized => super::types::connect_failure_summary(ErrorClass::NotFound, true).to_string(),
+            Verdict::BackendUnreachable { class } => super::types::connect_failure_summary(*class, false).to_string(),
             Verdict::BootstrapJobFailed => "the connect Job failed without reporting a result".to_string(),
-            Verdict::ConnectFailed { class } => class.summary(false).to_string(),
+            Verdict::ConnectFailed { class } => super::types::connect_failure_summary(*class, false).to_string(),
         }
     }
 }
@@ -137,7 +142,7 @@ pub fn strict_route(verdict: &Verdict) -> StrictRoute {
             StrictRoute::Ready { unique_id: unique_id.clone(), created: *created, index_blob_count: *index_blob_count }
         }
         Verdict::ProbeDeadlineExceeded { .. } | Verdict::TimedOut { .. } => StrictRoute::Retry,
-        Verdict::BackendUnreachable { class: FailureClass::RepositoryUnavailable } => StrictRoute::Retry,
+        Verdict::BackendUnreachable { class: ErrorClass::RepositoryUnavailable } => StrictRoute::Retry,
         Verdict::NotInitialized => StrictRoute::NotInitialized,
         Verdict::BackendUnreachable { class } => StrictRoute::Terminal { reason: TerminalReason::Class(*class) },
         Verdict::BootstrapJobFailed => StrictRoute::Terminal { reason: TerminalReason::BootstrapJobFailed },

@@ -10,7 +10,7 @@ use kopiur_api::repository::{
 use crate::conditions::merge_conditions;
 use crate::health::kstatus::Cond;
 use crate::health::{
-    Bootstrapped, FailureClass, Health, Phase, Reach, ReachState, RepoStatus, StrictRetry, Terminal, TerminalReason,
+    Bootstrapped, ErrorClass, Health, Phase, Reach, ReachState, RepoStatus, StrictRetry, Terminal, TerminalReason,
 };
 
 pub fn phase_from_api(p: &RepositoryPhase) -> Option<Phase> {
@@ -45,7 +45,7 @@ pub fn terminal_reason_from(reason: &str) -> TerminalReason {
         "RepositoryReinitializeBlocked" => TerminalReason::RepositoryReinitializeBlocked,
         "RepositoryUniqueIdMismatch" => TerminalReason::RepositoryUniqueIdMismatch { found: String::new() },
         "BootstrapJobFailed" => TerminalReason::BootstrapJobFailed,
-        other => TerminalReason::Class(FailureClass::from_label(other)),
+        other => TerminalReason::Class(ErrorClass::from_label(other)),
     }
 }
 
@@ -58,7 +58,7 @@ pub fn to_pure(st: Option<&RepositoryStatus>) -> RepoStatus {
     let terminal = match phase {
         Some(Phase::Failed) => Some(match cond(&st.conditions, "Ready") {
             Some(c) => Terminal { reason: terminal_reason_from(c.reason.as_str()), message: c.message.clone() },
-            None => Terminal { reason: TerminalReason::Class(FailureClass::Unknown), message: String::new() },
+            None => Terminal { reason: TerminalReason::Class(ErrorClass::Unknown), message: String::new() },
         }),
         Some(Phase::Pending | Phase::Initializing | Phase::Ready | Phase::Degraded) | None => None,
     };

@@ -13,7 +13,7 @@ use kube::{Api, ResourceExt};
 
 use super::{Ctx, Error, RepoObject};
 use crate::health::{
-    ConnectKind, ConnectResult, FailureClass, JobFacts, JobState, ProbeSettings, ProbeTrigger, RepoFacts, RepoIdentity,
+    ConnectKind, ConnectResult, ErrorClass, JobFacts, JobState, ProbeSettings, ProbeTrigger, RepoFacts, RepoIdentity,
     SpecFacts,
 };
 
@@ -123,13 +123,13 @@ pub fn connect_result(result: Option<&BootstrapResult>, job_uid: &str, failed_re
                 }
             }
             (_, _, Some(f)) => ConnectResult::Failed {
-                class: FailureClass::from_label(&f.class),
+                class: ErrorClass::from_label(&f.class),
                 not_initialized: f.not_initialized,
                 timed_out: f.timed_out,
             },
             // Connected without an id (a repository server) or an empty failure: unknown.
             (BootstrapOutcome::Connected | BootstrapOutcome::Created | BootstrapOutcome::Failed, _, None) => {
-                ConnectResult::Failed { class: FailureClass::Unknown, not_initialized: false, timed_out: false }
+                ConnectResult::Failed { class: ErrorClass::Unknown, not_initialized: false, timed_out: false }
             }
         },
         None => ConnectResult::NoResult { deadline_exceeded: failed_reason == Some("DeadlineExceeded") },

@@ -349,7 +349,7 @@ mod tests {
         .unwrap();
         for code in [500, 403, 503] {
             match owner(&snap, &client_answering(code)).await {
-                Err(e) => assert_eq!(e.class(), crate::error::ErrorClass::Transient, "{code}: {e}"),
+                Err(e) => assert_eq!(e.class(), crate::error::RequeueClass::Transient, "{code}: {e}"),
                 Ok(o) => panic!("{code}: a failed GET was read as {o:?}"),
             }
         }

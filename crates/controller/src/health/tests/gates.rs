@@ -155,7 +155,7 @@ fn ackd_attempt_failing_otherwise_does_not_loop() {
     let mut f = with_phase(blocked(), Phase::Initializing);
     f.status.terminal = None;
     f.reinit_ack = Some(PIN.into());
-    let mut j = job(STRICT, class(FailureClass::AuthFailure), at(30));
+    let mut j = job(STRICT, class(ErrorClass::AuthFailure), at(30));
     j.via_reinit_ack = true;
     f.job = Some(j);
     let d = plan(&f, at(31));

@@ -98,12 +98,12 @@ pub fn created(id: &str) -> ConnectResult {
     ConnectResult::Connected { unique_id: id.into(), created: true, index_blob_count: Some(1) }
 }
 pub fn refused() -> ConnectResult {
-    ConnectResult::Failed { class: FailureClass::RepositoryUnavailable, not_initialized: false, timed_out: false }
+    ConnectResult::Failed { class: ErrorClass::RepositoryUnavailable, not_initialized: false, timed_out: false }
 }
 pub fn not_init() -> ConnectResult {
-    ConnectResult::Failed { class: FailureClass::NotFound, not_initialized: true, timed_out: false }
+    ConnectResult::Failed { class: ErrorClass::NotFound, not_initialized: true, timed_out: false }
 }
-pub fn class(c: FailureClass) -> ConnectResult {
+pub fn class(c: ErrorClass) -> ConnectResult {
     ConnectResult::Failed { class: c, not_initialized: false, timed_out: false }
 }
 

@@ -142,7 +142,7 @@ fn reverify_recorded_while_degraded_without_launch_and_ignored_elsewhere() {
     for phase in [Phase::Failed, Phase::Pending, Phase::Initializing] {
         let mut g = with_phase(ready(), phase);
         g.status.terminal =
-            Some(Terminal { reason: TerminalReason::Class(FailureClass::AuthFailure), message: "m".into() });
+            Some(Terminal { reason: TerminalReason::Class(ErrorClass::AuthFailure), message: "m".into() });
         g.reverify_requested_at = Some(at(100).to_rfc3339());
         let d = plan(&g, at(110));
         assert_eq!(d.status.last_reverify_at, None, "{phase:?}");

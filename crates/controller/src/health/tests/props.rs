@@ -12,9 +12,9 @@ fn any_result() -> impl Strategy<Value = ConnectResult> {
         3 => Just(ok(PIN)),
         4 => Just(refused()),
         1 => Just(not_init()),
-        1 => prop::sample::select(FailureClass::ALL.to_vec()).prop_map(class),
+        1 => prop::sample::select(ErrorClass::ALL.to_vec()).prop_map(class),
         1 => any::<bool>().prop_map(|d| ConnectResult::NoResult { deadline_exceeded: d }),
-        1 => Just(ConnectResult::Failed { class: FailureClass::RepositoryUnavailable, not_initialized: false, timed_out: true }),
+        1 => Just(ConnectResult::Failed { class: ErrorClass::RepositoryUnavailable, not_initialized: false, timed_out: true }),
     ]
 }
 

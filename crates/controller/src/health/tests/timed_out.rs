@@ -87,7 +87,7 @@ fn probes_killed_on_an_answering_backend_open_at_the_threshold_as_timed_out() {
 fn kopias_own_timeout_on_an_answering_backend_is_timed_out_too() {
     let mut f = killed_strict(answered(1301));
     let own =
-        ConnectResult::Failed { class: FailureClass::RepositoryUnavailable, not_initialized: false, timed_out: true };
+        ConnectResult::Failed { class: ErrorClass::RepositoryUnavailable, not_initialized: false, timed_out: true };
     f.job = Some(JobFacts { launched_at: Some(at(1000)), ..job(STRICT, own, at(1300)) });
     let d = plan(&f, at(1301));
     assert_eq!(cond(&d.conditions, "Ready").reason, "TimedOut");

@@ -121,13 +121,13 @@ fn r5_pinned_not_initialized_is_reinitialize_blocked() {
 #[test]
 fn r6_other_first_bootstrap_failure_is_terminal_with_class_reason() {
     for c in [
-        FailureClass::AuthFailure,
-        FailureClass::AccessDenied,
-        FailureClass::PermissionDenied,
-        FailureClass::Locked,
-        FailureClass::SourceError,
-        FailureClass::Unknown,
-        FailureClass::NotFound,
+        ErrorClass::AuthFailure,
+        ErrorClass::AccessDenied,
+        ErrorClass::PermissionDenied,
+        ErrorClass::Locked,
+        ErrorClass::SourceError,
+        ErrorClass::Unknown,
+        ErrorClass::NotFound,
     ] {
         let mut f = with_phase(fresh(), Phase::Initializing);
         f.job = Some(job(STRICT, class(c), at(5)));
@@ -257,7 +257,7 @@ fn r11_strict_transport_failure_on_ready_opens_with_strict_label() {
     // A kopia command timeout routes the same way.
     f.job = Some(job(
         STRICT,
-        ConnectResult::Failed { class: FailureClass::RepositoryUnavailable, not_initialized: false, timed_out: true },
+        ConnectResult::Failed { class: ErrorClass::RepositoryUnavailable, not_initialized: false, timed_out: true },
         at(30),
     ));
     let d = plan(&f, at(31));
@@ -296,7 +296,7 @@ fn r12_with_create_disabled_names_both_actions() {
 
 #[test]
 fn r13_strict_non_transport_failure_is_terminal() {
-    for c in [FailureClass::AuthFailure, FailureClass::Locked, FailureClass::AccessDenied, FailureClass::SourceError] {
+    for c in [ErrorClass::AuthFailure, ErrorClass::Locked, ErrorClass::AccessDenied, ErrorClass::SourceError] {
         for from in [Phase::Ready, Phase::Degraded] {
             let mut f = with_phase(ready(), from);
             f.job = Some(job(STRICT, class(c), at(30)));
@@ -365,7 +365,7 @@ fn failed(reason: TerminalReason) -> RepoFacts {
 
 #[test]
 fn r16_terminal_gate_sticks_then_reopens_on_generation_or_credentials() {
-    let f = failed(TerminalReason::Class(FailureClass::AuthFailure));
+    let f = failed(TerminalReason::Class(ErrorClass::AuthFailure));
     let d = plan(&f, at(10));
     assert_eq!(d.plan, Plan::Idle);
     assert_eq!(d.status.phase, Some(Phase::Failed));
@@ -472,7 +472,7 @@ fn missing_credentials_stall_pending_and_launch_nothing() {
 }
 
 fn certificate() -> ConnectResult {
-    ConnectResult::Failed { class: FailureClass::CertificateError, not_initialized: false, timed_out: false }
+    ConnectResult::Failed { class: ErrorClass::CertificateError, not_initialized: false, timed_out: false }
 }
 
 #[test]
