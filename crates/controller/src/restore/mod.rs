@@ -1,3 +1,5 @@
-//! Restore: `plan` decides the one-shot run path, `reconcile` applies it.
+//! Restore: `observe` reads the facts, `plan` decides the one-shot run path, `reconcile`
+//! applies it.
+mod observe;
 pub mod plan;
 pub mod reconcile;
