@@ -5,3 +5,4 @@ pub mod fork;
 pub mod kstatus;
 pub mod plan;
 pub mod reconcile;
+mod report;
