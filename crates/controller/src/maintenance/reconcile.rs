@@ -65,28 +65,90 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
     let now = Utc::now();
     let ns = m.namespace().unwrap_or_default();
     let name = m.name_any();
+    let status = m.status.clone().unwrap_or_default();
+    let obs = observe(&ctx, &m, now).await;
+    let mut d = plan(&obs.facts, now);
+    // A gating [next] field (docs/design/api-contract.md §1.9): Stalled FeatureNotImplemented, no Job.
+    if let Some(message) = crate::features::maintenance(&m.spec).gating_message() {
+        d.conditions = common::trio(common::Standing::Stalled, crate::features::FEATURE_NOT_IMPLEMENTED, message);
+        d.launch = None;
+    }
+    let reference = m.object_ref(&());
+    // client required from here on.
+    if let Some(raw) = &d.invalid_request
+        && warned().lock().map(|mut w| w.insert((m.uid().unwrap_or_default(), raw.clone()))).unwrap_or(false)
+    {
+        let note = format!("{} value {raw:?} is not RFC 3339; ignored", annotation::RUN_REQUESTED);
+        ctx.event(&reference, true, event::INVALID_RUN_REQUEST, note).await;
+    }
+    for r in &d.recorded {
+        tracing::info!(maintenance = %name, namespace = %ns, job = %r.job, mode = %r.mode, outcome = r.outcome, "maintenance run recorded");
+        ctx.metrics.maintenance_runs.inc(&[&ns, &name, &r.mode, r.outcome]);
+    }
+    // A failed run asks the repository to re-probe sooner (docs/design/repository-breaker.md §3.8); the probe decides.
+    if d.nudge
+        && let Some(rv) = &obs.repo
+        && let Err(e) = ctx.nudge(rv, now).await
+    {
+        tracing::warn!(error = %e, maintenance = %name, "stamping reverify-requested-at failed");
+    }
+    let mut next = d.status.clone();
+    if let (Some(l), Some(rv)) = (&d.launch, &obs.repo) {
+        launch(&ctx, &m, rv, l, &obs).await?;
+    }
+    next.observed_generation = m.meta().generation;
+    next.conditions =
+        crate::conditions::merge_conditions(&status.conditions, &d.conditions, m.meta().generation.unwrap_or(0), now);
+    // Unchanged counts as landed; a lost conflict re-decides on the newer object.
+    let api = Api::<Maintenance>::namespaced(ctx.client.clone(), &ns);
+    if crate::status::write_status(&api, m.as_ref(), &status, &next).await?.landed() {
+        // After the failed run is on record: deleting first would lose it if the write lost.
+        common::delete_wedged(&ctx.client, &ctx.stores.jobs, &ns, &d.delete_jobs).await;
+        for r in &d.recorded {
+            if let Some(message) = &r.wedged {
+                ctx.event(&reference, true, event::MOVER_POD_WEDGED, message.clone()).await;
+            }
+        }
+    }
+    Ok(Action::requeue(d.requeue))
+}
+
+/// What one reconcile read: the plan's facts, and the repository and ownership a launch needs.
+struct Observed {
+    facts: MaintFacts,
+    repo: Option<RepoView>,
+    lease: String,
+    expected_owner: String,
+    aliases: Vec<String>,
+    takeover: TakeoverPolicy,
+}
+
+/// The repository and its gate, the schedules (in the Maintenance's zone, else the
+/// repository's default), the ownership, the owned Jobs and their pods (listed only for an
+/// active Job), from the stores.
+async fn observe(ctx: &RunCtx, m: &Maintenance, now: chrono::DateTime<Utc>) -> Observed {
+    let ns = m.namespace().unwrap_or_default();
     let uid = m.uid().unwrap_or_default();
     let status = m.status.clone().unwrap_or_default();
     let repo = ctx.repository(&ns, &m.spec.repository);
     let gate = ctx.gate(&ns, &m.spec.repository);
-
     let repo_tz = repo.as_ref().and_then(|r| r.common().schedule_defaults.as_ref()).and_then(|s| s.timezone.clone());
     let fallback = m.spec.schedule.timezone.clone().or(repo_tz);
     let schedules = Sched::parse(&m.spec.schedule.quick, &uid, fallback.as_deref())
         .and_then(|q| Ok((q, Sched::parse(&m.spec.schedule.full, &uid, fallback.as_deref())?)));
     let ownership = m.spec.ownership.clone().unwrap_or_default();
-    let lease = lease(&m);
+    let lease = lease(m);
     let expected_owner = maintenance_owner(&lease);
     let aliases: Vec<String> =
         ownership.owner_aliases.clone().unwrap_or_default().iter().map(|a| maintenance_owner(a)).collect();
     let missing = repo.as_ref().map(|r| ctx.missing_secrets(&ns, &r.secret_names())).unwrap_or_default();
-    let mut jobs = jobs_of(&ctx, &m);
+    let mut jobs = jobs_of(ctx, m);
     let deadline =
         chrono::Duration::seconds(FailurePolicy::resolved_pod_startup_deadline_seconds(m.spec.failure_policy.as_ref()));
     let pod_recheck = common::check_pods(&ctx.client, &ctx.stores.jobs, &ns, &mut jobs, deadline, now).await;
     let facts = MaintFacts {
         schedules,
-        status: status.clone(),
+        status,
         gate,
         read_only: repo.as_ref().is_some_and(RepoView::read_only),
         jobs,
@@ -105,61 +167,23 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
             .and_then(|s| s.health.as_ref())
             .and_then(|h| h.quick_maintenance_requested_at),
     };
-    let mut d = plan(&facts, now);
-    // A gating [next] field (docs/design/api-contract.md §1.9): Stalled FeatureNotImplemented, no Job.
-    if let Some(message) = crate::features::maintenance(&m.spec).gating_message() {
-        d.conditions = common::trio(common::Standing::Stalled, crate::features::FEATURE_NOT_IMPLEMENTED, message);
-        d.launch = None;
-    }
-    let reference = m.object_ref(&());
+    Observed { facts, repo, lease, expected_owner, aliases, takeover: ownership.takeover_policy }
+}
 
-    if let Some(raw) = &d.invalid_request
-        && warned().lock().map(|mut w| w.insert((uid.clone(), raw.clone()))).unwrap_or(false)
-    {
-        let note = format!("{} value {raw:?} is not RFC 3339; ignored", annotation::RUN_REQUESTED);
-        ctx.event(&reference, true, event::INVALID_RUN_REQUEST, note).await;
-    }
-    for r in &d.recorded {
-        tracing::info!(maintenance = %name, namespace = %ns, job = %r.job, mode = %r.mode, outcome = r.outcome, "maintenance run recorded");
-        ctx.metrics.maintenance_runs.inc(&[&ns, &name, &r.mode, r.outcome]);
-    }
-    // A failed run asks the repository to re-probe sooner (docs/design/repository-breaker.md §3.8); the probe decides.
-    if d.nudge
-        && let Some(rv) = &repo
-        && let Err(e) = ctx.nudge(rv, now).await
-    {
-        tracing::warn!(error = %e, maintenance = %name, "stamping reverify-requested-at failed");
-    }
-
-    let mut next = d.status.clone();
-    if let (Some(l), Some(rv)) = (&d.launch, &repo) {
-        let job =
-            maintenance_job(&m, &ctx.config, rv, l, &lease, &expected_owner, &aliases, ownership.takeover_policy)?;
-        ctx.ensure_mover_rbac(&ns).await?;
-        match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &job).await {
-            Ok(_) => {
-                ctx.metrics.jobs_created.inc(&["maintenance", &ns]);
-                tracing::info!(maintenance = %name, namespace = %ns, job = %job.name_any(), "maintenance Job created");
-            }
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e.into()),
+/// Creates the run's Job (idempotent by name).
+async fn launch(ctx: &RunCtx, m: &Maintenance, rv: &RepoView, l: &Launch, obs: &Observed) -> Result<(), Error> {
+    let ns = m.namespace().unwrap_or_default();
+    let job = maintenance_job(m, &ctx.config, rv, l, &obs.lease, &obs.expected_owner, &obs.aliases, obs.takeover)?;
+    ctx.ensure_mover_rbac(&ns).await?;
+    match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &job).await {
+        Ok(_) => {
+            ctx.metrics.jobs_created.inc(&["maintenance", &ns]);
+            tracing::info!(maintenance = %m.name_any(), namespace = %ns, job = %job.name_any(), "maintenance Job created");
+            Ok(())
         }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
     }
-    next.observed_generation = m.meta().generation;
-    next.conditions =
-        crate::conditions::merge_conditions(&status.conditions, &d.conditions, m.meta().generation.unwrap_or(0), now);
-    // Unchanged counts as landed; a lost conflict re-decides on the newer object.
-    let api = Api::<Maintenance>::namespaced(ctx.client.clone(), &ns);
-    if crate::status::write_status(&api, m.as_ref(), &status, &next).await?.landed() {
-        // After the failed run is on record: deleting first would lose it if the write lost.
-        common::delete_wedged(&ctx.client, &ctx.stores.jobs, &ns, &d.delete_jobs).await;
-        for r in &d.recorded {
-            if let Some(message) = &r.wedged {
-                ctx.event(&reference, true, event::MOVER_POD_WEDGED, message.clone()).await;
-            }
-        }
-    }
-    Ok(Action::requeue(d.requeue))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -151,27 +151,7 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
     let status = r.status.clone().unwrap_or_default();
     let repo = ctx.repository(&ns, &r.spec.source_ref);
     let gate = ctx.gate(&ns, &r.spec.source_ref);
-    let repo_tz = repo.as_ref().and_then(|x| x.common().schedule_defaults.as_ref()).and_then(|s| s.timezone.clone());
-    let destination = destination_verdict(&r.spec.destination, &ns, repo.as_ref().map(|src| &src.common().backend));
-    let mut secrets = repo.as_ref().map(RepoView::secret_names).unwrap_or_default();
-    secrets.extend(destination_secret(&r.spec.destination));
-    let mut jobs = jobs_of(&ctx, &r);
-    // RepositoryReplication has no failurePolicy (docs/design/api-contract.md §11): the default deadline applies.
-    let deadline =
-        chrono::Duration::seconds(kopiur_api::shared::FailurePolicy::resolved_pod_startup_deadline_seconds(None));
-    let pod_recheck = common::check_pods(&ctx.client, &ctx.stores.jobs, &ns, &mut jobs, deadline, now).await;
-    let facts = ReplFacts {
-        schedule: Sched::parse(&r.spec.schedule, &uid, repo_tz.as_deref()),
-        status: status.clone(),
-        suspend: r.spec.suspend,
-        gate,
-        destination,
-        jobs,
-        request: common::run_request(r.annotations()),
-        missing_secrets: ctx.missing_secrets(&ns, &secrets),
-        reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
-        pod_recheck,
-    };
+    let facts = observe(&ctx, &r, repo.as_ref(), gate, now).await;
     let d = plan(&facts, now);
     let reference = r.object_ref(&());
     if let Some(raw) = &d.invalid_request
@@ -193,16 +173,7 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
         tracing::warn!(error = %e, replication = %name, "stamping reverify-requested-at failed");
     }
     if let (Some(l), Some(rv)) = (&d.launch, &repo) {
-        let job = replication_job(&r, &ctx.config, rv, l)?;
-        ctx.ensure_mover_rbac(&ns).await?;
-        match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &job).await {
-            Ok(_) => {
-                ctx.metrics.jobs_created.inc(&["replication", &ns]);
-                tracing::info!(replication = %name, namespace = %ns, job = %job.name_any(), "replication Job created");
-            }
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
+        launch(&ctx, &r, rv, l).await?;
     }
     let mut next = d.status.clone();
     next.observed_generation = r.meta().generation;
@@ -219,6 +190,56 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
         }
     }
     Ok(Action::requeue(d.requeue))
+}
+
+/// The plan's facts: the schedule (in the source repository's default zone), the
+/// destination's verdict, the Secrets both sides read, the owned Jobs and their pods.
+async fn observe(
+    ctx: &RunCtx,
+    r: &RepositoryReplication,
+    repo: Option<&RepoView>,
+    gate: crate::gating::Gate,
+    now: chrono::DateTime<Utc>,
+) -> ReplFacts {
+    let ns = r.namespace().unwrap_or_default();
+    let uid = r.uid().unwrap_or_default();
+    let repo_tz = repo.and_then(|x| x.common().schedule_defaults.as_ref()).and_then(|s| s.timezone.clone());
+    let destination = destination_verdict(&r.spec.destination, &ns, repo.map(|src| &src.common().backend));
+    let mut secrets = repo.map(RepoView::secret_names).unwrap_or_default();
+    secrets.extend(destination_secret(&r.spec.destination));
+    let mut jobs = jobs_of(ctx, r);
+    // RepositoryReplication has no failurePolicy (docs/design/api-contract.md §11): the default deadline applies.
+    let deadline =
+        chrono::Duration::seconds(kopiur_api::shared::FailurePolicy::resolved_pod_startup_deadline_seconds(None));
+    let pod_recheck = common::check_pods(&ctx.client, &ctx.stores.jobs, &ns, &mut jobs, deadline, now).await;
+    ReplFacts {
+        schedule: Sched::parse(&r.spec.schedule, &uid, repo_tz.as_deref()),
+        status: r.status.clone().unwrap_or_default(),
+        suspend: r.spec.suspend,
+        gate,
+        destination,
+        jobs,
+        request: common::run_request(r.annotations()),
+        missing_secrets: ctx.missing_secrets(&ns, &secrets),
+        reverify_requested_at: repo.and_then(RepoView::reverify_requested_at),
+        pod_recheck,
+    }
+}
+
+/// Creates the run's Job (idempotent by name).
+async fn launch(ctx: &RunCtx, r: &RepositoryReplication, rv: &RepoView, l: &Launch) -> Result<(), Error> {
+    let ns = r.namespace().unwrap_or_default();
+    let job = replication_job(r, &ctx.config, rv, l)?;
+    ctx.ensure_mover_rbac(&ns).await?;
+    match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &job).await {
+        Ok(_) => {
+            ctx.metrics.jobs_created.inc(&["replication", &ns]);
+            tracing::info!(replication = %r.name_any(), namespace = %ns, job = %job.name_any(), "replication Job created");
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn replication_job(
