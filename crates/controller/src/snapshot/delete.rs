@@ -133,23 +133,92 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
         return Ok(Action::requeue(std::time::Duration::from_secs(2)));
     }
     let ns = snap.namespace().unwrap_or_default();
-    let name = snap.name_any();
-    let uid = snap.uid().unwrap_or_default();
     let status = snap.status.clone().unwrap_or_default();
     let Some(deletion_timestamp) = observe::deletion_timestamp(snap) else { return Ok(Action::await_change()) };
 
     // The evidence that releases a deleted member: a Complete batch Job listing it.
     let jobs: Vec<batch::BatchJob> = dispatch::batch_jobs(ctx).into_iter().map(|(_, b)| b).collect();
-    match batch::member_batch(&uid, &jobs) {
+    match batch::member_batch(&snap.uid().unwrap_or_default(), &jobs) {
         MemberBatch::Completed { job } => {
-            tracing::info!(snapshot = %name, %job, "kopia snapshot deleted by its batch; releasing the finalizer");
+            tracing::info!(snapshot = %snap.name_any(), %job, "kopia snapshot deleted by its batch; releasing the finalizer");
             return release(snap, ctx, "deleted", &[]).await;
         }
         MemberBatch::Running { .. } => return Ok(Action::requeue(std::time::Duration::from_secs(30))),
         MemberBatch::Failed { .. } | MemberBatch::NotListed => {}
     }
+    let obs = deletion_facts(ctx, snap, deletion_timestamp, now).await?;
+    let p = plan::plan_snapshot_deletion(&obs.facts, now);
+    let reference = snap.object_ref(&());
+    let releasing = matches!(p.action, plan::Action::Orphan(_) | plan::Action::Release(_));
+    // A release publishes its Events after its finalizer patch (see `release`).
+    for ev in p.events.iter().filter(|_| !releasing) {
+        ctx.event(&reference, ev.kind == EventType::Warning, ev.reason, ev.message.clone()).await;
+    }
+    if p.request_catalog_scan
+        && let Some(rv) = &obs.repo
+    {
+        request_catalog_scan(ctx, rv, now).await;
+    }
+    match &p.action {
+        plan::Action::Orphan(_) | plan::Action::Release(_) => {
+            return release(snap, ctx, p.action.release_outcome().unwrap_or("released"), &p.events).await;
+        }
+        plan::Action::Wait => {
+            // The backup still runs: stop its Job first, then decide again.
+            let dp =
+                DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..DeleteParams::default() };
+            match Api::<Job>::namespaced(ctx.client.clone(), &ns).delete(&obs.backup_job_name, &dp).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+            return Ok(Action::requeue(std::time::Duration::from_secs(5)));
+        }
+        plan::Action::Held | plan::Action::DeleteSnapshot(_) => {}
+    }
+    // Held or DeleteSnapshot: persist the record and the conditions (only when they change).
+    let mut next = status.clone();
+    next.phase = Some(SnapshotPhase::Deleting);
+    next.deletion = p.record.clone().map(Box::new);
+    let conds = deleting_conditions(&p, obs.tenancy_denied);
+    next.conditions =
+        crate::conditions::merge_conditions(&status.conditions, &conds, snap.meta().generation.unwrap_or(0), now);
+    let api: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &ns);
+    crate::status::write_status(&api, snap, &status, &next).await?;
+    match &p.action {
+        plan::Action::DeleteSnapshot(_) => {
+            ctx.dispatch.notify_one();
+            Ok(Action::requeue(std::time::Duration::from_secs(60)))
+        }
+        // Released by the repository watch (ack annotation) or the dispatcher's replan.
+        plan::Action::Held | plan::Action::Orphan(_) | plan::Action::Release(_) | plan::Action::Wait => {
+            Ok(Action::requeue(std::time::Duration::from_secs(300)))
+        }
+    }
+}
 
-    let backup_job_name = kopiur_mover::job::job_name(&name);
+/// What the deletion path read.
+struct DeletionObserved {
+    facts: SnapshotDeletionFacts,
+    /// The pinned repository, when it still exists with the pinned uid.
+    repo: Option<RepoView>,
+    backup_job_name: String,
+    /// Why the namespace may not delete in this ClusterRepository, when it may not.
+    tenancy_denied: Option<String>,
+}
+
+/// The deletion facts: the backup Job, the pinned repository, its gate and its mass-deletion
+/// breaker, the owner (a live schedule GET, only for an external deletion of a known manifest),
+/// the namespace's state, and the records on the Snapshot.
+async fn deletion_facts(
+    ctx: &PipelineCtx,
+    snap: &Snapshot,
+    deletion_timestamp: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<DeletionObserved, Error> {
+    let ns = snap.namespace().unwrap_or_default();
+    let status = snap.status.clone().unwrap_or_default();
+    let backup_job_name = kopiur_mover::job::job_name(&snap.name_any());
     let backup_job = ctx.stores.jobs.get(&ObjectRef::new(&backup_job_name).within(&ns));
     let backup_active = matches!(super::reconcile::job_state(backup_job.as_deref()), super::plan::JobState::Active)
         || matches!(status.phase, Some(SnapshotPhase::Running));
@@ -195,7 +264,6 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
         }
     };
     let manifest = observe::manifest(snap, backup_active);
-    // The live schedule GET only matters for an external deletion with a known manifest.
     let owner = match (&manifest, observe::pruned_by(snap).is_external()) {
         (Manifest::Known(_), true) => owner(snap, &ctx.client).await?,
         (Manifest::Known(_), false) | (Manifest::None | Manifest::Unsettled, _) => Owner::NotScheduleOwned,
@@ -216,39 +284,12 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
         breaker: member,
         previous: observe::previous_record(snap),
     };
-    let p = plan::plan_snapshot_deletion(&facts, now);
-    let reference = snap.object_ref(&());
-    let releasing = matches!(p.action, plan::Action::Orphan(_) | plan::Action::Release(_));
-    // A release publishes its Events after its finalizer patch (see `release`).
-    for ev in p.events.iter().filter(|_| !releasing) {
-        ctx.event(&reference, ev.kind == EventType::Warning, ev.reason, ev.message.clone()).await;
-    }
-    if p.request_catalog_scan
-        && let Some(rv) = &repo
-    {
-        request_catalog_scan(ctx, rv, now).await;
-    }
-    match &p.action {
-        plan::Action::Orphan(_) | plan::Action::Release(_) => {
-            return release(snap, ctx, p.action.release_outcome().unwrap_or("released"), &p.events).await;
-        }
-        plan::Action::Wait => {
-            let dp =
-                DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..DeleteParams::default() };
-            match Api::<Job>::namespaced(ctx.client.clone(), &ns).delete(&backup_job_name, &dp).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
-            return Ok(Action::requeue(std::time::Duration::from_secs(5)));
-        }
-        plan::Action::Held | plan::Action::DeleteSnapshot(_) => {}
-    }
+    Ok(DeletionObserved { facts, repo, backup_job_name, tenancy_denied })
+}
 
-    // Held or DeleteSnapshot: persist the record and the conditions (only when they change).
-    let mut next = status.clone();
-    next.phase = Some(SnapshotPhase::Deleting);
-    next.deletion = p.record.clone().map(Box::new);
+/// The conditions of a held or pending deletion: `DeletionHeld` as the plan words it, and
+/// the trio with Ready's reason (held, tenancy, parked on the repository, or pending). Pure.
+fn deleting_conditions(p: &plan::DeletionPlan, tenancy_denied: Option<String>) -> Vec<Cond> {
     let mut conds: Vec<Cond> = Vec::new();
     if let Some(hc) = &p.held_condition {
         conds.push(Cond {
@@ -258,48 +299,22 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
             message: hc.message.clone(),
         });
     }
-    let ready = match (&p.action, p.parked_on_repository) {
-        (plan::Action::Held, _) => Cond {
-            type_: condition::READY,
-            status: CondStatus::False,
-            reason: "DeletionHeld".into(),
-            message: "the deletion is held by the repository's mass-deletion breaker".into(),
-        },
-        (_, _) if tenancy_denied.is_some() => Cond {
-            type_: condition::READY,
-            status: CondStatus::False,
-            reason: kopiur_api::names::reason::NAMESPACE_NOT_ALLOWED.into(),
-            message: tenancy_denied.clone().unwrap_or_default(),
-        },
-        (_, true) => Cond {
-            type_: condition::READY,
-            status: CondStatus::False,
-            reason: "RepositoryNotReady".into(),
-            message: "the kopia snapshot is deleted once the repository is Ready again".into(),
-        },
-        (_, false) => Cond {
-            type_: condition::READY,
-            status: CondStatus::False,
-            reason: "DeletionPending".into(),
-            message: "waiting for a batch delete Job to remove the kopia snapshot".into(),
-        },
+    let (reason, message) = match (&p.action, p.parked_on_repository, tenancy_denied) {
+        (plan::Action::Held, _, _) => {
+            ("DeletionHeld".to_string(), "the deletion is held by the repository's mass-deletion breaker".to_string())
+        }
+        (_, _, Some(denied)) => (kopiur_api::names::reason::NAMESPACE_NOT_ALLOWED.to_string(), denied),
+        (_, true, None) => (
+            "RepositoryNotReady".to_string(),
+            "the kopia snapshot is deleted once the repository is Ready again".to_string(),
+        ),
+        (_, false, None) => {
+            ("DeletionPending".to_string(), "waiting for a batch delete Job to remove the kopia snapshot".to_string())
+        }
     };
-    let held = matches!(p.action, plan::Action::Held);
-    conds.extend(deleting_trio(held, ready));
-    next.conditions =
-        crate::conditions::merge_conditions(&status.conditions, &conds, snap.meta().generation.unwrap_or(0), now);
-    let api: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &ns);
-    crate::status::write_status(&api, snap, &status, &next).await?;
-    match &p.action {
-        plan::Action::DeleteSnapshot(_) => {
-            ctx.dispatch.notify_one();
-            Ok(Action::requeue(std::time::Duration::from_secs(60)))
-        }
-        // Released by the repository watch (ack annotation) or the dispatcher's replan.
-        plan::Action::Held | plan::Action::Orphan(_) | plan::Action::Release(_) | plan::Action::Wait => {
-            Ok(Action::requeue(std::time::Duration::from_secs(300)))
-        }
-    }
+    let ready = Cond { type_: condition::READY, status: CondStatus::False, reason, message };
+    conds.extend(deleting_trio(matches!(p.action, plan::Action::Held), ready));
+    conds
 }
 
 #[cfg(test)]
