@@ -66,11 +66,15 @@ const MOVER_JOB: &str = "crates/controller/src/mover_job.rs";
 const MAINT_RECONCILE: &str = "crates/controller/src/maintenance/reconcile.rs";
 const SNAP_JOB: &str = "crates/controller/src/snapshot/job.rs";
 const SNAP_RECONCILE: &str = "crates/controller/src/snapshot/reconcile.rs";
+const SNAP_OBSERVE: &str = "crates/controller/src/snapshot/observe.rs";
 const SOURCES: &str = "crates/controller/src/policy_rules/sources.rs";
 const POLICY_PLAN: &str = "crates/controller/src/snapshot_policy/plan.rs";
 const SCHED_RECONCILE: &str = "crates/controller/src/snapshot_schedule/reconcile.rs";
+const SCHED_OBSERVE: &str = "crates/controller/src/snapshot_schedule/observe.rs";
+const SCHED_APPLY: &str = "crates/controller/src/snapshot_schedule/apply.rs";
 const SCHED_PLAN: &str = "crates/controller/src/snapshot_schedule/plan.rs";
 const RESTORE_RECONCILE: &str = "crates/controller/src/restore/reconcile.rs";
+const RESTORE_OBSERVE: &str = "crates/controller/src/restore/observe.rs";
 const REPL_RECONCILE: &str = "crates/controller/src/replication/reconcile.rs";
 const API_REPOSITORY: &str = "crates/api/src/repository.rs";
 const GATING: &str = "crates/controller/src/gating.rs";
@@ -315,11 +319,11 @@ pub fn rules() -> Vec<Rule> {
             SNAPSHOT,
             "spec.failurePolicy.podStartupDeadlineSeconds",
             Read,
-            SNAP_RECONCILE,
+            SNAP_OBSERVE,
             "resolved_pod_startup_deadline_seconds",
         ),
-        rule(SNAPSHOT, "spec.policyRef.name", Read, SNAP_RECONCILE, "pr.name"),
-        rule(SNAPSHOT, "spec.policyRef.namespace", Refused, SNAP_RECONCILE, "policy_ref_namespace(\"Snapshot\""),
+        rule(SNAPSHOT, "spec.policyRef.name", Read, SNAP_OBSERVE, "pr.name"),
+        rule(SNAPSHOT, "spec.policyRef.namespace", Refused, SNAP_OBSERVE, "policy_ref_namespace(\"Snapshot\""),
         rule(SNAPSHOT, "spec.source.sourceIndex", Read, SNAP_JOB, "source_index"),
         rule(SNAPSHOT, "spec.source.target.pvc.name", Read, SNAP_JOB, "target.pvc.name"),
         rule(SNAPSHOT, "spec.source.target.pvc.namespace", Refused, SNAP_JOB, "target.pvc.namespace"),
@@ -339,23 +343,23 @@ pub fn rules() -> Vec<Rule> {
 
     // SnapshotSchedule.
     v.extend([
-        rule(SCHEDULE, "spec.policyRef.name", Read, SCHED_RECONCILE, "policy_ref"),
+        rule(SCHEDULE, "spec.policyRef.name", Read, SCHED_OBSERVE, "policy_ref"),
         rule(
             SCHEDULE,
             "spec.policyRef.namespace",
             Refused,
-            SCHED_RECONCILE,
+            SCHED_OBSERVE,
             "policy_ref_namespace(\"SnapshotSchedule\"",
         ),
-        rule(SCHEDULE, "spec.policySelector", Read, SCHED_RECONCILE, "ScheduleTarget::PolicySelector(sel)"),
-        rule(SCHEDULE, "spec.schedule.cron", Read, SCHED_RECONCILE, "cron"),
-        rule(SCHEDULE, "spec.schedule.jitter", Read, SCHED_RECONCILE, "jitter"),
+        rule(SCHEDULE, "spec.policySelector", Read, SCHED_OBSERVE, "ScheduleTarget::PolicySelector(sel)"),
+        rule(SCHEDULE, "spec.schedule.cron", Read, SCHED_OBSERVE, "cron"),
+        rule(SCHEDULE, "spec.schedule.jitter", Read, SCHED_OBSERVE, "jitter"),
         rule(SCHEDULE, "spec.schedule.timezone", Read, SCHED_RECONCILE, "timezone"),
         rule(SCHEDULE, "spec.schedule.runOnCreate", Read, SCHED_PLAN, "run_on_create"),
         rule(SCHEDULE, "spec.schedule.suspend", Read, SCHED_PLAN, "suspend"),
-        rule(SCHEDULE, "spec.schedule.concurrencyPolicy", Read, SCHED_RECONCILE, "concurrency_policy"),
+        rule(SCHEDULE, "spec.schedule.concurrencyPolicy", Read, SCHED_OBSERVE, "concurrency_policy"),
         rule(SCHEDULE, "spec.schedule.startingDeadlineSeconds", Read, SCHED_PLAN, "starting_deadline_seconds"),
-        rule(SCHEDULE, "spec.failedJobsHistoryLimit", Read, SCHED_RECONCILE, "failed_jobs_history_limit"),
+        rule(SCHEDULE, "spec.failedJobsHistoryLimit", Read, SCHED_APPLY, "failed_jobs_history_limit"),
         rule(SCHEDULE, "spec.deletion.onScheduleDelete", Read, SCHED_RECONCILE, "on_schedule_delete"),
     ]);
 
@@ -368,19 +372,19 @@ pub fn rules() -> Vec<Rule> {
             RESTORE,
             "spec.failurePolicy.podStartupDeadlineSeconds",
             Read,
-            RESTORE_RECONCILE,
+            RESTORE_OBSERVE,
             "resolved_pod_startup_deadline_seconds",
         ),
         rule(RESTORE, "spec.source.snapshotRef", Read, RESTORE_RECONCILE, "RestoreSource::SnapshotRef"),
         rule(RESTORE, "spec.source.fromPolicy", Read, RESTORE_RECONCILE, "RestoreSource::FromPolicy"),
         rule(RESTORE, "spec.source.identity", Read, RESTORE_RECONCILE, "RestoreSource::Identity"),
         rule(RESTORE, "spec.target.pvc", Read, RESTORE_RECONCILE, "RestoreTarget::Pvc"),
-        rule(RESTORE, "spec.target.pvcRef", Read, RESTORE_RECONCILE, "RestoreTarget::PvcRef"),
-        rule(RESTORE, "spec.target.populator", Refused, RESTORE_RECONCILE, "NotImplemented { what: \"populator\" }"),
-        rule(RESTORE, "spec.target.streamExec", Refused, RESTORE_RECONCILE, "NotImplemented { what: \"streamExec\" }"),
+        rule(RESTORE, "spec.target.pvcRef", Read, RESTORE_OBSERVE, "RestoreTarget::PvcRef"),
+        rule(RESTORE, "spec.target.populator", Refused, RESTORE_OBSERVE, "NotImplemented { what: \"populator\" }"),
+        rule(RESTORE, "spec.target.streamExec", Refused, RESTORE_OBSERVE, "NotImplemented { what: \"streamExec\" }"),
         rule(RESTORE, "spec.options", Read, RESTORE_RECONCILE, "o.enable_file_deletion"),
-        rule(RESTORE, "spec.policy.onMissingSnapshot", Read, RESTORE_RECONCILE, "resolved_on_missing_snapshot"),
-        rule(RESTORE, "spec.policy.waitTimeout", Read, RESTORE_RECONCILE, "wait_timeout"),
+        rule(RESTORE, "spec.policy.onMissingSnapshot", Read, RESTORE_OBSERVE, "resolved_on_missing_snapshot"),
+        rule(RESTORE, "spec.policy.waitTimeout", Read, RESTORE_OBSERVE, "wait_timeout"),
         rule(RESTORE, "spec.credentialProjection.enabled", Refused, FEATURES, "\"spec.credentialProjection.enabled\""),
     ]);
 

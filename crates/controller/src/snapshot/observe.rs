@@ -136,7 +136,7 @@ async fn job(ctx: &PipelineCtx, snap: &Snapshot) -> Result<(String, Option<Arc<J
 /// The policy as the run sees it. X (docs/design/api-contract.md §1.8): a policyRef into
 /// another namespace is refused before anything is looked up or gated there (Failed
 /// CrossNamespaceReference, no Job: the field is immutable). X/R rules against the recipe
-/// (§7.1): a Snapshot that could never run as written fails with the rule's reason.
+/// (docs/design/api-contract.md §7.1): a Snapshot that could never run as written fails with the rule's reason.
 fn policy_state(snap: &Snapshot, policy: Option<&SnapshotPolicy>) -> PolicyState {
     let ns = snap.namespace().unwrap_or_default();
     let policy_ns = snap.spec.policy_ref.as_ref().and_then(|p| p.namespace.as_deref());
