@@ -139,4 +139,19 @@ impl Context {
     pub async fn ensure_mover_rbac(&self, ns: &str) -> Result<(), Error> {
         crate::mover_rbac::ensure(&self.client, ns, &self.mover_rbac_ready, &self.config.mover_image_pull_secrets).await
     }
+
+    /// Creates a mover Job in `ns` (the mover's RBAC first), idempotent by name: the Job's
+    /// deterministic name is the single-flight lock, so AlreadyExists means done. `true` when
+    /// this call created it (counted in `jobs_created{kind}`).
+    pub async fn create_mover_job(&self, ns: &str, job: &Job, kind: &str) -> Result<bool, Error> {
+        self.ensure_mover_rbac(ns).await?;
+        match kube::Api::<Job>::namespaced(self.client.clone(), ns).create(&Default::default(), job).await {
+            Ok(_) => {
+                self.metrics.jobs_created.inc(&[kind, ns]);
+                Ok(true)
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
 }

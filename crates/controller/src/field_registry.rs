@@ -344,13 +344,7 @@ pub fn rules() -> Vec<Rule> {
     // SnapshotSchedule.
     v.extend([
         rule(SCHEDULE, "spec.policyRef.name", Read, SCHED_OBSERVE, "policy_ref"),
-        rule(
-            SCHEDULE,
-            "spec.policyRef.namespace",
-            Refused,
-            SCHED_OBSERVE,
-            "policy_ref_namespace(\"SnapshotSchedule\"",
-        ),
+        rule(SCHEDULE, "spec.policyRef.namespace", Refused, SCHED_OBSERVE, "policy_ref_namespace(\"SnapshotSchedule\""),
         rule(SCHEDULE, "spec.policySelector", Read, SCHED_OBSERVE, "ScheduleTarget::PolicySelector(sel)"),
         rule(SCHEDULE, "spec.schedule.cron", Read, SCHED_OBSERVE, "cron"),
         rule(SCHEDULE, "spec.schedule.jitter", Read, SCHED_OBSERVE, "jitter"),

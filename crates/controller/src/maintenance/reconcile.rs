@@ -12,7 +12,6 @@ use kopiur_api::names::{annotation, event, label, run_mode, run_trigger};
 use kopiur_api::shared::{FailurePolicy, RepositoryKind};
 use kopiur_kopia::cmd::Identity;
 use kopiur_mover::workspec::{MaintenanceMode, MaintenanceOp, Operation, TakeoverPolicy as MoverTakeover, TargetRef};
-use kube::api::PostParams;
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 
@@ -174,16 +173,10 @@ async fn observe(ctx: &RunCtx, m: &Maintenance, now: chrono::DateTime<Utc>) -> O
 async fn launch(ctx: &RunCtx, m: &Maintenance, rv: &RepoView, l: &Launch, obs: &Observed) -> Result<(), Error> {
     let ns = m.namespace().unwrap_or_default();
     let job = maintenance_job(m, &ctx.config, rv, l, &obs.lease, &obs.expected_owner, &obs.aliases, obs.takeover)?;
-    ctx.ensure_mover_rbac(&ns).await?;
-    match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &job).await {
-        Ok(_) => {
-            ctx.metrics.jobs_created.inc(&["maintenance", &ns]);
-            tracing::info!(maintenance = %m.name_any(), namespace = %ns, job = %job.name_any(), "maintenance Job created");
-            Ok(())
-        }
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
+    if ctx.create_mover_job(&ns, &job, "maintenance").await? {
+        tracing::info!(maintenance = %m.name_any(), namespace = %ns, job = %job.name_any(), "maintenance Job created");
     }
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -11,7 +11,6 @@ use kopiur_api::names::{annotation, component, event, label, run_trigger};
 use kopiur_api::shared::Backend;
 use kopiur_kopia::cmd::SyncOptions;
 use kopiur_mover::workspec::{Operation, ReplicateOp, TargetRef};
-use kube::api::PostParams;
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 
@@ -230,16 +229,10 @@ async fn observe(
 async fn launch(ctx: &RunCtx, r: &RepositoryReplication, rv: &RepoView, l: &Launch) -> Result<(), Error> {
     let ns = r.namespace().unwrap_or_default();
     let job = replication_job(r, &ctx.config, rv, l)?;
-    ctx.ensure_mover_rbac(&ns).await?;
-    match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &job).await {
-        Ok(_) => {
-            ctx.metrics.jobs_created.inc(&["replication", &ns]);
-            tracing::info!(replication = %r.name_any(), namespace = %ns, job = %job.name_any(), "replication Job created");
-            Ok(())
-        }
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
+    if ctx.create_mover_job(&ns, &job, "replication").await? {
+        tracing::info!(replication = %r.name_any(), namespace = %ns, job = %job.name_any(), "replication Job created");
     }
+    Ok(())
 }
 
 fn replication_job(

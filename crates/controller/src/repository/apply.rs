@@ -145,11 +145,6 @@ async fn delete_job<K: RepoObject>(obj: &K, ctx: &Ctx, uid: &str) -> Result<(), 
     }
 }
 
-/// The mover's ServiceAccount and its RoleBinding to the shipped `kopiur-mover` ClusterRole.
-async fn ensure_mover_rbac(ctx: &Ctx, ns: &str) -> Result<(), Error> {
-    crate::mover_rbac::ensure(&ctx.client, ns, &ctx.mover_rbac_ready, &ctx.config.mover_image_pull_secrets).await
-}
-
 fn mover_gate(g: CreateGate) -> MoverGate {
     match g {
         CreateGate::Allowed { via_reinit_ack } => MoverGate::Allowed { via_reinit_ack },
@@ -226,7 +221,7 @@ async fn launch<K: RepoObject>(
     let ns = obj.home_namespace(&ctx.config.namespace);
     let name = job_name(obj);
     let common = obj.common();
-    ensure_mover_rbac(ctx, &ns).await?;
+    ctx.ensure_mover_rbac(&ns).await?;
 
     let host = lease_host(obj);
     // The repository's own Jobs run in its home namespace, where its PVC and CA live.
@@ -345,17 +340,11 @@ async fn launch<K: RepoObject>(
         }
         Err(e) => return Err(e.into()),
     }
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
-    match jobs.create(&PostParams::default(), &job).await {
-        Ok(_) => {
-            ctx.metrics.jobs_created.inc(&["bootstrap", &ns]);
-            tracing::info!(job = %name, namespace = %ns, kind = l.kind.probe_kind(), "launched connect Job");
-            Ok(())
-        }
-        // The deterministic name protects against a double launch from a stale store.
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
+    // The deterministic name protects against a double launch from a stale store.
+    if ctx.create_mover_job(&ns, &job, "bootstrap").await? {
+        tracing::info!(job = %name, namespace = %ns, kind = l.kind.probe_kind(), "launched connect Job");
     }
+    Ok(())
 }
 
 /// `spec.create` as `kopia repository create` options (docs/design/api-contract.md §4.1): the algorithm names

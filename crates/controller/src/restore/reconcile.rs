@@ -141,12 +141,7 @@ async fn apply_steps(
                 let Some(rv) = &obs.repo else { continue };
                 let pinned = next.resolved.clone();
                 let job = restore_job(restore, &ctx.config, rv, pinned.as_ref(), &obs.job_name, &obs.mover)?;
-                ctx.ensure_mover_rbac(&ns).await?;
-                match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &job).await {
-                    Ok(_) => ctx.metrics.jobs_created.inc(&["restore", &ns]),
-                    Err(kube::Error::Api(e)) if e.code == 409 => {}
-                    Err(e) => return Err(e.into()),
-                }
+                ctx.create_mover_job(&ns, &job, "restore").await?;
                 next.timing = Some(kopiur_api::shared::status::Timing { start_time: Some(now), ..Default::default() });
             }
             Step::AwaitJob | Step::Idle => {}

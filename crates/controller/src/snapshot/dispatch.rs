@@ -12,7 +12,7 @@ use k8s_openapi::api::batch::v1::Job;
 use kopiur_api::Snapshot;
 use kopiur_api::names::{annotation, condition, label};
 use kopiur_api::snapshot::DeletionDecision;
-use kube::api::{DeleteParams, PostParams, PropagationPolicy};
+use kube::api::{DeleteParams, PropagationPolicy};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
@@ -368,15 +368,9 @@ async fn create_batch(ctx: &PipelineCtx, repo: &RepoView, spec: &batch::BatchSpe
         e => Error::WorkSpec(e.to_string()),
     })?;
     let ns = repo.home_namespace(&ctx.config.namespace);
-    ctx.ensure_mover_rbac(&ns).await?;
-    match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &job).await {
-        Ok(_) => {
-            ctx.metrics.jobs_created.inc(&["snapshot-delete-batch", &ns]);
-            tracing::info!(job = %spec.name, members = spec.members.len(), "batch delete Job created");
-        }
-        // The deterministic member-set name is the single-flight lock.
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => return Err(e.into()),
+    // The deterministic member-set name is the single-flight lock.
+    if ctx.create_mover_job(&ns, &job, "snapshot-delete-batch").await? {
+        tracing::info!(job = %spec.name, members = spec.members.len(), "batch delete Job created");
     }
     Ok(())
 }

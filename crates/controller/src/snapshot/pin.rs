@@ -262,7 +262,7 @@ pub async fn reconcile(
     gate: &crate::gating::Gate,
     missing_secrets: &[String],
 ) -> Result<PinDecision, crate::error::Error> {
-    use kube::api::{DeleteParams, PostParams, PropagationPolicy};
+    use kube::api::{DeleteParams, PropagationPolicy};
     use kube::runtime::reflector::ObjectRef;
 
     let ns = snap.namespace().unwrap_or_default();
@@ -293,14 +293,8 @@ pub async fn reconcile(
     match (&d.step, repo, facts.kopia_id.as_deref()) {
         (PinStep::Launch { add }, Some(rv), Some(id)) => match pin_job(snap, id, *add, rv, &ctx.config) {
             Ok(job) => {
-                ctx.ensure_mover_rbac(&ns).await?;
-                match api.create(&PostParams::default(), &job).await {
-                    Ok(_) => {
-                        ctx.metrics.jobs_created.inc(&["pin", &ns]);
-                        tracing::info!(snapshot = %snap.name_any(), namespace = %ns, add = *add, "launched pin Job");
-                    }
-                    Err(kube::Error::Api(e)) if e.code == 409 => {}
-                    Err(e) => return Err(e.into()),
+                if ctx.create_mover_job(&ns, &job, "pin").await? {
+                    tracing::info!(snapshot = %snap.name_any(), namespace = %ns, add = *add, "launched pin Job");
                 }
             }
             Err(e) => {

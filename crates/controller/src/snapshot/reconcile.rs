@@ -147,13 +147,8 @@ async fn launch(ctx: &PipelineCtx, snap: &Snapshot, b: &super::job::Built) -> Re
             Err(e) => return Err(e.into()),
         }
     }
-    match Api::<Job>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &b.job).await {
-        Ok(_) => {
-            ctx.metrics.jobs_created.inc(&["backup", &ns]);
-            tracing::info!(snapshot = %name, namespace = %ns, bytes = b.bytes, "launched backup Job");
-        }
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => return Err(e.into()),
+    if ctx.create_mover_job(&ns, &b.job, "backup").await? {
+        tracing::info!(snapshot = %name, namespace = %ns, bytes = b.bytes, "launched backup Job");
     }
     Ok(())
 }
