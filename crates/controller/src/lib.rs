@@ -41,4 +41,5 @@ pub mod snapshot_schedule;
 pub mod status;
 pub mod synced;
 pub mod text;
+pub mod watch;
 pub mod wedged;
