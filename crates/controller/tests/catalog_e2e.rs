@@ -188,7 +188,13 @@ async fn catalog_discovers_expires_and_rediscovers() -> Result<()> {
         assert_eq!(res.repository_unique_id.as_deref(), Some(unique_id.as_str()));
         assert!(st.job.is_none(), "a discovered row never launches a Job");
     }
-    let r = repos.get("r").await?;
+    // The rows are created before the repository's status records the scan: wait for it.
+    let r = wait_for("scan-1 honored in status.catalog", Duration::from_secs(30), &log, || async {
+        let r = repos.get("r").await?;
+        let honored = r.status.as_ref().and_then(|s| s.catalog.as_ref()?.scan_request_honored.clone());
+        Ok((honored.as_deref() == Some("scan-1")).then_some(r))
+    })
+    .await?;
     let cat = r.status.as_ref().and_then(|s| s.catalog.clone()).context("status.catalog")?;
     assert_eq!(cat.scan_request_honored.as_deref(), Some("scan-1"));
     assert_eq!(cat.discovered_backup_count, Some(3));
@@ -223,7 +229,13 @@ async fn catalog_discovers_expires_and_rediscovers() -> Result<()> {
         Ok(done.then_some(()))
     })
     .await?;
-    let r = repos.get("r").await?;
+    // The rows are created before the repository's status records the scan: wait for it.
+    let r = wait_for("scan-2 honored in status.catalog", Duration::from_secs(30), &log, || async {
+        let r = repos.get("r").await?;
+        let honored = r.status.as_ref().and_then(|s| s.catalog.as_ref()?.scan_request_honored.clone());
+        Ok((honored.as_deref() == Some("scan-2")).then_some(r))
+    })
+    .await?;
     let cat = r.status.as_ref().and_then(|s| s.catalog.clone()).context("status.catalog")?;
     assert_eq!(cat.scan_request_honored.as_deref(), Some("scan-2"));
     assert_eq!(cat.discovered_backup_count, Some(2));
