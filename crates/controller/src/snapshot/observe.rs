@@ -72,7 +72,8 @@ pub(super) async fn observe(ctx: &PipelineCtx, snap: &Snapshot, now: DateTime<Ut
                 && ctx.missing_secrets(&ns, &rv.secret_names()).is_empty();
             Some(build(ctx, snap, p, r, rv, launch_possible).await)
         }
-        _ => None,
+        // Nothing to build until the policy, its recipe and the repository are all known.
+        (None, _, _) | (_, None, _) | (_, _, None) => None,
     };
     let work_spec = work_spec_state(ctx, snap, policy.as_deref(), built.as_ref(), recipe_error);
     let (preflight, preflight_timeout) = preflight_facts(ctx, policy.as_deref(), repo.as_ref(), now);
