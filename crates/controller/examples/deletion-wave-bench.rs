@@ -16,9 +16,9 @@ use kube::Api;
 use kube::api::DeleteParams;
 use serde_json::json;
 
-#[path = "../tests/support/deletion_seed.rs"]
-mod seed;
-use seed::*;
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::*;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {

@@ -14,7 +14,9 @@
 //! - API requests during each start-up by verb (LISTs are paged by the watcher), and LISTs per
 //!   steady-state minute (goal 0: the controller reads from its watch caches).
 //!
-//! `KOPIUR_BENCH_ROWS` ("2000,10000"; "50000" for the 50,000-row figure) and `KOPIUR_BENCH_LATENCY_RUNS` (20) override the sizes.
+//! `KOPIUR_BENCH_ROWS` ("2000,10000"; "50000" for the 50,000-row figure) and `KOPIUR_BENCH_LATENCY_RUNS` (20) override the sizes;
+//! `KOPIUR_BENCH_SEED=legacy` seeds rows without the status the catalog now writes at creation
+//! (the start then writes every row once: the worst start).
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,9 +31,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-#[path = "../tests/support/deletion_seed.rs"]
-mod seed;
-use seed::*;
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::*;
 
 fn sum_metric(text: &str, family: &str, filter: impl Fn(&str) -> bool) -> f64 {
     text.lines()
@@ -118,11 +120,15 @@ fn snapshot_resource() -> kube::discovery::ApiResource {
 }
 
 /// Discovered rows pinned to a repository that does not exist, so no listing expires them.
-/// Seeds rows exactly as the catalog writes them (`catalog::row` and `catalog::row_status`:
-/// four labels, the kopia identity, timing, size, the resolved repository and identity), only
-/// named `bench-row-N`.
+/// Seeds rows exactly as the catalog writes them (`catalog::row` and
+/// `catalog::created_row_status`: four labels, the kopia identity, timing, size, the resolved
+/// repository and identity, the kstatus trio), only named `bench-row-N`.
 async fn seed_discovered(client: &Client, ns: &str, from: usize, to: usize) -> Result<()> {
-    use kopiur_controller::catalog::{RepoScope, row, row_status};
+    use kopiur_controller::catalog::{RepoScope, created_row_status, row, row_status};
+    // `KOPIUR_BENCH_SEED=legacy`: rows as the catalog created them before it wrote the settled
+    // status at creation (no conditions, no observedGeneration), so the controller's start
+    // writes every row's status once: the worst start, over rows no controller has seen.
+    let legacy = std::env::var("KOPIUR_BENCH_SEED").is_ok_and(|v| v == "legacy");
     let api: Api<Snapshot> = Api::namespaced(client.clone(), ns);
     let scope = RepoScope {
         kind: kopiur_api::shared::RepositoryKind::Repository,
@@ -152,12 +158,16 @@ async fn seed_discovered(client: &Client, ns: &str, from: usize, to: usize) -> R
             let name = format!("bench-row-{i:05}");
             let mut obj = row(scope, ns, &entry);
             obj.metadata.name = Some(name.clone());
-            match api.create(&PostParams::default(), &obj).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
+            let generation = match api.create(&PostParams::default(), &obj).await {
+                Ok(created) => created.metadata.generation,
+                Err(kube::Error::Api(e)) if e.code == 409 => Some(1),
                 Err(e) => return Err(anyhow::Error::from(e)),
-            }
-            let status = json!({ "status": row_status(scope, &entry) });
+            };
+            let status = if legacy {
+                json!({ "status": row_status(scope, &entry) })
+            } else {
+                json!({ "status": created_row_status(scope, &entry, generation, chrono::Utc::now()) })
+            };
             api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await?;
             Ok::<_, anyhow::Error>(())
         }

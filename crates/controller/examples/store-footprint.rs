@@ -1,5 +1,6 @@
 //! Where the controller's memory per Snapshot goes, measured with a counting allocator (no
-//! cluster needed): `cargo run --release -p kopiur-controller --example store-footprint [rows] [row.json]`.
+//! cluster needed): `cargo run --release -p kopiur-controller --example store-footprint [rows] [row.json]`
+//! (`KOPIUR_FOOTPRINT_SLIM=metadata` to measure without `heap::slim_snapshot`'s label cut).
 //!
 //! Builds `rows` (20,000) copies of one stored Snapshot (the bench prints one as the controller
 //! leaves it; a built-in copy of such a row is used without a file), each with its own name and
@@ -75,12 +76,18 @@ fn report(what: &str, from: Mark, rows: usize) -> Mark {
     now
 }
 
-/// A discovered row after the controller's start-up reconcile (as printed by the bench).
-const ROW: &str = r#"{"apiVersion":"kopiur.home-operations.com/v1alpha1","kind":"Snapshot","metadata":{"creationTimestamp":"2026-12-02T22:00:00Z","generation":1,"labels":{"app.kubernetes.io/managed-by":"kopiur","kopiur.home-operations.com/origin":"discovered","kopiur.home-operations.com/snapshot-id":"0000000000000000000000b0000000000000"},"name":"bench-row-00000","namespace":"bench-x1y2z3","resourceVersion":"123456","uid":"5b0e8f0a-1c2d-4e5f-8a9b-0c1d2e3f4a5b"},"spec":{"deletionPolicy":"Retain","repository":{"name":"catalog-bench"}},"status":{"conditions":[{"lastTransitionTime":"2026-12-02T22:01:00Z","message":"a kopia snapshot found in the repository","observedGeneration":1,"reason":"SnapshotDiscovered","status":"True","type":"Ready"}],"observedGeneration":1,"origin":"discovered","phase":"Discovered","resolved":{"repository":{"kind":"Repository","name":"catalog-bench","namespace":"bench-x1y2z3","uid":"00000000-0000-0000-0000-00000000b000"}},"snapshot":{"endTime":"2026-11-01T00:00:00Z","kopiaSnapshotID":"0000000000000000000000b0000000000000","sourcePath":"/data/0"}}}"#;
+/// A catalog row as the controller leaves it after its start-up reconcile (printed by
+/// `pipeline-bench`, `managedFields` removed): four labels, the kopia identity twice, timing,
+/// size and the kstatus trio.
+const ROW: &str = r#"{"apiVersion":"kopiur.home-operations.com/v1alpha1","kind":"Snapshot","metadata":{"creationTimestamp":"2026-12-03T03:41:50Z","generation":1,"labels":{"app.kubernetes.io/managed-by":"kopiur","kopiur.home-operations.com/origin":"discovered","kopiur.home-operations.com/repository-uid":"00000000-0000-0000-0000-00000000b000","kopiur.home-operations.com/snapshot-id":"00000000000000000000b00000000000"},"name":"bench-row-00000","namespace":"bench-b206a794","resourceVersion":"26714","uid":"ff4d8cc4-4fb2-40b1-9d65-16e0d77350e8"},"spec":{"deletionPolicy":"Retain","pin":false,"repository":{"kind":"Repository","name":"catalog-bench","namespace":"bench-b206a794"}},"status":{"conditions":[{"lastTransitionTime":"2026-12-03T03:44:17Z","message":"a kopia snapshot found in the repository","observedGeneration":1,"reason":"SnapshotDiscovered","status":"True","type":"Ready"},{"lastTransitionTime":"2026-12-03T03:44:17Z","message":"","observedGeneration":1,"reason":"SnapshotDiscovered","status":"False","type":"Reconciling"},{"lastTransitionTime":"2026-12-03T03:44:17Z","message":"","observedGeneration":1,"reason":"SnapshotDiscovered","status":"False","type":"Stalled"}],"observedGeneration":1,"origin":"discovered","phase":"Discovered","resolved":{"deletionPolicy":"Retain","identity":{"hostname":"bench-b206a794.data","sourcePath":"/data/0","username":"app"},"repository":{"kind":"Repository","name":"catalog-bench","namespace":"bench-b206a794","uid":"00000000-0000-0000-0000-00000000b000"},"repositoryUniqueId":"0123456789abcdef0123456789abcdef"},"snapshot":{"identity":{"hostname":"bench-b206a794.data","sourcePath":"/data/0","username":"app"},"kopiaSnapshotID":"00000000000000000000b00000000000"},"stats":{"sizeBytes":1073741824},"timing":{"durationSeconds":42,"endTime":"2026-11-01T00:00:42Z","startTime":"2026-11-01T00:00:00Z"}}}"#;
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let rows: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(20_000);
+    // `KOPIUR_FOOTPRINT_SLIM=metadata` measures the store as it was before `slim_snapshot`
+    // dropped the labels no reader reads (only `managedFields` and the kubectl copy dropped).
+    let lean = std::env::var("KOPIUR_FOOTPRINT_SLIM").map_or(true, |v| v != "metadata");
+    println!("slimmed with {}", if lean { "heap::slim_snapshot" } else { "heap::slim (metadata only)" });
     let row: serde_json::Value = match args.next() {
         Some(path) => serde_json::from_str(&std::fs::read_to_string(path).expect("read the row")).expect("a JSON row"),
         None => serde_json::from_str(ROW).unwrap(),
@@ -114,7 +121,11 @@ fn main() {
             v["metadata"]["uid"] = format!("5b0e8f0a-1c2d-4e5f-8a9b-{i:012}").into();
             v["metadata"]["resourceVersion"] = format!("{}", 1_000_000 + i).into();
             let mut s: Snapshot = serde_json::from_value(v).unwrap();
-            kopiur_controller::heap::slim(&mut s.metadata);
+            if lean {
+                kopiur_controller::heap::slim_snapshot(&mut s);
+            } else {
+                kopiur_controller::heap::slim(&mut s.metadata);
+            }
             s
         })
         .collect();

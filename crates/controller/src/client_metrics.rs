@@ -8,6 +8,7 @@ use kube::client::{Body, ClientBuilder};
 use kube::{Client, Config};
 
 use crate::metrics::Metrics;
+use crate::metrics::labels::KubeRequestLabels;
 
 /// `(verb, group, resource)` of one request, the way the apiserver names them.
 pub fn classify(method: &Method, path: &str, query: Option<&str>) -> (&'static str, String, String) {
@@ -57,7 +58,7 @@ pub async fn client(metrics: Arc<Metrics>, label: &'static str) -> anyhow::Resul
     let config = Config::infer().await?;
     let layer = tower::util::MapRequestLayer::new(move |req: Request<Body>| {
         let (verb, group, kind) = classify(req.method(), req.uri().path(), req.uri().query());
-        metrics.kube_requests.inc(&[verb, &group, &kind, label]);
+        metrics.kube_requests.inc(KubeRequestLabels { verb, group: &group, kind: &kind, client: label });
         req
     });
     Ok(ClientBuilder::try_from(config)?.with_layer(&layer).build())

@@ -69,6 +69,13 @@ pub fn trio(standing: Standing, reason: &str, message: impl Into<String>) -> Vec
     ]
 }
 
+/// A discovered Snapshot row's conditions: Ready, nothing to re-check. The Snapshot plan
+/// decides them, and the catalog writes them when it creates a row
+/// (`catalog::created_row_status`), so the reconcile has nothing to write.
+pub fn discovered_row() -> Vec<Cond> {
+    trio(Standing::Ready, kopiur_api::names::reason::SNAPSHOT_DISCOVERED, "a kopia snapshot found in the repository")
+}
+
 pub fn ktime(t: DateTime<Utc>) -> KTime {
     KTime(k8s_openapi::jiff::Timestamp::from_second(t.timestamp()).unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH))
 }

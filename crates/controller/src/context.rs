@@ -27,6 +27,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::gating::{Gate, repository_ready};
 use crate::metrics::Metrics;
+use crate::metrics::labels::JobLabels;
 use crate::synced::Synced;
 
 /// One store per watched kind. Secrets, Namespaces and PVCs are metadata only (a Secret's
@@ -147,7 +148,7 @@ impl Context {
         self.ensure_mover_rbac(ns).await?;
         match kube::Api::<Job>::namespaced(self.client.clone(), ns).create(&Default::default(), job).await {
             Ok(_) => {
-                self.metrics.jobs_created.inc(&[kind, ns]);
+                self.metrics.jobs_created.inc(JobLabels { op: kind, namespace: ns });
                 Ok(true)
             }
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),

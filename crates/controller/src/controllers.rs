@@ -16,16 +16,15 @@ use std::sync::Arc;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use kopiur_api::{ClusterRepository, Repository};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 
 use crate::config::Config;
 use crate::context::{Context, Stores, StoresSynced};
 use crate::feeds::{Feed, Feeds};
 use crate::metrics::Metrics;
-use crate::repository::observe::secret_names;
-use crate::repository::{RepoObject, error_policy, reconcile};
+use crate::repository::{error_policy, reconcile};
+use crate::watch::{JobOwner, owned_by, secret_referrers};
 
 /// The label every mover Job kopiur creates carries (the Job watch selects on it).
 pub const MANAGED_JOBS: &str = "app.kubernetes.io/managed-by=kopiur";
@@ -49,7 +48,13 @@ pub fn build(client: &Client, config: Config, metrics: Arc<Metrics>) -> (Arc<Con
         feed!(kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::PersistentVolumeClaim>, all(), None);
     let (repos, repos_s, repos_y) = feed!(Repository, all(), None);
     let (crepos, crepos_s, crepos_y) = feed!(ClusterRepository, all(), None);
-    let (snapshots, snaps_s, snaps_y) = feed!(kopiur_api::Snapshot, all(), Some(crate::heap::slim_snapshot));
+    // Snapshots, the store that grows with a fleet, are read lean (`lean.rs`), then slimmed.
+    let snapshot_watch = {
+        let client = client.clone();
+        Box::new(move |wc| crate::lean::snapshot_watch(client, wc))
+    };
+    let (snapshots, snaps_s, snaps_y) =
+        Feed::<kopiur_api::Snapshot>::from_source(snapshot_watch, all(), Some(crate::heap::slim_snapshot));
     let (schedules, scheds_s, scheds_y) = feed!(kopiur_api::SnapshotSchedule, all(), Some(crate::heap::slim_object));
     let (policies, pols_s, pols_y) = feed!(kopiur_api::SnapshotPolicy, all(), Some(crate::heap::slim_object));
     let (restores, rest_s, rest_y) = feed!(kopiur_api::Restore, all(), None);
@@ -104,20 +109,6 @@ pub fn build(client: &Client, config: Config, metrics: Arc<Metrics>) -> (Arc<Con
     (Arc::new(Context::new(client.clone(), config, metrics, stores)), feeds)
 }
 
-/// Repositories that reference a Secret (by name, in their home namespace).
-fn referrers<K: RepoObject>(store: &Store<K>, ns: &str, name: &str, operator_ns: &str) -> Vec<ObjectRef<K>> {
-    store
-        .state()
-        .iter()
-        .filter(|r| r.home_namespace(operator_ns) == ns)
-        .filter(|r| {
-            let (pw, auth) = secret_names(r.as_ref());
-            pw == name || auth.as_deref() == Some(name)
-        })
-        .map(|r| ObjectRef::from_obj(r.as_ref()))
-        .collect()
-}
-
 /// The Repository and ClusterRepository controllers: each over its own kind, its owned Jobs
 /// and the Secrets it references (metadata only: values never reach us).
 fn repositories(ctx: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()> + Send + 'static {
@@ -130,17 +121,10 @@ fn repositories(ctx: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = (
     let ns = op_ns.clone();
     let a = Controller::for_shared_stream(feeds.repos.subscribe(), repos.clone())
         // Job -> owning repository.
-        .watches_shared_stream(feeds.jobs.subscribe(), |job: Arc<Job>| {
-            let jns = job.namespace().unwrap_or_default();
-            job.owner_references()
-                .iter()
-                .filter(|o| o.kind == Repository::kind(&()))
-                .map(|o| ObjectRef::new(&o.name).within(&jns))
-                .collect::<Vec<_>>()
-        })
+        .watches_shared_stream(feeds.jobs.subscribe(), |job: Arc<Job>| owned_by(&job, JobOwner::Repository))
         // Secret -> repositories that reference it.
         .watches_shared_stream(feeds.secrets.subscribe(), move |sec| {
-            referrers(&rs, &sec.namespace().unwrap_or_default(), &sec.name_any(), &ns)
+            secret_referrers(&rs.state(), &sec.namespace().unwrap_or_default(), &sec.name_any(), &ns)
         })
         .with_config(cfg.clone())
         .shutdown_on_signal()
@@ -148,15 +132,10 @@ fn repositories(ctx: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = (
         .for_each(crate::error_events::settle);
     let cs = crepos.clone();
     let b = Controller::for_shared_stream(feeds.crepos.subscribe(), crepos)
-        .watches_shared_stream(feeds.jobs.subscribe(), |job: Arc<Job>| {
-            job.owner_references()
-                .iter()
-                .filter(|o| o.kind == ClusterRepository::kind(&()))
-                .map(|o| ObjectRef::new(&o.name))
-                .collect::<Vec<_>>()
-        })
+        // Job -> owning ClusterRepository.
+        .watches_shared_stream(feeds.jobs.subscribe(), |job: Arc<Job>| owned_by(&job, JobOwner::ClusterRepository))
         .watches_shared_stream(feeds.secrets.subscribe(), move |sec| {
-            referrers(&cs, &sec.namespace().unwrap_or_default(), &sec.name_any(), &op_ns)
+            secret_referrers(&cs.state(), &sec.namespace().unwrap_or_default(), &sec.name_any(), &op_ns)
         })
         .with_config(cfg)
         .shutdown_on_signal()

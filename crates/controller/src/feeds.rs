@@ -27,6 +27,12 @@ impl<T> futures::Stream for ReceiverStream<T> {
     }
 }
 
+/// What a feed watches: the watcher of its kind, or a read of it of its own (`lean`).
+pub type Source<K> = Box<
+    dyn FnOnce(watcher::Config) -> futures::stream::BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>
+        + Send,
+>;
+
 /// The objects one subscriber receives from a feed.
 pub type Subscription<K> = fmpsc::UnboundedReceiver<Arc<K>>;
 
@@ -35,7 +41,7 @@ pub struct Feed<K>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
-    api: Api<K>,
+    source: Source<K>,
     wc: watcher::Config,
     slim: Option<fn(&mut K)>,
     writer: reflector::store::Writer<K>,
@@ -50,9 +56,18 @@ where
     /// A feed over `api` (not started), with its store and sync flag. `slim` drops what no
     /// reader needs before the store (`heap::slim_object`, `heap::slim_snapshot`).
     pub(crate) fn new(api: Api<K>, wc: watcher::Config, slim: Option<fn(&mut K)>) -> (Self, Store<K>, synced::Synced) {
+        Self::from_source(Box::new(move |wc| watcher(api, wc).boxed()), wc, slim)
+    }
+
+    /// A feed over its own read of the kind (`lean::snapshot_watch`).
+    pub(crate) fn from_source(
+        source: Source<K>,
+        wc: watcher::Config,
+        slim: Option<fn(&mut K)>,
+    ) -> (Self, Store<K>, synced::Synced) {
         let (store, writer) = reflector::store::<K>();
         let (mark, synced) = synced::flag();
-        (Self { api, wc, slim, writer, mark, subscribers: Vec::new() }, store, synced)
+        (Self { source, wc, slim, writer, mark, subscribers: Vec::new() }, store, synced)
     }
 
     /// Every object the watch touches from now on (applied or deleted), after the store has it.
@@ -64,8 +79,8 @@ where
 
     /// Drives the watch in its own task, so the store keeps syncing however busy a controller is.
     pub(crate) fn start(self) {
-        let Self { api, wc, slim, writer, mark, subscribers } = self;
-        let events = watcher(api, wc)
+        let Self { source, wc, slim, writer, mark, subscribers } = self;
+        let events = source(wc)
             .modify(move |o| {
                 if let Some(slim) = slim {
                     slim(o);
@@ -78,10 +93,16 @@ where
 
 /// Applies each watch event to the store, raises `mark` on the first full list, then hands
 /// every touched object (applied or deleted) to each subscriber: a subscriber never sees an
-/// applied object before the store does. An object the store holds at the same
-/// resourceVersion is handed out as the store's own `Arc`, so a subscriber's backlog (40,000
-/// status writes at a start over 50,000 Snapshots) holds no second copy of it; a deleted
-/// object, or one of the initial list before the store swaps it in, is wrapped on its own.
+/// applied object before the store does.
+/// - An applied object is handed out as the store's own `Arc` when the store holds it at the
+///   same resourceVersion, so a subscriber's backlog (40,000 status writes at a start over
+///   50,000 Snapshots) holds no second copy of it; a deleted object is wrapped on its own.
+/// - A list (the first, or a re-list after the watch lost its place) fills a buffer the store
+///   swaps in only when the list is done. Its objects are handed out then, from the store:
+///   until then a reader of the store would not find them, and each one handed out during the
+///   list would be a second copy held in every backlog (at a start over 50,000 Snapshots, one
+///   per row). Nothing per object is held meanwhile (a key per listed object, freed at the
+///   end of the list, left 50,000 small holes between the stored rows).
 async fn fan_out<K, S>(
     events: S,
     writer: reflector::store::Writer<K>,
@@ -93,31 +114,51 @@ async fn fan_out<K, S>(
 {
     let kind = K::kind(&()).to_string();
     let reader = writer.as_reader();
-    let events = reflector::reflector(writer, events)
-        .inspect(move |ev| {
-            if let Ok(e) = ev {
-                mark.observe(e);
-            }
-        })
-        .touched_objects();
+    let send = |o: Arc<K>| {
+        for s in &subscribers {
+            // A subscriber gone (its controller ended) is skipped; the store keeps serving
+            // the others.
+            let _ = s.unbounded_send(o.clone());
+        }
+    };
+    let events = reflector::reflector(writer, events);
     let mut events = std::pin::pin!(events);
     while let Some(ev) = events.next().await {
-        match ev {
-            Ok(o) => {
+        let e = match ev {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::debug!(error = %e, kind, "watch error (retried with backoff)");
+                continue;
+            }
+        };
+        mark.observe(&e);
+        match e {
+            watcher::Event::Apply(o) => {
                 let stored = reader
                     .get(&reflector::ObjectRef::from_obj(&o))
                     .filter(|s| s.meta().resource_version == o.meta().resource_version);
-                let o = stored.unwrap_or_else(|| Arc::new(o));
-                for s in &subscribers {
-                    // A subscriber gone (its controller ended) is skipped; the store keeps
-                    // serving the others.
-                    let _ = s.unbounded_send(o.clone());
+                send(stored.unwrap_or_else(|| Arc::new(o)));
+            }
+            watcher::Event::Delete(o) => send(Arc::new(o)),
+            // A list's objects go to the buffer the store swaps in at `InitDone`; then the
+            // store holds exactly the list.
+            watcher::Event::Init | watcher::Event::InitApply(_) => {}
+            watcher::Event::InitDone => {
+                // Handed out a page at a time, yielding between pages, so the subscribers
+                // drain as the list goes out rather than each holding all of it at once.
+                for (i, o) in reader.state().into_iter().enumerate() {
+                    send(o);
+                    if i % HAND_OUT_PAGE == HAND_OUT_PAGE - 1 {
+                        tokio::task::yield_now().await;
+                    }
                 }
             }
-            Err(e) => tracing::debug!(error = %e, kind, "watch error (retried with backoff)"),
         }
     }
 }
+
+/// Objects handed out between two yields at the end of a list (the watcher's list page).
+const HAND_OUT_PAGE: usize = 500;
 
 /// One feed per watched kind.
 pub struct Feeds {
@@ -207,12 +248,38 @@ mod tests {
 
         send(watcher::Event::Init);
         send(watcher::Event::InitApply(cm("x")));
-        assert_eq!(next(&mut a).await, Some("x".into()));
-        assert_eq!(next(&mut b).await, Some("x".into()));
+        send(watcher::Event::InitApply(cm("w")));
+        // A listed object reaches the subscribers once the store holds it, as the store's copy.
+        assert_eq!(
+            tokio::time::timeout(std::time::Duration::from_millis(300), a.next())
+                .await
+                .ok()
+                .flatten()
+                .map(|o| o.name_any()),
+            None,
+            "nothing is handed out before the list is done"
+        );
         assert!(!synced.is_synced(), "not synced before the list is complete");
         send(watcher::Event::InitDone);
         assert!(synced.wait().await);
-        assert!(store.get(&ObjectRef::new("x").within("t")).is_some());
+        for sub in [&mut a, &mut b] {
+            let mut seen = Vec::new();
+            for _ in 0..2 {
+                let o = tokio::time::timeout(std::time::Duration::from_secs(5), sub.next()).await.unwrap().unwrap();
+                let stored = store.get(&ObjectRef::new(&o.name_any()).within("t")).expect("the store has it first");
+                assert!(Arc::ptr_eq(&o, &stored), "a listed object is the store's copy");
+                seen.push(o.name_any());
+            }
+            seen.sort();
+            assert_eq!(seen, ["w", "x"]);
+        }
+        // A re-list hands out what it listed, again after the store has swapped it in.
+        send(watcher::Event::Init);
+        send(watcher::Event::InitApply(cm("x")));
+        send(watcher::Event::InitDone);
+        assert_eq!(next(&mut a).await, Some("x".into()));
+        assert_eq!(next(&mut b).await, Some("x".into()));
+        assert!(store.get(&ObjectRef::new("w").within("t")).is_none(), "the re-list dropped w");
 
         send(watcher::Event::Apply(cm("y")));
         for sub in [&mut a, &mut b] {

@@ -112,7 +112,7 @@ pub async fn lead(client: Client, namespace: &str, name: &str, identity: &str, m
         tokio::time::sleep(RETRY).await;
     }
     tracing::info!(%identity, lease = %name, "became leader");
-    metrics.leader_transitions.inc(&[]);
+    metrics.leader_transitions.inc(());
     metrics.leader.store(true, std::sync::atomic::Ordering::Relaxed);
     let name = name.to_string();
     let identity = identity.to_string();
@@ -132,7 +132,7 @@ pub async fn lead(client: Client, namespace: &str, name: &str, identity: &str, m
                     std::process::exit(1);
                 }
                 Err(e) => {
-                    metrics.leader_renew_failures.inc(&[]);
+                    metrics.leader_renew_failures.inc(());
                     tracing::warn!(error = %e, "Lease renewal failed");
                 }
             }

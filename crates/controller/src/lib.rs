@@ -19,6 +19,7 @@ pub mod http;
 pub mod identity;
 pub mod labels;
 pub mod leader;
+pub mod lean;
 pub mod maintenance;
 pub mod metrics;
 pub mod mover_job;

@@ -97,3 +97,34 @@ pub fn input(config: &Config, id: Identity, mounts: &BackendMounts, fp: Option<&
         extra_env: mover_env(config),
     }
 }
+
+/// The object a mover Job works for, as its work spec names it (its result goes to that
+/// object's status).
+pub fn target_of<K: kube::Resource<DynamicType = ()>>(obj: &K) -> kopiur_mover::workspec::TargetRef {
+    use kube::ResourceExt;
+    kopiur_mover::workspec::TargetRef {
+        api_version: K::api_version(&()).to_string(),
+        kind: K::kind(&()).to_string(),
+        namespace: obj.namespace(),
+        name: obj.name_any(),
+        uid: obj.uid().unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_target_names_the_object_by_kind_namespace_name_and_uid() {
+        let s: kopiur_api::Snapshot = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": "s", "namespace": "team-a", "uid": "u-1"},
+            "spec": {"repository": {"name": "r"}}
+        }))
+        .unwrap();
+        let t = super::target_of(&s);
+        assert_eq!(
+            (t.api_version.as_str(), t.kind.as_str(), t.namespace.as_deref(), t.name.as_str(), t.uid.as_str()),
+            ("kopiur.home-operations.com/v1alpha1", "Snapshot", Some("team-a"), "s", "u-1")
+        );
+    }
+}

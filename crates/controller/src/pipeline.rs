@@ -16,13 +16,15 @@ use tokio::sync::mpsc;
 use crate::context::Context;
 use crate::error::Error;
 use crate::feeds::{Feeds, ReceiverStream};
+use crate::metrics::labels::ErrorLabels;
 use crate::snapshot::ctx::PipelineCtx;
 use crate::watch::{self, JobOwner};
 
 fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, err: &Error, ctx: Arc<PipelineCtx>) -> Action {
     crate::error_events::report(&ctx.recorder, obj.as_ref(), err);
     let class = err.class();
-    ctx.metrics.reconcile_errors.inc(&[std::any::type_name::<K>().rsplit("::").next().unwrap_or("?"), class.label()]);
+    let kind = std::any::type_name::<K>().rsplit("::").next().unwrap_or("?");
+    ctx.metrics.reconcile_errors.inc(ErrorLabels { kind, class: class.label() });
     tracing::warn!(error = %err, class = class.label(), "pipeline reconcile failed");
     Action::requeue(class.requeue())
 }

@@ -19,6 +19,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 
 use crate::metrics::Metrics;
+use crate::metrics::labels::PhaseLabels;
 
 pub const PERIOD: Duration = Duration::from_secs(5);
 
@@ -86,19 +87,22 @@ impl Phased for Maintenance {
     }
 }
 
-/// The series of one kind: `[kind, namespace, name, phase] -> 1`, one per object with a phase.
-pub fn series<K: Phased>(objs: &[Arc<K>]) -> BTreeMap<Vec<String>, i64> {
+/// The series of one kind: `(kind, namespace, name, phase) -> 1`, one per object with a phase.
+pub fn series<K: Phased>(objs: &[Arc<K>]) -> BTreeMap<PhaseLabels, i64> {
     objs.iter()
         .filter_map(|o| {
             let phase = o.phase_label()?;
-            Some((vec![K::KIND.to_string(), o.namespace().unwrap_or_default(), o.name_any(), phase], 1))
+            Some((
+                PhaseLabels { kind: K::KIND, namespace: o.namespace().unwrap_or_default(), name: o.name_any(), phase },
+                1,
+            ))
         })
         .collect()
 }
 
 /// Replaces kind `K`'s slice of `kopiur_resource_phase` from `objs`.
 pub fn publish<K: Phased>(metrics: &Metrics, objs: &[Arc<K>]) {
-    metrics.resource_phase.replace_slice(K::KIND, series(objs));
+    metrics.resource_phase.replace_where(|l| l.kind == K::KIND, series(objs));
 }
 
 /// Publishes kind `K` from `store` every [`PERIOD`] for as long as the process runs.
@@ -152,8 +156,8 @@ mod tests {
         json!({"type": t, "status": s, "reason": "R", "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"})
     }
 
-    fn key(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
+    fn key(kind: &'static str, namespace: &str, name: &str, phase: &str) -> PhaseLabels {
+        PhaseLabels { kind, namespace: namespace.into(), name: name.into(), phase: phase.into() }
     }
 
     #[test]
@@ -182,19 +186,16 @@ mod tests {
         ];
         assert_eq!(
             series(&restores),
-            BTreeMap::from([
-                (key(&["Restore", "t", "bad", "Failed"]), 1),
-                (key(&["Restore", "t", "ok", "Completed"]), 1)
-            ])
+            BTreeMap::from([(key("Restore", "t", "bad", "Failed"), 1), (key("Restore", "t", "ok", "Completed"), 1)])
         );
         let snaps: Vec<Arc<Snapshot>> = vec![obj("Snapshot", "s1", json!({"phase": "Succeeded"}))];
-        assert_eq!(series(&snaps), BTreeMap::from([(key(&["Snapshot", "t", "s1", "Succeeded"]), 1)]));
+        assert_eq!(series(&snaps), BTreeMap::from([(key("Snapshot", "t", "s1", "Succeeded"), 1)]));
         let scheds: Vec<Arc<SnapshotSchedule>> = vec![obj(
             "SnapshotSchedule",
             "h",
             json!({"conditions": [cond("Ready", "True"), cond("Stalled", "False")]}),
         )];
-        assert_eq!(series(&scheds), BTreeMap::from([(key(&["SnapshotSchedule", "t", "h", "Ready"]), 1)]));
+        assert_eq!(series(&scheds), BTreeMap::from([(key("SnapshotSchedule", "t", "h", "Ready"), 1)]));
     }
 
     /// The label matchers of `metric{...}` in a PromQL expression (equality and `=~` with

@@ -24,6 +24,7 @@ use crate::features::{FEATURE_NOT_IMPLEMENTED, Gated, NextFields};
 use crate::feeds::Feeds;
 use crate::health::kstatus::Cond;
 use crate::metrics::Metrics;
+use crate::metrics::labels::{ErrorLabels, KindLabels};
 
 struct GateCtx {
     client: Client,
@@ -67,7 +68,7 @@ pub fn needs_event(stored: &[Condition], generation: i64) -> bool {
 }
 
 async fn reconcile(obj: Arc<SnapshotReplication>, ctx: Arc<GateCtx>) -> Result<Action, Error> {
-    ctx.metrics.reconciliations.inc(&["SnapshotReplication"]);
+    ctx.metrics.reconciliations.inc(KindLabels { kind: "SnapshotReplication" });
     let ns = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
     let generation = obj.meta().generation.unwrap_or(0);
@@ -101,7 +102,7 @@ async fn reconcile(obj: Arc<SnapshotReplication>, ctx: Arc<GateCtx>) -> Result<A
 fn error_policy(obj: Arc<SnapshotReplication>, err: &Error, ctx: Arc<GateCtx>) -> Action {
     crate::error_events::report(&ctx.recorder, obj.as_ref(), err);
     let class = err.class();
-    ctx.metrics.reconcile_errors.inc(&["SnapshotReplication", class.label()]);
+    ctx.metrics.reconcile_errors.inc(ErrorLabels { kind: "SnapshotReplication", class: class.label() });
     tracing::warn!(error = %err, class = class.label(), "snapshot replication reconcile failed");
     Action::requeue(class.requeue())
 }

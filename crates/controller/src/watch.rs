@@ -14,8 +14,8 @@ use kube::{Resource, ResourceExt};
 
 /// The kopiur kinds that own mover Jobs (an owner reference of another API group is not ours).
 /// Each kind's controller maps its own Jobs from the one Job watch: Snapshot and Restore in the
-/// pipeline ([`owned_by`]), the repositories in `controllers.rs`, Maintenance and
-/// RepositoryReplication in their modules.
+/// pipeline, the repositories in `controllers.rs`, Maintenance and RepositoryReplication in
+/// their modules, all through [`owned_by`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JobOwner {
     Snapshot,
@@ -58,13 +58,40 @@ impl JobOwner {
     }
 }
 
-/// Job → its owners of kind `owner` (a kopiur kind), in the Job's namespace.
+/// Job → its owners of kind `owner` (a kopiur kind of kopiur's API group), in the Job's
+/// namespace (a ClusterRepository owner has none).
 pub fn owned_by<K: Resource<DynamicType = ()>>(job: &Job, owner: JobOwner) -> Vec<ObjectRef<K>> {
     let ns = job.namespace().unwrap_or_default();
     job.owner_references()
         .iter()
         .filter(|o| JobOwner::of(&o.api_version, &o.kind) == Some(owner))
-        .map(|o| ObjectRef::new(&o.name).within(&ns))
+        .map(|o| match owner {
+            JobOwner::ClusterRepository => ObjectRef::new(&o.name),
+            JobOwner::Snapshot
+            | JobOwner::Restore
+            | JobOwner::Repository
+            | JobOwner::Maintenance
+            | JobOwner::RepositoryReplication => ObjectRef::new(&o.name).within(&ns),
+        })
+        .collect()
+}
+
+/// Secret → the repositories that reference it (password or auth Secret, by name, in the
+/// repository's home namespace: its own, or the operator's for a ClusterRepository).
+pub fn secret_referrers<K: crate::repository::RepoObject>(
+    repos: &[Arc<K>],
+    secret_ns: &str,
+    secret: &str,
+    operator_ns: &str,
+) -> Vec<ObjectRef<K>> {
+    repos
+        .iter()
+        .filter(|r| r.home_namespace(operator_ns) == secret_ns)
+        .filter(|r| {
+            let (pw, auth) = crate::repository::observe::secret_names(r.as_ref());
+            pw == secret || auth.as_deref() == Some(secret)
+        })
+        .map(|r| ObjectRef::from_obj(r.as_ref()))
         .collect()
 }
 
@@ -244,6 +271,88 @@ mod tests {
         let mut v: Vec<String> = refs.iter().map(|r| r.name.clone()).collect();
         v.sort();
         v
+    }
+
+    fn job_owned(ns: &str, owners: &[(&str, &str, &str)]) -> Job {
+        let refs: Vec<serde_json::Value> = owners
+            .iter()
+            .map(|(api, kind, name)| {
+                serde_json::json!({"apiVersion": api, "kind": kind, "name": name, "uid": format!("u-{name}")})
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "j", "namespace": ns, "ownerReferences": refs}
+        }))
+        .expect("a Job")
+    }
+
+    #[test]
+    fn a_job_maps_to_its_kopiur_owner_of_the_kind_asked_and_nothing_of_another_group() {
+        const OURS: &str = "kopiur.home-operations.com/v1alpha1";
+        let job = job_owned(
+            "team-a",
+            &[
+                (OURS, "Repository", "r1"),
+                ("other.example.com/v1", "Repository", "foreign"),
+                (OURS, "ClusterRepository", "c1"),
+                ("snapshot.storage.k8s.io/v1", "Maintenance", "not-ours"),
+                (OURS, "Maintenance", "m1"),
+                (OURS, "RepositoryReplication", "rr1"),
+            ],
+        );
+        let repos: Vec<ObjectRef<kopiur_api::Repository>> = owned_by(&job, JobOwner::Repository);
+        assert_eq!(repos, vec![ObjectRef::new("r1").within("team-a")]);
+        // A ClusterRepository is cluster-scoped: its reference has no namespace, or it would
+        // never match the store's key.
+        let crepos: Vec<ObjectRef<kopiur_api::ClusterRepository>> = owned_by(&job, JobOwner::ClusterRepository);
+        assert_eq!(crepos, vec![ObjectRef::new("c1")]);
+        assert!(crepos[0].namespace.is_none());
+        let m: Vec<ObjectRef<Maintenance>> = owned_by(&job, JobOwner::Maintenance);
+        assert_eq!(m, vec![ObjectRef::new("m1").within("team-a")]);
+        let rr: Vec<ObjectRef<kopiur_api::RepositoryReplication>> = owned_by(&job, JobOwner::RepositoryReplication);
+        assert_eq!(rr, vec![ObjectRef::new("rr1").within("team-a")]);
+        let none: Vec<ObjectRef<Snapshot>> = owned_by(&job, JobOwner::Snapshot);
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn a_secret_maps_to_the_repositories_that_reference_it_in_their_home_namespace() {
+        let spec = |pw: &str, auth: &str| {
+            serde_json::json!({
+                "backend": {"s3": {"bucket": "b", "auth": {"secretRef": {"name": auth}}}},
+                "encryption": {"passwordSecretRef": {"name": pw}},
+            })
+        };
+        let repo = |ns: &str, name: &str, pw: &str, auth: &str| -> Arc<kopiur_api::Repository> {
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                    "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+                    "metadata": {"name": name, "namespace": ns}, "spec": spec(pw, auth)
+                }))
+                .expect("a Repository"),
+            )
+        };
+        let repos = vec![
+            repo("team-a", "by-password", "pw", "keys"),
+            repo("team-a", "by-auth", "other-pw", "pw"),
+            repo("team-a", "neither", "x", "y"),
+            repo("team-b", "elsewhere", "pw", "keys"),
+        ];
+        assert_eq!(names(&secret_referrers(&repos, "team-a", "pw", "kopiur-system")), ["by-auth", "by-password"]);
+        assert_eq!(names(&secret_referrers(&repos, "team-b", "keys", "kopiur-system")), ["elsewhere"]);
+        assert!(secret_referrers(&repos, "kopiur-system", "pw", "kopiur-system").is_empty());
+        // A ClusterRepository's Secrets live in the operator's namespace.
+        let mut c = serde_json::json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "ClusterRepository",
+            "metadata": {"name": "shared"}, "spec": spec("pw", "keys")
+        });
+        c["spec"]["allowedNamespaces"] = serde_json::json!({"all": true});
+        let crepo: Arc<kopiur_api::ClusterRepository> =
+            Arc::new(serde_json::from_value(c).expect("a ClusterRepository"));
+        let crepos = vec![crepo];
+        assert_eq!(names(&secret_referrers(&crepos, "kopiur-system", "keys", "kopiur-system")), ["shared"]);
+        assert!(secret_referrers(&crepos, "team-a", "keys", "kopiur-system").is_empty());
     }
 
     fn namespace(name: &str, deleting: bool) -> ObjectMeta {

@@ -3,8 +3,8 @@
 //! UPDATE of a Snapshot by anyone but the controller's ServiceAccount that sets, changes or
 //! removes the annotation, and lets every other edit through. The controller's own stamps under
 //! the policy are proven where kopiur prunes (`pipeline_acceptance_e2e` installs it too).
-#[path = "support/admission.rs"]
-mod admission;
+mod support;
+use support::admission;
 
 use admission::{CONTROLLER_SA, install_pruned_by_policy};
 use anyhow::{Context, Result, ensure};

@@ -13,48 +13,29 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kopiur_api::{Repository, Restore, Snapshot};
 use kopiur_testenv::TestEnv;
 use kopiur_testenv::garage::Garage;
-use kopiur_testenv::operator::Operator;
 use kopiur_testenv::tls::{TestCa, TlsFront};
 use kopiur_testenv::wait::wait_for;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
+use support::status::{repo_condition as cond, repo_phase as phase};
+mod support;
 use serde_json::{Value, json};
+use support::env::{Stack, start_operator};
+use support::repos::{apply, claim, create_secret, policy, repository, s3_backend_at};
+use support::wait::{pv_dir, pvc_bound};
 
 const PASSWORD: &str = "backend-mounts-e2e correct horse";
 
-async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
-    kopiur_testenv::apply::apply_value(client, ns, &v).await
-}
-
-fn phase(r: &Repository) -> String {
-    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
-
-fn cond(r: &Repository, t: &str) -> Option<(String, String, String)> {
-    r.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == t)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
 fn s3_repo(ns: &str, name: &str, g: &Garage, endpoint: &str, tls: Option<Value>) -> Value {
-    let mut s3 =
-        json!({"bucket": g.bucket(), "endpoint": endpoint, "region": g.region(), "prefix": format!("{name}/")});
+    let mut backend = s3_backend_at(g, endpoint, &format!("{name}/"));
     if let Some(t) = tls {
-        s3["tls"] = t;
+        backend["s3"]["tls"] = t;
     }
-    json!({
-        "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"backend": {"s3": s3}, "encryption": {"passwordSecretRef": {"name": "kopia"}},
-                 "health": {"probe": {"interval": "30s", "failureThreshold": 1}}}
-    })
+    repository(ns, name, backend, json!({"health": {"probe": {"interval": "30s", "failureThreshold": 1}}}))
 }
 
 fn ca_map(ns: &str, name: &str, pem: &str) -> Value {
@@ -74,21 +55,8 @@ async fn pvc_dir(
     name: &str,
     log: &std::path::Path,
 ) -> Result<std::path::PathBuf> {
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
-    let pvc = wait_for(&format!("PVC {name} Bound"), Duration::from_secs(60), log, || async {
-        let p = pvcs.get(name).await?;
-        Ok((p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")).then_some(p))
-    })
-    .await?;
-    Ok(kopiur_testenv::node::provisioner::pv_dir(&env.node_state_dir(), &pvc.uid().context("pvc uid")?))
-}
-
-fn pvc(ns: &str, name: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
-    })
+    let pvc = pvc_bound(client, ns, name, &format!("PVC {name} Bound"), Duration::from_secs(60), log).await?;
+    pv_dir(env, &pvc)
 }
 
 async fn snapshot_succeeds(
@@ -123,24 +91,16 @@ async fn snapshot_succeeds(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_tls_ca_bundle_and_filesystem_pvc_repositories_end_to_end() -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    let env = &TestEnv::start(kopiur_testenv::Options::default()).await?;
+    let Stack { client, garage: g, op_ns, env, dir: _dir } = Stack::start().await?;
+    let env = &env;
     let _guard = env.log_guard();
-    let client = env.client().await?;
-    let g = Garage::start(&dir.path().join("garage")).await?;
     let front = TlsFront::start(g.s3_addr()).await?;
     let https = format!("https://{}", front.endpoint());
 
-    let op_ns = env.namespace("kopiur-system").await?;
-    let op = Operator::start(env, &op_ns, &[]).await?;
-    let log = op.log_path().to_path_buf();
+    let (_op, log) = start_operator(env, &op_ns, &[]).await?;
 
     let ns = env.namespace("t").await?;
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "kopia", "namespace": ns},
-        "stringData": {"KOPIA_PASSWORD": PASSWORD, "AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
-    }))?;
-    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await?;
+    create_secret(&client, &ns, &g, PASSWORD).await?;
     apply(&client, &ns, ca_map(&ns, "s3-ca", front.ca_pem())).await?;
     let stranger = TestCa::generate("some-other-ca")?;
     apply(&client, &ns, ca_map(&ns, "wrong-ca", &stranger.pem)).await?;
@@ -210,21 +170,12 @@ async fn s3_tls_ca_bundle_and_filesystem_pvc_repositories_end_to_end() -> Result
     }
 
     // A backup over TLS.
-    apply(&client, &ns, pvc(&ns, "data")).await?;
+    apply(&client, &ns, claim(&ns, "data")).await?;
     let data = pvc_dir(env, &client, &ns, "data", &log).await?;
     std::fs::write(data.join("hello.txt"), b"hello over TLS\n")?;
     let blob: Vec<u8> = (0..100_000u32).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect();
     std::fs::write(data.join("blob.bin"), &blob)?;
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
-            "metadata": {"name": "over-tls", "namespace": ns},
-            "spec": {"repository": {"name": "tls-ok"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "data"}}]}
-        }),
-    )
-    .await?;
+    apply(&client, &ns, policy(&ns, "over-tls", json!({"name": "tls-ok"}), "data", json!({}))).await?;
     let id = snapshot_succeeds(&client, &ns, "tls-1", "over-tls", &log).await?;
     println!("backup over TLS: kopia snapshot {id}");
     let job = Api::<Job>::namespaced(client.clone(), &ns).get("tls-1").await?;
@@ -235,7 +186,7 @@ async fn s3_tls_ca_bundle_and_filesystem_pvc_repositories_end_to_end() -> Result
     assert!(mounts.iter().any(|m| m.name == "ca-bundle" && m.read_only == Some(true)), "read-only: {mounts:?}");
 
     // Filesystem on a PVC: the shipped example, in this namespace, with its Secret.
-    apply(&client, &ns, pvc(&ns, "backup-volume")).await?;
+    apply(&client, &ns, claim(&ns, "backup-volume")).await?;
     let pw: Secret = serde_json::from_value(json!({
         "metadata": {"name": "kopia-password", "namespace": ns}, "stringData": {"password": PASSWORD}
     }))?;
@@ -256,16 +207,7 @@ async fn s3_tls_ca_bundle_and_filesystem_pvc_repositories_end_to_end() -> Result
     let names: Vec<String> =
         std::fs::read_dir(&volume_dir)?.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     assert!(names.iter().any(|n| n.starts_with("kopia.repository")), "the repository lives on the PVC: {names:?}");
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
-            "metadata": {"name": "to-nas", "namespace": ns},
-            "spec": {"repository": {"name": "nas"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "data"}}]}
-        }),
-    )
-    .await?;
+    apply(&client, &ns, policy(&ns, "to-nas", json!({"name": "nas"}), "data", json!({}))).await?;
     let nas_id = snapshot_succeeds(&client, &ns, "nas-1", "to-nas", &log).await?;
     println!("backup onto the PVC repository: kopia snapshot {nas_id}");
     let job = Api::<Job>::namespaced(client.clone(), &ns).get("nas-1").await?;

@@ -17,17 +17,17 @@ use chrono::Utc;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use kopiur_api::Repository;
-use kopiur_testenv::TestEnv;
-use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
 use kopiur_testenv::proxy::{FaultProxy, Mode};
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use serde_json::json;
+use support::env::Stack;
+use support::status::events_about;
 
-#[path = "support/phase_watch.rs"]
-mod phase_watch;
+mod support;
 use phase_watch::{JobWatch, PhaseWatch};
+use support::phase_watch;
 
 const BASE: i64 = 40;
 const CAP: i64 = 240;
@@ -49,26 +49,17 @@ fn holdoff(r: &Repository) -> Option<(i32, i64, chrono::DateTime<Utc>)> {
 }
 
 async fn events(client: &kube::Client, ns: &str, name: &str, reason: &str) -> Result<Vec<Event>> {
-    let evs = Api::<Event>::namespaced(client.clone(), ns).list(&Default::default()).await?;
-    Ok(evs
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .collect())
+    Ok(events_about(client, ns, name, reason).await?)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_repositories_close_within_a_minute_of_the_backend_returning() -> Result<()> {
     let started = Instant::now();
     let say = |m: String| println!("[{:>6.1}s] {m}", started.elapsed().as_secs_f64());
-    let dir = tempfile::tempdir()?;
-    let env = &TestEnv::start(kopiur_testenv::Options::default()).await?;
+    let Stack { client, garage: g, op_ns, env, dir: _dir } = Stack::start().await?;
+    let env = &env;
     let _guard = env.log_guard();
-    let client = env.client().await?;
-    let g = Garage::start(&dir.path().join("garage")).await?;
     let proxy = FaultProxy::start(g.s3_addr()).await?;
-    let op_ns = env.namespace("kopiur-system").await?;
     let op = Operator::start(env, &op_ns, &KNOBS).await?;
     let ns = env.namespace("closefast").await?;
     let jobs = JobWatch::start(client.clone());

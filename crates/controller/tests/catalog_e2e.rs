@@ -15,20 +15,23 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use k8s_openapi::api::core::v1::Secret;
 use kopiur_api::names::{annotation, label};
 use kopiur_api::{Repository, Snapshot};
-use kopiur_kopia::backend::{Backend, S3Backend};
-use kopiur_kopia::cmd::{self, CacheSizes, Identity, SnapshotCreateOptions};
+use kopiur_kopia::Runner;
+use kopiur_kopia::backend::Backend;
+use kopiur_kopia::cmd::{self, CacheSizes, Identity};
 use kopiur_kopia::model::{self, SnapshotManifest};
-use kopiur_kopia::{KopiaEnv, Runner};
-use kopiur_testenv::TestEnv;
 use kopiur_testenv::garage::Garage;
-use kopiur_testenv::operator::Operator;
 use kopiur_testenv::wait::wait_for;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
+mod support;
 use serde_json::json;
+use support::env::{Stack, start_operator};
+use support::repos::{
+    apply, create_secret, kopia_backend, kopia_runner, kopia_snapshot_as_app, repository, s3_backend,
+};
+use support::wait::repository_ready;
 
 const PASSWORD: &str = "catalog-e2e correct horse";
 const PREFIX: &str = "catalog/";
@@ -39,27 +42,11 @@ const WINDOW: usize = 2;
 
 /// The kopia binary, connected to the repository under its own config dir.
 fn kopia(dir: &Path, g: &Garage) -> Runner {
-    let work = dir.join("kopia-seed");
-    std::fs::create_dir_all(&work).unwrap();
-    let env = KopiaEnv::new(&work, work.join("cache"));
-    Runner::new(kopiur_testenv::tools::kopia().unwrap(), Duration::from_secs(120))
-        .envs(env.vars())
-        .env("KOPIA_PASSWORD", PASSWORD)
-        .env("AWS_ACCESS_KEY_ID", g.access_key())
-        .env("AWS_SECRET_ACCESS_KEY", g.secret_key())
-        .env_remove("AWS_SESSION_TOKEN")
-        .env_remove("AWS_PROFILE")
+    kopia_runner(&dir.join("kopia-seed"), g, PASSWORD).unwrap()
 }
 
 fn backend(g: &Garage) -> Backend {
-    Backend::S3(S3Backend {
-        bucket: g.bucket().into(),
-        endpoint: Some(g.s3_endpoint()),
-        prefix: Some(PREFIX.into()),
-        region: Some(g.region().into()),
-        disable_tls: true,
-        ..Default::default()
-    })
+    kopia_backend(g, PREFIX)
 }
 
 async fn kopia_ids(k: &Runner) -> Result<BTreeSet<String>> {
@@ -75,17 +62,14 @@ fn discovered_ids(rows: &[Snapshot]) -> BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catalog_discovers_expires_and_rediscovers() -> Result<()> {
     let started = Instant::now();
-    let dir = tempfile::tempdir()?;
-    let env = &TestEnv::start(kopiur_testenv::Options::default()).await?;
+    let Stack { client, garage: g, op_ns, env, dir } = Stack::start().await?;
+    let env = &env;
     let _guard = env.log_guard();
-    let client = env.client().await?;
-    let g = Garage::start(&dir.path().join("garage")).await?;
 
-    let op_ns = env.namespace("kopiur-system").await?;
     // A short coalescing window keeps the second scan quick (the default is 60 s). The listing
     // cap (3) holds every listing of the first part whole and truncates the last part's; the
     // verify window (2 of 5 rows) makes the last part rotate.
-    let op = Operator::start(
+    let (op, log) = start_operator(
         env,
         &op_ns,
         &[
@@ -95,33 +79,12 @@ async fn catalog_discovers_expires_and_rediscovers() -> Result<()> {
         ],
     )
     .await?;
-    let log = op.log_path().to_path_buf();
 
     let ns = env.namespace("t").await?;
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "kopia", "namespace": ns},
-        "stringData": {"KOPIA_PASSWORD": PASSWORD, "AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
-    }))?;
-    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await?;
-    kopiur_testenv::apply::apply_value(
-        &client,
-        &ns,
-        &json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
-            "metadata": {"name": "r", "namespace": ns},
-            "spec": {
-                "backend": {"s3": {"bucket": g.bucket(), "endpoint": format!("http://{}", g.s3_addr()), "region": g.region(), "prefix": PREFIX}},
-                "encryption": {"passwordSecretRef": {"name": "kopia"}}
-            }
-        }),
-    )
-    .await?;
+    create_secret(&client, &ns, &g, PASSWORD).await?;
+    apply(&client, &ns, repository(&ns, "r", s3_backend(&g, PREFIX), json!({}))).await?;
     let repos: Api<Repository> = Api::namespaced(client.clone(), &ns);
-    let r = wait_for("r Ready", Duration::from_secs(120), &log, || async {
-        let r = repos.get("r").await?;
-        Ok((r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str()) == Some("Ready")).then_some(r))
-    })
-    .await?;
+    let r = repository_ready(&client, &ns, "r", Duration::from_secs(120), &log).await?;
     let repo_uid = r.uid().context("repository uid")?;
     let unique_id = r.status.as_ref().and_then(|s| s.unique_id.clone()).context("uniqueId")?;
     println!("[{:?}] r Ready", started.elapsed());
@@ -139,17 +102,7 @@ async fn catalog_discovers_expires_and_rediscovers() -> Result<()> {
     let mut seeded = Vec::new();
     for i in 0..3 {
         std::fs::write(src.join(format!("f{i}.txt")), format!("catalog e2e file {i}\n"))?;
-        let out = k
-            .run_ok(&cmd::snapshot_create(
-                &src.display().to_string(),
-                &SnapshotCreateOptions {
-                    override_source: Some(Identity::new("app", ns.clone()).source("/data")),
-                    ..Default::default()
-                },
-            ))
-            .await?;
-        let made: Vec<SnapshotManifest> = model::parse_stream("snapshot create", &out.stdout)?;
-        seeded.push(made.first().context("a manifest")?.id.clone());
+        seeded.push(kopia_snapshot_as_app(&k, &src, &ns).await?);
     }
     let all: BTreeSet<String> = seeded.iter().cloned().collect();
     assert_eq!(kopia_ids(&k).await?, all);
@@ -260,20 +213,7 @@ async fn catalog_discovers_expires_and_rediscovers() -> Result<()> {
     })
     .await?;
     std::fs::write(src.join("late.txt"), "written after the last scan\n")?;
-    let out = k
-        .run_ok(&cmd::snapshot_create(
-            &src.display().to_string(),
-            &SnapshotCreateOptions {
-                override_source: Some(Identity::new("app", ns.clone()).source("/data")),
-                ..Default::default()
-            },
-        ))
-        .await?;
-    let late = model::parse_stream::<SnapshotManifest>("snapshot create", &out.stdout)?
-        .first()
-        .context("a manifest")?
-        .id
-        .clone();
+    let late = kopia_snapshot_as_app(&k, &src, &ns).await?;
     let mut with_late = remaining.clone();
     with_late.insert(late.clone());
     wait_for("the periodic refresh discovers the late snapshot", Duration::from_secs(75), &log, || async {
@@ -290,22 +230,7 @@ async fn catalog_discovers_expires_and_rediscovers() -> Result<()> {
     let mut five = with_late.clone();
     for i in 0..2 {
         std::fs::write(src.join(format!("more{i}.txt")), format!("over the cap {i}\n"))?;
-        let out = k
-            .run_ok(&cmd::snapshot_create(
-                &src.display().to_string(),
-                &SnapshotCreateOptions {
-                    override_source: Some(Identity::new("app", ns.clone()).source("/data")),
-                    ..Default::default()
-                },
-            ))
-            .await?;
-        five.insert(
-            model::parse_stream::<SnapshotManifest>("snapshot create", &out.stdout)?
-                .first()
-                .context("a manifest")?
-                .id
-                .clone(),
-        );
+        five.insert(kopia_snapshot_as_app(&k, &src, &ns).await?);
     }
     assert_eq!(kopia_ids(&k).await?, five);
     // One scan, honored: wait on the token (a periodic refresh may also fold in between).

@@ -27,10 +27,8 @@
 //!    PolicyNotFound`; a cron of minute 61 is `Stalled / InvalidSchedule`; a suspended schedule
 //!    is `Ready / Suspended`; a selector over two policies whose repositories' time zones differ
 //!    has `TimezoneDefaultAmbiguous=True / RepositoryDefaultsDisagree`.
-#[path = "support/phase_watch.rs"]
-mod phase_watch;
-#[path = "support/deletion_seed.rs"]
-mod seed;
+mod support;
+use support::phase_watch;
 
 use std::time::{Duration, Instant};
 
@@ -41,29 +39,14 @@ use kopiur_api::{Restore, Snapshot, SnapshotSchedule};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use phase_watch::{JobWatch, PhaseWatch};
-use seed::{Harness, RepoPin, items, names, seed_snapshots};
 use serde_json::json;
-
-fn cond<'a>(cs: &'a [Condition], t: &str) -> Option<&'a Condition> {
-    cs.iter().find(|c| c.type_ == t)
-}
-
-fn is(cs: &[Condition], t: &str, status: &str) -> bool {
-    cond(cs, t).is_some_and(|c| c.status == status)
-}
+use support::metrics;
+use support::status::{cond, is, one_true, summary};
+use support::{Harness, RepoPin, items, names, seed_snapshots};
 
 /// `Ready=False/Reason` style summary of the trio, for failure messages.
 fn trio(cs: &[Condition]) -> String {
-    ["Ready", "Reconciling", "Stalled"]
-        .iter()
-        .map(|t| cond(cs, t).map_or(format!("{t}=?"), |c| format!("{t}={}/{}", c.status, c.reason)))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// Exactly one of the trio True (docs/design/api-contract.md §1.6).
-fn one_true(cs: &[Condition]) -> bool {
-    ["Ready", "Reconciling", "Stalled"].iter().filter(|t| is(cs, t, "True")).count() == 1
+    summary(cs, &["Ready", "Reconciling", "Stalled"])
 }
 
 fn snap_conds(s: &Snapshot) -> Vec<Condition> {
@@ -122,16 +105,7 @@ const WATCHED: [&str; 13] = [
 /// it) shows as 2 here.
 async fn one_watch_per_kind_at_start_up(h: &Harness, started: Instant) -> Result<()> {
     let watches = |text: &str| -> std::collections::BTreeMap<String, f64> {
-        let mut m = std::collections::BTreeMap::new();
-        for l in text.lines().filter(|l| l.starts_with("kopiur_kube_client_requests_total{")) {
-            if !(l.contains("verb=\"watch\"") && l.contains("client=\"main\"")) {
-                continue;
-            }
-            let kind = l.split("kind=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or("").to_string();
-            let v = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-            *m.entry(kind).or_insert(0.0) += v;
-        }
-        m
+        metrics::sum_by(text, "kopiur_kube_client_requests_total", &[("verb", "watch"), ("client", "main")], "kind")
     };
     let by = Instant::now() + Duration::from_secs(30);
     let mut seen = watches(&h.metrics().await?);
@@ -199,7 +173,7 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     );
     println!("[{:5.1}s] held: {}", started.elapsed().as_secs_f64(), snap_state(&held.object));
     let ack_mark = w.mark();
-    h.ack(&ns, "r", &seed::rfc3339(chrono::Utc::now())).await?;
+    h.ack(&ns, "r", &support::rfc3339(chrono::Utc::now())).await?;
     let acked = w
         .wait_since("Deleting, Reconciling after the ack", ack_mark, t, |s| {
             snap_phase(s) == "Deleting"
@@ -462,7 +436,7 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     ensure!(jobs.owned_by(&restore_uid).is_empty(), "a Job was created before the credentials were there");
     // The key arrives: the restore Job within 10 s.
     let fixed = Instant::now();
-    let body = json!({"stringData": {"KOPIA_PASSWORD": seed::PASSWORD}});
+    let body = json!({"stringData": {"KOPIA_PASSWORD": support::PASSWORD}});
     secrets.patch("kopia", &PatchParams::default(), &Patch::Merge(&body)).await?;
     let job = jobs.wait("the restore Job", Duration::from_secs(10), |j| j.owner_uid == restore_uid).await?;
     let launched = fixed.elapsed();
@@ -576,16 +550,7 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     // 40 events on Snapshots, schedules, the repository and a Secret, and the controller's
     // LIST count does not move.
     let lists = |text: &str| -> std::collections::BTreeMap<String, f64> {
-        let mut m = std::collections::BTreeMap::new();
-        for l in text.lines().filter(|l| l.starts_with("kopiur_kube_client_requests_total{")) {
-            if !(l.contains("verb=\"list\"") && l.contains("client=\"main\"")) {
-                continue;
-            }
-            let kind = l.split("kind=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or("").to_string();
-            let v = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-            *m.entry(kind).or_insert(0.0) += v;
-        }
-        m
+        metrics::sum_by(text, "kopiur_kube_client_requests_total", &[("verb", "list"), ("client", "main")], "kind")
     };
     tokio::time::sleep(Duration::from_secs(5)).await;
     let before = lists(&h.metrics().await?);

@@ -13,10 +13,8 @@
 //! backups started before the fault and one created after it succeed, the deletions drain). A
 //! replica that exits because it could not renew the Lease is started again under the same
 //! identity, as the kubelet restarts a container in the same pod.
-#[path = "support/recorder.rs"]
-mod recorder;
-#[path = "support/deletion_seed.rs"]
-mod seed;
+mod support;
+use support::recorder;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -31,8 +29,9 @@ use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use kube::runtime::watcher;
 use recorder::Recorder;
-use seed::*;
 use serde_json::json;
+use support::repos::{apply, policy};
+use support::*;
 
 const LEASE: &str = "kopiur-leader";
 const REPLICAS: [&str; 2] = ["a", "b"];
@@ -327,16 +326,7 @@ async fn control_plane_faults_with_two_replicas() -> Result<()> {
             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}}
         }))?;
         Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns).create(&PostParams::default(), &pvc).await?;
-        kopiur_testenv::apply::apply_value(
-            &client,
-            &ns,
-            &json!({
-                "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
-                "metadata": {"name": "p", "namespace": ns},
-                "spec": {"repository": {"name": "r"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "data"}}]}
-            }),
-        )
-        .await?;
+        apply(&client, &ns, policy(&ns, "p", json!({"name": "r"}), "data", json!({}))).await?;
         // A first backup end to end, so the faults meet a warm pipeline.
         let snaps: Api<Snapshot> = Api::namespaced(client.clone(), &ns);
         snaps.create(&PostParams::default(), &w.backup("warm")?).await?;

@@ -30,7 +30,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::events::v1::Event;
 use kopiur_api::domain::identity::{lease_owner, maintenance_owner};
 use kopiur_api::names::{event, reason};
 use kopiur_api::{Maintenance, Repository};
@@ -42,10 +41,11 @@ use kopiur_testenv::proxy::{FaultProxy, Mode};
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
+use support::status::events_about;
 
-#[path = "support/phase_watch.rs"]
-mod phase_watch;
+mod support;
 use phase_watch::{JobSeen, JobWatch, PhaseWatch};
+use support::phase_watch;
 
 const PASSWORD: &str = "death spiral";
 const TARGET: usize = 2_000;
@@ -116,12 +116,9 @@ fn index_blobs(o: &DynamicObject) -> Option<i64> {
 }
 
 async fn events(client: &kube::Client, name: &str, reason: &str) -> Result<usize> {
-    let evs = Api::<Event>::namespaced(client.clone(), NS).list(&Default::default()).await?;
-    Ok(evs
-        .items
+    Ok(events_about(client, NS, name, reason)
+        .await?
         .iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .filter(|e| e.reason.as_deref() == Some(reason))
         .map(|e| e.series.as_ref().map(|s| s.count.max(1) as usize).unwrap_or(1))
         .sum())
 }

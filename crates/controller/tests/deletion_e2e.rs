@@ -26,7 +26,7 @@
 //! and stamps `reverify-requested-at`, then re-batches and drains (T40); editing a schedule's
 //! `onScheduleDelete` reaches its 8 children within 10 s, both ways (T43).
 //!
-//! Seeding is direct (kopia CLI + API writes, see `support/deletion_seed.rs`), so the whole
+//! Seeding is direct (kopia CLI + API writes, see `support/seed.rs`), so the whole
 //! file runs in a few minutes on 2 cores. Every count is printed.
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -51,9 +51,8 @@ macro_rules! check {
     };
 }
 
-#[path = "support/deletion_seed.rs"]
-mod seed;
-use seed::*;
+mod support;
+use support::*;
 
 const FLAP: usize = 30;
 const WAVE: usize = 600;
@@ -139,20 +138,7 @@ fn owned_children(
         "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
         "name": schedule, "uid": uid, "controller": true
     });
-    names
-        .iter()
-        .map(|n| SeedSnap {
-            name: n.clone(),
-            kopia_id: ids[n].clone(),
-            labels: BTreeMap::from([
-                (SET.to_string(), set.to_string()),
-                ("kopiur.home-operations.com/schedule".to_string(), schedule.to_string()),
-                ("kopiur.home-operations.com/origin".to_string(), "scheduled".to_string()),
-            ]),
-            owner: Some(owner.clone()),
-            origin: "scheduled",
-        })
-        .collect()
+    children(names, ids, set, schedule, &owner)
 }
 
 /// Repository connects by the mover runs (pods) that deleted any of `ids`, and the number of
@@ -203,22 +189,8 @@ fn latest_deletion(snaps: &[Snapshot]) -> Option<String> {
 /// each (16 in flight). A single DeleteCollection of 600 finalized objects outlives the
 /// apiserver's request timeout on 2 cores.
 async fn delete_set(client: &Client, ns: &str, set: &str) -> Result<()> {
-    let api: Api<Snapshot> = Api::namespaced(client.clone(), ns);
     let names: Vec<String> = list_set(client, ns, set).await?.iter().map(|s| s.name_any()).collect();
-    futures::stream::iter(names.into_iter().map(|n| {
-        let api = api.clone();
-        async move {
-            match api.delete(&n, &DeleteParams::default()).await {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-                Err(e) => Err(anyhow::Error::from(e).context(format!("deleting Snapshot {n}"))),
-            }
-        }
-    }))
-    .buffer_unordered(48)
-    .try_collect::<Vec<()>>()
-    .await?;
-    Ok(())
+    delete_snapshots(client, ns, names, 48).await
 }
 
 /// Waits until every Snapshot of `set` is held; returns them.

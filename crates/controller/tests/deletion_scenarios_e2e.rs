@@ -2,7 +2,7 @@
 //! found covered only by unit or simulation tests, in their end-to-end form: a private local
 //! control plane, Garage, the real controller and the real mover, every mover kopia call
 //! audited. One environment for the whole binary; Snapshots are seeded directly (kopia CLI +
-//! API writes, `support/deletion_seed.rs`) so nothing waits on a backup.
+//! API writes, `support/seed.rs`) so nothing waits on a backup.
 //!
 //! Phase A (one controller, default settings, scenarios run concurrently, each on its own
 //! Repository and namespace so counts and Events cannot mix):
@@ -49,18 +49,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use futures::{StreamExt, TryStreamExt};
 use kopiur_api::{Repository, Snapshot};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-#[path = "support/scenarios.rs"]
-mod scenarios;
-#[path = "support/deletion_seed.rs"]
-mod seed;
-use scenarios::*;
-use seed::*;
+mod support;
+use support::scenarios::*;
+use support::*;
 
 const SKIP: &str = "kopiur.home-operations.com/skip-snapshot-cleanup";
 const PART: &str = "deletion-scenarios/part";
@@ -86,21 +82,7 @@ impl Fails {
 /// Deletes the named Snapshots one DELETE each (48 in flight), the way `kubectl delete -l`
 /// does after its list.
 async fn delete_names(client: &Client, ns: &str, names: &[String]) -> Result<()> {
-    let api: Api<Snapshot> = Api::namespaced(client.clone(), ns);
-    futures::stream::iter(names.iter().cloned().map(|n| {
-        let api = api.clone();
-        async move {
-            match api.delete(&n, &DeleteParams::default()).await {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-                Err(e) => Err(anyhow::Error::from(e).context(format!("deleting Snapshot {n}"))),
-            }
-        }
-    }))
-    .buffer_unordered(48)
-    .try_collect::<Vec<()>>()
-    .await?;
-    Ok(())
+    delete_snapshots(client, ns, names.to_vec(), 48).await
 }
 
 async fn repo(client: &Client, ns: &str, name: &str) -> Result<Repository> {

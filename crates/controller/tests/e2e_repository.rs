@@ -39,14 +39,12 @@ use anyhow::{Context, Result, bail, ensure};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kopiur_api::names::label;
 use kopiur_api::{ClusterRepository, Repository, Snapshot};
-use kopiur_kopia::backend::{Backend as KopiaBackend, S3Backend};
-use kopiur_kopia::cmd::{self, CacheSizes, Identity, SnapshotCreateOptions};
-use kopiur_kopia::model::{self, SnapshotManifest};
-use kopiur_kopia::{KopiaEnv, Runner};
+use kopiur_kopia::Runner;
+use kopiur_kopia::backend::Backend as KopiaBackend;
+use kopiur_kopia::cmd::{self, CacheSizes, Identity};
 use kopiur_testenv::TestEnv;
 use kopiur_testenv::garage::Garage;
 use kopiur_testenv::proxy::{FaultProxy, Mode};
@@ -54,11 +52,15 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
+use support::env::Stack;
+use support::repos::{apply, claim, kopia_backend, kopia_runner, kopia_snapshot_as_app};
+use support::status::events_about;
+use support::wait::pv_dir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-#[path = "support/phase_watch.rs"]
-mod phase_watch;
+mod support;
 use phase_watch::{JobSeen, JobWatch, PhaseWatch, Seen};
+use support::phase_watch;
 
 const FM: &str = "e2e";
 
@@ -208,38 +210,16 @@ fn condition<'a>(r: &'a Repository, t: &str) -> Option<&'a k8s_openapi::apimachi
 }
 
 async fn events(client: &Client, ns: &str, name: &str, reason: &str) -> Result<usize> {
-    let evs = Api::<Event>::namespaced(client.clone(), ns).list(&Default::default()).await?;
-    Ok(evs
-        .items
-        .iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .count())
+    Ok(events_about(client, ns, name, reason).await?.len())
 }
 
 /// The kopia binary on its own config dir, for writing snapshots no Snapshot CR owns.
 fn seed_kopia(dir: &std::path::Path, g: &Garage, prefix: &str) -> Result<Runner> {
-    let work = dir.join(format!("kopia-seed-{}", prefix.trim_end_matches('/')));
-    std::fs::create_dir_all(&work)?;
-    let env = KopiaEnv::new(&work, work.join("cache"));
-    Ok(Runner::new(kopiur_testenv::tools::kopia()?, Duration::from_secs(120))
-        .envs(env.vars())
-        .env("KOPIA_PASSWORD", "correct horse")
-        .env("AWS_ACCESS_KEY_ID", g.access_key())
-        .env("AWS_SECRET_ACCESS_KEY", g.secret_key())
-        .env_remove("AWS_SESSION_TOKEN")
-        .env_remove("AWS_PROFILE"))
+    kopia_runner(&dir.join(format!("kopia-seed-{}", prefix.trim_end_matches('/'))), g, "correct horse")
 }
 
 fn seed_backend(g: &Garage, prefix: &str) -> KopiaBackend {
-    KopiaBackend::S3(S3Backend {
-        bucket: g.bucket().into(),
-        endpoint: Some(g.s3_endpoint()),
-        prefix: Some(prefix.into()),
-        region: Some(g.region().into()),
-        disable_tls: true,
-        ..Default::default()
-    })
+    kopia_backend(g, prefix)
 }
 
 /// The discovered rows of one repository (by its uid label), from a watch: their snapshot ids
@@ -444,11 +424,9 @@ async fn bootstrap_ready(
 async fn repository_breaker_end_to_end() -> Result<()> {
     let started = Instant::now();
     // A private control plane with the shipped CRDs (deploy/crds, drift-checked).
-    let dir = tempfile::tempdir()?;
-    let env = &TestEnv::start(kopiur_testenv::Options::default()).await?;
+    let Stack { client, garage: g, op_ns, env, dir } = Stack::start().await?;
+    let env = &env;
     let _guard = env.log_guard();
-    let client = env.client().await?;
-    let g = Garage::start(&dir.path().join("garage")).await?;
     let proxy = FaultProxy::start(g.s3_addr()).await?;
     let proxy18 = FaultProxy::start(g.s3_addr()).await?;
     let proxy44 = FaultProxy::start(g.s3_addr()).await?;
@@ -463,7 +441,6 @@ async fn repository_breaker_end_to_end() -> Result<()> {
     // Every kopiur Job, from a watch started before anything can create one.
     let jobs = JobWatch::start(client.clone());
 
-    let op_ns = env.namespace("kopiur-system").await?;
     apply_rbac(&client, &op_ns).await?;
     let op = start_operator(env, &op_ns, dir.path()).await?;
 
@@ -610,17 +587,7 @@ async fn repository_breaker_end_to_end() -> Result<()> {
         let mut seeded = BTreeSet::new();
         for i in 0..10 {
             std::fs::write(src.join(format!("f{i}.txt")), format!("catalog row {i}\n"))?;
-            let out = k
-                .run_ok(&cmd::snapshot_create(
-                    &src.display().to_string(),
-                    &SnapshotCreateOptions {
-                        override_source: Some(Identity::new("app", ns.clone()).source("/data")),
-                        ..Default::default()
-                    },
-                ))
-                .await?;
-            let made: Vec<SnapshotManifest> = model::parse_stream("snapshot create", &out.stdout)?;
-            seeded.insert(made.first().context("a manifest")?.id.clone());
+            seeded.insert(kopia_snapshot_as_app(&k, &src, &ns).await?);
         }
         ensure!(seeded.len() == 10, "10 distinct manifests: {seeded:?}");
         let rows = RowWatch::start(client.clone(), &ns, &uid);
@@ -655,23 +622,14 @@ async fn repository_breaker_end_to_end() -> Result<()> {
     // spec keeps it down 25 min; here it is restored once the child has parked.)
     let t08 = async {
         bootstrap_ready("p08", &w08, &jobs, Duration::from_secs(240)).await?;
-        kopiur_testenv::apply::apply_value(
-            &client,
-            &ns,
-            &json!({
-                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                "metadata": {"name": "data08", "namespace": ns},
-                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
-            }),
-        )
-        .await?;
+        apply(&client, &ns, claim(&ns, "data08")).await?;
         let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
         let pvc = wait_for("data08 Bound", Duration::from_secs(60), &op, || async {
             let p = pvcs.get("data08").await?;
             Ok((p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")).then_some(p))
         })
         .await?;
-        let host = kopiur_testenv::node::provisioner::pv_dir(&env.node_state_dir(), &pvc.uid().context("pvc uid")?);
+        let host = pv_dir(env, &pvc)?;
         std::fs::create_dir_all(&host)?;
         std::fs::write(host.join("t08.txt"), b"proactive detection\n")?;
         let snaps: Api<Snapshot> = Api::namespaced(client.clone(), &ns);

@@ -36,12 +36,10 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kopiur_api::names::annotation;
 use kopiur_api::repository::StrictRetry;
 use kopiur_api::{Repository, Snapshot};
-use kopiur_testenv::TestEnv;
 use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
 use kopiur_testenv::proxy::{FaultProxy, Mode};
@@ -49,10 +47,12 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
+use support::env::Stack;
+use support::status::events_about;
 
-#[path = "support/phase_watch.rs"]
-mod phase_watch;
+mod support;
 use phase_watch::PhaseWatch;
+use support::phase_watch;
 
 const PASSWORD: &str = "faults correct horse";
 /// Operator timing knobs: strict retries 10 s doubling to 40 s, reverify nudges 5 s apart.
@@ -245,12 +245,9 @@ impl World {
 
     /// Events about `name` with `reason`, counting a recorder series as its count.
     async fn events(&self, ns: &str, name: &str, reason: &str) -> Result<i32> {
-        let evs = Api::<Event>::namespaced(self.client.clone(), ns).list(&Default::default()).await?;
-        Ok(evs
-            .items
+        Ok(events_about(&self.client, ns, name, reason)
+            .await?
             .iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-            .filter(|e| e.reason.as_deref() == Some(reason))
             .map(|e| e.series.as_ref().map(|s| s.count).unwrap_or(1).max(1))
             .sum())
     }
@@ -636,17 +633,14 @@ async fn outage_opens(w: &World, op: &Operator, ns: &str, proxy: &FaultProxy) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repository_faults_end_to_end() -> Result<()> {
     let started = Instant::now();
-    let dir = tempfile::tempdir()?;
-    let env = &TestEnv::start(kopiur_testenv::Options::default()).await?;
+    let Stack { client, garage: g, op_ns, env, dir: _dir } = Stack::start().await?;
+    let env = &env;
     let _guard = env.log_guard();
-    let client = env.client().await?;
-    let g = Garage::start(&dir.path().join("garage")).await?;
     let alert_proxy = FaultProxy::start(g.s3_addr()).await?;
     let out_proxy = FaultProxy::start(g.s3_addr()).await?;
     let direct = g.s3_addr().to_string();
 
     // Two replicas of one operator: a leads, b stands by.
-    let op_ns = env.namespace("kopiur-system").await?;
     let mut a = Operator::start_replica(env, &op_ns, "a", &KNOBS).await?;
     let mut w = World { client: client.clone(), g, jobs: JobLog::start(client.clone()), logs: vec![], started };
     w.logs.push(a.log_path().to_path_buf());

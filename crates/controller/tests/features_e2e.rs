@@ -4,42 +4,23 @@
 //! gone once the fields are); a Repository with a gating field (`s3.auth.workloadIdentity`) is
 //! `Pending`, `Stalled / FeatureNotImplemented`, with no Job, and proceeds to Ready once the field
 //! is removed.
-#[path = "support/deletion_seed.rs"]
-mod seed;
+mod support;
 
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::events::v1::Event;
 use kopiur_api::Repository;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
-use seed::{Harness, wait_for};
 use serde_json::json;
-
-fn cond(r: &Repository, t: &str) -> Option<(String, String, String)> {
-    r.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == t)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
-fn phase(r: &Repository) -> String {
-    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
+use support::status::{events_about, repo_condition as cond, repo_phase as phase};
+use support::{Harness, wait_for};
 
 async fn events(h: &Harness, ns: &str, name: &str, reason: &str) -> Result<usize> {
-    let evs: Api<Event> = Api::namespaced(h.client.clone(), ns);
-    Ok(evs
-        .list(&ListParams::default())
+    Ok(events_about(&h.client, ns, name, reason)
         .await?
-        .items
         .iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .filter(|e| e.reason.as_deref() == Some(reason))
         .filter(|e| e.type_.as_deref() == Some("Warning"))
         .count())
 }

@@ -22,25 +22,21 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kopiur_api::{ClusterRepository, Maintenance, Repository, RepositoryReplication};
-use kopiur_testenv::TestEnv;
-use kopiur_testenv::garage::Garage;
-use kopiur_testenv::operator::Operator;
 use kopiur_testenv::proxy::{FaultProxy, Mode};
 use kopiur_testenv::wait::wait_for;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
+use support::env::{Stack, start_operator};
+use support::repos::{apply, repository, s3_backend_through};
+use support::wait::repository_ready;
 
-#[path = "support/recorder.rs"]
-mod recorder;
+mod support;
 use recorder::Recorder;
+use support::recorder;
 
 const MIRROR: &str = "kopiur-mirror";
-
-async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
-    kopiur_testenv::apply::apply_value(client, ns, &v).await
-}
 
 fn repo_phase(r: &Repository) -> String {
     r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
@@ -101,22 +97,18 @@ fn job_complete(j: &Job) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     let started = Instant::now();
-    let dir = tempfile::tempdir()?;
-    let env = &TestEnv::start(kopiur_testenv::Options::default()).await?;
+    let Stack { client, garage: g, op_ns, env, dir: _dir } = Stack::start().await?;
+    let env = &env;
     let _guard = env.log_guard();
-    let client = env.client().await?;
-    let g = Garage::start(&dir.path().join("garage")).await?;
     g.create_bucket(MIRROR).await?;
     let proxy = FaultProxy::start(g.s3_addr()).await?;
 
-    let op_ns = env.namespace("kopiur-system").await?;
-    let op = Operator::start(
+    let (op, log) = start_operator(
         env,
         &op_ns,
         &[("KOPIUR_STRICT_RETRY_BASE_SECONDS", "5"), ("KOPIUR_STRICT_RETRY_CAP_SECONDS", "10")],
     )
     .await?;
-    let log = op.log_path().to_path_buf();
 
     let ns = env.namespace("t").await?;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
@@ -168,22 +160,16 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     apply(
         &client,
         &ns,
-        json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
-            "metadata": {"name": "r", "namespace": ns},
-            "spec": {
-                "backend": {"s3": {"bucket": g.bucket(), "endpoint": format!("http://{}", proxy.endpoint()), "region": g.region(), "prefix": "maint/"}},
-                "encryption": {"passwordSecretRef": {"name": "kopia"}},
-                "health": {"probe": {"interval": "30s", "failureThreshold": 1}}
-            }
-        }),
+        repository(
+            &ns,
+            "r",
+            s3_backend_through(&g, &proxy, "maint/"),
+            json!({"health": {"probe": {"interval": "30s", "failureThreshold": 1}}}),
+        ),
     )
     .await?;
     let repos: Api<Repository> = Api::namespaced(client.clone(), &ns);
-    wait_for("r Ready", Duration::from_secs(120), &log, || async {
-        Ok((repo_phase(&repos.get("r").await?) == "Ready").then_some(()))
-    })
-    .await?;
+    repository_ready(&client, &ns, "r", Duration::from_secs(120), &log).await?;
     println!("[{:>5.1}s] r Ready", started.elapsed().as_secs_f64());
 
     // MaintenanceApplyFailed: the projection's apply into a missing namespace fails; the

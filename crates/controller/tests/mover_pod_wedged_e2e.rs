@@ -22,17 +22,15 @@ use k8s_openapi::api::events::v1::Event;
 use kopiur_api::names::{annotation, label};
 use kopiur_api::shared::phase::ManualRunPhase;
 use kopiur_api::{Maintenance, Repository, Restore, Snapshot};
-use kopiur_testenv::TestEnv;
-use kopiur_testenv::garage::Garage;
-use kopiur_testenv::operator::Operator;
 use kopiur_testenv::wait::wait_for;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use serde_json::{Value, json};
-
-async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
-    kopiur_testenv::apply::apply_value(client, ns, &v).await
-}
+mod support;
+use serde_json::json;
+use support::env::{Stack, start_operator};
+use support::repos::{apply, claim, policy, repository, s3_backend, secret};
+use support::status::events_about;
+use support::wait::{pv_dir, pvc_bound, repository_ready};
 
 fn snap_phase(s: &Snapshot) -> String {
     s.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
@@ -57,13 +55,7 @@ fn repo_phase(r: &Repository) -> String {
 /// Occurrences of Events with `reason` about the object named `object` (an Event series counts
 /// each occurrence, so a repeat folded into one object is still seen).
 async fn occurrences(client: &Client, ns: &str, object: &str, reason: &str) -> Result<(usize, Vec<Event>)> {
-    let l = Api::<Event>::namespaced(client.clone(), ns).list(&ListParams::default()).await?;
-    let evs: Vec<Event> = l
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object))
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .collect();
+    let evs: Vec<Event> = events_about(client, ns, object, reason).await?;
     let n = evs.iter().map(|e| e.series.as_ref().map_or(1, |s| s.count.max(1) as usize)).sum();
     Ok((n, evs))
 }
@@ -71,77 +63,30 @@ async fn occurrences(client: &Client, ns: &str, object: &str, reason: &str) -> R
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()> {
     let started = Instant::now();
-    let dir = tempfile::tempdir()?;
-    let env = &TestEnv::start(kopiur_testenv::Options::default()).await?;
+    let Stack { client, garage: g, op_ns, env, dir: _dir } = Stack::start().await?;
+    let env = &env;
     let _guard = env.log_guard();
-    let client = env.client().await?;
-    let g = Garage::start(&dir.path().join("garage")).await?;
-    let op_ns = env.namespace("kopiur-system").await?;
-    let op = Operator::start(env, &op_ns, &[]).await?;
-    let log = op.log_path().to_path_buf();
+    let (op, log) = start_operator(env, &op_ns, &[]).await?;
 
     // The repository, with its own (correct) Secret, in its namespace.
     let repo_ns = env.namespace("wedged-repo").await?;
-    let secret = |ns: &str, password_key: &str| -> Result<Secret> {
-        Ok(serde_json::from_value(json!({
-            "metadata": {"name": "kopia", "namespace": ns},
-            "stringData": {password_key: "wedged e2e", "AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
-        }))?)
-    };
     Api::<Secret>::namespaced(client.clone(), &repo_ns)
-        .create(&PostParams::default(), &secret(&repo_ns, "KOPIA_PASSWORD")?)
+        .create(&PostParams::default(), &secret(&repo_ns, &g, "KOPIA_PASSWORD", "wedged e2e")?)
         .await?;
-    apply(
-        &client,
-        &repo_ns,
-        json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
-            "metadata": {"name": "r", "namespace": repo_ns},
-            "spec": {
-                "backend": {"s3": {"bucket": g.bucket(), "endpoint": format!("http://{}", g.s3_addr()), "region": g.region(), "prefix": "wedged/"}},
-                "encryption": {"passwordSecretRef": {"name": "kopia"}}
-            }
-        }),
-    )
-    .await?;
+    apply(&client, &repo_ns, repository(&repo_ns, "r", s3_backend(&g, "wedged/"), json!({}))).await?;
 
     // The consumer namespace: a copy of the Secret with the password key misspelt.
     let ns = env.namespace("wedged-app").await?;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    secrets.create(&PostParams::default(), &secret(&ns, "KOPIA_PASWORD")?).await?;
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "data", "namespace": ns},
-            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
-        }),
-    )
-    .await?;
+    secrets.create(&PostParams::default(), &secret(&ns, &g, "KOPIA_PASWORD", "wedged e2e")?).await?;
+    apply(&client, &ns, claim(&ns, "data")).await?;
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-    let pvc = wait_for("PVC Bound", Duration::from_secs(120), &log, || async {
-        let p = pvcs.get("data").await?;
-        Ok((p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")).then_some(p))
-    })
-    .await?;
-    let host = kopiur_testenv::node::provisioner::pv_dir(&env.node_state_dir(), &pvc.uid().context("pvc uid")?);
+    let pvc = pvc_bound(&client, &ns, "data", "PVC Bound", Duration::from_secs(120), &log).await?;
+    let host = pv_dir(env, &pvc)?;
     std::fs::write(host.join("state.txt"), b"backed up once the Secret copy is fixed\n")?;
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
-            "metadata": {"name": "p", "namespace": ns},
-            "spec": {"repository": {"name": "r", "namespace": repo_ns}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "data"}}]}
-        }),
-    )
-    .await?;
+    apply(&client, &ns, policy(&ns, "p", json!({"name": "r", "namespace": repo_ns}), "data", json!({}))).await?;
     let repos: Api<Repository> = Api::namespaced(client.clone(), &repo_ns);
-    wait_for("r Ready", Duration::from_secs(420), &log, || async {
-        Ok((repo_phase(&repos.get("r").await?) == "Ready").then_some(()))
-    })
-    .await?;
+    repository_ready(&client, &repo_ns, "r", Duration::from_secs(420), &log).await?;
     let nudge_before = repos.get("r").await?.annotations().get(annotation::REVERIFY_REQUESTED_AT).cloned();
     println!("setup: repository Ready {:.1} s after the test started", started.elapsed().as_secs_f64());
 

@@ -25,10 +25,8 @@
 //!   Stalled `MissingCredentialsSecret` resumed by the Secret, one `InvalidSpec` per invalid
 //!   generation of a discovered row, `DiscoveredSnapshotUnplaced`, and a Restore's
 //!   `ReferentAvailable` both ways.
-#[path = "support/phase_watch.rs"]
-mod phase_watch;
-#[path = "support/deletion_seed.rs"]
-mod seed;
+mod support;
+use support::phase_watch;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -40,8 +38,9 @@ use kopiur_api::{Repository, Snapshot, SnapshotReplication};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use phase_watch::{JobWatch, PhaseWatch};
-use seed::{Harness, RepoPin, SeedSnap};
 use serde_json::{Value, json};
+use support::status::events_about;
+use support::{Harness, RepoPin, SeedSnap};
 
 const PIN_NAME: &str = "kopiur";
 const PIN_TARGET: &str = "kopiur.home-operations.com/pin-target";
@@ -49,7 +48,7 @@ const PIN_TARGET: &str = "kopiur.home-operations.com/pin-target";
 const NO_SUCH_ID: &str = "00000000000000000000000000000000";
 
 fn cond(s: &Snapshot, t: &str) -> Option<(String, String, String)> {
-    seed::condition(s, t).map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    support::condition(s, t).map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
 fn pinned_state(s: &Snapshot) -> String {
@@ -71,7 +70,7 @@ async fn kopia_pins(h: &Harness, prefix: &str) -> Result<BTreeMap<String, BTreeS
             .env("KOPIA_CACHE_DIRECTORY", dir.path().join("cache"))
             .env("KOPIA_LOG_DIR", dir.path().join("logs"))
             .env("KOPIA_CHECK_FOR_UPDATES", "false")
-            .env("KOPIA_PASSWORD", seed::PASSWORD)
+            .env("KOPIA_PASSWORD", support::PASSWORD)
             .env("AWS_ACCESS_KEY_ID", h.garage.access_key())
             .env("AWS_SECRET_ACCESS_KEY", h.garage.secret_key())
             .kill_on_drop(true);
@@ -105,14 +104,10 @@ async fn kopia_pins(h: &Harness, prefix: &str) -> Result<BTreeMap<String, BTreeS
 }
 
 async fn warning_events(h: &Harness, ns: &str, name: &str, reason: &str) -> Result<usize> {
-    let evs: Api<Event> = Api::namespaced(h.client.clone(), ns);
-    Ok(evs
-        .list(&ListParams::default())
+    Ok(events_about(&h.client, ns, name, reason)
         .await?
-        .items
         .iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .filter(|e| e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning"))
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
         // A repeat of the same Event is recorded as a series on one object.
         .map(|e| e.series.as_ref().map(|s| s.count as usize).unwrap_or(1))
         .sum())
@@ -192,7 +187,7 @@ async fn pin_jobs_apply_and_remove_the_kopia_pin_and_snapshot_replication_is_gat
             owner: None,
             origin: "manual",
         };
-        let uids = seed::seed_snapshots(
+        let uids = support::seed_snapshots(
             &h.client,
             &ns,
             &RepoPin::of(&repo),
@@ -229,7 +224,7 @@ async fn pin_jobs_apply_and_remove_the_kopia_pin_and_snapshot_replication_is_gat
         // The Secret appears; the repository becomes Ready; only then do the pin Jobs run.
         let secret: Secret = serde_json::from_value(json!({
             "metadata": {"name": "kopia-late", "namespace": ns},
-            "stringData": {"KOPIA_PASSWORD": seed::PASSWORD, "AWS_ACCESS_KEY_ID": h.garage.access_key(),
+            "stringData": {"KOPIA_PASSWORD": support::PASSWORD, "AWS_ACCESS_KEY_ID": h.garage.access_key(),
                            "AWS_SECRET_ACCESS_KEY": h.garage.secret_key()}
         }))?;
         Api::<Secret>::namespaced(h.client.clone(), &ns).create(&PostParams::default(), &secret).await?;
@@ -366,7 +361,7 @@ async fn pin_jobs_apply_and_remove_the_kopia_pin_and_snapshot_replication_is_gat
         srepls.patch("copy", &pp, &Patch::Merge(json!({"spec": {"suspend": true}}))).await?;
         copy_watch.wait("SnapshotReplication Stalled at generation 2", t, |r| gated(r, 2)).await?;
         // The Event follows the status write that reports the generation.
-        seed::wait_for(
+        support::wait_for(
             "two FeatureNotImplemented Events (one per generation)",
             Duration::from_secs(10),
             &h.log(),
@@ -518,7 +513,7 @@ async fn snapshot_rows(h: &Harness, jobs: &JobWatch) -> Result<()> {
                 && s.status.as_ref().and_then(|x| x.observed_generation) == Some(1)
         })
         .await?;
-    seed::wait_for("disc-1: one InvalidSpec", Duration::from_secs(10), &h.log(), || async {
+    support::wait_for("disc-1: one InvalidSpec", Duration::from_secs(10), &h.log(), || async {
         Ok((warning_events(h, &ns, "disc-1", "InvalidSpec").await? >= 1).then_some(()))
     })
     .await?;
@@ -527,7 +522,7 @@ async fn snapshot_rows(h: &Harness, jobs: &JobWatch) -> Result<()> {
     disc_w
         .wait("disc-1 observed generation 2", t, |s| s.status.as_ref().and_then(|x| x.observed_generation) == Some(2))
         .await?;
-    seed::wait_for("disc-1: a second InvalidSpec (generation 2)", Duration::from_secs(10), &h.log(), || async {
+    support::wait_for("disc-1: a second InvalidSpec (generation 2)", Duration::from_secs(10), &h.log(), || async {
         Ok((warning_events(h, &ns, "disc-1", "InvalidSpec").await? >= 2).then_some(()))
     })
     .await?;
@@ -553,13 +548,13 @@ async fn snapshot_rows(h: &Harness, jobs: &JobWatch) -> Result<()> {
         })
         .await?;
     let refusals = |m: &str| {
-        seed::sample(
+        support::sample(
             m,
             "kopiur_snapshot_refusals_total",
             &[("namespace", &ns), ("name", "ro-1"), ("reason", "RepositoryReadOnly")],
         )
     };
-    let n = seed::wait_for("the refusal counted", Duration::from_secs(10), &h.log(), || async {
+    let n = support::wait_for("the refusal counted", Duration::from_secs(10), &h.log(), || async {
         Ok(refusals(&h.metrics().await?))
     })
     .await?;
@@ -569,7 +564,7 @@ async fn snapshot_rows(h: &Harness, jobs: &JobWatch) -> Result<()> {
     // The ClusterRepository: its first listing cannot place the snapshot of `deletion-e2e`.
     h.wait_cluster_repository_ready("rows-shared", t).await?;
     let unplaced =
-        seed::wait_for("DiscoveredSnapshotUnplaced on rows-shared", Duration::from_secs(30), &h.log(), || async {
+        support::wait_for("DiscoveredSnapshotUnplaced on rows-shared", Duration::from_secs(30), &h.log(), || async {
             let v = cluster_warnings(h, "ClusterRepository", "rows-shared", "DiscoveredSnapshotUnplaced").await?;
             Ok((!v.is_empty()).then_some(v))
         })

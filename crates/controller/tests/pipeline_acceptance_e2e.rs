@@ -35,29 +35,29 @@ use anyhow::{Context, Result, ensure};
 use chrono::{Timelike, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
 use kopiur_api::names::{annotation, label};
 use kopiur_api::{Repository, Snapshot, SnapshotPolicy, SnapshotSchedule};
-use kopiur_kopia::backend::{Backend, S3Backend};
+use kopiur_kopia::Runner;
 use kopiur_kopia::cmd::{self, CacheSizes, Identity};
 use kopiur_kopia::model::{self, SnapshotManifest};
-use kopiur_kopia::{KopiaEnv, Runner};
-use kopiur_testenv::TestEnv;
 use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
 use kopiur_testenv::proxy::{FaultProxy, Mode};
 use kopiur_testenv::wait::wait_for;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
+use support::env::Stack;
+use support::metrics;
+use support::repos::{create_secret, kopia_backend, kopia_runner};
 
-#[path = "support/admission.rs"]
-mod admission;
-#[path = "support/recorder.rs"]
-mod recorder;
+mod support;
 use kopiur_api::names::condition as names_cond;
 use recorder::Recorder;
+use support::admission;
+use support::recorder;
 
 const PASSWORD: &str = "acceptance e2e correct horse";
 
@@ -164,23 +164,8 @@ fn cond<'a>(r: &'a Repository, t: &str) -> Option<&'a k8s_openapi::apimachinery:
     r.status.as_ref()?.conditions.iter().find(|c| c.type_ == t)
 }
 
-/// `name{labels…} value` summed over the series matching every label pair.
-fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let rest = series.strip_prefix(name)?;
-            if !(rest.is_empty() || rest.starts_with('{')) {
-                return None;
-            }
-            labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))).then(|| value.parse::<f64>().ok())?
-        })
-        .sum()
-}
-
 async fn batch_jobs_created(op: &Operator) -> Result<f64> {
-    Ok(metric_sum(&op.metrics().await?, "kopiur_mover_jobs_created_total", &[("op", "snapshot-delete-batch")]))
+    Ok(metrics::sum(&op.metrics().await?, "kopiur_mover_jobs_created_total", &[("op", "snapshot-delete-batch")]))
 }
 
 /// The kopia CLI connected to one repository prefix under its own config dir.
@@ -190,24 +175,8 @@ struct Kopia {
 
 impl Kopia {
     async fn connect(dir: &Path, g: &Garage, prefix: &str) -> Result<Kopia> {
-        let work = dir.join(format!("kopia-{}", prefix.trim_end_matches('/')));
-        std::fs::create_dir_all(&work)?;
-        let env = KopiaEnv::new(&work, work.join("cache"));
-        let runner = Runner::new(kopiur_testenv::tools::kopia()?, Duration::from_secs(120))
-            .envs(env.vars())
-            .env("KOPIA_PASSWORD", PASSWORD)
-            .env("AWS_ACCESS_KEY_ID", g.access_key())
-            .env("AWS_SECRET_ACCESS_KEY", g.secret_key())
-            .env_remove("AWS_SESSION_TOKEN")
-            .env_remove("AWS_PROFILE");
-        let backend = Backend::S3(S3Backend {
-            bucket: g.bucket().into(),
-            endpoint: Some(g.s3_endpoint()),
-            prefix: Some(prefix.into()),
-            region: Some(g.region().into()),
-            disable_tls: true,
-            ..Default::default()
-        });
+        let runner = kopia_runner(&dir.join(format!("kopia-{}", prefix.trim_end_matches('/'))), g, PASSWORD)?;
+        let backend = kopia_backend(g, prefix);
         runner.run_ok(&cmd::connect(&backend, &Identity::new("audit", "e2e"), false, &CacheSizes::default())?).await?;
         Ok(Kopia { runner })
     }
@@ -249,14 +218,11 @@ fn observe_prunes(snaps: Api<Snapshot>) -> (PruneStamps, tokio::task::JoinHandle
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipeline_acceptance_end_to_end() -> Result<()> {
     let started = Instant::now();
-    let dir = tempfile::tempdir()?;
-    let env = &TestEnv::start(kopiur_testenv::Options::default()).await?;
+    let Stack { client, garage: g, op_ns, env, dir } = Stack::start().await?;
+    let env = &env;
     let _guard = env.log_guard();
-    let client = env.client().await?;
-    let g = Garage::start(&dir.path().join("garage")).await?;
     let alert_proxy = FaultProxy::start(g.s3_addr()).await?;
     let down_proxy = FaultProxy::start(g.s3_addr()).await?;
-    let op_ns = env.namespace("kopiur-system").await?;
     let op = Operator::start(
         env,
         &op_ns,
@@ -273,11 +239,7 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
     admission::install_pruned_by_policy(&client, &op_ns, &ns).await?;
     let w = World { client: client.clone(), ns: ns.clone(), log: op.log_path().to_path_buf(), started };
 
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "kopia", "namespace": ns},
-        "stringData": {"KOPIA_PASSWORD": PASSWORD, "AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
-    }))?;
-    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await?;
+    create_secret(&client, &ns, &g, PASSWORD).await?;
     let repo = |name: &str, endpoint: String, extra: Value| {
         let mut spec = json!({
             "backend": {"s3": {"bucket": g.bucket(), "endpoint": format!("http://{endpoint}"), "region": g.region(), "prefix": format!("{name}/")}},
@@ -1129,7 +1091,7 @@ async fn starting_deadline(w: &World, op: &Operator) -> Result<()> {
     // As if the controller had been down across the slot: the pinned slot is 3 minutes old.
     let past = (Utc::now() - chrono::Duration::minutes(3)).with_nanosecond(0).context("time")?;
     let count = || async {
-        anyhow::Ok(metric_sum(
+        anyhow::Ok(metrics::sum(
             &op.metrics().await?,
             "kopiur_controller_reconciliations_total",
             &[("kind", "SnapshotSchedule")],

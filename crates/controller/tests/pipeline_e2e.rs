@@ -10,35 +10,29 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
-use kopiur_api::{Repository, Snapshot};
-use kopiur_testenv::TestEnv;
-use kopiur_testenv::garage::Garage;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kopiur_api::Snapshot;
 use kopiur_testenv::operator::Operator;
 use kopiur_testenv::wait::wait_for;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams};
 use kube::runtime::watcher;
-use kube::{Api, Client, ResourceExt};
-use serde_json::{Value, json};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use support::env::{Stack, start_operator};
+use support::metrics;
+use support::repos::{apply, claim, create_secret, policy, repository, s3_backend};
+use support::wait::{pv_dir, pvc_bound, repository_ready};
 
-#[path = "support/recorder.rs"]
-mod recorder;
+mod support;
 use recorder::Recorder;
+use support::recorder;
 
 const PASSWORD: &str = "pipeline-e2e correct horse";
-
-async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
-    kopiur_testenv::apply::apply_value(client, ns, &v).await
-}
 
 /// `kopiur_mover_jobs_created_total{op="snapshot-delete-batch"}` summed over namespaces.
 async fn batch_jobs_created(op: &Operator) -> Result<u64> {
     let text = op.metrics().await?;
-    Ok(text
-        .lines()
-        .filter(|l| l.starts_with("kopiur_mover_jobs_created_total{") && l.contains("op=\"snapshot-delete-batch\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum())
+    Ok(metrics::sum(&text, "kopiur_mover_jobs_created_total", &[("op", "snapshot-delete-batch")]) as u64)
 }
 
 fn phase(s: &Snapshot) -> String {
@@ -51,77 +45,30 @@ fn ready_reason(s: &Snapshot) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    let env = &TestEnv::start(kopiur_testenv::Options::default()).await?;
+    let Stack { client, garage: g, op_ns, env, dir: _dir } = Stack::start().await?;
+    let env = &env;
     let _guard = env.log_guard();
-    let client = env.client().await?;
-    let g = Garage::start(&dir.path().join("garage")).await?;
 
-    let op_ns = env.namespace("kopiur-system").await?;
-    let op = Operator::start(env, &op_ns, &[]).await?;
-    let log = op.log_path().to_path_buf();
+    let (op, log) = start_operator(env, &op_ns, &[]).await?;
 
     let ns = env.namespace("t").await?;
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "kopia", "namespace": ns},
-        "stringData": {"KOPIA_PASSWORD": PASSWORD, "AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
-    }))?;
-    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await?;
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
-            "metadata": {"name": "r", "namespace": ns},
-            "spec": {
-                "backend": {"s3": {"bucket": g.bucket(), "endpoint": format!("http://{}", g.s3_addr()), "region": g.region(), "prefix": "pipeline/"}},
-                "encryption": {"passwordSecretRef": {"name": "kopia"}}
-            }
-        }),
-    )
-    .await?;
+    create_secret(&client, &ns, &g, PASSWORD).await?;
+    apply(&client, &ns, repository(&ns, "r", s3_backend(&g, "pipeline/"), json!({}))).await?;
 
     // A PVC with data, written straight into its host directory.
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "data", "namespace": ns},
-            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
-        }),
-    )
-    .await?;
+    apply(&client, &ns, claim(&ns, "data")).await?;
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-    let pvc = wait_for("PVC Bound", Duration::from_secs(60), &log, || async {
-        let p = pvcs.get("data").await?;
-        Ok((p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")).then_some(p))
-    })
-    .await?;
-    let host = kopiur_testenv::node::provisioner::pv_dir(&env.node_state_dir(), &pvc.uid().context("pvc uid")?);
+    let pvc = pvc_bound(&client, &ns, "data", "PVC Bound", Duration::from_secs(60), &log).await?;
+    let host = pv_dir(env, &pvc)?;
     std::fs::create_dir_all(host.join("nested"))?;
     std::fs::write(host.join("hello.txt"), b"hello from the pipeline e2e\n")?;
     let blob: Vec<u8> = (0..200_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
     std::fs::write(host.join("nested/blob.bin"), &blob)?;
 
-    let repos: Api<Repository> = Api::namespaced(client.clone(), &ns);
-    wait_for("r Ready", Duration::from_secs(300), &log, || async {
-        let r = repos.get("r").await?;
-        Ok((r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str()) == Some("Ready")).then_some(()))
-    })
-    .await?;
+    repository_ready(&client, &ns, "r", Duration::from_secs(300), &log).await?;
 
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
-            "metadata": {"name": "p", "namespace": ns},
-            "spec": {"repository": {"name": "r"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "data"}}],
-                     "retention": {"keepLatest": 2}}
-        }),
-    )
-    .await?;
+    apply(&client, &ns, policy(&ns, "p", json!({"name": "r"}), "data", json!({"retention": {"keepLatest": 2}})))
+        .await?;
 
     // A manual Snapshot reaches Succeeded with a kopia snapshot id.
     let snaps: Api<Snapshot> = Api::namespaced(client.clone(), &ns);

@@ -11,7 +11,7 @@
 //! child's and the manual Snapshot's Jobs exist within 10 s of Ready (G3), each parked child
 //! runs exactly once and succeeds, the Restore of a policy with no earlier backup pins the
 //! backup made after recovery, both Restores complete and the cadence resumes. Every
-//! transition is read from watches that record every version (support/recorder.rs), not from
+//! transition is read from watches that record every version (`support::recorder`), not from
 //! polls.
 //!
 //! Shorter than before with the same assertions: the T10 consumers used to park in a first,
@@ -47,25 +47,24 @@ use futures::StreamExt;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kopiur_api::{Repository, Restore, Snapshot, SnapshotSchedule};
 use kopiur_testenv::TestEnv;
-use kopiur_testenv::garage::Garage;
 use kopiur_testenv::operator::Operator;
 use kopiur_testenv::proxy::{FaultProxy, Mode};
 use kopiur_testenv::wait::wait_for;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
+use support::env::{Stack, start_operator};
+use support::metrics::samples;
+use support::repos::{apply, claim, create_secret, policy, repository, s3_backend_through};
+use support::wait::{pv_dir, pvc_bound, repository_ready};
 
-#[path = "support/recorder.rs"]
-mod recorder;
+mod support;
 use recorder::Recorder;
-
-async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
-    kopiur_testenv::apply::apply_value(client, ns, &v).await
-}
+use support::recorder;
 
 fn repo_phase(r: &Repository) -> String {
     r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
@@ -86,21 +85,6 @@ fn step(what: &str) {
     println!("[{:7.1}s] {what}", t.as_secs_f64());
 }
 
-/// The values of `name` series carrying every `labels` pair, from a `/metrics` scrape.
-fn samples(text: &str, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let rest = series.strip_prefix(name)?;
-            if !(rest.is_empty() || rest.starts_with('{')) {
-                return None;
-            }
-            labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))).then(|| value.parse().ok())?
-        })
-        .collect()
-}
-
 /// The single series of `name` with `labels`, if present.
 fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     let v = samples(text, name, labels);
@@ -111,15 +95,12 @@ fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
     step("start");
-    let dir = tempfile::tempdir()?;
-    let env = &TestEnv::start(kopiur_testenv::Options::default()).await?;
+    let Stack { client, garage: g, op_ns, env, dir: _dir } = Stack::start().await?;
+    let env = &env;
     let _guard = env.log_guard();
-    let client = env.client().await?;
-    let g = Garage::start(&dir.path().join("garage")).await?;
     let proxy = FaultProxy::start(g.s3_addr()).await?;
 
-    let op_ns = env.namespace("kopiur-system").await?;
-    let op = Operator::start(
+    let (op, log) = start_operator(
         env,
         &op_ns,
         // Base 2 s: after a first failed probe the next ones follow 2 s and 4 s later, so the
@@ -130,74 +111,31 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
         ],
     )
     .await?;
-    let log = op.log_path().to_path_buf();
 
     let ns = env.namespace("t").await?;
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "kopia", "namespace": ns},
-        "stringData": {"KOPIA_PASSWORD": "outage e2e", "AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
-    }))?;
-    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await?;
+    create_secret(&client, &ns, &g, "outage e2e").await?;
     apply(
         &client,
         &ns,
-        json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
-            "metadata": {"name": "r", "namespace": ns},
-            "spec": {
-                "backend": {"s3": {"bucket": g.bucket(), "endpoint": format!("http://{}", proxy.endpoint()), "region": g.region(), "prefix": "outage/"}},
-                "encryption": {"passwordSecretRef": {"name": "kopia"}},
-                "health": {"probe": {"interval": "30s"}}
-            }
-        }),
+        repository(
+            &ns,
+            "r",
+            s3_backend_through(&g, &proxy, "outage/"),
+            json!({"health": {"probe": {"interval": "30s"}}}),
+        ),
     )
     .await?;
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "data", "namespace": ns},
-            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
-        }),
-    )
-    .await?;
+    apply(&client, &ns, claim(&ns, "data")).await?;
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-    let pvc = wait_for("PVC Bound", Duration::from_secs(60), &log, || async {
-        let p = pvcs.get("data").await?;
-        Ok((p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")).then_some(p))
-    })
-    .await?;
-    let host = kopiur_testenv::node::provisioner::pv_dir(&env.node_state_dir(), &pvc.uid().context("pvc uid")?);
+    let pvc = pvc_bound(&client, &ns, "data", "PVC Bound", Duration::from_secs(60), &log).await?;
+    let host = pv_dir(env, &pvc)?;
     std::fs::write(host.join("state.txt"), b"written before the outage\n")?;
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
-            "metadata": {"name": "p", "namespace": ns},
-            "spec": {"repository": {"name": "r"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "data"}}]}
-        }),
-    )
-    .await?;
-    let repos: Api<Repository> = Api::namespaced(client.clone(), &ns);
-    wait_for("r Ready", Duration::from_secs(300), &log, || async {
-        Ok((repo_phase(&repos.get("r").await?) == "Ready").then_some(()))
-    })
-    .await?;
+    apply(&client, &ns, policy(&ns, "p", json!({"name": "r"}), "data", json!({}))).await?;
+    repository_ready(&client, &ns, "r", Duration::from_secs(300), &log).await?;
 
     // A second policy over the same PVC with no backup yet: T10's manual Snapshot and
     // fromPolicy Restore use it, so the Restore must wait for the backup made after recovery.
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
-            "metadata": {"name": "q", "namespace": ns},
-            "spec": {"repository": {"name": "r"}, "copyMethod": "Direct", "sources": [{"pvc": {"name": "data"}}]}
-        }),
-    )
-    .await?;
+    apply(&client, &ns, policy(&ns, "q", json!({"name": "r"}), "data", json!({}))).await?;
     // docs/design/observability.md §10.1 metrics, scraped from the operator's /metrics.
     let trips_before: f64 = samples(&op.metrics().await?, TRIPS, &repo_labels(&ns)).iter().sum();
 

@@ -24,12 +24,9 @@
 //!    the stamp and no deletionTimestamp precedes its deletion) and the next child is created;
 //!    the older seeded Snapshot is stamped `retention`, deleted, and its kopia snapshot deleted
 //!    by a batch Job.
-#[path = "support/phase_watch.rs"]
-mod phase_watch;
-#[path = "support/recorder.rs"]
-mod recorder;
-#[path = "support/deletion_seed.rs"]
-mod seed;
+mod support;
+use support::phase_watch;
+use support::recorder;
 
 use std::time::{Duration, Instant};
 
@@ -44,36 +41,20 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use phase_watch::JobWatch;
 use recorder::{Recorder, Seen};
-use seed::{Harness, successful_deletes};
 use serde_json::{Value, json};
+use support::status::{cond, is, one_true, summary};
+use support::{Harness, successful_deletes};
 
 /// The admission policy's message (the reconcile's Warning carries it).
 const REFUSAL: &str = "policy_e2e refuses every pruned-by stamp";
 const VAP: &str = "policy-e2e-refuse-stamps";
-
-fn cond<'a>(cs: &'a [Condition], t: &str) -> Option<&'a Condition> {
-    cs.iter().find(|c| c.type_ == t)
-}
-
-fn is(cs: &[Condition], t: &str, status: &str) -> bool {
-    cond(cs, t).is_some_and(|c| c.status == status)
-}
 
 fn pconds(p: &SnapshotPolicy) -> Vec<Condition> {
     p.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default()
 }
 
 fn trio(cs: &[Condition]) -> String {
-    ["Ready", "Reconciling", "Stalled", "RepositoriesReady"]
-        .iter()
-        .map(|t| cond(cs, t).map_or(format!("{t}=?"), |c| format!("{t}={}/{}", c.status, c.reason)))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// Exactly one of Ready, Reconciling and Stalled is True (docs/design/api-contract.md §1.6).
-fn one_true(cs: &[Condition]) -> bool {
-    ["Ready", "Reconciling", "Stalled"].iter().filter(|t| is(cs, t, "True")).count() == 1
+    summary(cs, &["Ready", "Reconciling", "Stalled", "RepositoriesReady"])
 }
 
 /// Stalled with `reason` as the spec's trio has it: Ready False and Stalled True with that
@@ -122,7 +103,7 @@ async fn seed_policy_snapshots(
     for (name, kopia_id, ago) in items {
         let obj: Snapshot = serde_json::from_value(json!({
             "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
-            "metadata": {"name": name, "namespace": ns, "finalizers": [seed::FINALIZER]},
+            "metadata": {"name": name, "namespace": ns, "finalizers": [support::FINALIZER]},
             "spec": {"policyRef": {"name": policy}, "repository": {"name": repo.name_any()}, "deletionPolicy": "Delete"},
         }))?;
         let created = api.create(&PostParams::default(), &obj).await.with_context(|| format!("creating {name}"))?;
@@ -132,12 +113,12 @@ async fn seed_policy_snapshots(
             "origin": "manual",
             "observedGeneration": created.metadata.generation,
             "snapshot": {"kopiaSnapshotID": kopia_id},
-            "timing": {"startTime": seed::rfc3339(end - chrono::Duration::seconds(5)), "endTime": seed::rfc3339(end)},
+            "timing": {"startTime": support::rfc3339(end - chrono::Duration::seconds(5)), "endTime": support::rfc3339(end)},
             "resolved": {
                 "repository": {"kind": "Repository", "namespace": ns, "name": repo.name_any(), "uid": repo.uid()},
                 "deletionPolicy": "Delete",
             },
-            "completionRecordedAt": seed::rfc3339(end),
+            "completionRecordedAt": support::rfc3339(end),
         }});
         api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
             .await

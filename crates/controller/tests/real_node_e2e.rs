@@ -27,7 +27,6 @@
 //! 7. Every mover pod ran on the real node in a containerd container with the hardened base:
 //!    a read-only root filesystem, all capabilities dropped, no privilege escalation, seccomp
 //!    RuntimeDefault, a non-root user (the two privileged movers of 4 excepted, as checked there).
-#[path = "support/deletion_seed.rs"]
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};

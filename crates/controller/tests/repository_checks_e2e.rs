@@ -12,35 +12,20 @@
 //! - a `mode: ReadOnly` repository is Ready with `RepositoryWritable=False / RepositoryReadOnly`,
 //!   and the condition goes once the mode is `ReadWrite` again;
 //! - the algorithm lists the operator checks against are exactly the pinned kopia's.
-#[path = "support/phase_watch.rs"]
-mod phase_watch;
-#[path = "support/deletion_seed.rs"]
-mod seed;
+mod support;
+use support::phase_watch;
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use k8s_openapi::api::events::v1::Event;
 use kopiur_api::Repository;
 use kopiur_kopia::algorithms::Algorithm;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use phase_watch::{JobWatch, PhaseWatch};
-use seed::{Harness, wait_for};
 use serde_json::json;
-
-fn cond(r: &Repository, t: &str) -> Option<(String, String, String)> {
-    r.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == t)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
-fn phase(r: &Repository) -> String {
-    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
+use support::status::{events_about, repo_condition as cond, repo_phase as phase};
+use support::{Harness, wait_for};
 
 /// Status describes the current generation.
 fn current(r: &Repository) -> bool {
@@ -59,14 +44,10 @@ fn refused(r: &Repository, reason: &str) -> bool {
 /// The notes of the Warning Events of `reason` on `name`, one entry per occurrence (an Event
 /// the recorder aggregated into a series counts as many times as it occurred).
 async fn warnings(h: &Harness, ns: &str, name: &str, reason: &str) -> Result<Vec<String>> {
-    let evs: Api<Event> = Api::namespaced(h.client.clone(), ns);
-    Ok(evs
-        .list(&ListParams::default())
+    Ok(events_about(&h.client, ns, name, reason)
         .await?
-        .items
         .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .filter(|e| e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning"))
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
         .flat_map(|e| {
             let n = e.series.as_ref().map_or(1, |s| s.count.max(1) as usize);
             std::iter::repeat_n(e.note.unwrap_or_default(), n)

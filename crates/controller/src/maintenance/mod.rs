@@ -22,12 +22,13 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::context::Context;
 use crate::error::Error;
 use crate::feeds::Feeds;
+use crate::metrics::labels::ErrorLabels;
 use runtime::{RunCtx, ready_reason_is, refers_to};
 
 fn error_policy(obj: Arc<Maintenance>, err: &Error, ctx: Arc<RunCtx>) -> Action {
     crate::error_events::report(&ctx.recorder, obj.as_ref(), err);
     let class = err.class();
-    ctx.metrics.reconcile_errors.inc(&["Maintenance", class.label()]);
+    ctx.metrics.reconcile_errors.inc(ErrorLabels { kind: "Maintenance", class: class.label() });
     tracing::warn!(error = %err, class = class.label(), "maintenance reconcile failed");
     Action::requeue(class.requeue())
 }
@@ -71,12 +72,7 @@ pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()
     let ctl = Controller::for_shared_stream(feeds.maintenances.subscribe(), store.clone())
         // Job -> its Maintenance.
         .watches_shared_stream(feeds.jobs.subscribe(), |job: Arc<Job>| {
-            let ns = job.namespace().unwrap_or_default();
-            job.owner_references()
-                .iter()
-                .filter(|o| o.kind == "Maintenance")
-                .map(|o| ObjectRef::new(&o.name).within(&ns))
-                .collect::<Vec<_>>()
+            crate::watch::owned_by(&job, crate::watch::JobOwner::Maintenance)
         })
         // Repository -> parked Maintenances (G3: the store is updated before the mapper runs).
         .watches_shared_stream(feeds.repos.subscribe(), move |repo: Arc<Repository>| {

@@ -11,7 +11,7 @@ use kopiur_api::maintenance::{RunMode, TakeoverPolicy};
 use kopiur_api::names::{annotation, event, label, run_mode, run_trigger};
 use kopiur_api::shared::{FailurePolicy, RepositoryKind};
 use kopiur_kopia::cmd::Identity;
-use kopiur_mover::workspec::{MaintenanceMode, MaintenanceOp, Operation, TakeoverPolicy as MoverTakeover, TargetRef};
+use kopiur_mover::workspec::{MaintenanceMode, MaintenanceOp, Operation, TakeoverPolicy as MoverTakeover};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 
@@ -19,6 +19,7 @@ use super::common::{self, MoverJob, RunJob, Sched, rfc3339};
 use super::plan::{Launch, MaintFacts, plan};
 use super::runtime::RunCtx;
 use crate::error::Error;
+use crate::metrics::labels::{KindLabels, MaintenanceRunLabels};
 use crate::snapshot::ctx::RepoView;
 use crate::snapshot::job::owner_of;
 
@@ -57,7 +58,7 @@ fn lease(m: &Maintenance) -> String {
 }
 
 pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, Error> {
-    ctx.metrics.reconciliations.inc(&["Maintenance"]);
+    ctx.metrics.reconciliations.inc(KindLabels { kind: "Maintenance" });
     if m.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -82,7 +83,8 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
     }
     for r in &d.recorded {
         tracing::info!(maintenance = %name, namespace = %ns, job = %r.job, mode = %r.mode, outcome = r.outcome, "maintenance run recorded");
-        ctx.metrics.maintenance_runs.inc(&[&ns, &name, &r.mode, r.outcome]);
+        let labels = MaintenanceRunLabels { namespace: &ns, name: &name, mode: &r.mode, outcome: r.outcome };
+        ctx.metrics.maintenance_runs.inc(labels);
     }
     // A failed run asks the repository to re-probe sooner (docs/design/repository-breaker.md §3.8); the probe decides.
     if d.nudge
@@ -209,13 +211,7 @@ fn maintenance_job(
     common::build(MoverJob {
         name: kopiur_mover::job::job_name(&format!("{}-{mode}-{}", m.name_any(), l.slot.timestamp())),
         namespace: ns.clone(),
-        target: TargetRef {
-            api_version: Maintenance::api_version(&()).to_string(),
-            kind: "Maintenance".into(),
-            namespace: Some(ns),
-            name: m.name_any(),
-            uid: m.uid().unwrap_or_default(),
-        },
+        target: crate::mover_job::target_of(m),
         owner: owner_of(m),
         repo,
         identity: Identity::new("kopiur", lease_host(lease)),

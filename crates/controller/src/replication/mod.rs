@@ -19,11 +19,12 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::feeds::Feeds;
 use crate::maintenance::runtime::{RunCtx, ready_reason_is, refers_to};
+use crate::metrics::labels::ErrorLabels;
 
 fn error_policy(obj: Arc<RepositoryReplication>, err: &Error, ctx: Arc<RunCtx>) -> Action {
     crate::error_events::report(&ctx.recorder, obj.as_ref(), err);
     let class = err.class();
-    ctx.metrics.reconcile_errors.inc(&["RepositoryReplication", class.label()]);
+    ctx.metrics.reconcile_errors.inc(ErrorLabels { kind: "RepositoryReplication", class: class.label() });
     tracing::warn!(error = %err, class = class.label(), "replication reconcile failed");
     Action::requeue(class.requeue())
 }
@@ -58,12 +59,7 @@ pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()
     Controller::for_shared_stream(feeds.replications.subscribe(), store)
         // Job -> its replication.
         .watches_shared_stream(feeds.jobs.subscribe(), |job: Arc<Job>| {
-            let ns = job.namespace().unwrap_or_default();
-            job.owner_references()
-                .iter()
-                .filter(|o| o.kind == "RepositoryReplication")
-                .map(|o| ObjectRef::new(&o.name).within(&ns))
-                .collect::<Vec<_>>()
+            crate::watch::owned_by(&job, crate::watch::JobOwner::RepositoryReplication)
         })
         // Source repository -> parked replications (G3).
         .watches_shared_stream(feeds.repos.subscribe(), move |repo: Arc<Repository>| {

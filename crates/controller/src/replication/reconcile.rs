@@ -10,7 +10,7 @@ use kopiur_api::RepositoryReplication;
 use kopiur_api::names::{annotation, component, event, label, run_trigger};
 use kopiur_api::shared::Backend;
 use kopiur_kopia::cmd::SyncOptions;
-use kopiur_mover::workspec::{Operation, ReplicateOp, TargetRef};
+use kopiur_mover::workspec::{Operation, ReplicateOp};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 
@@ -18,6 +18,7 @@ use super::plan::{Destination, Launch, ReplFacts, plan};
 use crate::error::Error;
 use crate::maintenance::common::{self, MoverJob, RunJob, Sched, rfc3339};
 use crate::maintenance::runtime::RunCtx;
+use crate::metrics::labels::{KindLabels, ReplicationRunLabels};
 use crate::repository::apply::kopia_backend;
 use crate::snapshot::ctx::RepoView;
 use crate::snapshot::job::owner_of;
@@ -139,7 +140,7 @@ pub fn destination_verdict(destination: &Backend, ns: &str, source: Option<&Back
 }
 
 pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Result<Action, Error> {
-    ctx.metrics.reconciliations.inc(&["RepositoryReplication"]);
+    ctx.metrics.reconciliations.inc(KindLabels { kind: "RepositoryReplication" });
     if r.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -163,7 +164,7 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
         tracing::info!(replication = %name, namespace = %ns, job = %job, outcome, "replication run recorded");
         let trigger =
             if facts.jobs.iter().any(|j| &j.name == job && j.manual.is_some()) { "requested" } else { "cron" };
-        ctx.metrics.replication_runs.inc(&["RepositoryReplication", trigger, outcome]);
+        ctx.metrics.replication_runs.inc(ReplicationRunLabels { kind: "RepositoryReplication", trigger, outcome });
     }
     if d.nudge
         && let Some(rv) = &repo
@@ -257,13 +258,7 @@ fn replication_job(
     common::build(MoverJob {
         name: kopiur_mover::job::job_name(&format!("{name}-repl-{}", l.slot.timestamp())),
         namespace: ns.clone(),
-        target: TargetRef {
-            api_version: RepositoryReplication::api_version(&()).to_string(),
-            kind: "RepositoryReplication".into(),
-            namespace: Some(ns),
-            name: name.clone(),
-            uid: r.uid().unwrap_or_default(),
-        },
+        target: crate::mover_job::target_of(r),
         owner: owner_of(r),
         repo,
         // docs/design/mover.md §2.2: a replication connects as `kopiur-ops` at the source

@@ -11,7 +11,7 @@ use kopiur_api::shared::Backend;
 use kopiur_kopia::cmd::{CacheSizes, CreateOptions, Identity};
 use kopiur_mover::job::{ConnectKind as MoverConnectKind, JobInput, build_job};
 use kopiur_mover::workspec::{
-    BootstrapRepositoryOp, CreateGate as MoverGate, Operation, RepositoryInfo, SCHEMA_VERSION, TargetRef, WorkSpec,
+    BootstrapRepositoryOp, CreateGate as MoverGate, Operation, RepositoryInfo, SCHEMA_VERSION, WorkSpec,
 };
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::runtime::controller::Action;
@@ -24,6 +24,7 @@ use super::observe::{
 };
 use super::{Ctx, Error, RepoObject};
 use crate::health::{ConnectKind, CreateGate, Decision, Effect, EventType, Launch, Plan, RepoFacts};
+use crate::metrics::labels::{RepoOutcomeLabels, TripLabels};
 
 pub use crate::identity::{FIELD_MANAGER, MOVER_CLUSTER_ROLE, MOVER_SERVICE_ACCOUNT};
 
@@ -90,8 +91,12 @@ pub async fn apply<K: RepoObject>(
     }
     for e in &d.effects {
         match e {
-            Effect::Trip { probe_kind } => ctx.metrics.breaker_trips.inc(&[kind, &ns_label, &name, probe_kind]),
-            Effect::ProbeFailure { outcome } => ctx.metrics.probe_failures.inc(&[kind, &ns_label, &name, outcome]),
+            Effect::Trip { probe_kind } => {
+                ctx.metrics.breaker_trips.inc(TripLabels { kind, namespace: &ns_label, name: &name, probe_kind })
+            }
+            Effect::ProbeFailure { outcome } => {
+                ctx.metrics.probe_failures.inc(RepoOutcomeLabels { kind, namespace: &ns_label, name: &name, outcome })
+            }
         }
     }
 
@@ -232,13 +237,7 @@ async fn launch<K: RepoObject>(
     };
     let spec = WorkSpec {
         schema_version: SCHEMA_VERSION,
-        target_ref: TargetRef {
-            api_version: K::api_version(&()).to_string(),
-            kind: K::kind(&()).to_string(),
-            namespace: obj.namespace(),
-            name: obj.name_any(),
-            uid: obj.meta().uid.clone().unwrap_or_default(),
-        },
+        target_ref: crate::mover_job::target_of(obj),
         repository: RepositoryInfo {
             kind: K::kind(&()).to_string(),
             namespace: obj.namespace(),

@@ -23,6 +23,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::Error;
 use crate::health::RepoKind;
+use crate::metrics::labels::{ErrorLabels, KindLabels, RepoOutcomeLabels};
 
 /// What the reconciler needs from either kind.
 pub trait RepoObject:
@@ -108,9 +109,9 @@ pub type Ctx = crate::context::Context;
 pub async fn reconcile<K: RepoObject>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let started = std::time::Instant::now();
     let kind = K::KIND.as_str();
-    ctx.metrics.reconciliations.inc(&[kind]);
+    ctx.metrics.reconciliations.inc(KindLabels { kind });
     let res = reconcile_inner(obj.as_ref(), &ctx).await;
-    ctx.metrics.observe_duration(kind, started.elapsed().as_secs_f64());
+    ctx.metrics.observe_duration(KindLabels { kind }, started.elapsed().as_secs_f64());
     res
 }
 
@@ -129,7 +130,13 @@ async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Action, Er
     let uid = obj.meta().uid.clone().unwrap_or_default();
     if let Some(answer) = endpoint::observe(&mut facts, &uid, &obj.common().backend, now).await {
         let ns = obj.namespace().unwrap_or_default();
-        ctx.metrics.endpoint_checks.inc(&[K::KIND.as_str(), &ns, &obj.name_any(), answer.label()]);
+        let labels = RepoOutcomeLabels {
+            kind: K::KIND.as_str(),
+            namespace: &ns,
+            name: &obj.name_any(),
+            outcome: answer.label(),
+        };
+        ctx.metrics.endpoint_checks.inc(labels);
     }
     let mut decision = crate::health::plan(&facts, now);
     let spent = crate::health::plan::spend_return(&facts.endpoint, &decision);
@@ -234,7 +241,7 @@ impl CaOverride {
 pub fn error_policy<K: RepoObject>(obj: Arc<K>, err: &Error, ctx: Arc<Ctx>) -> Action {
     crate::error_events::report(&ctx.recorder, obj.as_ref(), err);
     let class = err.class();
-    ctx.metrics.reconcile_errors.inc(&[K::KIND.as_str(), class.label()]);
+    ctx.metrics.reconcile_errors.inc(ErrorLabels { kind: K::KIND.as_str(), class: class.label() });
     tracing::warn!(kind = K::KIND.as_str(), error = %err, class = class.label(), "reconcile failed");
     Action::requeue(class.requeue())
 }

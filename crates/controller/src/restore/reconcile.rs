@@ -13,7 +13,7 @@ use kopiur_kopia::cmd::{CacheSizes, Identity, RestoreOptions as KopiaRestoreOpti
 use kopiur_mover::job::{JobInput, PvcMount, RESTORE_MOUNT, build_job};
 use kopiur_mover::workspec::{
     DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_HEARTBEAT_SECONDS, Operation, RepositoryInfo, ResolveIdentity, RestoreOp,
-    SCHEMA_VERSION, TargetRef, WorkSpec,
+    SCHEMA_VERSION, WorkSpec,
 };
 use kube::api::PostParams;
 use kube::runtime::controller::Action;
@@ -22,6 +22,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::observe::{Observed, observe, target_name};
 use super::plan::{Candidate, Step, TargetState, plan};
 use crate::error::Error;
+use crate::metrics::labels::KindLabels;
 use crate::snapshot::ctx::{PipelineCtx, RepoView};
 use crate::snapshot::job::owner_of;
 
@@ -29,7 +30,7 @@ use crate::snapshot::job::owner_of;
 pub const CREATED_BY: &str = "kopiur.home-operations.com/restore-uid";
 
 pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<Action, Error> {
-    ctx.metrics.reconciliations.inc(&["Restore"]);
+    ctx.metrics.reconciliations.inc(KindLabels { kind: "Restore" });
     if restore.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -202,13 +203,7 @@ fn restore_job(
     let id = repo.ops_identity();
     let spec = WorkSpec {
         schema_version: SCHEMA_VERSION,
-        target_ref: TargetRef {
-            api_version: Restore::api_version(&()).to_string(),
-            kind: "Restore".into(),
-            namespace: Some(ns.clone()),
-            name: restore.name_any(),
-            uid: restore.uid().unwrap_or_default(),
-        },
+        target_ref: crate::mover_job::target_of(restore),
         repository: RepositoryInfo {
             kind: repo.kind().into(),
             namespace: repo.namespace(),
@@ -247,13 +242,7 @@ fn restore_job(
             },
         }),
     };
-    let (pw, auth) = match repo {
-        RepoView::Namespaced(r) => crate::repository::observe::secret_names(r.as_ref()),
-        RepoView::Cluster(c) => crate::repository::observe::secret_names(c.as_ref()),
-    };
-    let key = repo.common().encryption.password_secret_ref.resolved_key().to_string();
-    let mut env_from = vec![pw.clone()];
-    env_from.extend(auth.filter(|a| *a != pw));
+    let ((pw, key), env_from) = crate::snapshot::job::secrets(repo);
     let input = JobInput {
         restore: Some(PvcMount { claim_name: target, mount_path: RESTORE_MOUNT.into(), read_only: false }),
         ..crate::mover_job::input(

@@ -27,6 +27,7 @@ use crate::deletion::plan::{self, SnapshotDeletionFacts};
 use crate::deletion::types::{EventType, Manifest, RepoPresence};
 use crate::error::Error;
 use crate::health::kstatus::{Cond, CondStatus};
+use crate::metrics::labels::DeletionLabels;
 
 /// Removes the cleanup finalizer. The release's Events are published only once the patch has
 /// landed: a reconcile of a stale copy (the store lags the release, or another write moved the
@@ -44,7 +45,7 @@ async fn release(
     let api: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &ns);
     match api.patch(&snap.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await {
         Ok(_) => {
-            ctx.metrics.deletions.inc(&[&ns, outcome]);
+            ctx.metrics.deletions.inc(DeletionLabels { namespace: &ns, outcome });
             let reference = snap.object_ref(&());
             for ev in events {
                 ctx.event(&reference, ev.kind == EventType::Warning, ev.reason, ev.message.clone()).await;

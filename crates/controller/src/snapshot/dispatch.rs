@@ -23,6 +23,7 @@ use crate::deletion::fire_set::{self, FireCandidate, FireContext, ScheduleLink};
 use crate::deletion::{cascade, observe, types::RepoRef};
 use crate::error::Error;
 use crate::health::kstatus::{Cond, CondStatus};
+use crate::metrics::labels::{DeletionFailureLabels, RepoLabels, RepoOutcomeLabels};
 
 /// The repository as the deletion core names it.
 pub fn repo_ref(repo: &RepoView) -> RepoRef {
@@ -191,7 +192,11 @@ pub async fn pass(
         let uid = repo.uid();
         let state = breaker_for(ctx, repo, &dels, now);
         let rr = repo_ref(repo);
-        let key = vec![repo.kind().to_string(), rr.namespace.clone().unwrap_or_default(), rr.name.clone()];
+        let key = RepoLabels {
+            kind: repo.kind().to_string(),
+            namespace: rr.namespace.clone().unwrap_or_default(),
+            name: rr.name.clone(),
+        };
         // Series exist while the repository shows deletion activity (0 after a wave drains)
         // and disappear with the repository.
         let active = state.pending_external > 0
@@ -234,10 +239,17 @@ pub async fn pass(
                     JobPhase::Failed { .. } | JobPhase::Running => "failed",
                 };
                 let ns = rr.namespace.clone().unwrap_or_default();
-                ctx.metrics.deletion_batches.inc(&[repo.kind(), &ns, &rr.name, outcome]);
+                ctx.metrics.deletion_batches.inc(RepoOutcomeLabels {
+                    kind: repo.kind(),
+                    namespace: &ns,
+                    name: &rr.name,
+                    outcome,
+                });
                 if outcome == "failed" {
                     for _ in &b.members {
-                        ctx.metrics.deletion_failures.inc(&[&job.namespace().unwrap_or_default()]);
+                        ctx.metrics
+                            .deletion_failures
+                            .inc(DeletionFailureLabels { namespace: &job.namespace().unwrap_or_default() });
                     }
                     ctx.event(
                         &repo_object_ref(repo),

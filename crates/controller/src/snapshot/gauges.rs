@@ -24,6 +24,9 @@ use kube::{Resource, ResourceExt};
 
 use super::ctx::PipelineCtx;
 use crate::metrics::Metrics;
+use crate::metrics::labels::{
+    CompletionLabels, GatedLabels, PolicyRepoLabels, RepoLabels, RestoreLabels, SnapshotLabels,
+};
 
 /// How often the gauges are recomputed.
 pub const PERIOD: Duration = Duration::from_secs(5);
@@ -69,10 +72,11 @@ pub fn is_parked(s: &Snapshot) -> bool {
 }
 
 /// `kopiur_snapshot_gated` series: parked Snapshots per (namespace, policy); no series at 0.
-pub fn gated_series(snapshots: &[Arc<Snapshot>]) -> BTreeMap<Vec<String>, i64> {
+pub fn gated_series(snapshots: &[Arc<Snapshot>]) -> BTreeMap<GatedLabels, i64> {
     let mut out = BTreeMap::new();
     for s in snapshots.iter().filter(|s| is_parked(s)) {
-        *out.entry(vec![s.namespace().unwrap_or_default(), policy_label(s)]).or_insert(0) += 1;
+        *out.entry(GatedLabels { namespace: s.namespace().unwrap_or_default(), policy: policy_label(s) })
+            .or_insert(0) += 1;
     }
     out
 }
@@ -106,26 +110,26 @@ fn ended_at(s: &Snapshot) -> Option<i64> {
 /// Every Snapshot-store gauge family, as label values -> value.
 #[derive(Debug, Default, PartialEq)]
 pub struct SnapshotGauges {
-    pub gated: BTreeMap<Vec<String>, i64>,
-    pub size_bytes: BTreeMap<Vec<String>, i64>,
-    pub duration_seconds: BTreeMap<Vec<String>, i64>,
-    pub last_success: BTreeMap<Vec<String>, i64>,
-    pub policy_last_success_timestamp: BTreeMap<Vec<String>, i64>,
-    pub policy_last_backup_success: BTreeMap<Vec<String>, i64>,
-    pub consecutive_failures: BTreeMap<Vec<String>, i64>,
+    pub gated: BTreeMap<GatedLabels, i64>,
+    pub size_bytes: BTreeMap<SnapshotLabels, i64>,
+    pub duration_seconds: BTreeMap<SnapshotLabels, i64>,
+    pub last_success: BTreeMap<SnapshotLabels, i64>,
+    pub policy_last_success_timestamp: BTreeMap<PolicyRepoLabels, i64>,
+    pub policy_last_backup_success: BTreeMap<PolicyRepoLabels, i64>,
+    pub consecutive_failures: BTreeMap<PolicyRepoLabels, i64>,
 }
 
 pub fn compute(snapshots: &[Arc<Snapshot>]) -> SnapshotGauges {
     let mut g = SnapshotGauges { gated: gated_series(snapshots), ..Default::default() };
     // Terminal runs per (namespace, policy, repository), for the policy-level gauges.
-    let mut runs: BTreeMap<Vec<String>, Vec<(i64, String, SnapshotPhase)>> = BTreeMap::new();
+    let mut runs: BTreeMap<PolicyRepoLabels, Vec<(i64, String, SnapshotPhase)>> = BTreeMap::new();
     for s in snapshots {
         if s.metadata.deletion_timestamp.is_some() {
             continue;
         }
         let Some(result) = result_label(s) else { continue };
         let (ns, name, policy) = (s.namespace().unwrap_or_default(), s.name_any(), policy_label(s));
-        let per_snapshot = vec![ns.clone(), name.clone(), policy.clone()];
+        let per_snapshot = SnapshotLabels { namespace: ns.clone(), name: name.clone(), policy: policy.clone() };
         let st = s.status.as_ref();
         if let Some(d) = st.and_then(|st| st.timing.as_ref()).and_then(|t| t.duration_seconds) {
             g.duration_seconds.insert(per_snapshot.clone(), d);
@@ -141,7 +145,7 @@ pub fn compute(snapshots: &[Arc<Snapshot>]) -> SnapshotGauges {
         if policy.is_empty() {
             continue;
         }
-        let key = vec![ns, policy, repository_label(s)];
+        let key = PolicyRepoLabels { namespace: ns, policy, repository: repository_label(s) };
         let phase = phase(s).cloned().unwrap_or(SnapshotPhase::Failed);
         runs.entry(key).or_default().push((ended_at(s).unwrap_or(0), name, phase));
     }
@@ -195,13 +199,13 @@ fn publish(metrics: &Metrics, g: SnapshotGauges) {
 /// name); a ClusterRepository has namespace "".
 #[derive(Debug, Default, PartialEq)]
 pub struct RepoCatalogGauges {
-    pub snapshot_count: BTreeMap<Vec<String>, i64>,
-    pub discovered: BTreeMap<Vec<String>, i64>,
-    pub index_blobs: BTreeMap<Vec<String>, i64>,
-    pub maintenance_configured: BTreeMap<Vec<String>, i64>,
+    pub snapshot_count: BTreeMap<RepoLabels, i64>,
+    pub discovered: BTreeMap<RepoLabels, i64>,
+    pub index_blobs: BTreeMap<RepoLabels, i64>,
+    pub maintenance_configured: BTreeMap<RepoLabels, i64>,
 }
 
-fn add_repo(g: &mut RepoCatalogGauges, key: Vec<String>, st: Option<&RepositoryStatus>) {
+fn add_repo(g: &mut RepoCatalogGauges, key: RepoLabels, st: Option<&RepositoryStatus>) {
     let Some(st) = st else { return };
     let stats = st.storage_stats.as_ref();
     if let Some(n) = stats.and_then(|x| x.snapshot_count) {
@@ -221,23 +225,31 @@ fn add_repo(g: &mut RepoCatalogGauges, key: Vec<String>, st: Option<&RepositoryS
 pub fn repo_catalog(repos: &[Arc<Repository>], crepos: &[Arc<ClusterRepository>]) -> RepoCatalogGauges {
     let mut g = RepoCatalogGauges::default();
     for r in repos {
-        let key = vec![Repository::kind(&()).into_owned(), r.namespace().unwrap_or_default(), r.name_any()];
+        let key = RepoLabels {
+            kind: Repository::kind(&()).into_owned(),
+            namespace: r.namespace().unwrap_or_default(),
+            name: r.name_any(),
+        };
         add_repo(&mut g, key, r.status.as_ref());
     }
     for r in crepos {
-        let key = vec![ClusterRepository::kind(&()).into_owned(), String::new(), r.name_any()];
+        let key = RepoLabels {
+            kind: ClusterRepository::kind(&()).into_owned(),
+            namespace: String::new(),
+            name: r.name_any(),
+        };
         add_repo(&mut g, key, r.status.as_ref().map(|s| &s.common));
     }
     g
 }
 
 /// `kopiur_restore_duration_seconds{namespace,name}` of Restores that report a duration.
-pub fn restore_durations(restores: &[Arc<Restore>]) -> BTreeMap<Vec<String>, i64> {
+pub fn restore_durations(restores: &[Arc<Restore>]) -> BTreeMap<RestoreLabels, i64> {
     restores
         .iter()
         .filter_map(|r| {
             let d = r.status.as_ref()?.timing.as_ref()?.duration_seconds?;
-            Some((vec![r.namespace().unwrap_or_default(), r.name_any()], d))
+            Some((RestoreLabels { namespace: r.namespace().unwrap_or_default(), name: r.name_any() }, d))
         })
         .collect()
 }
@@ -284,7 +296,7 @@ pub async fn run(ctx: Arc<PipelineCtx>, restores: Store<Restore>) {
         tick.tick().await;
         let snapshots = store.state();
         for [ns, policy, result] in new_completions(&mut seen, &snapshots, started) {
-            metrics.snapshots_completed.inc(&[&ns, &policy, &result]);
+            metrics.snapshots_completed.inc(CompletionLabels { namespace: &ns, policy: &policy, result: &result });
         }
         publish(&metrics, compute(&snapshots));
         let repos = repo_catalog(&ctx.stores.repos.state(), &ctx.stores.crepos.state());
@@ -317,8 +329,16 @@ mod tests {
                 "lastTransitionTime": "2026-01-01T00:00:00Z"}])
     }
 
-    fn key(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
+    fn gated(namespace: &str, policy: &str) -> GatedLabels {
+        GatedLabels { namespace: namespace.into(), policy: policy.into() }
+    }
+
+    fn per_snapshot(namespace: &str, name: &str, policy: &str) -> SnapshotLabels {
+        SnapshotLabels { namespace: namespace.into(), name: name.into(), policy: policy.into() }
+    }
+
+    fn per_policy(namespace: &str, policy: &str, repository: &str) -> PolicyRepoLabels {
+        PolicyRepoLabels { namespace: namespace.into(), policy: policy.into(), repository: repository.into() }
     }
 
     fn ended(name: &str, policy: &str, phase: &str, end: &str) -> Arc<Snapshot> {
@@ -344,7 +364,7 @@ mod tests {
             snap("f", "p", json!({"phase": "Succeeded"})),
         ];
         let g = gated_series(&snaps);
-        assert_eq!(g, BTreeMap::from([(key(&["t", "p"]), 2), (key(&["t", "q"]), 1)]));
+        assert_eq!(g, BTreeMap::from([(gated("t", "p"), 2), (gated("t", "q"), 1)]));
     }
 
     #[test]
@@ -366,18 +386,18 @@ mod tests {
             ended("q1", "q", "Succeeded", "2026-01-01T05:00:00Z"),
         ];
         let g = compute(&snaps);
-        let p = key(&["t", "p", "r"]);
-        let q = key(&["t", "q", "r"]);
+        let p = per_policy("t", "p", "r");
+        let q = per_policy("t", "q", "r");
         assert_eq!(g.consecutive_failures[&p], 2);
         assert_eq!(g.consecutive_failures[&q], 0, "the post-success 0 is visible");
         assert_eq!(g.policy_last_backup_success[&p], 0);
         assert_eq!(g.policy_last_backup_success[&q], 1);
         let one = chrono::DateTime::parse_from_rfc3339("2026-01-01T01:00:00Z").unwrap().timestamp();
         assert_eq!(g.policy_last_success_timestamp[&p], one, "the newest Succeeded run, not the Unchanged one");
-        assert_eq!(g.size_bytes[&key(&["t", "s1", "p"])], 42);
-        assert!(!g.size_bytes.contains_key(&key(&["t", "s3", "p"])), "size only for Succeeded");
-        assert_eq!(g.duration_seconds[&key(&["t", "s3", "p"])], 7);
-        assert!(g.last_success.contains_key(&key(&["t", "q1", "q"])));
+        assert_eq!(g.size_bytes[&per_snapshot("t", "s1", "p")], 42);
+        assert!(!g.size_bytes.contains_key(&per_snapshot("t", "s3", "p")), "size only for Succeeded");
+        assert_eq!(g.duration_seconds[&per_snapshot("t", "s3", "p")], 7);
+        assert!(g.last_success.contains_key(&per_snapshot("t", "q1", "q")));
         assert!(g.gated.is_empty());
     }
 
@@ -402,7 +422,7 @@ mod tests {
         }))
         .unwrap();
         let g = repo_catalog(&[Arc::new(r), Arc::new(bare)], &[]);
-        let k = key(&["Repository", "t", "r"]);
+        let k = RepoLabels { kind: "Repository".into(), namespace: "t".into(), name: "r".into() };
         assert_eq!(g.snapshot_count, BTreeMap::from([(k.clone(), 5)]));
         assert_eq!(g.index_blobs[&k], 12);
         assert_eq!(g.discovered[&k], 2);
@@ -414,7 +434,10 @@ mod tests {
             "status": {"timing": {"durationSeconds": 9}}
         }))
         .unwrap();
-        assert_eq!(restore_durations(&[Arc::new(rs)]), BTreeMap::from([(key(&["t", "back"]), 9)]));
+        assert_eq!(
+            restore_durations(&[Arc::new(rs)]),
+            BTreeMap::from([(RestoreLabels { namespace: "t".into(), name: "back".into() }, 9)])
+        );
     }
 
     #[test]
@@ -423,7 +446,13 @@ mod tests {
         let metrics = Metrics::default();
         metrics.leader.store(true, std::sync::atomic::Ordering::Relaxed);
         // A slice published the old way is replaced by the live lines.
-        metrics.resource_phase.replace(BTreeMap::from([(key(&["Snapshot", "t", "stale", "Pending"]), 1)]));
+        let stale = crate::metrics::labels::PhaseLabels {
+            kind: "Snapshot",
+            namespace: "t".into(),
+            name: "stale".into(),
+            phase: "Pending".into(),
+        };
+        metrics.resource_phase.replace(BTreeMap::from([(stale, 1)]));
         let (store, mut writer) = kube::runtime::reflector::store::<Snapshot>();
         live_phase(&metrics, store);
         let line = |name: &str, phase: &str| {

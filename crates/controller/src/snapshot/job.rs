@@ -193,13 +193,7 @@ pub fn backup_job(
     };
     let spec = WorkSpec {
         schema_version: SCHEMA_VERSION,
-        target_ref: TargetRef {
-            api_version: Snapshot::api_version(&()).to_string(),
-            kind: "Snapshot".into(),
-            namespace: Some(ns.clone()),
-            name: snap.name_any(),
-            uid: snap.uid().unwrap_or_default(),
-        },
+        target_ref: crate::mover_job::target_of(snap),
         repository: repository_info(repo, id, &mounts).map_err(BuildError::Invalid)?,
         command_timeout_seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
         heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,

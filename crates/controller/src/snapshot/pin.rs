@@ -36,7 +36,7 @@ use kopiur_api::snapshot::{SnapshotPhase, SnapshotStatus};
 use kopiur_mover::job::{JobInput, build_job};
 use kopiur_mover::ops::pin::{PIN_NAME, SnapshotPinOp};
 use kopiur_mover::workspec::{
-    DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_HEARTBEAT_SECONDS, Operation, SCHEMA_VERSION, TargetRef, WorkSpec,
+    DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_HEARTBEAT_SECONDS, Operation, SCHEMA_VERSION, WorkSpec,
 };
 use kube::{Resource, ResourceExt};
 
@@ -343,13 +343,7 @@ pub fn pin_job(
     let mounts = backend_mounts(repo, &ns, config)?;
     let spec = WorkSpec {
         schema_version: SCHEMA_VERSION,
-        target_ref: TargetRef {
-            api_version: Snapshot::api_version(&()).to_string(),
-            kind: "Snapshot".into(),
-            namespace: Some(ns.clone()),
-            name: snap.name_any(),
-            uid: snap.uid().unwrap_or_default(),
-        },
+        target_ref: crate::mover_job::target_of(snap),
         repository: repository_info(repo, repo.ops_identity(), &mounts).map_err(BuildError::Invalid)?,
         command_timeout_seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
         heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,

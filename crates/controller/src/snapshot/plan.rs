@@ -315,11 +315,7 @@ fn plan_inner(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
         // row through the API (its watch event brings the reconcile back), so a row waits for a
         // change and holds no entry in the controller's requeue queue (at 50,000 rows a 600 s
         // timer held one per row, about 600 bytes each, and reconciled 83 rows a second).
-        return RunDecision::new(
-            Some(SnapshotPhase::Discovered),
-            done("SnapshotDiscovered", "a kopia snapshot found in the repository"),
-            Step::Idle,
-        );
+        return RunDecision::new(Some(SnapshotPhase::Discovered), crate::conditions::discovered_row(), Step::Idle);
     }
     match &f.phase {
         Some(SnapshotPhase::Succeeded) => {
@@ -356,11 +352,9 @@ fn plan_inner(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
             }
             d
         }
-        Some(SnapshotPhase::Discovered) => RunDecision::new(
-            Some(SnapshotPhase::Discovered),
-            done("SnapshotDiscovered", "a kopia snapshot found in the repository"),
-            Step::Idle,
-        ),
+        Some(SnapshotPhase::Discovered) => {
+            RunDecision::new(Some(SnapshotPhase::Discovered), crate::conditions::discovered_row(), Step::Idle)
+        }
         // A newer version's phase: leave it alone and launch nothing.
         Some(SnapshotPhase::Unknown(p)) => RunDecision::new(
             None,

@@ -17,6 +17,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::ctx::PipelineCtx;
 use super::plan::{Completion, JobState, Step, plan};
 use crate::error::Error;
+use crate::metrics::labels::{KindLabels, ReasonLabels};
 
 pub fn job_state(job: Option<&Job>) -> JobState {
     let Some(job) = job else { return JobState::Absent };
@@ -59,7 +60,7 @@ pub fn origin(snap: &Snapshot) -> SnapshotOrigin {
 }
 
 pub async fn reconcile(snap: Arc<Snapshot>, ctx: Arc<PipelineCtx>) -> Result<Action, Error> {
-    ctx.metrics.reconciliations.inc(&["Snapshot"]);
+    ctx.metrics.reconciliations.inc(KindLabels { kind: "Snapshot" });
     let now = Utc::now();
     if snap.meta().deletion_timestamp.is_some() {
         return super::delete::reconcile_deletion(&snap, &ctx, now).await;
@@ -98,7 +99,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         && d.step != Step::Launch
     {
         let reason = d.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()).unwrap_or_default();
-        ctx.metrics.snapshot_refusals.inc(&[&ns, &snap.name_any(), &reason]);
+        ctx.metrics.snapshot_refusals.inc(ReasonLabels { namespace: &ns, name: &snap.name_any(), reason: &reason });
     }
     super::pin::apply_to_status(&mut next, &pin, snap.meta().generation.unwrap_or(0), now);
     let written = crate::status::write_status(&api, fresh.as_ref().unwrap_or(snap), &status, &next).await?.landed();

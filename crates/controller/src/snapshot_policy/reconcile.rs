@@ -19,6 +19,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::plan::{Member, RepoMembers, plan};
 use crate::error::Error;
 use crate::gating::Gate;
+use crate::metrics::labels::KindLabels;
 use crate::prune::stamp_and_delete;
 use crate::snapshot::ctx::PipelineCtx;
 use crate::snapshot::reconcile::origin;
@@ -29,7 +30,7 @@ use crate::snapshot_policy::sources::{expand, pvcs_in, uses_selector};
 pub(super) const IDENTITY_WOULD_FORK: &str = "IdentityWouldFork";
 
 pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Result<Action, Error> {
-    ctx.metrics.reconciliations.inc(&["SnapshotPolicy"]);
+    ctx.metrics.reconciliations.inc(KindLabels { kind: "SnapshotPolicy" });
     if policy.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }

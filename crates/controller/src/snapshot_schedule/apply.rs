@@ -15,6 +15,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::observe::{history_prunes, unreadable};
 use super::plan::{Child, Disposition, Fire, ScheduleDecision};
 use crate::error::Error;
+use crate::metrics::labels::{ReasonLabels, ScheduleLabels};
 use crate::prune::stamp_and_delete;
 use crate::snapshot::ctx::PipelineCtx;
 use crate::snapshot::job::owner_of;
@@ -41,7 +42,7 @@ pub(super) async fn disposition(
     }
     if let Some(reason) = d.disposition.skip_reason() {
         tracing::info!(schedule = %name, namespace = %ns, reason, "schedule slot skipped");
-        ctx.metrics.schedule_slots_skipped.inc(&[&ns, &name, reason]);
+        ctx.metrics.schedule_slots_skipped.inc(ReasonLabels { namespace: &ns, name: &name, reason });
         if matches!(d.disposition, Disposition::SkipExpired) {
             ctx.event(
                 &reference,
@@ -121,7 +122,7 @@ pub(super) async fn fire(
             .unwrap_or_default();
         match snaps.create(&PostParams::default(), &child_snapshot(sched, c, pname, default_deletion)).await {
             Ok(_) => {
-                ctx.metrics.schedule_snapshots_created.inc(&[&ns, &name]);
+                ctx.metrics.schedule_snapshots_created.inc(ScheduleLabels { namespace: &ns, name: &name });
                 tracing::info!(schedule = %name, child = %c.name, "scheduled Snapshot created")
             }
             Err(kube::Error::Api(e)) if e.code == 409 => {

@@ -11,10 +11,11 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::{apply, observe, plan, report};
 use crate::error::Error;
+use crate::metrics::labels::KindLabels;
 use crate::snapshot::ctx::PipelineCtx;
 
 pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> Result<Action, Error> {
-    ctx.metrics.reconciliations.inc(&["SnapshotSchedule"]);
+    ctx.metrics.reconciliations.inc(KindLabels { kind: "SnapshotSchedule" });
     if sched.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }

@@ -1,7 +1,6 @@
 //! The chart's ValidatingAdmissionPolicy that keeps `pruned-by` writable only by the
 //! controller, rendered from `deploy/helm/kopiur` with `helm template` and applied to a test
 //! control plane, so a test runs the exact policy a user installs.
-#![allow(dead_code)]
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -2,8 +2,7 @@
 //! a watch delivers them, with the instant each was seen. A poller that samples every second or
 //! two misses a flap shorter than its period; a watch sees every write the apiserver reports.
 //!
-//! Use it with `#[path = "support/phase_watch.rs"] mod phase_watch;`.
-#![allow(dead_code)]
+//! Part of the support module: `support::phase_watch`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -3,8 +3,7 @@
 //! poll interval (a Snapshot stamped, deleted and gone within milliseconds; a Degraded →
 //! Initializing → Degraded flap) is in the record; a poll would miss it.
 //!
-//! Used by the pipeline end-to-end tests through `#[path = "support/recorder.rs"] mod recorder;`.
-#![allow(dead_code)]
+//! Part of the support module: `support::recorder`.
 use std::fmt::Debug;
 use std::path::Path;
 use std::sync::{Arc, Mutex};

@@ -1,11 +1,10 @@
 //! Watch-fed recorders and seeding helpers for `tests/deletion_scenarios_e2e.rs` (the scenarios of docs/design/test-tiers.md §13.2,
-//! deletion scenarios in their end-to-end form). Builds on `support/deletion_seed.rs`, which
-//! the including file mounts as `mod seed`.
+//! deletion scenarios in their end-to-end form). Builds on the seeding of `super::seed` and the
+//! harness of `super::harness`.
 //!
 //! Both recorders follow a `watcher` stream, so every transition is seen (a Snapshot that is
 //! held for 300 ms, a batch Job that lives 2 s), and waits are evaluated against the recorded
 //! state, woken by each event, without extra API reads.
-#![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -13,17 +12,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Utc};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Event;
 use kopiur_api::Snapshot;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use super::seed::{ABSENT_POLICY, DELETE_MEMBERS, DELETE_REPO, FINALIZER, RepoPin, SET, SeedSnap};
+use super::seed::{ABSENT_POLICY, DELETE_MEMBERS, DELETE_REPO, FINALIZER, SET};
 
 fn ts(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> DateTime<Utc> {
     DateTime::<Utc>::from_timestamp(t.0.as_second(), 0).unwrap_or_default()
@@ -337,70 +336,6 @@ impl JobWatch {
     }
 }
 
-/// Like `seed::seed_snapshots`, with `extra_spec` merged into every Snapshot's spec (e.g.
-/// `{"onScheduleDelete": "Delete"}`, the stamp a schedule puts on its children).
-pub async fn seed_snapshots_with(
-    client: &Client,
-    ns: &str,
-    pin: &RepoPin,
-    items: Vec<SeedSnap>,
-    extra_spec: Value,
-    concurrency: usize,
-) -> Result<BTreeMap<String, String>> {
-    let api: Api<Snapshot> = Api::namespaced(client.clone(), ns);
-    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let results: Vec<(String, String)> = futures::stream::iter(items.into_iter().map(|s| {
-        let api = api.clone();
-        let pin = pin.clone();
-        let now = now.clone();
-        let ns = ns.to_string();
-        let extra = extra_spec.clone();
-        async move {
-            let mut meta = json!({"name": s.name, "namespace": ns, "finalizers": [FINALIZER], "labels": s.labels});
-            if let Some(o) = &s.owner {
-                meta["ownerReferences"] = json!([o]);
-            }
-            let mut spec = json!({"policyRef": {"name": ABSENT_POLICY}, "deletionPolicy": "Delete", "repository": {"name": pin.name}});
-            if pin.namespace != ns {
-                spec["repository"]["namespace"] = json!(pin.namespace);
-            }
-            if let (Some(sp), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
-                for (k, v) in e {
-                    sp.insert(k.clone(), v.clone());
-                }
-            }
-            let obj: Snapshot = serde_json::from_value(json!({
-                "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
-                "metadata": meta, "spec": spec,
-            }))?;
-            let created = match api.create(&PostParams::default(), &obj).await {
-                Ok(c) => c,
-                Err(kube::Error::Api(e)) if e.code == 409 => api.get(&s.name).await?,
-                Err(e) => return Err(anyhow::Error::from(e).context(format!("creating Snapshot {}", s.name))),
-            };
-            let status = json!({"status": {
-                "phase": "Succeeded",
-                "origin": s.origin,
-                "observedGeneration": created.metadata.generation,
-                "snapshot": {"kopiaSnapshotID": s.kopia_id},
-                "resolved": {
-                    "repository": {"kind": "Repository", "namespace": pin.namespace, "name": pin.name, "uid": pin.uid},
-                    "deletionPolicy": "Delete",
-                },
-                "completionRecordedAt": now,
-            }});
-            api.patch_status(&s.name, &PatchParams::default(), &Patch::Merge(&status))
-                .await
-                .with_context(|| format!("writing the status of Snapshot {}", s.name))?;
-            Ok::<_, anyhow::Error>((s.name.clone(), created.uid().unwrap_or_default()))
-        }
-    }))
-    .buffer_unordered(concurrency.max(1))
-    .try_collect()
-    .await?;
-    Ok(results.into_iter().collect())
-}
-
 /// A suspended SnapshotSchedule `name` (yearly cron, a policy that does not exist: it never
 /// runs) with `spec.deletion.onScheduleDelete`; returns the controller ownerReference its
 /// seeded children carry.
@@ -419,30 +354,6 @@ pub async fn schedule(client: &Client, ns: &str, name: &str, on_schedule_delete:
         "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotSchedule",
         "name": name, "uid": created.uid().context("schedule uid")?, "controller": true
     }))
-}
-
-/// Seed items for schedule children: the set label, the schedule label and the owner.
-pub fn children(
-    names: &[String],
-    ids: &BTreeMap<String, String>,
-    set: &str,
-    sched: &str,
-    owner: &Value,
-) -> Vec<SeedSnap> {
-    names
-        .iter()
-        .map(|n| SeedSnap {
-            name: n.clone(),
-            kopia_id: ids[n].clone(),
-            labels: BTreeMap::from([
-                (SET.to_string(), set.to_string()),
-                ("kopiur.home-operations.com/schedule".to_string(), sched.to_string()),
-                ("kopiur.home-operations.com/origin".to_string(), "scheduled".to_string()),
-            ]),
-            owner: Some(owner.clone()),
-            origin: "scheduled",
-        })
-        .collect()
 }
 
 /// Events in `ns` with `reason`: (total occurrences, counting each Event's `count`; distinct
@@ -468,11 +379,6 @@ pub fn kopia_ids(names: &[String], by_name: &BTreeMap<String, String>) -> BTreeS
 
 /// Starts the operator like `Harness::start_operator` (movers run the auditing kopia
 /// wrapper), with `extra` in its environment (e.g. `KOPIUR_MAX_CONCURRENT_DELETE_JOBS`).
-pub async fn start_operator_with(h: &mut super::seed::Harness, extra: &[(&str, &str)]) -> Result<()> {
-    let wrapper = h.audit.wrapper.display().to_string();
-    let mut env: Vec<(&str, &str)> = vec![("KOPIUR_MOVER_KOPIA_BINARY", wrapper.as_str())];
-    env.extend_from_slice(extra);
-    let op = kopiur_testenv::operator::Operator::start(&h.env, &h.op_ns, &env).await?;
-    h.op = Some(op);
-    Ok(())
+pub async fn start_operator_with(h: &mut super::harness::Harness, extra: &[(&str, &str)]) -> Result<()> {
+    h.start_operator_with(extra).await
 }

@@ -1,0 +1,820 @@
+//! Prometheus metrics in the text exposition format. Counters live here; gauges are computed
+//! from the reflector stores at scrape time, so a deleted object's series disappear.
+//!
+//! Every family is typed by its label set ([`LabelSet`], declared once per struct in
+//! [`labels`] with `label_set!`): a call site passes a struct with named fields, never a
+//! positional slice. Adding a metric: a field of [`Metrics`] of type `Counter<L>` or
+//! `GaugeFamily<L>` (`L` a label struct of [`labels`], or `()` for none), its name and help in
+//! `Metrics::default`, its place in `render_into`, and its name in [`metric_names`].
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+
+mod family;
+pub mod labels;
+
+pub use family::{Counter, Family, GaugeFamily, LabelSet, LiveSeries, escape, write_escaped, write_phase_line};
+use labels::*;
+
+const BUCKETS: [f64; 8] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0];
+
+#[derive(Default)]
+struct Hist {
+    counts: [u64; 8],
+    sum: f64,
+    count: u64,
+}
+
+pub struct Metrics {
+    pub reconciliations: Counter<KindLabels<'static>>,
+    pub reconcile_errors: Counter<ErrorLabels<'static>>,
+    pub jobs_created: Counter<JobLabels<'static>>,
+    pub breaker_trips: Counter<TripLabels<'static>>,
+    pub probe_failures: Counter<RepoOutcomeLabels<'static>>,
+    /// The controller's cheap endpoint checks of a repository whose breaker is open.
+    pub endpoint_checks: Counter<RepoOutcomeLabels<'static>>,
+    pub leader_transitions: Counter<()>,
+    pub leader_renew_failures: Counter<()>,
+    pub deletion_failures: Counter<DeletionFailureLabels<'static>>,
+    pub deletions: Counter<DeletionLabels<'static>>,
+    pub deletion_batches: Counter<RepoOutcomeLabels<'static>>,
+    /// Every apiserver call (`client_metrics.rs`).
+    pub kube_requests: Counter<KubeRequestLabels<'static>>,
+    pub schedule_snapshots_created: Counter<ScheduleLabels<'static>>,
+    pub schedule_slots_skipped: Counter<ReasonLabels<'static>>,
+    pub snapshot_refusals: Counter<ReasonLabels<'static>>,
+    pub maintenance_runs: Counter<MaintenanceRunLabels<'static>>,
+    pub replication_runs: Counter<ReplicationRunLabels<'static>>,
+    /// ADR-0006: held external deletions per repository.
+    pub deletions_held: GaugeFamily<RepoLabels>,
+    /// ADR-0006: the breaker's inclusive pending-external count per repository.
+    pub deletions_pending_external: GaugeFamily<RepoLabels>,
+    /// Parked run-path Snapshots (Pending, Ready reason RepositoryNotReady) per policy; absent at 0.
+    pub snapshot_gated: GaugeFamily<GatedLabels>,
+    /// Per Snapshot (`snapshot::gauges`): size, duration and end time of a Succeeded run.
+    pub snapshot_size_bytes: GaugeFamily<SnapshotLabels>,
+    pub snapshot_duration_seconds: GaugeFamily<SnapshotLabels>,
+    pub snapshot_last_success: GaugeFamily<SnapshotLabels>,
+    /// Per policy and repository (`snapshot::gauges`).
+    pub policy_last_success_timestamp: GaugeFamily<PolicyRepoLabels>,
+    pub policy_last_backup_success: GaugeFamily<PolicyRepoLabels>,
+    pub snapshot_consecutive_failures: GaugeFamily<PolicyRepoLabels>,
+    /// Terminal Snapshot transitions seen in the store, by result.
+    pub snapshots_completed: Counter<CompletionLabels<'static>>,
+    /// Repository listing and maintenance gauges (`snapshot::gauges`).
+    pub repo_snapshot_count: GaugeFamily<RepoLabels>,
+    pub repo_discovered_snapshots: GaugeFamily<RepoLabels>,
+    pub repo_index_blobs: GaugeFamily<RepoLabels>,
+    pub repository_maintenance_configured: GaugeFamily<RepoLabels>,
+    pub restore_duration_seconds: GaugeFamily<RestoreLabels>,
+    /// `kopiur_resource_phase` of every kind but the repositories (`resource_phase.rs`),
+    /// keyed (kind, namespace, name, phase); each kind replaces its own slice.
+    pub resource_phase: GaugeFamily<PhaseLabels>,
+    /// Kinds whose `kopiur_resource_phase` lines are written at scrape time from their store
+    /// ([`Metrics::resource_phase_live`]), by kind.
+    resource_phase_live: Mutex<BTreeMap<&'static str, LiveSeries>>,
+    /// The length of the last rendering, so the next one is allocated once.
+    last_render_len: std::sync::atomic::AtomicUsize,
+    durations: Mutex<BTreeMap<String, Hist>>,
+    pub leader: std::sync::atomic::AtomicBool,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            reconciliations: Counter::new("kopiur_controller_reconciliations_total", "Reconciliations."),
+            reconcile_errors: Counter::new(
+                "kopiur_controller_reconcile_errors_total",
+                "Failed reconciliations by error class.",
+            ),
+            jobs_created: Counter::new("kopiur_mover_jobs_created_total", "Mover Jobs created."),
+            breaker_trips: Counter::new(
+                "kopiur_repository_breaker_trips_total",
+                "Transitions of a repository into Degraded.",
+            ),
+            probe_failures: Counter::new("kopiur_repository_health_probe_failures_total", "Failed probe connects."),
+            endpoint_checks: Counter::new(
+                "kopiur_repository_endpoint_checks_total",
+                "Cheap endpoint checks of a repository whose breaker is open, by outcome (answers, down).",
+            ),
+            leader_transitions: Counter::new("kopiur_leader_transitions_total", "Leadership acquisitions."),
+            leader_renew_failures: Counter::new("kopiur_leader_renew_failures_total", "Failed Lease renewals."),
+            deletion_failures: Counter::new(
+                "kopiur_snapshot_deletion_failures_total",
+                "Members of failed batch delete Jobs.",
+            ),
+            deletions: Counter::new("kopiur_snapshot_deletions_total", "Snapshot finalizers released, by outcome."),
+            schedule_snapshots_created: Counter::new(
+                "kopiur_schedule_snapshots_created_total",
+                "Snapshots created by a SnapshotSchedule.",
+            ),
+            schedule_slots_skipped: Counter::new(
+                "kopiur_schedule_slots_skipped_total",
+                "Schedule slots skipped, by reason (expired, active_run, suspended).",
+            ),
+            snapshot_refusals: Counter::new(
+                "kopiur_snapshot_refusals_total",
+                "Snapshots refused by the controller (terminal without a Job), by reason.",
+            ),
+            maintenance_runs: Counter::new(
+                "kopiur_maintenance_runs_total",
+                "Finished maintenance runs by mode and outcome (succeeded, failed, yielded).",
+            ),
+            replication_runs: Counter::new(
+                "kopiur_replication_runs_total",
+                "Finished replication runs by kind, trigger (cron, requested) and outcome.",
+            ),
+            kube_requests: Counter::new(
+                "kopiur_kube_client_requests_total",
+                "Kubernetes API requests by verb, API group, resource and client.",
+            ),
+            deletion_batches: Counter::new(
+                "kopiur_snapshot_deletion_batches_total",
+                "Terminal batch delete Jobs, counted once each.",
+            ),
+            deletions_held: GaugeFamily::new(
+                "kopiur_snapshot_deletions_held",
+                "External Snapshot deletions held by the mass-deletion breaker.",
+            ),
+            deletions_pending_external: GaugeFamily::new(
+                "kopiur_snapshot_deletions_pending_external",
+                "Pending external destructive Snapshot deletions counted by the mass-deletion breaker.",
+            ),
+            snapshot_gated: GaugeFamily::new(
+                "kopiur_snapshot_gated",
+                "Snapshots parked on a repository that is not Ready.",
+            ),
+            snapshot_size_bytes: GaugeFamily::new("kopiur_snapshot_size_bytes", "Size of a Succeeded Snapshot."),
+            snapshot_duration_seconds: GaugeFamily::new(
+                "kopiur_snapshot_duration_seconds",
+                "Duration of a terminal Snapshot run.",
+            ),
+            snapshot_last_success: GaugeFamily::new(
+                "kopiur_snapshot_last_success_timestamp_seconds",
+                "End time of a Succeeded Snapshot.",
+            ),
+            policy_last_success_timestamp: GaugeFamily::new(
+                "kopiur_policy_last_backup_success_timestamp_seconds",
+                "End time of the newest Succeeded run of a policy on a repository.",
+            ),
+            policy_last_backup_success: GaugeFamily::new(
+                "kopiur_snapshotpolicy_last_backup_success",
+                "1 if the latest terminal run of a policy on a repository succeeded or was unchanged, else 0.",
+            ),
+            snapshot_consecutive_failures: GaugeFamily::new(
+                "kopiur_snapshot_consecutive_failures",
+                "Trailing Failed runs of a policy on a repository.",
+            ),
+            snapshots_completed: Counter::new(
+                "kopiur_snapshots_completed_total",
+                "Snapshot runs that reached a terminal phase.",
+            ),
+            repo_snapshot_count: GaugeFamily::new(
+                "kopiur_repo_snapshot_count",
+                "Snapshots in the repository at the last listing.",
+            ),
+            repo_discovered_snapshots: GaugeFamily::new(
+                "kopiur_repo_discovered_snapshots",
+                "Discovered (catalog) snapshots at the last listing.",
+            ),
+            repo_index_blobs: GaugeFamily::new("kopiur_repo_index_blobs", "Index blobs at the last listing."),
+            repository_maintenance_configured: GaugeFamily::new(
+                "kopiur_repository_maintenance_configured",
+                "1 if the repository's maintenance is configured, else 0.",
+            ),
+            restore_duration_seconds: GaugeFamily::new(
+                "kopiur_restore_duration_seconds",
+                "Duration of a finished Restore.",
+            ),
+            resource_phase: GaugeFamily::new("kopiur_resource_phase", "1 for the current phase of each object."),
+            resource_phase_live: Mutex::new(BTreeMap::new()),
+            last_render_len: std::sync::atomic::AtomicUsize::new(0),
+            durations: Mutex::new(BTreeMap::new()),
+            leader: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+/// Every metric family the controller renders on `/metrics` (the leader's full set). The
+/// dashboard and the alert rules may only use these (checked by a unit test); a test also
+/// checks that this list equals the families `render` emits.
+pub fn metric_names() -> Vec<&'static str> {
+    vec![
+        "kopiur_controller_reconciliations_total",
+        "kopiur_controller_reconcile_errors_total",
+        "kopiur_controller_reconcile_duration_seconds",
+        "kopiur_mover_jobs_created_total",
+        "kopiur_repository_breaker_trips_total",
+        "kopiur_repository_health_probe_failures_total",
+        "kopiur_repository_endpoint_checks_total",
+        "kopiur_leader",
+        "kopiur_leader_transitions_total",
+        "kopiur_leader_renew_failures_total",
+        "kopiur_process_resident_memory_bytes",
+        "kopiur_snapshot_deletion_failures_total",
+        "kopiur_snapshot_deletions_total",
+        "kopiur_snapshot_deletion_batches_total",
+        "kopiur_kube_client_requests_total",
+        "kopiur_schedule_snapshots_created_total",
+        "kopiur_schedule_slots_skipped_total",
+        "kopiur_snapshot_refusals_total",
+        "kopiur_maintenance_runs_total",
+        "kopiur_replication_runs_total",
+        "kopiur_snapshot_deletions_held",
+        "kopiur_snapshot_deletions_pending_external",
+        "kopiur_snapshots_completed_total",
+        "kopiur_snapshot_gated",
+        "kopiur_snapshot_size_bytes",
+        "kopiur_snapshot_duration_seconds",
+        "kopiur_snapshot_last_success_timestamp_seconds",
+        "kopiur_policy_last_backup_success_timestamp_seconds",
+        "kopiur_snapshotpolicy_last_backup_success",
+        "kopiur_snapshot_consecutive_failures",
+        "kopiur_repo_snapshot_count",
+        "kopiur_repo_discovered_snapshots",
+        "kopiur_repo_index_blobs",
+        "kopiur_repository_maintenance_configured",
+        "kopiur_restore_duration_seconds",
+        "kopiur_resource_phase",
+        "kopiur_repository_consecutive_backend_failures",
+        "kopiur_repository_breaker_open_since_timestamp_seconds",
+        "kopiur_repository_strict_retry_holdoff_seconds",
+    ]
+}
+
+/// One repository's store-backed gauge inputs.
+pub struct RepoGauge {
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    pub phase: Option<String>,
+    pub streak: Option<i64>,
+    pub open_since: Option<i64>,
+    pub holdoff: Option<i64>,
+}
+
+impl Metrics {
+    /// Writes kind `kind`'s `kopiur_resource_phase` lines with `lines` at every scrape from now
+    /// on (it reads the kind's store then), instead of a held slice of [`Metrics::resource_phase`];
+    /// the kind's held slice is dropped.
+    pub fn resource_phase_live(&self, kind: &'static str, lines: LiveSeries) {
+        self.resource_phase.replace_where(|l| l.kind == kind, BTreeMap::new());
+        if let Ok(mut m) = self.resource_phase_live.lock() {
+            m.insert(kind, lines);
+        }
+    }
+
+    /// One reconcile's duration, in `kopiur_controller_reconcile_duration_seconds{kind}`.
+    pub fn observe_duration(&self, labels: KindLabels<'_>, secs: f64) {
+        if let Ok(mut m) = self.durations.lock() {
+            let h = m.entry(labels.kind.to_string()).or_default();
+            for (i, b) in BUCKETS.iter().enumerate() {
+                if secs <= *b {
+                    h.counts[i] += 1;
+                }
+            }
+            h.sum += secs;
+            h.count += 1;
+        }
+    }
+
+    pub fn render(&self, repos: &[RepoGauge]) -> String {
+        let out = self.render_into(repos);
+        self.last_render_len.store(out.len(), std::sync::atomic::Ordering::Relaxed);
+        out
+    }
+
+    fn render_into(&self, repos: &[RepoGauge]) -> String {
+        // One allocation of about the last size instead of doubling through a large text.
+        let last = self.last_render_len.load(std::sync::atomic::Ordering::Relaxed);
+        let mut out = String::with_capacity(last + last / 16 + 4096);
+        let counters: [&dyn Family; 18] = [
+            &self.reconciliations,
+            &self.reconcile_errors,
+            &self.jobs_created,
+            &self.breaker_trips,
+            &self.probe_failures,
+            &self.endpoint_checks,
+            &self.leader_transitions,
+            &self.leader_renew_failures,
+            &self.deletion_failures,
+            &self.deletions,
+            &self.deletion_batches,
+            &self.kube_requests,
+            &self.schedule_snapshots_created,
+            &self.schedule_slots_skipped,
+            &self.snapshot_refusals,
+            &self.maintenance_runs,
+            &self.replication_runs,
+            &self.snapshots_completed,
+        ];
+        for c in counters {
+            c.render(&mut out);
+        }
+        let leader = self.leader.load(std::sync::atomic::Ordering::Relaxed);
+        let _ = writeln!(out, "# TYPE kopiur_leader gauge\nkopiur_leader {}", u8::from(leader));
+        let _ = writeln!(out, "# TYPE kopiur_controller_reconcile_duration_seconds histogram");
+        if let Ok(m) = self.durations.lock() {
+            for (kind, h) in m.iter() {
+                for (i, b) in BUCKETS.iter().enumerate() {
+                    let _ = writeln!(
+                        out,
+                        "kopiur_controller_reconcile_duration_seconds_bucket{{kind=\"{kind}\",le=\"{b}\"}} {}",
+                        h.counts[i]
+                    );
+                }
+                let _ = writeln!(
+                    out,
+                    "kopiur_controller_reconcile_duration_seconds_bucket{{kind=\"{kind}\",le=\"+Inf\"}} {}",
+                    h.count
+                );
+                let _ = writeln!(out, "kopiur_controller_reconcile_duration_seconds_sum{{kind=\"{kind}\"}} {}", h.sum);
+                let _ =
+                    writeln!(out, "kopiur_controller_reconcile_duration_seconds_count{{kind=\"{kind}\"}} {}", h.count);
+            }
+        }
+        if let Ok(rss) = std::fs::read_to_string("/proc/self/statm")
+            && let Some(pages) = rss.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok())
+        {
+            let _ = writeln!(
+                out,
+                "# TYPE kopiur_process_resident_memory_bytes gauge\nkopiur_process_resident_memory_bytes {}",
+                pages * 4096
+            );
+        }
+        // Business gauges only from the leader (a passive replica's stores are not authoritative).
+        if !leader {
+            return out;
+        }
+        self.deletions_held.render(&mut out);
+        self.deletions_pending_external.render(&mut out);
+        let gauges: [&dyn Family; 12] = [
+            &self.snapshot_gated,
+            &self.snapshot_size_bytes,
+            &self.snapshot_duration_seconds,
+            &self.snapshot_last_success,
+            &self.policy_last_success_timestamp,
+            &self.policy_last_backup_success,
+            &self.snapshot_consecutive_failures,
+            &self.repo_snapshot_count,
+            &self.repo_discovered_snapshots,
+            &self.repo_index_blobs,
+            &self.repository_maintenance_configured,
+            &self.restore_duration_seconds,
+        ];
+        for g in gauges {
+            g.render(&mut out);
+        }
+        let _ = writeln!(out, "# TYPE kopiur_resource_phase gauge");
+        for r in repos {
+            if let Some(p) = &r.phase {
+                let _ = writeln!(
+                    out,
+                    "kopiur_resource_phase{{kind=\"{}\",namespace=\"{}\",name=\"{}\",phase=\"{}\"}} 1",
+                    r.kind,
+                    escape(&r.namespace),
+                    escape(&r.name),
+                    escape(p)
+                );
+            }
+        }
+        self.resource_phase.render_series(&mut out);
+        if let Ok(live) = self.resource_phase_live.lock() {
+            for lines in live.values() {
+                lines(&mut out);
+            }
+        }
+        for (metric, get) in [
+            (
+                "kopiur_repository_consecutive_backend_failures",
+                (|r: &RepoGauge| r.streak) as fn(&RepoGauge) -> Option<i64>,
+            ),
+            ("kopiur_repository_breaker_open_since_timestamp_seconds", |r: &RepoGauge| r.open_since),
+            ("kopiur_repository_strict_retry_holdoff_seconds", |r: &RepoGauge| r.holdoff),
+        ] {
+            let _ = writeln!(out, "# TYPE {metric} gauge");
+            for r in repos {
+                if let Some(v) = get(r) {
+                    let _ = writeln!(
+                        out,
+                        "{metric}{{kind=\"{}\",namespace=\"{}\",name=\"{}\"}} {v}",
+                        r.kind,
+                        escape(&r.namespace),
+                        escape(&r.name)
+                    );
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `kopiur_*` metric names in `text`, with histogram suffixes stripped when the base
+    /// name is a known family.
+    fn referenced(text: &str, known: &std::collections::BTreeSet<&str>) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut rest = text;
+        while let Some(i) = rest.find("kopiur_") {
+            let before_ok = i == 0 || !rest.as_bytes()[i - 1].is_ascii_alphanumeric() && rest.as_bytes()[i - 1] != b'_';
+            let tail = &rest[i..];
+            let end =
+                tail.find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')).unwrap_or(tail.len());
+            let name = &tail[..end];
+            if before_ok {
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|suf| name.strip_suffix(suf).filter(|b| known.contains(b)))
+                    .unwrap_or(name);
+                out.push(base.to_string());
+            }
+            rest = &tail[end.max(1)..];
+        }
+        out
+    }
+
+    fn strings(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::String(s) => out.push(s.clone()),
+            serde_json::Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+            serde_json::Value::Object(o) => o.values().for_each(|x| strings(x, out)),
+            serde_json::Value::Null | serde_json::Value::Bool(_) | serde_json::Value::Number(_) => {}
+        }
+    }
+
+    #[test]
+    fn metric_names_lists_exactly_what_render_emits() {
+        let m = Metrics::default();
+        m.leader.store(true, std::sync::atomic::Ordering::Relaxed);
+        m.observe_duration(KindLabels { kind: "Repository" }, 0.2);
+        let out = m.render(&[]);
+        let rendered: std::collections::BTreeSet<&str> =
+            out.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split_whitespace().next()).collect();
+        let listed: std::collections::BTreeSet<&str> = metric_names().into_iter().collect();
+        assert_eq!(rendered, listed);
+    }
+
+    #[test]
+    fn dashboard_and_rules_use_only_exported_metrics() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let known: std::collections::BTreeSet<&str> = metric_names().into_iter().collect();
+        let mut used: Vec<(String, String)> = Vec::new();
+        for dash in ["deploy/dashboards/kopiur.json", "deploy/helm/kopiur/dashboards/kopiur.json"] {
+            let text = std::fs::read_to_string(root.join(dash)).unwrap();
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{dash} parses: {e}"));
+            let mut all = Vec::new();
+            strings(&v, &mut all);
+            let n = all.iter().flat_map(|s| referenced(s, &known)).map(|m| used.push((dash.into(), m))).count();
+            assert!(n > 20, "{dash} queries kopiur metrics ({n})");
+        }
+        for rules in ["deploy/prometheus/kopiur-rules.yaml", "deploy/helm/kopiur/prometheus/kopiur-rules.yaml"] {
+            let text = std::fs::read_to_string(root.join(rules)).unwrap();
+            let v: serde_json::Value = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{rules} parses: {e}"));
+            let mut exprs = Vec::new();
+            for g in v["groups"].as_array().expect("rule groups") {
+                for r in g["rules"].as_array().expect("rules") {
+                    exprs.push(r["expr"].as_str().expect("expr").to_string());
+                }
+            }
+            assert!(exprs.len() >= 10, "{rules}: every alert of docs/design/observability.md §10.3");
+            for e in &exprs {
+                used.extend(referenced(e, &known).into_iter().map(|m| (rules.to_string(), m)));
+            }
+        }
+        let unknown: Vec<&(String, String)> = used.iter().filter(|(_, m)| !known.contains(m.as_str())).collect();
+        assert!(unknown.is_empty(), "metrics used but not exported by the controller: {unknown:?}");
+    }
+
+    fn g(phase: &str, streak: Option<i64>, open: Option<i64>) -> RepoGauge {
+        RepoGauge {
+            kind: "Repository",
+            namespace: "t".into(),
+            name: "r".into(),
+            phase: Some(phase.into()),
+            streak,
+            open_since: open,
+            holdoff: open.map(|_| 120),
+        }
+    }
+
+    #[test]
+    fn open_since_only_while_open_and_streak_zero_is_visible() {
+        let m = Metrics::default();
+        m.leader.store(true, std::sync::atomic::Ordering::Relaxed);
+        let open = m.render(&[g("Degraded", Some(3), Some(1_700_000_000))]);
+        assert!(open.contains("kopiur_repository_breaker_open_since_timestamp_seconds{kind=\"Repository\",namespace=\"t\",name=\"r\"} 1700000000"));
+        assert!(
+            open.contains("kopiur_resource_phase{kind=\"Repository\",namespace=\"t\",name=\"r\",phase=\"Degraded\"} 1")
+        );
+        let closed = m.render(&[g("Ready", Some(0), None)]);
+        assert!(!closed.contains("kopiur_repository_breaker_open_since_timestamp_seconds{"));
+        assert!(closed.contains(
+            "kopiur_repository_consecutive_backend_failures{kind=\"Repository\",namespace=\"t\",name=\"r\"} 0"
+        ));
+    }
+
+    #[test]
+    fn counters_render_with_labels_and_passive_replica_hides_business_gauges() {
+        let m = Metrics::default();
+        let trip = TripLabels { kind: "Repository", namespace: "t", name: "r", probe_kind: "probe" };
+        m.breaker_trips.inc(trip.clone());
+        m.breaker_trips.inc(trip.clone());
+        assert_eq!(m.breaker_trips.get(trip), 2);
+        let out = m.render(&[g("Ready", Some(0), None)]);
+        assert!(out.contains("kopiur_repository_breaker_trips_total{kind=\"Repository\",namespace=\"t\",name=\"r\",probe_kind=\"probe\"} 2"));
+        assert!(!out.contains("kopiur_resource_phase{"));
+        assert!(out.contains("kopiur_leader 0"));
+    }
+
+    /// Every family with a representative set of series, with the process memory lines left
+    /// out (they read `/proc`). The expected text was taken from the positional-label registry
+    /// before the label sets became structs: the exposition must stay byte-identical.
+    fn golden_registry() -> (Metrics, Vec<RepoGauge>) {
+        let m = Metrics::default();
+        m.leader.store(true, std::sync::atomic::Ordering::Relaxed);
+        m.reconciliations.inc(KindLabels { kind: "Snapshot" });
+        m.reconciliations.inc(KindLabels { kind: "Repository" });
+        m.reconciliations.inc(KindLabels { kind: "Snapshot" });
+        m.reconcile_errors.inc(ErrorLabels { kind: "Repository", class: "transient" });
+        m.jobs_created.inc(JobLabels { op: "backup", namespace: "ns-b" });
+        m.jobs_created.inc(JobLabels { op: "backup", namespace: "ns-a" });
+        let name = String::from("r\"q\\x\ny");
+        m.breaker_trips.inc(TripLabels { kind: "Repository", namespace: "t", name: &name, probe_kind: "probe" });
+        let outcome = |kind, namespace, name, outcome| RepoOutcomeLabels { kind, namespace, name, outcome };
+        m.probe_failures.inc(outcome("ClusterRepository", "", "c", "timeout"));
+        m.endpoint_checks.inc(outcome("Repository", "t", "r", "down"));
+        m.leader_transitions.inc(());
+        m.leader_renew_failures.inc(());
+        m.leader_renew_failures.inc(());
+        m.deletion_failures.inc(DeletionFailureLabels { namespace: "t" });
+        m.deletions.inc(DeletionLabels { namespace: "t", outcome: "released" });
+        m.deletion_batches.inc(outcome("Repository", "t", "r", "failed"));
+        let group = "kopiur.home-operations.com";
+        m.kube_requests.inc(KubeRequestLabels { verb: "get", group, kind: "snapshots", client: "main" });
+        m.kube_requests.inc(KubeRequestLabels { verb: "list", group: "", kind: "pods", client: "election" });
+        m.schedule_snapshots_created.inc(ScheduleLabels { namespace: "t", name: "h" });
+        m.schedule_slots_skipped.inc(ReasonLabels { namespace: "t", name: "h", reason: "expired" });
+        m.snapshot_refusals.inc(ReasonLabels { namespace: "t", name: "s", reason: "InvalidSpec" });
+        m.maintenance_runs.inc(MaintenanceRunLabels { namespace: "t", name: "m", mode: "full", outcome: "succeeded" });
+        m.replication_runs.inc(ReplicationRunLabels {
+            kind: "RepositoryReplication",
+            trigger: "cron",
+            outcome: "failed",
+        });
+        // Sorted by the values in label order ("a" < "a b"), not by the joined text.
+        let done = |namespace, policy, result| CompletionLabels { namespace, policy, result };
+        m.snapshots_completed.inc(done("a b", "p", "failed"));
+        m.snapshots_completed.inc(done("a", "z", "failed"));
+        m.snapshots_completed.inc(done("t", "p", "succeeded"));
+        m.observe_duration(KindLabels { kind: "Repository" }, 0.2);
+        m.observe_duration(KindLabels { kind: "Repository" }, 20.0);
+        m.observe_duration(KindLabels { kind: "Snapshot" }, 0.01);
+        let repo = |kind: &str, namespace: &str, name: &str| RepoLabels {
+            kind: kind.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        let snap = |namespace: &str, name: &str, policy: &str| SnapshotLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+            policy: policy.into(),
+        };
+        let policy = |namespace: &str, policy: &str, repository: &str| PolicyRepoLabels {
+            namespace: namespace.into(),
+            policy: policy.into(),
+            repository: repository.into(),
+        };
+        let phase = |kind: &'static str, namespace: &str, name: &str, phase: &str| PhaseLabels {
+            kind,
+            namespace: namespace.into(),
+            name: name.into(),
+            phase: phase.into(),
+        };
+        m.deletions_held
+            .replace(BTreeMap::from([(repo("Repository", "t", "r"), 2), (repo("ClusterRepository", "", "c"), 1)]));
+        m.deletions_pending_external.replace(BTreeMap::from([(repo("Repository", "t", "r"), 5)]));
+        m.snapshot_gated.replace(BTreeMap::from([(GatedLabels { namespace: "t".into(), policy: "p".into() }, 3)]));
+        m.snapshot_size_bytes.replace(BTreeMap::from([(snap("t", "s1", "p"), 42)]));
+        m.snapshot_duration_seconds.replace(BTreeMap::from([
+            (snap("t", "s1", "p"), 7),
+            (snap("a b", "s", "p"), 1),
+            (snap("a", "z", "p"), 2),
+        ]));
+        m.snapshot_last_success.replace(BTreeMap::from([(snap("t", "s1", "p"), 1_700_000_000)]));
+        m.policy_last_success_timestamp.replace(BTreeMap::from([(policy("t", "p", "r"), 1_700_000_000)]));
+        m.policy_last_backup_success.replace(BTreeMap::from([(policy("t", "p", "r"), 1)]));
+        m.snapshot_consecutive_failures.replace(BTreeMap::from([(policy("t", "p", "r"), 0)]));
+        m.repo_snapshot_count.replace(BTreeMap::from([(repo("Repository", "t", "r"), 5)]));
+        m.repo_discovered_snapshots.replace(BTreeMap::from([(repo("Repository", "t", "r"), 2)]));
+        m.repo_index_blobs.replace(BTreeMap::from([(repo("ClusterRepository", "", "c"), 12)]));
+        m.repository_maintenance_configured.replace(BTreeMap::from([(repo("Repository", "t", "r"), 0)]));
+        m.restore_duration_seconds
+            .replace(BTreeMap::from([(RestoreLabels { namespace: "t".into(), name: "back".into() }, 9)]));
+        let slice = |kind: &'static str| move |l: &PhaseLabels| l.kind == kind;
+        m.resource_phase.replace_where(slice("Restore"), BTreeMap::from([(phase("Restore", "t", "x", "Failed"), 1)]));
+        m.resource_phase
+            .replace_where(slice("SnapshotPolicy"), BTreeMap::from([(phase("SnapshotPolicy", "t", "p", "Ready"), 1)]));
+        // The kind's slice is replaced, the other kinds' stay.
+        m.resource_phase
+            .replace_where(slice("Restore"), BTreeMap::from([(phase("Restore", "t", "y", "Completed"), 1)]));
+        m.resource_phase_live(
+            "Snapshot",
+            Box::new(|out: &mut String| write_phase_line(out, "Snapshot", "t", "s\"1", "Running")),
+        );
+        m.resource_phase_live(
+            "Maintenance",
+            Box::new(|out: &mut String| write_phase_line(out, "Maintenance", "t", "m", "Ready")),
+        );
+        let repos = vec![
+            RepoGauge {
+                kind: "Repository",
+                namespace: "t".into(),
+                name: "r\"q".into(),
+                phase: Some("Degraded".into()),
+                streak: Some(3),
+                open_since: Some(1_700_000_000),
+                holdoff: Some(120),
+            },
+            RepoGauge {
+                kind: "ClusterRepository",
+                namespace: String::new(),
+                name: "c".into(),
+                phase: Some("Ready".into()),
+                streak: Some(0),
+                open_since: None,
+                holdoff: None,
+            },
+            RepoGauge {
+                kind: "Repository",
+                namespace: "t".into(),
+                name: "new".into(),
+                phase: None,
+                streak: None,
+                open_since: None,
+                holdoff: None,
+            },
+        ];
+        (m, repos)
+    }
+
+    fn without_process_memory(text: &str) -> String {
+        text.lines().filter(|l| !l.contains("kopiur_process_resident_memory_bytes")).map(|l| format!("{l}\n")).collect()
+    }
+
+    #[test]
+    fn exposition_is_byte_identical_to_the_positional_registry() {
+        let (m, repos) = golden_registry();
+        let out = without_process_memory(&m.render(&repos));
+        assert_eq!(out, GOLDEN, "rendered:\n{out}");
+        // A second rendering (sized from the first) is the same text.
+        assert_eq!(without_process_memory(&m.render(&repos)), GOLDEN);
+    }
+
+    const GOLDEN: &str = r##"# HELP kopiur_controller_reconciliations_total Reconciliations.
+# TYPE kopiur_controller_reconciliations_total counter
+kopiur_controller_reconciliations_total{kind="Repository"} 1
+kopiur_controller_reconciliations_total{kind="Snapshot"} 2
+# HELP kopiur_controller_reconcile_errors_total Failed reconciliations by error class.
+# TYPE kopiur_controller_reconcile_errors_total counter
+kopiur_controller_reconcile_errors_total{kind="Repository",class="transient"} 1
+# HELP kopiur_mover_jobs_created_total Mover Jobs created.
+# TYPE kopiur_mover_jobs_created_total counter
+kopiur_mover_jobs_created_total{op="backup",namespace="ns-a"} 1
+kopiur_mover_jobs_created_total{op="backup",namespace="ns-b"} 1
+# HELP kopiur_repository_breaker_trips_total Transitions of a repository into Degraded.
+# TYPE kopiur_repository_breaker_trips_total counter
+kopiur_repository_breaker_trips_total{kind="Repository",namespace="t",name="r\"q\\x\ny",probe_kind="probe"} 1
+# HELP kopiur_repository_health_probe_failures_total Failed probe connects.
+# TYPE kopiur_repository_health_probe_failures_total counter
+kopiur_repository_health_probe_failures_total{kind="ClusterRepository",namespace="",name="c",outcome="timeout"} 1
+# HELP kopiur_repository_endpoint_checks_total Cheap endpoint checks of a repository whose breaker is open, by outcome (answers, down).
+# TYPE kopiur_repository_endpoint_checks_total counter
+kopiur_repository_endpoint_checks_total{kind="Repository",namespace="t",name="r",outcome="down"} 1
+# HELP kopiur_leader_transitions_total Leadership acquisitions.
+# TYPE kopiur_leader_transitions_total counter
+kopiur_leader_transitions_total 1
+# HELP kopiur_leader_renew_failures_total Failed Lease renewals.
+# TYPE kopiur_leader_renew_failures_total counter
+kopiur_leader_renew_failures_total 2
+# HELP kopiur_snapshot_deletion_failures_total Members of failed batch delete Jobs.
+# TYPE kopiur_snapshot_deletion_failures_total counter
+kopiur_snapshot_deletion_failures_total{namespace="t"} 1
+# HELP kopiur_snapshot_deletions_total Snapshot finalizers released, by outcome.
+# TYPE kopiur_snapshot_deletions_total counter
+kopiur_snapshot_deletions_total{namespace="t",outcome="released"} 1
+# HELP kopiur_snapshot_deletion_batches_total Terminal batch delete Jobs, counted once each.
+# TYPE kopiur_snapshot_deletion_batches_total counter
+kopiur_snapshot_deletion_batches_total{kind="Repository",namespace="t",name="r",outcome="failed"} 1
+# HELP kopiur_kube_client_requests_total Kubernetes API requests by verb, API group, resource and client.
+# TYPE kopiur_kube_client_requests_total counter
+kopiur_kube_client_requests_total{verb="get",group="kopiur.home-operations.com",kind="snapshots",client="main"} 1
+kopiur_kube_client_requests_total{verb="list",group="",kind="pods",client="election"} 1
+# HELP kopiur_schedule_snapshots_created_total Snapshots created by a SnapshotSchedule.
+# TYPE kopiur_schedule_snapshots_created_total counter
+kopiur_schedule_snapshots_created_total{namespace="t",name="h"} 1
+# HELP kopiur_schedule_slots_skipped_total Schedule slots skipped, by reason (expired, active_run, suspended).
+# TYPE kopiur_schedule_slots_skipped_total counter
+kopiur_schedule_slots_skipped_total{namespace="t",name="h",reason="expired"} 1
+# HELP kopiur_snapshot_refusals_total Snapshots refused by the controller (terminal without a Job), by reason.
+# TYPE kopiur_snapshot_refusals_total counter
+kopiur_snapshot_refusals_total{namespace="t",name="s",reason="InvalidSpec"} 1
+# HELP kopiur_maintenance_runs_total Finished maintenance runs by mode and outcome (succeeded, failed, yielded).
+# TYPE kopiur_maintenance_runs_total counter
+kopiur_maintenance_runs_total{namespace="t",name="m",mode="full",outcome="succeeded"} 1
+# HELP kopiur_replication_runs_total Finished replication runs by kind, trigger (cron, requested) and outcome.
+# TYPE kopiur_replication_runs_total counter
+kopiur_replication_runs_total{kind="RepositoryReplication",trigger="cron",outcome="failed"} 1
+# HELP kopiur_snapshots_completed_total Snapshot runs that reached a terminal phase.
+# TYPE kopiur_snapshots_completed_total counter
+kopiur_snapshots_completed_total{namespace="a",policy="z",result="failed"} 1
+kopiur_snapshots_completed_total{namespace="a b",policy="p",result="failed"} 1
+kopiur_snapshots_completed_total{namespace="t",policy="p",result="succeeded"} 1
+# TYPE kopiur_leader gauge
+kopiur_leader 1
+# TYPE kopiur_controller_reconcile_duration_seconds histogram
+kopiur_controller_reconcile_duration_seconds_bucket{kind="Repository",le="0.01"} 0
+kopiur_controller_reconcile_duration_seconds_bucket{kind="Repository",le="0.025"} 0
+kopiur_controller_reconcile_duration_seconds_bucket{kind="Repository",le="0.05"} 0
+kopiur_controller_reconcile_duration_seconds_bucket{kind="Repository",le="0.1"} 0
+kopiur_controller_reconcile_duration_seconds_bucket{kind="Repository",le="0.25"} 1
+kopiur_controller_reconcile_duration_seconds_bucket{kind="Repository",le="0.5"} 1
+kopiur_controller_reconcile_duration_seconds_bucket{kind="Repository",le="1"} 1
+kopiur_controller_reconcile_duration_seconds_bucket{kind="Repository",le="10"} 1
+kopiur_controller_reconcile_duration_seconds_bucket{kind="Repository",le="+Inf"} 2
+kopiur_controller_reconcile_duration_seconds_sum{kind="Repository"} 20.2
+kopiur_controller_reconcile_duration_seconds_count{kind="Repository"} 2
+kopiur_controller_reconcile_duration_seconds_bucket{kind="Snapshot",le="0.01"} 1
+kopiur_controller_reconcile_duration_seconds_bucket{kind="Snapshot",le="0.025"} 1
+kopiur_controller_reconcile_duration_seconds_bucket{kind="Snapshot",le="0.05"} 1
+kopiur_controller_reconcile_duration_seconds_bucket{kind="Snapshot",le="0.1"} 1
+kopiur_controller_reconcile_duration_seconds_bucket{kind="Snapshot",le="0.25"} 1
+kopiur_controller_reconcile_duration_seconds_bucket{kind="Snapshot",le="0.5"} 1
+kopiur_controller_reconcile_duration_seconds_bucket{kind="Snapshot",le="1"} 1
+kopiur_controller_reconcile_duration_seconds_bucket{kind="Snapshot",le="10"} 1
+kopiur_controller_reconcile_duration_seconds_bucket{kind="Snapshot",le="+Inf"} 1
+kopiur_controller_reconcile_duration_seconds_sum{kind="Snapshot"} 0.01
+kopiur_controller_reconcile_duration_seconds_count{kind="Snapshot"} 1
+# HELP kopiur_snapshot_deletions_held External Snapshot deletions held by the mass-deletion breaker.
+# TYPE kopiur_snapshot_deletions_held gauge
+kopiur_snapshot_deletions_held{kind="ClusterRepository",namespace="",name="c"} 1
+kopiur_snapshot_deletions_held{kind="Repository",namespace="t",name="r"} 2
+# HELP kopiur_snapshot_deletions_pending_external Pending external destructive Snapshot deletions counted by the mass-deletion breaker.
+# TYPE kopiur_snapshot_deletions_pending_external gauge
+kopiur_snapshot_deletions_pending_external{kind="Repository",namespace="t",name="r"} 5
+# HELP kopiur_snapshot_gated Snapshots parked on a repository that is not Ready.
+# TYPE kopiur_snapshot_gated gauge
+kopiur_snapshot_gated{namespace="t",policy="p"} 3
+# HELP kopiur_snapshot_size_bytes Size of a Succeeded Snapshot.
+# TYPE kopiur_snapshot_size_bytes gauge
+kopiur_snapshot_size_bytes{namespace="t",name="s1",policy="p"} 42
+# HELP kopiur_snapshot_duration_seconds Duration of a terminal Snapshot run.
+# TYPE kopiur_snapshot_duration_seconds gauge
+kopiur_snapshot_duration_seconds{namespace="a",name="z",policy="p"} 2
+kopiur_snapshot_duration_seconds{namespace="a b",name="s",policy="p"} 1
+kopiur_snapshot_duration_seconds{namespace="t",name="s1",policy="p"} 7
+# HELP kopiur_snapshot_last_success_timestamp_seconds End time of a Succeeded Snapshot.
+# TYPE kopiur_snapshot_last_success_timestamp_seconds gauge
+kopiur_snapshot_last_success_timestamp_seconds{namespace="t",name="s1",policy="p"} 1700000000
+# HELP kopiur_policy_last_backup_success_timestamp_seconds End time of the newest Succeeded run of a policy on a repository.
+# TYPE kopiur_policy_last_backup_success_timestamp_seconds gauge
+kopiur_policy_last_backup_success_timestamp_seconds{namespace="t",policy="p",repository="r"} 1700000000
+# HELP kopiur_snapshotpolicy_last_backup_success 1 if the latest terminal run of a policy on a repository succeeded or was unchanged, else 0.
+# TYPE kopiur_snapshotpolicy_last_backup_success gauge
+kopiur_snapshotpolicy_last_backup_success{namespace="t",policy="p",repository="r"} 1
+# HELP kopiur_snapshot_consecutive_failures Trailing Failed runs of a policy on a repository.
+# TYPE kopiur_snapshot_consecutive_failures gauge
+kopiur_snapshot_consecutive_failures{namespace="t",policy="p",repository="r"} 0
+# HELP kopiur_repo_snapshot_count Snapshots in the repository at the last listing.
+# TYPE kopiur_repo_snapshot_count gauge
+kopiur_repo_snapshot_count{kind="Repository",namespace="t",name="r"} 5
+# HELP kopiur_repo_discovered_snapshots Discovered (catalog) snapshots at the last listing.
+# TYPE kopiur_repo_discovered_snapshots gauge
+kopiur_repo_discovered_snapshots{kind="Repository",namespace="t",name="r"} 2
+# HELP kopiur_repo_index_blobs Index blobs at the last listing.
+# TYPE kopiur_repo_index_blobs gauge
+kopiur_repo_index_blobs{kind="ClusterRepository",namespace="",name="c"} 12
+# HELP kopiur_repository_maintenance_configured 1 if the repository's maintenance is configured, else 0.
+# TYPE kopiur_repository_maintenance_configured gauge
+kopiur_repository_maintenance_configured{kind="Repository",namespace="t",name="r"} 0
+# HELP kopiur_restore_duration_seconds Duration of a finished Restore.
+# TYPE kopiur_restore_duration_seconds gauge
+kopiur_restore_duration_seconds{namespace="t",name="back"} 9
+# TYPE kopiur_resource_phase gauge
+kopiur_resource_phase{kind="Repository",namespace="t",name="r\"q",phase="Degraded"} 1
+kopiur_resource_phase{kind="ClusterRepository",namespace="",name="c",phase="Ready"} 1
+kopiur_resource_phase{kind="Restore",namespace="t",name="y",phase="Completed"} 1
+kopiur_resource_phase{kind="SnapshotPolicy",namespace="t",name="p",phase="Ready"} 1
+kopiur_resource_phase{kind="Maintenance",namespace="t",name="m",phase="Ready"} 1
+kopiur_resource_phase{kind="Snapshot",namespace="t",name="s\"1",phase="Running"} 1
+# TYPE kopiur_repository_consecutive_backend_failures gauge
+kopiur_repository_consecutive_backend_failures{kind="Repository",namespace="t",name="r\"q"} 3
+kopiur_repository_consecutive_backend_failures{kind="ClusterRepository",namespace="",name="c"} 0
+# TYPE kopiur_repository_breaker_open_since_timestamp_seconds gauge
+kopiur_repository_breaker_open_since_timestamp_seconds{kind="Repository",namespace="t",name="r\"q"} 1700000000
+# TYPE kopiur_repository_strict_retry_holdoff_seconds gauge
+kopiur_repository_strict_retry_holdoff_seconds{kind="Repository",namespace="t",name="r\"q"} 120
+"##;
+}
