@@ -26,6 +26,7 @@ pub mod mover_job;
 pub mod mover_pods;
 pub mod mover_rbac;
 pub mod mover_settings;
+pub mod pace;
 pub mod pipeline;
 pub mod policy_rules;
 pub mod preflight;

@@ -49,7 +49,12 @@ pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()
     let snap_ns_seen = Mutex::new(crate::gating::NamespaceLabels::default());
     // The ADR-0006 batch-delete dispatcher enqueues Snapshots too.
     let (snap_tx, snap_rx) = mpsc::channel::<ObjectRef<Snapshot>>(1024);
-    let snap_ctl = Controller::for_shared_stream(feeds.snapshots.subscribe(), snapshots.clone())
+    // The Snapshot controller's own trigger is paced by its reconciles: a start over a large
+    // fleet queues about a window of rows, not all of them (`crate::pace`).
+    let snap_progress = crate::pace::Progress::new();
+    let snap_trigger =
+        crate::pace::paced(feeds.snapshots.subscribe(), snap_progress.clone(), crate::pace::WINDOW, crate::pace::STALL);
+    let snap_ctl = Controller::for_shared_stream(snap_trigger, snapshots.clone())
         // Job -> its Snapshot (backup Jobs are owned by their CR).
         .watches_shared_stream(feeds.jobs.subscribe(), |job: Arc<Job>| watch::owned_by(&job, JobOwner::Snapshot))
         // Repository -> parked Snapshots (G3).
@@ -157,7 +162,10 @@ pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()
         .with_config(cfg.clone())
         .shutdown_on_signal()
         .run(crate::snapshot::reconcile::reconcile, error_policy::<Snapshot>, ctx.clone())
-        .for_each(crate::error_events::settle);
+        .for_each(move |r| {
+            snap_progress.done();
+            crate::error_events::settle(r)
+        });
     let b = sched_ctl
         .with_config(cfg.clone())
         .shutdown_on_signal()

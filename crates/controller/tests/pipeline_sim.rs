@@ -10,7 +10,7 @@ use kopiur_api::snapshot::SnapshotPhase;
 use kopiur_api::snapshot_schedule::ConcurrencyPolicy;
 use kopiur_controller::gating::Gate;
 use kopiur_controller::snapshot::plan::{
-    self as snap, JobState, PolicyState, PreflightState, RunFacts, SourceState, Step, Verdict, WorkSpecState,
+    self as snap, JobFacts, JobState, PolicyState, PreflightState, RunFacts, SourceState, Step, Verdict, WorkSpecState,
 };
 use kopiur_controller::snapshot_schedule::plan::{self as sched, ChildSources, Disposition, Pin, ScheduleFacts};
 
@@ -171,12 +171,14 @@ fn run(
                 source: SourceState::Present,
                 source_missing_since: None,
                 work_spec: WorkSpecState::Fits,
-                job,
-                job_created: c.job.as_ref().map(|j| j.started),
-                pod_startup_deadline: Duration::seconds(300),
-                pods: Verdict::NotWedged { recheck_at: None },
-                failure: None,
-                ready_reason: None,
+                job: JobFacts::observe(
+                    job,
+                    c.job.as_ref().map(|j| j.started),
+                    Duration::seconds(300),
+                    Verdict::NotWedged { recheck_at: None },
+                    None,
+                    &[],
+                ),
                 completion_recorded: c.completion_recorded,
                 reverify_requested_at: None,
                 inherited_from: None,

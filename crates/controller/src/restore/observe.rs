@@ -18,7 +18,7 @@ use super::reconcile::CREATED_BY;
 use crate::error::Error;
 use crate::mover_settings::{MoverFacts, MoverSettings, Refusal};
 use crate::snapshot::ctx::{PipelineCtx, RepoView};
-use crate::snapshot::plan::JobState;
+use crate::snapshot::plan::{JobFacts, JobState};
 use crate::snapshot::reconcile::job_state;
 
 /// What one reconcile read: the plan's [`RestoreFacts`], and what applying its steps needs.
@@ -97,12 +97,14 @@ pub(super) async fn observe(ctx: &PipelineCtx, restore: &Restore, now: DateTime<
             .map(|d| chrono::Duration::seconds(d.as_secs() as i64)),
         wait_started_at: status.wait_started_at,
         target: target_state(ctx, restore),
-        job: job_facts,
-        job_created: job.as_deref().and_then(crate::wedged::io::job_created),
-        pod_startup_deadline,
-        pods,
-        failure: status.failure.clone(),
-        ready_reason: status.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()),
+        job: JobFacts::observe(
+            job_facts,
+            job.as_deref().and_then(crate::wedged::io::job_created),
+            pod_startup_deadline,
+            pods,
+            status.failure.clone(),
+            &status.conditions,
+        ),
         reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
         mover_refused: mover_refused(ctx, restore, repo.as_ref(), settings.as_ref()),
         inherited_from: settings.as_ref().and_then(|r| r.as_ref().ok()).and_then(|s| s.inherited_from.clone()),

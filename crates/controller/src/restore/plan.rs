@@ -7,7 +7,7 @@ use kopiur_api::shared::status::Failure;
 
 use crate::gating::{Gate, Readiness};
 use crate::health::kstatus::{Cond, CondStatus};
-use crate::snapshot::plan::JobState;
+use crate::snapshot::plan::{JobFacts, JobState};
 pub use crate::wedged::Verdict;
 
 /// How soon an active restore Job is looked at again by default.
@@ -148,17 +148,8 @@ pub struct RestoreFacts {
     pub wait_timeout: Option<Duration>,
     pub wait_started_at: Option<DateTime<Utc>>,
     pub target: TargetState,
-    pub job: JobState,
-    /// The restore Job's creationTimestamp (when there is one).
-    pub job_created: Option<DateTime<Utc>>,
-    /// The resolved `failurePolicy.podStartupDeadlineSeconds`.
-    pub pod_startup_deadline: Duration,
-    /// The wedged-pod check of an active Job (`crate::wedged`); `NotWedged { recheck_at: None }`
-    /// when observe did not look (not due, or no active Job).
-    pub pods: Verdict,
-    pub failure: Option<Failure>,
-    /// The Ready reason already recorded; a terminal Failed keeps it.
-    pub ready_reason: Option<String>,
+    /// The restore Job and what the status records of its run.
+    pub job: JobFacts,
     pub reverify_requested_at: Option<DateTime<Utc>>,
     /// The mover settings refused (`crate::mover_settings`): reason and message; no Job.
     pub mover_refused: Option<(&'static str, String)>,
@@ -226,7 +217,7 @@ fn decision(phase: RestorePhase, ready: CondStatus, reason: &str, msg: impl Into
 
 fn fail(reason: &str, message: String, nudge: bool, f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     let mut d = decision(RestorePhase::Failed, CondStatus::False, reason, message.clone());
-    d.failure = Some(f.failure.clone().unwrap_or(Failure { message: Some(message), ..Failure::default() }));
+    d.failure = Some(f.job.failure.clone().unwrap_or(Failure { message: Some(message), ..Failure::default() }));
     d.nudge = nudge && crate::snapshot::plan::nudge_due(f.reverify_requested_at, now);
     d
 }
@@ -267,12 +258,13 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
             return decision(RestorePhase::Completed, CondStatus::True, "RestoreSucceeded", "restored");
         }
         Some(RestorePhase::Failed) => {
-            let msg = f.failure.as_ref().and_then(|x| x.message.clone()).unwrap_or_else(|| "the restore failed".into());
+            let msg =
+                f.job.failure.as_ref().and_then(|x| x.message.clone()).unwrap_or_else(|| "the restore failed".into());
             // The reason recorded with the failure (MoverJobLost, MoverPodWedged, ...) stays.
-            let reason = f.ready_reason.as_deref().filter(|r| !r.is_empty()).unwrap_or("RestoreFailed");
+            let reason = f.job.ready_reason.as_deref().filter(|r| !r.is_empty()).unwrap_or("RestoreFailed");
             let mut d = decision(RestorePhase::Failed, CondStatus::False, reason, msg);
             // A wedged Job whose delete did not land the first time is deleted again.
-            d.delete_job = reason == kopiur_api::names::reason::MOVER_POD_WEDGED && f.job == JobState::Active;
+            d.delete_job = reason == kopiur_api::names::reason::MOVER_POD_WEDGED && f.job.state == JobState::Active;
             if d.delete_job {
                 d.requeue_after = Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS));
             }
@@ -289,7 +281,7 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
             return d;
         }
         Some(RestorePhase::Restoring) => {
-            return match (&f.job, &f.pods) {
+            return match (&f.job.state, &f.job.pods) {
                 (JobState::Active, Verdict::Wedged { message }) => {
                     // Not the backend's fault: no reverify nudge.
                     let mut d = decision(
@@ -307,12 +299,12 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
                     let mut d =
                         decision(RestorePhase::Restoring, CondStatus::False, "Restoring", "the restore Job is running");
                     d.steps.push(Step::AwaitJob);
-                    if matches!(f.job, JobState::Complete { .. }) {
+                    if matches!(f.job.state, JobState::Complete { .. }) {
                         d.requeue_after = Some(Duration::seconds(10));
-                    } else if let Verdict::NotWedged { recheck_at } = &f.pods {
+                    } else if let Verdict::NotWedged { recheck_at } = &f.job.pods {
                         d.requeue_after = crate::wedged::requeue_after(
-                            f.pod_startup_deadline,
-                            f.job_created,
+                            f.job.pod_startup_deadline,
+                            f.job.created,
                             *recheck_at,
                             now,
                             Duration::seconds(AWAIT_REQUEUE_SECONDS),
@@ -392,7 +384,7 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     // Restore with CredentialsAvailable=False / MissingCredentialsSecret and no Job, nothing
     // pinned or provisioned; the Secret watch resumes it once the Secret is there. A structural
     // gate (docs/design/api-contract.md §7.4): a human creates the Secret, so Stalled.
-    if f.job == JobState::Absent
+    if f.job.state == JobState::Absent
         && let Some(message) = f.credentials.missing_message(&f.namespace)
     {
         let reason = f.credentials.reason();
@@ -460,7 +452,7 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     if f.target == TargetState::Create {
         steps.push(Step::CreatePvc);
     }
-    match &f.job {
+    match &f.job.state {
         JobState::Absent => steps.push(Step::Launch),
         JobState::Active | JobState::Complete { .. } | JobState::Failed { .. } => steps.push(Step::AwaitJob),
     }
@@ -498,12 +490,7 @@ mod tests {
             wait_timeout: None,
             wait_started_at: None,
             target: TargetState::Create,
-            job: JobState::Absent,
-            job_created: None,
-            pod_startup_deadline: Duration::seconds(300),
-            pods: Verdict::NotWedged { recheck_at: None },
-            failure: None,
-            ready_reason: None,
+            job: JobFacts::absent(),
             reverify_requested_at: None,
             mover_refused: None,
             inherited_from: None,
@@ -598,7 +585,7 @@ mod tests {
         let mut f = facts();
         f.phase = Some(RestorePhase::Restoring);
         f.pinned = true;
-        f.job = JobState::Failed { reason: "BackoffLimitExceeded".into() };
+        f.job.state = JobState::Failed { reason: "BackoffLimitExceeded".into() };
         let d = plan(&f, now());
         assert_eq!(d.phase, Some(RestorePhase::Failed));
         assert!(d.nudge);
@@ -609,27 +596,27 @@ mod tests {
         f.phase = Some(RestorePhase::Restoring);
         f.pinned = true;
         f.target = TargetState::Ready;
-        f.job = JobState::Active;
+        f.job.state = JobState::Active;
         f
     }
 
     #[test]
     fn young_restore_job_requeues_for_the_pod_check() {
         let mut f = restoring();
-        f.job_created = Some(now());
+        f.job.created = Some(now());
         let d = plan(&f, now() + Duration::seconds(100));
         assert_eq!(reason(&d), "Restoring");
         assert_eq!(d.steps, vec![Step::AwaitJob]);
         assert_eq!(d.requeue_after, Some(Duration::seconds(201)), "just after creation + deadline");
         assert!(!d.delete_job);
         // An unstarted pod past the deadline: the verdict's recheck.
-        f.pods = Verdict::NotWedged { recheck_at: Some(now() + Duration::seconds(460)) };
+        f.job.pods = Verdict::NotWedged { recheck_at: Some(now() + Duration::seconds(460)) };
         assert_eq!(plan(&f, now() + Duration::seconds(400)).requeue_after, Some(Duration::seconds(60)));
         // Nothing to look at again: the default await requeue (the reconcile's 300 s).
-        f.pods = Verdict::NotWedged { recheck_at: None };
+        f.job.pods = Verdict::NotWedged { recheck_at: None };
         assert_eq!(plan(&f, now() + Duration::seconds(400)).requeue_after, None);
         // A long deadline is capped at the await requeue.
-        f.pod_startup_deadline = Duration::seconds(3600);
+        f.job.pod_startup_deadline = Duration::seconds(3600);
         assert_eq!(plan(&f, now()).requeue_after, Some(Duration::seconds(AWAIT_REQUEUE_SECONDS)));
     }
 
@@ -638,10 +625,10 @@ mod tests {
         let mut f = restoring();
         let message =
             "mover pod x-restore-1 of Job x-restore has been container mover waiting with ErrImagePull for 301s";
-        f.job_created = Some(now() - Duration::seconds(301));
-        f.pods = Verdict::Wedged { message: message.into() };
+        f.job.created = Some(now() - Duration::seconds(301));
+        f.job.pods = Verdict::Wedged { message: message.into() };
         // A failure the mover left on an earlier pod is not the story of this one.
-        f.failure = Some(Failure { message: Some("an earlier pod failed".into()), ..Failure::default() });
+        f.job.failure = Some(Failure { message: Some("an earlier pod failed".into()), ..Failure::default() });
         let d = plan(&f, now());
         assert_eq!(d.phase, Some(RestorePhase::Failed));
         assert_eq!(reason(&d), "MoverPodWedged");
@@ -652,7 +639,7 @@ mod tests {
         assert!(!d.nudge, "a wedged pod is not a backend failure");
         assert_eq!(d.requeue_after, Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS)));
         // A Complete Job is never taken for a wedged one.
-        f.job = JobState::Complete { at: None };
+        f.job.state = JobState::Complete { at: None };
         let d = plan(&f, now());
         assert_eq!(reason(&d), "Restoring");
         assert!(!d.delete_job);
@@ -681,24 +668,24 @@ mod tests {
     fn a_failed_restore_keeps_its_reason_and_deletes_a_lingering_wedged_job_only() {
         let mut f = restoring();
         f.phase = Some(RestorePhase::Failed);
-        f.failure = Some(Failure { message: Some("wedged".into()), ..Failure::default() });
-        f.ready_reason = Some("MoverPodWedged".into());
+        f.job.failure = Some(Failure { message: Some("wedged".into()), ..Failure::default() });
+        f.job.ready_reason = Some("MoverPodWedged".into());
         let d = plan(&f, now());
         assert_eq!(reason(&d), "MoverPodWedged", "the recorded reason stays");
         assert!(d.delete_job, "the delete is retried until the Job is gone");
         assert_eq!(d.requeue_after, Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS)));
-        f.job = JobState::Absent;
+        f.job.state = JobState::Absent;
         let gone = plan(&f, now());
         assert!(!gone.delete_job);
         assert_eq!(gone.requeue_after, None);
         // Other failures keep their reason and never delete the Job.
-        f.job = JobState::Active;
-        f.ready_reason = Some("MoverJobLost".into());
+        f.job.state = JobState::Active;
+        f.job.ready_reason = Some("MoverJobLost".into());
         let d = plan(&f, now());
         assert_eq!(reason(&d), "MoverJobLost");
         assert!(!d.delete_job);
         // Written by an older version without a reason: RestoreFailed.
-        f.ready_reason = None;
+        f.job.ready_reason = None;
         assert_eq!(reason(&plan(&f, now())), "RestoreFailed");
     }
 

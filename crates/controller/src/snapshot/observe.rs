@@ -16,7 +16,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::ctx::{PipelineCtx, RepoView};
 use super::job::{BuildError, Built, Recipe, backup_job, recipe};
-use super::plan::{JobState, PolicyState, PreflightState, RunFacts, SourceState, Verdict, WorkSpecState};
+use super::plan::{JobFacts, JobState, PolicyState, PreflightState, RunFacts, SourceState, Verdict, WorkSpecState};
 use super::reconcile::{job_state, origin, repository_ref};
 use crate::error::Error;
 
@@ -103,12 +103,14 @@ pub(super) async fn observe(ctx: &PipelineCtx, snap: &Snapshot, now: DateTime<Ut
         source,
         source_missing_since: status.source_missing_since,
         work_spec,
-        job: job_facts,
-        job_created: job.as_deref().and_then(crate::wedged::io::job_created),
-        pod_startup_deadline,
-        pods,
-        failure: status.failure.as_deref().cloned(),
-        ready_reason: status.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()),
+        job: JobFacts::observe(
+            job_facts,
+            job.as_deref().and_then(crate::wedged::io::job_created),
+            pod_startup_deadline,
+            pods,
+            status.failure.as_deref().cloned(),
+            &status.conditions,
+        ),
         completion_recorded: status.completion_recorded_at.is_some(),
         reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
         inherited_from: built.as_ref().and_then(|b| b.as_ref().ok()).and_then(|b| b.inherited_from.clone()),

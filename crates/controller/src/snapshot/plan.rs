@@ -110,9 +110,23 @@ pub struct RunFacts {
     pub source: SourceState,
     pub source_missing_since: Option<DateTime<Utc>>,
     pub work_spec: WorkSpecState,
-    pub job: JobState,
+    /// The backup Job and what the status records of its run.
+    pub job: JobFacts,
+    pub completion_recorded: bool,
+    /// The repository's current `reverify-requested-at`, parsed.
+    pub reverify_requested_at: Option<DateTime<Utc>>,
+    /// What `inheritSecurityContextFrom` gave, when the recipe inherits.
+    pub inherited_from: Option<String>,
+}
+
+/// A run's Job as a plan sees it (a Snapshot's backup Job, a Restore's restore Job): its state,
+/// its age against the pod start-up deadline, the wedged-pod check, and what the status already
+/// records of the run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobFacts {
+    pub state: JobState,
     /// The Job's creationTimestamp (when there is one).
-    pub job_created: Option<DateTime<Utc>>,
+    pub created: Option<DateTime<Utc>>,
     /// The resolved `failurePolicy.podStartupDeadlineSeconds`.
     pub pod_startup_deadline: Duration,
     /// The wedged-pod check of an active Job (`crate::wedged`); `NotWedged { recheck_at: None }`
@@ -122,11 +136,35 @@ pub struct RunFacts {
     pub failure: Option<Failure>,
     /// The Ready reason already recorded (e.g. `PreflightTimeout`); a terminal Failed keeps it.
     pub ready_reason: Option<String>,
-    pub completion_recorded: bool,
-    /// The repository's current `reverify-requested-at`, parsed.
-    pub reverify_requested_at: Option<DateTime<Utc>>,
-    /// What `inheritSecurityContextFrom` gave, when the recipe inherits.
-    pub inherited_from: Option<String>,
+}
+
+impl JobFacts {
+    /// From observation: the Job's state and creationTimestamp, the deadline, the pod check,
+    /// and the status's `failure` and conditions.
+    pub fn observe(
+        state: JobState,
+        created: Option<DateTime<Utc>>,
+        pod_startup_deadline: Duration,
+        pods: Verdict,
+        failure: Option<Failure>,
+        conditions: &[kopiur_api::shared::status::Condition],
+    ) -> Self {
+        let ready_reason = conditions.iter().find(|c| c.type_ == condition::READY).map(|c| c.reason.clone());
+        Self { state, created, pod_startup_deadline, pods, failure, ready_reason }
+    }
+
+    /// No Job yet, nothing recorded (the plans' tests start from it).
+    #[cfg(test)]
+    pub fn absent() -> Self {
+        Self {
+            state: JobState::Absent,
+            created: None,
+            pod_startup_deadline: Duration::seconds(300),
+            pods: Verdict::NotWedged { recheck_at: None },
+            failure: None,
+            ready_reason: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -339,14 +377,15 @@ fn plan_inner(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
         Some(SnapshotPhase::Failed) => {
             // Keep the reason the failure was recorded with (PreflightTimeout, SourcePvcMissing,
             // MoverJobLost, ...); a Failed phase without one reads SnapshotFailed.
-            let reason = f.ready_reason.as_deref().filter(|r| !r.is_empty()).unwrap_or("SnapshotFailed");
-            let msg = f.failure.as_ref().and_then(|x| x.message.clone()).unwrap_or_else(|| "the backup failed".into());
+            let reason = f.job.ready_reason.as_deref().filter(|r| !r.is_empty()).unwrap_or("SnapshotFailed");
+            let msg =
+                f.job.failure.as_ref().and_then(|x| x.message.clone()).unwrap_or_else(|| "the backup failed".into());
             // Failed is written together with completionRecordedAt by the controller; a Failed
             // phase without it (written by an older version) is recorded once, without a nudge.
             let mut d = RunDecision::new(Some(SnapshotPhase::Failed), stalled(reason, msg), Step::Idle);
             d.record_completion = (!f.completion_recorded).then_some(Completion::Failed);
             // A wedged Job whose delete did not land the first time is deleted again.
-            d.delete_job = reason == reason::MOVER_POD_WEDGED && f.job == JobState::Active;
+            d.delete_job = reason == reason::MOVER_POD_WEDGED && f.job.state == JobState::Active;
             if d.delete_job {
                 d.requeue_after = Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS));
             }
@@ -368,8 +407,8 @@ fn plan_inner(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
 }
 
 fn running(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
-    match &f.job {
-        JobState::Active => match &f.pods {
+    match &f.job.state {
+        JobState::Active => match &f.job.pods {
             Verdict::NotWedged { recheck_at } => {
                 let mut d = RunDecision::new(
                     Some(SnapshotPhase::Running),
@@ -377,8 +416,8 @@ fn running(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
                     Step::AwaitJob,
                 );
                 d.requeue_after = crate::wedged::requeue_after(
-                    f.pod_startup_deadline,
-                    f.job_created,
+                    f.job.pod_startup_deadline,
+                    f.job.created,
                     *recheck_at,
                     now,
                     Duration::seconds(PARKED_REQUEUE_SECONDS),
@@ -395,7 +434,7 @@ fn running(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
             }
         },
         JobState::Failed { reason } => {
-            let failure = f.failure.clone().unwrap_or_else(|| Failure {
+            let failure = f.job.failure.clone().unwrap_or_else(|| Failure {
                 kopia_error_class: Some("Unknown".into()),
                 message: Some(format!("the backup Job failed: {reason}")),
                 ..Failure::default()
@@ -460,12 +499,7 @@ mod tests {
             source: SourceState::Present,
             source_missing_since: None,
             work_spec: WorkSpecState::Fits,
-            job: JobState::Absent,
-            job_created: None,
-            pod_startup_deadline: Duration::seconds(300),
-            pods: Verdict::NotWedged { recheck_at: None },
-            failure: None,
-            ready_reason: None,
+            job: JobFacts::absent(),
             completion_recorded: false,
             reverify_requested_at: None,
             inherited_from: None,
@@ -608,7 +642,7 @@ mod tests {
     fn mover_success_heals_once() {
         let mut f = facts();
         f.phase = Some(SnapshotPhase::Succeeded);
-        f.job = JobState::Complete { at: Some(now()) };
+        f.job.state = JobState::Complete { at: Some(now()) };
         let d = plan(&f, now());
         assert_eq!(d.record_completion, Some(Completion::Succeeded));
         assert_eq!(reason(&d), "SnapshotCreated");
@@ -616,7 +650,7 @@ mod tests {
         f.completion_recorded = true;
         assert_eq!(plan(&f, now()).record_completion, None, "counted once");
         // One-shot: even with the Job TTL-reaped, a terminal Snapshot never relaunches.
-        f.job = JobState::Absent;
+        f.job.state = JobState::Absent;
         assert_eq!(plan(&f, now()).step, Step::Idle);
     }
 
@@ -624,14 +658,14 @@ mod tests {
     fn job_failure_fails_and_nudges_rate_limited() {
         let mut f = facts();
         f.phase = Some(SnapshotPhase::Running);
-        f.job = JobState::Failed { reason: "BackoffLimitExceeded".into() };
+        f.job.state = JobState::Failed { reason: "BackoffLimitExceeded".into() };
         let d = plan(&f, now());
         assert_eq!(d.phase, Some(SnapshotPhase::Failed));
         assert_eq!(reason(&d), "SnapshotFailed");
         assert!(d.nudge);
         assert_eq!(d.failure.as_ref().unwrap().kopia_error_class.as_deref(), Some("Unknown"));
         assert!(d.failure.as_ref().unwrap().message.as_ref().unwrap().contains("BackoffLimitExceeded"));
-        f.failure = Some(Failure { kopia_error_class: Some("RepositoryUnavailable".into()), ..Failure::default() });
+        f.job.failure = Some(Failure { kopia_error_class: Some("RepositoryUnavailable".into()), ..Failure::default() });
         f.reverify_requested_at = Some(now() - Duration::seconds(30));
         let d = plan(&f, now());
         assert_eq!(
@@ -671,9 +705,9 @@ mod tests {
     fn permission_denied_is_its_own_reason_and_never_nudges() {
         let mut f = facts();
         f.phase = Some(SnapshotPhase::Running);
-        f.job = JobState::Failed { reason: "PodFailurePolicy".into() };
+        f.job.state = JobState::Failed { reason: "PodFailurePolicy".into() };
         let msg = "kopia snapshot create: permission denied: the mover runs as uid 65532 ...";
-        f.failure = Some(Failure {
+        f.job.failure = Some(Failure {
             kopia_error_class: Some("PermissionDenied".into()),
             message: Some(msg.into()),
             ..Failure::default()
@@ -690,8 +724,8 @@ mod tests {
         let failed = |class: &str| {
             let mut f = facts();
             f.phase = Some(SnapshotPhase::Running);
-            f.job = JobState::Failed { reason: "PodFailurePolicy".into() };
-            f.failure = Some(Failure { kopia_error_class: Some(class.into()), ..Failure::default() });
+            f.job.state = JobState::Failed { reason: "PodFailurePolicy".into() };
+            f.job.failure = Some(Failure { kopia_error_class: Some(class.into()), ..Failure::default() });
             plan(&f, now())
         };
         let d = failed("CertificateError");
@@ -727,7 +761,7 @@ mod tests {
     fn completed_job_waits_for_the_status_event() {
         let mut f = facts();
         f.phase = Some(SnapshotPhase::Running);
-        f.job = JobState::Complete { at: Some(now()) };
+        f.job.state = JobState::Complete { at: Some(now()) };
         let d = plan(&f, now() + Duration::seconds(5));
         assert_eq!(d.step, Step::AwaitJob);
         assert_eq!(d.phase, Some(SnapshotPhase::Running));
@@ -739,25 +773,25 @@ mod tests {
     fn young_active_job_requeues_for_the_pod_check() {
         let mut f = facts();
         f.phase = Some(SnapshotPhase::Running);
-        f.job = JobState::Active;
-        f.job_created = Some(now());
+        f.job.state = JobState::Active;
+        f.job.created = Some(now());
         let d = plan(&f, now() + Duration::seconds(100));
         assert_eq!(d.step, Step::AwaitJob);
         assert_eq!(reason(&d), "BackupRunning");
         assert_eq!(d.requeue_after, Some(Duration::seconds(201)), "just after creation + deadline");
         assert!(!d.delete_job);
         // A long deadline still keeps the usual 300 s await requeue.
-        f.pod_startup_deadline = Duration::seconds(3600);
+        f.job.pod_startup_deadline = Duration::seconds(3600);
         assert_eq!(plan(&f, now()).requeue_after, Some(Duration::seconds(PARKED_REQUEUE_SECONDS)));
         // Past the deadline without a pending pod: the default await requeue.
-        f.pod_startup_deadline = Duration::seconds(300);
+        f.job.pod_startup_deadline = Duration::seconds(300);
         assert_eq!(plan(&f, now() + Duration::seconds(400)).requeue_after, None);
         // A younger pod still under its own deadline sets the recheck.
-        f.pods = Verdict::NotWedged { recheck_at: Some(now() + Duration::seconds(450)) };
+        f.job.pods = Verdict::NotWedged { recheck_at: Some(now() + Duration::seconds(450)) };
         assert_eq!(plan(&f, now() + Duration::seconds(400)).requeue_after, Some(Duration::seconds(50)));
         // A Job without a creation time is never checked.
-        f.pods = Verdict::NotWedged { recheck_at: None };
-        f.job_created = None;
+        f.job.pods = Verdict::NotWedged { recheck_at: None };
+        f.job.created = None;
         assert_eq!(plan(&f, now()).requeue_after, None);
     }
 
@@ -766,9 +800,9 @@ mod tests {
         let mut f = facts();
         f.phase = Some(SnapshotPhase::Running);
         let message = "mover pod x-1 of Job x has been container mover waiting with ImagePullBackOff for 301s";
-        f.job = JobState::Active;
-        f.job_created = Some(now() - Duration::seconds(301));
-        f.pods = Verdict::Wedged { message: message.into() };
+        f.job.state = JobState::Active;
+        f.job.created = Some(now() - Duration::seconds(301));
+        f.job.pods = Verdict::Wedged { message: message.into() };
         let d = plan(&f, now());
         assert_eq!(d.phase, Some(SnapshotPhase::Failed));
         assert_eq!(reason(&d), "MoverPodWedged");
@@ -790,22 +824,22 @@ mod tests {
         let mut f = facts();
         f.phase = Some(SnapshotPhase::Failed);
         f.completion_recorded = true;
-        f.ready_reason = Some("MoverPodWedged".into());
-        f.job = JobState::Active;
+        f.job.ready_reason = Some("MoverPodWedged".into());
+        f.job.state = JobState::Active;
         let d = plan(&f, now());
         assert_eq!(reason(&d), "MoverPodWedged");
         assert!(d.delete_job, "the delete is retried until the Job is gone");
         assert_eq!(d.requeue_after, Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS)));
         assert_eq!(d.record_completion, None);
-        f.job = JobState::Absent;
+        f.job.state = JobState::Absent;
         let gone = plan(&f, now());
         assert!(!gone.delete_job);
         assert_eq!(gone.requeue_after, None, "nothing left to retry");
-        f.job = JobState::Failed { reason: "DeadlineExceeded".into() };
+        f.job.state = JobState::Failed { reason: "DeadlineExceeded".into() };
         assert!(!plan(&f, now()).delete_job);
         // Other failures never delete the Job.
-        f.job = JobState::Active;
-        f.ready_reason = Some("SnapshotFailed".into());
+        f.job.state = JobState::Active;
+        f.job.ready_reason = Some("SnapshotFailed".into());
         assert!(!plan(&f, now()).delete_job);
     }
 
@@ -1007,9 +1041,9 @@ mod tests {
         let mut f = facts();
         f.phase = Some(SnapshotPhase::Failed);
         f.completion_recorded = true;
-        f.ready_reason = Some("PreflightTimeout".into());
+        f.job.ready_reason = Some("PreflightTimeout".into());
         assert_eq!(reason(&plan(&f, now())), "PreflightTimeout", "a re-reconcile does not rewrite the reason");
-        f.ready_reason = None;
+        f.job.ready_reason = None;
         assert_eq!(reason(&plan(&f, now())), "SnapshotFailed");
     }
 }

@@ -201,7 +201,7 @@ pub(super) fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
             return d;
         }
     }
-    match &f.job {
+    match &f.job.state {
         // A Job already exists under our name (a stale status): adopt it instead of relaunching.
         JobState::Active | JobState::Complete { .. } | JobState::Failed { .. } => running(f, now),
         JobState::Absent => {
