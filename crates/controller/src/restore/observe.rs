@@ -13,13 +13,11 @@ use kopiur_api::{Restore, Snapshot};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
-use super::plan::{Candidate, Credentials, Referent, RestoreFacts, TargetState, Verdict};
+use super::plan::{Candidate, Credentials, Referent, RestoreFacts, TargetState};
 use super::reconcile::CREATED_BY;
 use crate::error::Error;
 use crate::mover_settings::{MoverFacts, MoverSettings, Refusal};
 use crate::snapshot::ctx::{PipelineCtx, RepoView};
-use crate::snapshot::plan::{JobFacts, JobState};
-use crate::snapshot::reconcile::job_state;
 
 /// What one reconcile read: the plan's [`RestoreFacts`], and what applying its steps needs.
 pub(super) struct Observed {
@@ -61,18 +59,17 @@ pub(super) async fn observe(ctx: &PipelineCtx, restore: &Restore, now: DateTime<
     };
     let repo = rref.as_ref().and_then(|r| ctx.repository(&ns, r));
     let (job_name, job) = job(ctx, restore).await?;
-    let pod_startup_deadline = chrono::Duration::seconds(
-        kopiur_api::shared::FailurePolicy::resolved_pod_startup_deadline_seconds(restore.spec.failure_policy.as_ref()),
-    );
-    let job_facts = job_state(job.as_deref());
-    let mut pods = Verdict::NotWedged { recheck_at: None };
-    // Pods are only read for an active Job the Restore is running (a terminal phase never looks).
-    if matches!(status.phase, Some(RestorePhase::Restoring))
-        && job_facts == JobState::Active
-        && let Some(j) = &job
-    {
-        pods = crate::wedged::io::check(&ctx.client, j, pod_startup_deadline, now).await;
-    }
+    let running = matches!(status.phase, Some(RestorePhase::Restoring));
+    let job_facts = crate::snapshot::observe::job_facts(
+        ctx,
+        job.as_ref(),
+        running,
+        restore.spec.failure_policy.as_ref(),
+        status.failure.clone(),
+        &status.conditions,
+        now,
+    )
+    .await;
     let launch = launchable(restore, job.as_ref());
     let (mover, settings) = match &repo {
         // Parked behind a closed repository gate no Job can launch: no pod LIST (docs/design/reconcile-shape.md §1.5).
@@ -97,14 +94,7 @@ pub(super) async fn observe(ctx: &PipelineCtx, restore: &Restore, now: DateTime<
             .map(|d| chrono::Duration::seconds(d.as_secs() as i64)),
         wait_started_at: status.wait_started_at,
         target: target_state(ctx, restore),
-        job: JobFacts::observe(
-            job_facts,
-            job.as_deref().and_then(crate::wedged::io::job_created),
-            pod_startup_deadline,
-            pods,
-            status.failure.clone(),
-            &status.conditions,
-        ),
+        job: job_facts,
         reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
         mover_refused: mover_refused(ctx, restore, repo.as_ref(), settings.as_ref()),
         inherited_from: settings.as_ref().and_then(|r| r.as_ref().ok()).and_then(|s| s.inherited_from.clone()),

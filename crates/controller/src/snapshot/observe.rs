@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use kopiur_api::names::{finalizer, reason};
 use kopiur_api::shared::phase::SnapshotOrigin;
+use kopiur_api::shared::status::{Condition, Failure};
 use kopiur_api::shared::{FailurePolicy, RepositoryKind, RepositoryRef};
 use kopiur_api::snapshot::SnapshotPhase;
 use kopiur_api::{Snapshot, SnapshotPolicy};
@@ -77,18 +78,17 @@ pub(super) async fn observe(ctx: &PipelineCtx, snap: &Snapshot, now: DateTime<Ut
     };
     let work_spec = work_spec_state(ctx, snap, policy.as_deref(), built.as_ref(), recipe_error);
     let (preflight, preflight_timeout) = preflight_facts(ctx, policy.as_deref(), repo.as_ref(), now);
-    let pod_startup_deadline = chrono::Duration::seconds(FailurePolicy::resolved_pod_startup_deadline_seconds(
+    let running = matches!(status.phase, Some(SnapshotPhase::Running));
+    let job_facts = job_facts(
+        ctx,
+        job.as_ref(),
+        running,
         snap.spec.failure_policy.as_deref(),
-    ));
-    let job_facts = job_state(job.as_deref());
-    let mut pods = Verdict::NotWedged { recheck_at: None };
-    // Pods are only read for an active Job the Snapshot is running (a terminal phase never looks).
-    if matches!(status.phase, Some(SnapshotPhase::Running))
-        && job_facts == JobState::Active
-        && let Some(j) = &job
-    {
-        pods = crate::wedged::io::check(&ctx.client, j, pod_startup_deadline, now).await;
-    }
+        status.failure.as_deref().cloned(),
+        &status.conditions,
+        now,
+    )
+    .await;
     let facts = RunFacts {
         phase: status.phase.clone(),
         discovered: matches!(origin, SnapshotOrigin::Discovered),
@@ -103,19 +103,37 @@ pub(super) async fn observe(ctx: &PipelineCtx, snap: &Snapshot, now: DateTime<Ut
         source,
         source_missing_since: status.source_missing_since,
         work_spec,
-        job: JobFacts::observe(
-            job_facts,
-            job.as_deref().and_then(crate::wedged::io::job_created),
-            pod_startup_deadline,
-            pods,
-            status.failure.as_deref().cloned(),
-            &status.conditions,
-        ),
+        job: job_facts,
         completion_recorded: status.completion_recorded_at.is_some(),
         reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
         inherited_from: built.as_ref().and_then(|b| b.as_ref().ok()).and_then(|b| b.inherited_from.clone()),
     };
     Ok(RunObserved { facts, origin, policy, rref, repo, recipe: rec, built, job_name, job })
+}
+
+/// A run's Job as the plans see it, for a Snapshot's backup and a Restore's restore alike. The
+/// pods are listed only for an active Job of a run in progress (`running`: a terminal phase never
+/// looks).
+pub(crate) async fn job_facts(
+    ctx: &PipelineCtx,
+    job: Option<&Arc<Job>>,
+    running: bool,
+    failure_policy: Option<&FailurePolicy>,
+    failure: Option<Failure>,
+    conditions: &[Condition],
+    now: DateTime<Utc>,
+) -> JobFacts {
+    let deadline = chrono::Duration::seconds(FailurePolicy::resolved_pod_startup_deadline_seconds(failure_policy));
+    let state = job_state(job.map(Arc::as_ref));
+    let mut pods = Verdict::NotWedged { recheck_at: None };
+    if running
+        && state == JobState::Active
+        && let Some(j) = job
+    {
+        pods = crate::wedged::io::check(&ctx.client, j, deadline, now).await;
+    }
+    let created = job.and_then(|j| crate::wedged::io::job_created(j));
+    JobFacts::observe(state, created, deadline, pods, failure, conditions)
 }
 
 /// The backup Job (owned by this Snapshot), from the store; while Running and absent from
