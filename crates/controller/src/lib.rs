@@ -36,6 +36,7 @@ pub mod repo_ref;
 pub mod repository;
 pub mod resource_phase;
 pub mod restore;
+pub mod run_job;
 pub mod snapshot;
 pub mod snapshot_policy;
 pub mod snapshot_replication;

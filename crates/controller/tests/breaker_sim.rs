@@ -738,7 +738,7 @@ mod death_spiral {
     use kopiur_controller::health::plan::{fold_check_due, record_fold_check};
     use kopiur_controller::maintenance::common::{RunJob, RunRequest, Sched};
     use kopiur_controller::maintenance::plan::{MaintFacts, plan as maintenance_plan};
-    use kopiur_controller::snapshot::plan::JobState as RunState;
+    use kopiur_controller::run_job::JobState as RunState;
 
     const MS_PER_BLOB: u64 = 45;
     const POD_START: i64 = 5;

@@ -9,8 +9,9 @@ use kopiur_api::domain::cron::Cron;
 use kopiur_api::snapshot::SnapshotPhase;
 use kopiur_api::snapshot_schedule::ConcurrencyPolicy;
 use kopiur_controller::gating::Gate;
+use kopiur_controller::run_job::{JobFacts, JobState};
 use kopiur_controller::snapshot::plan::{
-    self as snap, JobFacts, JobState, PolicyState, PreflightState, RunFacts, SourceState, Step, Verdict, WorkSpecState,
+    self as snap, PolicyState, PreflightState, RunFacts, SourceState, Step, Verdict, WorkSpecState,
 };
 use kopiur_controller::snapshot_schedule::plan::{self as sched, ChildSources, Disposition, Pin, ScheduleFacts};
 
@@ -171,7 +172,7 @@ fn run(
                 source: SourceState::Present,
                 source_missing_since: None,
                 work_spec: WorkSpecState::Fits,
-                job: JobFacts::observe(
+                job: JobFacts::new(
                     job,
                     c.job.as_ref().map(|j| j.started),
                     Duration::seconds(300),

@@ -18,8 +18,8 @@ use kube::ResourceExt;
 
 use crate::error::Error;
 use crate::health::kstatus::{Cond, CondStatus};
+use crate::run_job::JobState;
 use crate::snapshot::ctx::RepoView;
-use crate::snapshot::plan::JobState;
 
 /// One cron tier, parsed for one object (its `H` fields and jitter hash on the uid).
 #[derive(Clone, Debug)]
@@ -199,7 +199,7 @@ pub fn run_job(job: &Job, slot_key: &str) -> RunJob {
         slot_at,
         manual,
         mode,
-        state: crate::snapshot::reconcile::job_state(Some(job)),
+        state: crate::run_job::job_state(Some(job)),
         pods: crate::wedged::Verdict::NotWedged { recheck_at: None },
     }
 }

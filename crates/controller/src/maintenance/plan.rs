@@ -11,7 +11,7 @@ use kopiur_api::shared::phase::ManualRunPhase;
 use super::common::{RunJob, RunRequest, Sched, Standing, lease_cond, rfc3339, trio};
 use crate::gating::{Gate, MaintenanceGate};
 use crate::health::kstatus::Cond;
-use crate::snapshot::plan::JobState;
+use crate::run_job::JobState;
 
 pub struct MaintFacts {
     /// (quick, full), or why a schedule does not parse.

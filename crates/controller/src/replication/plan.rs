@@ -10,7 +10,7 @@ use kopiur_api::shared::phase::ManualRunPhase;
 use crate::gating::Gate;
 use crate::health::kstatus::Cond;
 use crate::maintenance::common::{RunJob, RunRequest, Sched, Standing, rfc3339, trio, until};
-use crate::snapshot::plan::JobState;
+use crate::run_job::JobState;
 
 /// Why the destination cannot be used, if it cannot.
 #[derive(Clone, Debug, PartialEq, Eq)]

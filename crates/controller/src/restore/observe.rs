@@ -60,8 +60,8 @@ pub(super) async fn observe(ctx: &PipelineCtx, restore: &Restore, now: DateTime<
     let repo = rref.as_ref().and_then(|r| ctx.repository(&ns, r));
     let (job_name, job) = job(ctx, restore).await?;
     let running = matches!(status.phase, Some(RestorePhase::Restoring));
-    let job_facts = crate::snapshot::observe::job_facts(
-        ctx,
+    let job_facts = crate::run_job::observe(
+        &ctx.client,
         job.as_ref(),
         running,
         restore.spec.failure_policy.as_ref(),

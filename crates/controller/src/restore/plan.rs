@@ -7,7 +7,7 @@ use kopiur_api::shared::status::Failure;
 
 use crate::gating::{Gate, Readiness};
 use crate::health::kstatus::{Cond, CondStatus};
-use crate::snapshot::plan::{JobFacts, JobState};
+use crate::run_job::{JobFacts, JobState};
 pub use crate::wedged::Verdict;
 
 /// How soon an active restore Job is looked at again by default.

@@ -221,7 +221,7 @@ async fn deletion_facts(
     let status = snap.status.clone().unwrap_or_default();
     let backup_job_name = kopiur_mover::job::job_name(&snap.name_any());
     let backup_job = ctx.stores.jobs.get(&ObjectRef::new(&backup_job_name).within(&ns));
-    let backup_active = matches!(super::reconcile::job_state(backup_job.as_deref()), super::plan::JobState::Active)
+    let backup_active = matches!(crate::run_job::job_state(backup_job.as_deref()), crate::run_job::JobState::Active)
         || matches!(status.phase, Some(SnapshotPhase::Running));
     let pinned = status.resolved.as_ref().and_then(|r| r.repository.clone());
     let repo = pinned.as_ref().and_then(|p| {

@@ -363,7 +363,7 @@ pub async fn pass(
 fn backup_job_active(ctx: &PipelineCtx, s: &Snapshot) -> bool {
     let name = kopiur_mover::job::job_name(&s.name_any());
     let job = ctx.stores.jobs.get(&ObjectRef::new(&name).within(&s.namespace().unwrap_or_default()));
-    matches!(super::reconcile::job_state(job.as_deref()), super::plan::JobState::Active)
+    matches!(crate::run_job::job_state(job.as_deref()), crate::run_job::JobState::Active)
 }
 
 pub fn repo_object_ref(repo: &RepoView) -> k8s_openapi::api::core::v1::ObjectReference {

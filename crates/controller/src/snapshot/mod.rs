@@ -5,7 +5,7 @@ pub mod delete;
 pub mod dispatch;
 pub mod gauges;
 pub mod job;
-pub(crate) mod observe;
+mod observe;
 pub mod pin;
 pub mod plan;
 pub mod reconcile;

@@ -8,8 +8,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use kopiur_api::names::{finalizer, reason};
 use kopiur_api::shared::phase::SnapshotOrigin;
-use kopiur_api::shared::status::{Condition, Failure};
-use kopiur_api::shared::{FailurePolicy, RepositoryKind, RepositoryRef};
+use kopiur_api::shared::{RepositoryKind, RepositoryRef};
 use kopiur_api::snapshot::SnapshotPhase;
 use kopiur_api::{Snapshot, SnapshotPolicy};
 use kube::runtime::reflector::ObjectRef;
@@ -17,8 +16,8 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::ctx::{PipelineCtx, RepoView};
 use super::job::{BuildError, Built, Recipe, backup_job, recipe};
-use super::plan::{JobFacts, JobState, PolicyState, PreflightState, RunFacts, SourceState, Verdict, WorkSpecState};
-use super::reconcile::{job_state, origin, repository_ref};
+use super::plan::{PolicyState, PreflightState, RunFacts, SourceState, WorkSpecState};
+use super::reconcile::{origin, repository_ref};
 use crate::error::Error;
 
 /// What the run path read: the plan's [`RunFacts`], and what applying it needs.
@@ -79,8 +78,8 @@ pub(super) async fn observe(ctx: &PipelineCtx, snap: &Snapshot, now: DateTime<Ut
     let work_spec = work_spec_state(ctx, snap, policy.as_deref(), built.as_ref(), recipe_error);
     let (preflight, preflight_timeout) = preflight_facts(ctx, policy.as_deref(), repo.as_ref(), now);
     let running = matches!(status.phase, Some(SnapshotPhase::Running));
-    let job_facts = job_facts(
-        ctx,
+    let job_facts = crate::run_job::observe(
+        &ctx.client,
         job.as_ref(),
         running,
         snap.spec.failure_policy.as_deref(),
@@ -109,31 +108,6 @@ pub(super) async fn observe(ctx: &PipelineCtx, snap: &Snapshot, now: DateTime<Ut
         inherited_from: built.as_ref().and_then(|b| b.as_ref().ok()).and_then(|b| b.inherited_from.clone()),
     };
     Ok(RunObserved { facts, origin, policy, rref, repo, recipe: rec, built, job_name, job })
-}
-
-/// A run's Job as the plans see it, for a Snapshot's backup and a Restore's restore alike. The
-/// pods are listed only for an active Job of a run in progress (`running`: a terminal phase never
-/// looks).
-pub(crate) async fn job_facts(
-    ctx: &PipelineCtx,
-    job: Option<&Arc<Job>>,
-    running: bool,
-    failure_policy: Option<&FailurePolicy>,
-    failure: Option<Failure>,
-    conditions: &[Condition],
-    now: DateTime<Utc>,
-) -> JobFacts {
-    let deadline = chrono::Duration::seconds(FailurePolicy::resolved_pod_startup_deadline_seconds(failure_policy));
-    let state = job_state(job.map(Arc::as_ref));
-    let mut pods = Verdict::NotWedged { recheck_at: None };
-    if running
-        && state == JobState::Active
-        && let Some(j) = job
-    {
-        pods = crate::wedged::io::check(&ctx.client, j, deadline, now).await;
-    }
-    let created = job.and_then(|j| crate::wedged::io::job_created(j));
-    JobFacts::observe(state, created, deadline, pods, failure, conditions)
 }
 
 /// The backup Job (owned by this Snapshot), from the store; while Running and absent from

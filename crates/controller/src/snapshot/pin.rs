@@ -42,8 +42,8 @@ use kube::{Resource, ResourceExt};
 
 use super::ctx::RepoView;
 use super::job::{BuildError, backend_mounts, owner_of, repository_info, secrets};
-use super::plan::JobState;
 use crate::health::kstatus::{Cond, CondStatus};
+use crate::run_job::JobState;
 
 /// How often a pin parked at the repository gate is looked at again (the repository watch
 /// normally resumes it first).
@@ -80,7 +80,7 @@ impl PinJob {
             return PinJob::Deleting;
         }
         let add = j.annotations().get(annotation::PIN_TARGET).map(String::as_str) != Some("false");
-        match super::reconcile::job_state(Some(j)) {
+        match crate::run_job::job_state(Some(j)) {
             JobState::Absent => PinJob::Absent,
             JobState::Active => PinJob::Active { add },
             JobState::Complete { .. } => PinJob::Complete { add },

@@ -8,6 +8,7 @@ use kopiur_api::snapshot::SnapshotPhase;
 
 use crate::gating::{Gate, Readiness};
 use crate::health::kstatus::{Cond, CondStatus};
+use crate::run_job::{JobFacts, JobState};
 pub use crate::wedged::Verdict;
 
 /// How long a missing source PVC may park a Snapshot before it fails.
@@ -25,15 +26,6 @@ pub const PREFLIGHT_RECHECK_SECONDS: i64 = 30;
 pub const PREFLIGHT_DATA_RETRY_SECONDS: i64 = 5;
 /// How soon a wedged Job's delete is checked (and retried while the Job is still there).
 pub const WEDGED_DELETE_RETRY_SECONDS: i64 = 30;
-
-/// The backup Job as seen in the store (or by a live GET when the store has not caught up).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum JobState {
-    Absent,
-    Active,
-    Complete { at: Option<DateTime<Utc>> },
-    Failed { reason: String },
-}
 
 /// Whether the recipe could be resolved and the source checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,54 +109,6 @@ pub struct RunFacts {
     pub reverify_requested_at: Option<DateTime<Utc>>,
     /// What `inheritSecurityContextFrom` gave, when the recipe inherits.
     pub inherited_from: Option<String>,
-}
-
-/// A run's Job as a plan sees it (a Snapshot's backup Job, a Restore's restore Job): its state,
-/// its age against the pod start-up deadline, the wedged-pod check, and what the status already
-/// records of the run.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JobFacts {
-    pub state: JobState,
-    /// The Job's creationTimestamp (when there is one).
-    pub created: Option<DateTime<Utc>>,
-    /// The resolved `failurePolicy.podStartupDeadlineSeconds`.
-    pub pod_startup_deadline: Duration,
-    /// The wedged-pod check of an active Job (`crate::wedged`); `NotWedged { recheck_at: None }`
-    /// when observe did not look (not due, or no active Job).
-    pub pods: Verdict,
-    /// `status.failure` as the mover left it.
-    pub failure: Option<Failure>,
-    /// The Ready reason already recorded (e.g. `PreflightTimeout`); a terminal Failed keeps it.
-    pub ready_reason: Option<String>,
-}
-
-impl JobFacts {
-    /// From observation: the Job's state and creationTimestamp, the deadline, the pod check,
-    /// and the status's `failure` and conditions.
-    pub fn observe(
-        state: JobState,
-        created: Option<DateTime<Utc>>,
-        pod_startup_deadline: Duration,
-        pods: Verdict,
-        failure: Option<Failure>,
-        conditions: &[kopiur_api::shared::status::Condition],
-    ) -> Self {
-        let ready_reason = conditions.iter().find(|c| c.type_ == condition::READY).map(|c| c.reason.clone());
-        Self { state, created, pod_startup_deadline, pods, failure, ready_reason }
-    }
-
-    /// No Job yet, nothing recorded (the plans' tests start from it).
-    #[cfg(test)]
-    pub fn absent() -> Self {
-        Self {
-            state: JobState::Absent,
-            created: None,
-            pod_startup_deadline: Duration::seconds(300),
-            pods: Verdict::NotWedged { recheck_at: None },
-            failure: None,
-            ready_reason: None,
-        }
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::batch::v1::Job;
 use kopiur_api::names::{event, finalizer, label, reason};
 use kopiur_api::shared::phase::SnapshotOrigin;
 use kopiur_api::shared::status::{ResolvedRepository, Timing};
@@ -15,24 +14,9 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 
 use super::ctx::PipelineCtx;
-use super::plan::{Completion, JobState, Step, plan};
+use super::plan::{Completion, Step, plan};
 use crate::error::Error;
 use crate::metrics::labels::{KindLabels, ReasonLabels};
-
-pub fn job_state(job: Option<&Job>) -> JobState {
-    let Some(job) = job else { return JobState::Absent };
-    let conds = job.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
-    if let Some(c) = conds.iter().find(|c| c.type_ == "Failed" && c.status == "True") {
-        return JobState::Failed { reason: c.reason.clone().unwrap_or_else(|| "Failed".into()) };
-    }
-    if conds.iter().any(|c| c.type_ == "Complete" && c.status == "True") {
-        let at = job.status.as_ref().and_then(|s| s.completion_time.as_ref()).map(|t| t.0);
-        return JobState::Complete {
-            at: at.map(|t| DateTime::<Utc>::from_timestamp(t.as_second(), 0).unwrap_or_default()),
-        };
-    }
-    JobState::Active
-}
 
 /// The repository a Snapshot targets: the pin, else `spec.repository`, else the policy's
 /// first repository.
