@@ -184,21 +184,12 @@ async fn pods_summary(client: &Client) -> String {
         .join("\n")
 }
 
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, op: &Operator, mut f: F) -> Result<T>
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, op: &Operator, f: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<Option<T>>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await? {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what}\noperator log tail:\n{}", op.log_tail(40));
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    kopiur_testenv::wait::wait_explained(what, timeout, || format!("operator log tail:\n{}", op.log_tail(40)), f).await
 }
 
 fn phase(r: &Repository) -> String {

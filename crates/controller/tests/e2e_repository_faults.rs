@@ -104,12 +104,7 @@ impl JobLog {
                     kind: ann.get("kopiur.home-operations.com/probe-kind").cloned().unwrap_or_default(),
                     gate: ann.get("kopiur.home-operations.com/create-gate").cloned().unwrap_or_default(),
                     op: job.labels().get("kopiur.home-operations.com/op").cloned().unwrap_or_default(),
-                    created: job
-                        .metadata
-                        .creation_timestamp
-                        .as_ref()
-                        .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
-                        .unwrap_or_else(Utc::now),
+                    created: support::jobs::created_or_now(&job),
                 });
             }
         });

@@ -29,7 +29,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use support::env::{Stack, start_operator};
-use support::repos::{apply, repository, s3_backend_through};
+use support::repos::{apply, apply_repository, s3_backend_through};
 use support::wait::repository_ready;
 
 mod support;
@@ -157,17 +157,8 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
         }),
     )
     .await?;
-    apply(
-        &client,
-        &ns,
-        repository(
-            &ns,
-            "r",
-            s3_backend_through(&g, &proxy, "maint/"),
-            json!({"health": {"probe": {"interval": "30s", "failureThreshold": 1}}}),
-        ),
-    )
-    .await?;
+    let probe = json!({"health": {"probe": {"interval": "30s", "failureThreshold": 1}}});
+    apply_repository(&client, &ns, "r", s3_backend_through(&g, &proxy, "maint/"), probe).await?;
     let repos: Api<Repository> = Api::namespaced(client.clone(), &ns);
     repository_ready(&client, &ns, "r", Duration::from_secs(120), &log).await?;
     println!("[{:>5.1}s] r Ready", started.elapsed().as_secs_f64());

@@ -59,7 +59,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use support::env::{Stack, start_operator};
 use support::metrics::samples;
-use support::repos::{apply, claim, create_secret, policy, repository, s3_backend_through};
+use support::repos::{apply, apply_repository, claim, create_secret, policy, s3_backend_through};
 use support::wait::{pv_dir, pvc_bound, repository_ready};
 
 mod support;
@@ -114,17 +114,8 @@ async fn pipeline_consumers_park_during_outage_and_resume() -> Result<()> {
 
     let ns = env.namespace("t").await?;
     create_secret(&client, &ns, &g, "outage e2e").await?;
-    apply(
-        &client,
-        &ns,
-        repository(
-            &ns,
-            "r",
-            s3_backend_through(&g, &proxy, "outage/"),
-            json!({"health": {"probe": {"interval": "30s"}}}),
-        ),
-    )
-    .await?;
+    let probe = json!({"health": {"probe": {"interval": "30s"}}});
+    apply_repository(&client, &ns, "r", s3_backend_through(&g, &proxy, "outage/"), probe).await?;
     apply(&client, &ns, claim(&ns, "data")).await?;
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     let pvc = pvc_bound(&client, &ns, "data", "PVC Bound", Duration::from_secs(60), &log).await?;
@@ -186,12 +177,7 @@ impl JobLog {
                     .as_ref()
                     .and_then(|s| s.conditions.as_ref())
                     .is_some_and(|c| c.iter().any(|c| c.type_ == "Failed" && c.status == "True"));
-                let created = job
-                    .metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
-                    .unwrap_or_else(Utc::now);
+                let created = support::jobs::created_or_now(&job);
                 let rec = JobRec {
                     name: job.name_any(),
                     op: job.labels().get("kopiur.home-operations.com/op").cloned().unwrap_or_default(),

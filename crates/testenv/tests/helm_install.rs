@@ -42,21 +42,12 @@ fn controller_logs(env: &TestEnv) -> String {
     out
 }
 
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, env: &TestEnv, mut f: F) -> Result<T>
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, env: &TestEnv, f: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<Option<T>>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await? {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what}\n{}", controller_logs(env));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    kopiur_testenv::wait::wait_explained(what, timeout, || controller_logs(env), f).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -132,3 +132,12 @@ impl JobRecorder {
         self.all().into_iter().filter(|j| j.namespace == ns).collect()
     }
 }
+
+/// A Job's creationTimestamp (now, for one the API server has not stamped yet).
+pub fn created_or_now(job: &Job) -> chrono::DateTime<chrono::Utc> {
+    job.metadata
+        .creation_timestamp
+        .as_ref()
+        .and_then(|t| chrono::DateTime::from_timestamp(t.0.as_second(), 0))
+        .unwrap_or_else(chrono::Utc::now)
+}

@@ -207,12 +207,7 @@ impl JobWatch {
                             .find(|o| o.controller == Some(true))
                             .map(|o| o.uid.clone())
                             .unwrap_or_default();
-                        let created = job
-                            .metadata
-                            .creation_timestamp
-                            .as_ref()
-                            .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
-                            .unwrap_or_else(Utc::now);
+                        let created = super::jobs::created_or_now(&job);
                         let rec = JobSeen {
                             namespace: job.namespace().unwrap_or_default(),
                             name: job.name_any(),

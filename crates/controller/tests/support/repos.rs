@@ -142,6 +142,12 @@ pub async fn kopia_snapshot_as_app(k: &Runner, src: &Path, ns: &str) -> Result<S
 pub async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
     kopiur_testenv::apply::apply_value(client, ns, &v).await
 }
+
+/// Applies the Repository `name` in `ns` over `backend` ([`repository`]).
+pub async fn apply_repository(client: &Client, ns: &str, name: &str, backend: Value, extra: Value) -> Result<()> {
+    apply(client, ns, repository(ns, name, backend, extra)).await
+}
+
 /// A kopia repository created and seeded directly, with its own client config.
 pub struct KopiaRepo {
     pub prefix: String,
