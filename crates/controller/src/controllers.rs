@@ -21,9 +21,10 @@ use kube::{Api, Client, ResourceExt};
 
 use crate::config::Config;
 use crate::context::{Context, Stores, StoresSynced};
+use crate::error_events::error_policy;
 use crate::feeds::{Feed, Feeds};
 use crate::metrics::Metrics;
-use crate::repository::{error_policy, reconcile};
+use crate::repository::reconcile;
 use crate::watch::{JobOwner, owned_by, secret_referrers};
 
 /// The label every mover Job kopiur creates carries (the Job watch selects on it).

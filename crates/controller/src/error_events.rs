@@ -21,7 +21,10 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
 
+use crate::context::Context;
 use crate::error::Error;
+use crate::metrics::Metrics;
+use crate::metrics::labels::ErrorLabels;
 
 /// Entries not refreshed for this long are dropped (the longest requeue is 1800 s).
 pub const TTL: Duration = Duration::from_secs(3600);
@@ -153,6 +156,27 @@ pub fn report<K: Resource<DynamicType = ()>>(recorder: &Recorder, obj: &K, err: 
             tracing::warn!(err = %e, reason = ev.reason, "publishing a reconcile-error Event failed");
         }
     });
+}
+
+/// Every controller's error policy: the error as an Event on the object (`report`), counted by
+/// kind and class (`kopiur_controller_reconcile_errors_total`), logged, and the object requeued
+/// after its class's delay.
+pub fn error_policy<K: Resource<DynamicType = ()>>(
+    obj: std::sync::Arc<K>,
+    err: &Error,
+    ctx: std::sync::Arc<Context>,
+) -> Action {
+    on_error(&ctx.recorder, &ctx.metrics, obj.as_ref(), err)
+}
+
+/// [`error_policy`] for a controller whose context is not the shared one.
+pub fn on_error<K: Resource<DynamicType = ()>>(recorder: &Recorder, metrics: &Metrics, obj: &K, err: &Error) -> Action {
+    report(recorder, obj, err);
+    let class = err.class();
+    let kind = K::kind(&());
+    metrics.reconcile_errors.inc(ErrorLabels { kind: &kind, class: class.label() });
+    tracing::warn!(%kind, error = %err, class = class.label(), "reconcile failed");
+    Action::requeue(class.requeue())
 }
 
 /// The controllers' result streams end here: a successful reconcile clears the object's entry.

@@ -6,28 +6,16 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use kopiur_api::{ClusterRepository, Maintenance, Repository, Restore, Snapshot, SnapshotPolicy, SnapshotSchedule};
+use kopiur_api::{ClusterRepository, Maintenance, Repository, Snapshot};
+use kube::ResourceExt;
 use kube::runtime::Controller;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 
 use crate::context::Context;
-use crate::error::Error;
+use crate::error_events::error_policy;
 use crate::feeds::{Feeds, ReceiverStream};
-use crate::metrics::labels::ErrorLabels;
-use crate::snapshot::ctx::PipelineCtx;
 use crate::watch::{self, JobOwner};
-
-fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, err: &Error, ctx: Arc<PipelineCtx>) -> Action {
-    crate::error_events::report(&ctx.recorder, obj.as_ref(), err);
-    let class = err.class();
-    let kind = std::any::type_name::<K>().rsplit("::").next().unwrap_or("?");
-    ctx.metrics.reconcile_errors.inc(ErrorLabels { kind, class: class.label() });
-    tracing::warn!(error = %err, class = class.label(), "pipeline reconcile failed");
-    Action::requeue(class.requeue())
-}
 
 /// Wires the pipeline's four controllers (Snapshot, SnapshotSchedule, SnapshotPolicy, Restore)
 /// over the shared feeds; the returned future runs them until shutdown.
@@ -161,7 +149,7 @@ pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()
     let a = snap_ctl
         .with_config(cfg.clone())
         .shutdown_on_signal()
-        .run(crate::snapshot::reconcile::reconcile, error_policy::<Snapshot>, ctx.clone())
+        .run(crate::snapshot::reconcile::reconcile, error_policy, ctx.clone())
         .for_each(move |r| {
             snap_progress.done();
             crate::error_events::settle(r)
@@ -169,17 +157,17 @@ pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()
     let b = sched_ctl
         .with_config(cfg.clone())
         .shutdown_on_signal()
-        .run(crate::snapshot_schedule::reconcile::reconcile, error_policy::<SnapshotSchedule>, ctx.clone())
+        .run(crate::snapshot_schedule::reconcile::reconcile, error_policy, ctx.clone())
         .for_each(crate::error_events::settle);
     let c = policy_ctl
         .with_config(cfg.clone())
         .shutdown_on_signal()
-        .run(crate::snapshot_policy::reconcile::reconcile, error_policy::<SnapshotPolicy>, ctx.clone())
+        .run(crate::snapshot_policy::reconcile::reconcile, error_policy, ctx.clone())
         .for_each(crate::error_events::settle);
     let d = restore_ctl
         .with_config(cfg)
         .shutdown_on_signal()
-        .run(crate::restore::reconcile::reconcile, error_policy::<Restore>, ctx)
+        .run(crate::restore::reconcile::reconcile, error_policy, ctx)
         .for_each(crate::error_events::settle);
     async move {
         futures::join!(a, b, c, d);

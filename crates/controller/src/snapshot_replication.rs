@@ -24,7 +24,7 @@ use crate::features::{FEATURE_NOT_IMPLEMENTED, Gated, NextFields};
 use crate::feeds::Feeds;
 use crate::health::kstatus::Cond;
 use crate::metrics::Metrics;
-use crate::metrics::labels::{ErrorLabels, KindLabels};
+use crate::metrics::labels::KindLabels;
 
 struct GateCtx {
     client: Client,
@@ -100,11 +100,7 @@ async fn reconcile(obj: Arc<SnapshotReplication>, ctx: Arc<GateCtx>) -> Result<A
 }
 
 fn error_policy(obj: Arc<SnapshotReplication>, err: &Error, ctx: Arc<GateCtx>) -> Action {
-    crate::error_events::report(&ctx.recorder, obj.as_ref(), err);
-    let class = err.class();
-    ctx.metrics.reconcile_errors.inc(ErrorLabels { kind: "SnapshotReplication", class: class.label() });
-    tracing::warn!(error = %err, class = class.label(), "snapshot replication reconcile failed");
-    Action::requeue(class.requeue())
+    crate::error_events::on_error(&ctx.recorder, &ctx.metrics, obj.as_ref(), err)
 }
 
 /// Wires the SnapshotReplication gate over its shared feed; the returned future runs it until

@@ -16,22 +16,12 @@ use kopiur_api::shared::RepositoryKind;
 use kopiur_api::{ClusterRepository, Maintenance, Repository, names};
 use kube::ResourceExt;
 use kube::runtime::Controller;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::context::Context;
-use crate::error::Error;
+use crate::error_events::error_policy;
 use crate::feeds::Feeds;
-use crate::metrics::labels::ErrorLabels;
-use runtime::{RunCtx, ready_reason_is, refers_to};
-
-fn error_policy(obj: Arc<Maintenance>, err: &Error, ctx: Arc<RunCtx>) -> Action {
-    crate::error_events::report(&ctx.recorder, obj.as_ref(), err);
-    let class = err.class();
-    ctx.metrics.reconcile_errors.inc(ErrorLabels { kind: "Maintenance", class: class.label() });
-    tracing::warn!(error = %err, class = class.label(), "maintenance reconcile failed");
-    Action::requeue(class.requeue())
-}
+use runtime::{ready_reason_is, refers_to};
 
 /// Maintenances parked on this repository (Ready reason `RepositoryNotReady`), plus every
 /// Maintenance of it that has work the repository just handed it: a quick run it asked for

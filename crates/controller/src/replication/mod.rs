@@ -12,22 +12,12 @@ use kopiur_api::shared::RepositoryKind;
 use kopiur_api::{ClusterRepository, Repository, RepositoryReplication, names};
 use kube::ResourceExt;
 use kube::runtime::Controller;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::context::Context;
-use crate::error::Error;
+use crate::error_events::error_policy;
 use crate::feeds::Feeds;
-use crate::maintenance::runtime::{RunCtx, ready_reason_is, refers_to};
-use crate::metrics::labels::ErrorLabels;
-
-fn error_policy(obj: Arc<RepositoryReplication>, err: &Error, ctx: Arc<RunCtx>) -> Action {
-    crate::error_events::report(&ctx.recorder, obj.as_ref(), err);
-    let class = err.class();
-    ctx.metrics.reconcile_errors.inc(ErrorLabels { kind: "RepositoryReplication", class: class.label() });
-    tracing::warn!(error = %err, class = class.label(), "replication reconcile failed");
-    Action::requeue(class.requeue())
-}
+use crate::maintenance::runtime::{ready_reason_is, refers_to};
 
 /// Replications parked on this source (Ready reason `RepositoryNotReady`).
 fn parked(

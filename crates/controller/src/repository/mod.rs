@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::Error;
 use crate::health::RepoKind;
-use crate::metrics::labels::{ErrorLabels, KindLabels, RepoOutcomeLabels};
+use crate::metrics::labels::{KindLabels, RepoOutcomeLabels};
 
 /// What the reconciler needs from either kind.
 pub trait RepoObject:
@@ -236,14 +236,6 @@ impl CaOverride {
     fn of(type_: &str) -> Option<CaOverride> {
         Self::ALL.into_iter().find(|o| o.type_() == type_)
     }
-}
-
-pub fn error_policy<K: RepoObject>(obj: Arc<K>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    crate::error_events::report(&ctx.recorder, obj.as_ref(), err);
-    let class = err.class();
-    ctx.metrics.reconcile_errors.inc(ErrorLabels { kind: K::KIND.as_str(), class: class.label() });
-    tracing::warn!(kind = K::KIND.as_str(), error = %err, class = class.label(), "reconcile failed");
-    Action::requeue(class.requeue())
 }
 
 #[cfg(test)]
