@@ -25,6 +25,8 @@ pub mod metrics;
 pub mod mover_job;
 pub mod mover_pods;
 pub mod mover_rbac;
+#[cfg(test)]
+pub mod mover_rows;
 pub mod mover_settings;
 pub mod pace;
 pub mod pipeline;

@@ -322,6 +322,7 @@ pub fn batch_delete_job(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mover_settings::MoverFacts;
 
     fn policy(status: serde_json::Value) -> SnapshotPolicy {
         serde_json::from_value(serde_json::json!({
@@ -367,7 +368,6 @@ mod tests {
     #[test]
     fn every_mover_setting_reaches_the_pod_spec_in_merge_order() {
         use crate::mover_pods::Inherited;
-        use crate::mover_settings::MoverFacts;
         use k8s_openapi::api::core::v1::PodSpec;
         use serde_json::json;
         type Check = fn(&PodSpec, &k8s_openapi::api::batch::v1::JobSpec);
@@ -383,48 +383,6 @@ mod tests {
         };
         let on_node = MoverFacts { colocate_node: Some("node-a".into()), ..Default::default() };
         let rows: Vec<(&str, serde_json::Value, serde_json::Value, MoverFacts, Check)> = vec![
-            ("hardened base", json!(null), json!(null), MoverFacts::default(), |p, _| {
-                let sc = p.containers[0].security_context.clone().unwrap();
-                assert_eq!(sc.run_as_non_root, Some(true));
-                assert_eq!(sc.allow_privilege_escalation, Some(false));
-                assert_eq!(sc.read_only_root_filesystem, Some(true));
-                assert_eq!(sc.capabilities.unwrap().drop, Some(vec!["ALL".to_string()]));
-                assert_eq!(sc.seccomp_profile.unwrap().type_, "RuntimeDefault");
-                let ps = p.security_context.clone().unwrap();
-                assert_eq!((ps.run_as_user, ps.fs_group), (Some(65532), Some(65532)));
-            }),
-            (
-                "resources: the recipe replaces the defaults",
-                json!({"resources": {"limits": {"memory": "1Gi"}}}),
-                json!({"resources": {"limits": {"memory": "512Mi", "cpu": "500m"}}}),
-                MoverFacts::default(),
-                |p, _| {
-                    let l = p.containers[0].resources.clone().unwrap().limits.unwrap();
-                    assert_eq!(l["memory"].0, "512Mi");
-                    assert_eq!(l["cpu"].0, "500m");
-                },
-            ),
-            (
-                "securityContext field by field",
-                json!({"securityContext": {"runAsUser": 1234, "runAsGroup": 1234}}),
-                json!({"securityContext": {"runAsUser": 999}}),
-                MoverFacts::default(),
-                |p, _| {
-                    let sc = p.containers[0].security_context.clone().unwrap();
-                    assert_eq!((sc.run_as_user, sc.run_as_group), (Some(999), Some(1234)));
-                    assert_eq!(sc.read_only_root_filesystem, Some(true), "the base stays under the overlay");
-                },
-            ),
-            (
-                "podSecurityContext field by field",
-                json!({"podSecurityContext": {"fsGroup": 2000, "supplementalGroups": [7]}}),
-                json!({"podSecurityContext": {"fsGroup": 3000}}),
-                MoverFacts::default(),
-                |p, _| {
-                    let ps = p.security_context.clone().unwrap();
-                    assert_eq!((ps.fs_group, ps.supplemental_groups.clone()), (Some(3000), Some(vec![7])));
-                },
-            ),
             (
                 "inherited identity over the defaults, under the recipe",
                 json!({"securityContext": {"runAsUser": 1234}, "podSecurityContext": {"fsGroup": 2000}}),
@@ -481,29 +439,6 @@ mod tests {
                 },
             ),
             (
-                "nodeSelector, tolerations, affinity from the repository",
-                json!({"nodeSelector": {"disk": "ssd"},
-                       "tolerations": [{"key": "backup", "operator": "Exists", "effect": "NoSchedule"}],
-                       "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
-                           {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}}}),
-                json!(null),
-                MoverFacts::default(),
-                |p, _| {
-                    assert_eq!(p.node_selector.clone().unwrap()["disk"], "ssd");
-                    assert_eq!(p.tolerations.clone().unwrap()[0].key.as_deref(), Some("backup"));
-                    let t = p
-                        .affinity
-                        .clone()
-                        .unwrap()
-                        .node_affinity
-                        .unwrap()
-                        .required_during_scheduling_ignored_during_execution
-                        .unwrap()
-                        .node_selector_terms;
-                    assert_eq!(t[0].match_expressions.clone().unwrap()[0].key, "zone");
-                },
-            ),
-            (
                 "sourceColocation Required joins the user's required terms",
                 json!({"sourceColocation": {"mode": "Required"},
                        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
@@ -539,16 +474,6 @@ mod tests {
                 );
             }),
             (
-                "ttlSecondsAfterFinished: the recipe over the defaults",
-                json!({"ttlSecondsAfterFinished": 60}),
-                json!({"ttlSecondsAfterFinished": 30}),
-                MoverFacts::default(),
-                |_, j| assert_eq!(j.ttl_seconds_after_finished, Some(30)),
-            ),
-            ("ttlSecondsAfterFinished resolved 3600", json!(null), json!(null), MoverFacts::default(), |_, j| {
-                assert_eq!(j.ttl_seconds_after_finished, Some(3600))
-            }),
-            (
                 "privilegedMode in an opted-in namespace: root with DAC_READ_SEARCH only",
                 json!(null),
                 json!({"privilegedMode": true}),
@@ -562,27 +487,49 @@ mod tests {
         ];
         let config = crate::config::Config::from_env();
         for (name, defaults, mover, facts, check) in rows {
-            let mut repo = serde_json::json!({
-                "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
-                "metadata": {"name": "r", "namespace": "apps", "uid": "u-r"},
-                "spec": {"backend": {"filesystem": {"path": "/repo"}},
-                         "encryption": {"passwordSecretRef": {"name": "pw", "key": "password"}}}
-            });
-            if !defaults.is_null() {
-                repo["spec"]["moverDefaults"] = defaults;
-            }
-            let repo: kopiur_api::Repository = serde_json::from_value(repo).unwrap();
-            let mut p = policy(serde_json::json!({}));
-            if !mover.is_null() {
-                p.spec.mover = Some(serde_json::from_value(mover).unwrap());
-            }
-            let r = recipe(&snap(), &p).unwrap();
-            let rv = RepoView::Namespaced(std::sync::Arc::new(repo));
-            let built = backup_job(&snap(), &p, &r, &rv, &config, &facts).unwrap_or_else(|e| panic!("{name}: {e}"));
-            let js = built.job.spec.clone().unwrap();
-            let pod = js.template.spec.clone().unwrap();
+            let (pod, js) = built_with(name, defaults, mover, &facts, &config);
             check(&pod, &js);
         }
+    }
+
+    /// The shared mover-settings table (`crate::mover_rows`) holds for the backup Job too.
+    #[test]
+    fn the_backup_job_follows_the_shared_mover_table() {
+        let config = crate::config::Config::from_env();
+        for (name, defaults, mover, check) in crate::mover_rows::rows() {
+            let (pod, js) = built_with(name, defaults, mover, &MoverFacts::default(), &config);
+            check(&pod, &js);
+        }
+    }
+
+    /// The backup Job's pod and Job spec over a repository with `moverDefaults` `defaults` and a
+    /// policy with `mover` (each unless null).
+    fn built_with(
+        name: &str,
+        defaults: serde_json::Value,
+        mover: serde_json::Value,
+        facts: &MoverFacts,
+        config: &crate::config::Config,
+    ) -> (k8s_openapi::api::core::v1::PodSpec, k8s_openapi::api::batch::v1::JobSpec) {
+        let mut repo = serde_json::json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "r", "namespace": "apps", "uid": "u-r"},
+            "spec": {"backend": {"filesystem": {"path": "/repo"}},
+                     "encryption": {"passwordSecretRef": {"name": "pw", "key": "password"}}}
+        });
+        if !defaults.is_null() {
+            repo["spec"]["moverDefaults"] = defaults;
+        }
+        let repo: kopiur_api::Repository = serde_json::from_value(repo).unwrap();
+        let mut p = policy(serde_json::json!({}));
+        if !mover.is_null() {
+            p.spec.mover = Some(serde_json::from_value(mover).unwrap());
+        }
+        let r = recipe(&snap(), &p).unwrap();
+        let rv = RepoView::Namespaced(std::sync::Arc::new(repo));
+        let built = backup_job(&snap(), &p, &r, &rv, config, facts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let js = built.job.spec.clone().unwrap();
+        (js.template.spec.clone().unwrap(), js)
     }
 
     /// docs/design/architecture.md §1.4: every Job kind, the batch delete included, carries the 48 h backstop
