@@ -20,10 +20,15 @@ use futures::channel::mpsc::UnboundedReceiver;
 use futures::{Stream, StreamExt};
 use tokio::sync::Notify;
 
-/// Objects handed out back to back before the pacer waits for reconciles.
-pub const WINDOW: usize = 1000;
-/// The longest the pacer waits for reconciles before it hands out the next burst anyway.
-pub const STALL: Duration = Duration::from_secs(2);
+/// Objects handed out in one window. kube's scheduler holds a request for its 250 ms debounce
+/// before it runs it, so the half window the pacer waits for must outlast that at the reconcile
+/// rate (about 2,000 a second on 2 cores, so 500 would already be cut close). At 4,000 the queue
+/// peaks near 6,000 requests, about 3 MiB.
+pub const WINDOW: usize = 4000;
+/// The longest the pacer waits for reconciles before it hands out the next window anyway. While
+/// it waits the queue still holds half a window, so a slow controller is never starved by it;
+/// only a stuck one (no reconcile finishes) meets the bound.
+pub const STALL: Duration = Duration::from_secs(10);
 
 /// Reconciles a controller has finished (any outcome), shared with its pacer.
 #[derive(Debug, Default)]
