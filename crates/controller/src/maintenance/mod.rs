@@ -87,17 +87,9 @@ pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()
         })
         // Secret -> Maintenances waiting for credentials in its namespace.
         .watches_shared_stream(feeds.secrets.subscribe(), move |sec| {
-            let ns = sec.namespace();
-            s4.state()
-                .iter()
-                .filter(|m| m.namespace() == ns)
-                .filter(|m| {
-                    m.status
-                        .as_ref()
-                        .is_some_and(|st| ready_reason_is(&st.conditions, names::reason::MISSING_CREDENTIALS_SECRET))
-                })
-                .map(|m| ObjectRef::from_obj(m.as_ref()))
-                .collect::<Vec<_>>()
+            runtime::waiting_for_credentials(&s4, sec.namespace().as_deref(), |m: &Maintenance| {
+                m.status.as_ref().map(|st| st.conditions.as_slice())
+            })
         });
     // The managed Maintenance of every repository (docs/design/repository-breaker.md §3.11). It starts once the three
     // stores it reads have synced (or after the same 5 s it would wait itself), so it never

@@ -78,17 +78,11 @@ pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()
         })
         // Secret -> replications waiting for credentials in its namespace.
         .watches_shared_stream(feeds.secrets.subscribe(), move |sec| {
-            let ns = sec.namespace();
-            s4.state()
-                .iter()
-                .filter(|x| x.namespace() == ns)
-                .filter(|x| {
-                    x.status
-                        .as_ref()
-                        .is_some_and(|st| ready_reason_is(&st.conditions, names::reason::MISSING_CREDENTIALS_SECRET))
-                })
-                .map(|x| ObjectRef::from_obj(x.as_ref()))
-                .collect::<Vec<_>>()
+            crate::maintenance::runtime::waiting_for_credentials(
+                &s4,
+                sec.namespace().as_deref(),
+                |r: &RepositoryReplication| r.status.as_ref().map(|st| st.conditions.as_slice()),
+            )
         })
         .with_config(shared.config.controller_config())
         .shutdown_on_signal()
