@@ -9,6 +9,13 @@ use serde_json::{Value, json};
 
 pub type Check = fn(&PodSpec, &JobSpec);
 
+/// The required node-selector terms of the pod's node affinity.
+pub fn required_terms(p: &PodSpec) -> Vec<k8s_openapi::api::core::v1::NodeSelectorTerm> {
+    let affinity = p.affinity.clone().expect("an affinity");
+    let required = affinity.node_affinity.and_then(|n| n.required_during_scheduling_ignored_during_execution);
+    required.expect("required node-affinity terms").node_selector_terms
+}
+
 /// The work spec the Job's container carries.
 pub fn work_spec(p: &PodSpec) -> Value {
     let raw = p.containers[0]
@@ -99,15 +106,7 @@ pub fn rows() -> Vec<(&'static str, Value, Value, Check)> {
             |p, _| {
                 assert_eq!(p.node_selector.clone().unwrap()["disk"], "ssd");
                 assert_eq!(p.tolerations.clone().unwrap()[0].key.as_deref(), Some("backup"));
-                let t = p
-                    .affinity
-                    .clone()
-                    .unwrap()
-                    .node_affinity
-                    .unwrap()
-                    .required_during_scheduling_ignored_during_execution
-                    .unwrap()
-                    .node_selector_terms;
+                let t = required_terms(p);
                 assert_eq!(t[0].match_expressions.clone().unwrap()[0].key, "zone");
             },
         ),

@@ -446,15 +446,7 @@ mod tests {
                 json!(null),
                 on_node.clone(),
                 |p, _| {
-                    let t = p
-                        .affinity
-                        .clone()
-                        .unwrap()
-                        .node_affinity
-                        .unwrap()
-                        .required_during_scheduling_ignored_during_execution
-                        .unwrap()
-                        .node_selector_terms;
+                    let t = crate::mover_rows::required_terms(p);
                     assert_eq!(t[0].match_expressions.clone().unwrap()[0].key, "zone");
                     assert_eq!(t[0].match_fields.clone().unwrap()[0].values, Some(vec!["node-a".to_string()]));
                 },
