@@ -79,11 +79,7 @@ impl JobRecorder {
                         let e = m.entry(key).or_insert_with(|| SeenJob {
                             namespace: j.namespace().unwrap_or_default(),
                             name: j.name_any(),
-                            members: j
-                                .annotations()
-                                .get(DELETE_MEMBERS)
-                                .map(|v| v.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect())
-                                .unwrap_or_default(),
+                            members: batch_members(&j),
                             repo_uid: j.labels().get(DELETE_REPO).cloned().unwrap_or_default(),
                             managed_by: j.labels().get("app.kubernetes.io/managed-by").cloned(),
                             first_seen: Instant::now(),
@@ -140,4 +136,12 @@ pub fn created_or_now(job: &Job) -> chrono::DateTime<chrono::Utc> {
         .as_ref()
         .and_then(|t| chrono::DateTime::from_timestamp(t.0.as_second(), 0))
         .unwrap_or_else(chrono::Utc::now)
+}
+
+/// The Snapshots a batch-delete Job deletes (its members annotation).
+pub fn batch_members(job: &Job) -> Vec<String> {
+    job.annotations()
+        .get(DELETE_MEMBERS)
+        .map(|v| v.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect())
+        .unwrap_or_default()
 }

@@ -22,7 +22,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use super::seed::{ABSENT_POLICY, DELETE_MEMBERS, DELETE_REPO, FINALIZER, SET};
+use super::seed::{ABSENT_POLICY, DELETE_REPO, FINALIZER, SET};
 
 fn ts(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> DateTime<Utc> {
     DateTime::<Utc>::from_timestamp(t.0.as_second(), 0).unwrap_or_default()
@@ -283,11 +283,7 @@ impl JobWatch {
                             let r = st.by_key.entry(key).or_insert_with(|| JobRec {
                                 namespace: j.namespace().unwrap_or_default(),
                                 name: j.name_any(),
-                                members: j
-                                    .annotations()
-                                    .get(DELETE_MEMBERS)
-                                    .map(|v| v.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect())
-                                    .unwrap_or_default(),
+                                members: super::jobs::batch_members(&j),
                                 repo_uid: j.labels().get(DELETE_REPO).cloned().unwrap_or_default(),
                                 created: j.metadata.creation_timestamp.as_ref().map(ts),
                                 first_seen: Some(Instant::now()),
