@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds (once) every external tool the test environment needs into a versioned cache
 # outside the repository, and reuses it on later runs. Idempotent; safe to re-run.
-#   testenv/build-tools.sh [etcd] [k8s] [kopia] [garage] [helm]   (default: all)
+#   testenv/build-tools.sh [etcd] [k8s] [kopia] [garage] [helm] [csi]   (default: all but helm)
 # Cache: ${KOPIUR_TESTENV_CACHE:-$HOME/.cache/kopiur-testenv}
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -107,12 +107,48 @@ build_helm() {
   finish "$tmp" "$dir"
 }
 
+# Copies a module of the Go module proxy into a writable directory (prints it): the CSI
+# sidecars' go.mod files carry replace directives, so `go install pkg@version` refuses them.
+module_src() { # module@version dest
+  local d
+  d=$(cd / && go mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+  [ -n "$d" ] || { log "go mod download $1 printed no Dir"; return 1; }
+  rm -rf "$2"; mkdir -p "$(dirname "$2")"; cp -r "$d" "$2"; chmod -R u+w "$2"
+}
+
+# The CSI stack of the real node (docs/testenv.md, "CSI stack"): our own driver
+# (testenv/go/csi-driver) and the upstream sidecars csi-provisioner, csi-snapshotter and
+# snapshot-controller, plus the snapshot CRDs of the snapshotter's client module.
+build_csi() {
+  local w="$HERE/go/csi-driver"
+  local dir="$CACHE/csi-$CSI_PROVISIONER_VERSION-$CSI_SNAPSHOTTER_VERSION-$(wrapper_hash "$w")"
+  local b
+  local ok=1
+  for b in kopiur-csi-hostpath csi-provisioner csi-snapshotter snapshot-controller; do [ -x "$dir/bin/$b" ] || ok=0; done
+  if [ "$ok" = 1 ]; then log "csi (provisioner $CSI_PROVISIONER_VERSION, snapshotter $CSI_SNAPSHOTTER_VERSION): cached ($dir)"; return; fi
+  local tmp="$dir.tmp.$$"; rm -rf "$tmp"; mkdir -p "$tmp/bin" "$tmp/crds"
+  log "csi: building kopiur-csi-hostpath, csi-provisioner $CSI_PROVISIONER_VERSION, csi-snapshotter and snapshot-controller $CSI_SNAPSHOTTER_VERSION (5-15 min cold)"
+  with_heartbeat csi-driver bash -c "cd '$w' && go build -p 2 -trimpath -ldflags '-s -w' -o '$tmp/bin/kopiur-csi-hostpath' ."
+  local src="$tmp/src"
+  module_src "github.com/kubernetes-csi/external-snapshotter/v8@$CSI_SNAPSHOTTER_VERSION" "$src/snapshotter"
+  # go.mod says `replace .../client/v8 => ./client`, which the module zip does not contain.
+  module_src "github.com/kubernetes-csi/external-snapshotter/client/v8@$CSI_SNAPSHOTTER_VERSION" "$src/snapshotter/client"
+  with_heartbeat csi-snapshotter bash -c "cd '$src/snapshotter' && go build -mod=mod -p 2 -trimpath -ldflags '-s -w' -o '$tmp/bin/' ./cmd/snapshot-controller ./cmd/csi-snapshotter"
+  cp "$src"/snapshotter/client/config/crd/snapshot.storage.k8s.io_*.yaml "$tmp/crds/"
+  module_src "github.com/kubernetes-csi/external-provisioner/v5@$CSI_PROVISIONER_VERSION" "$src/provisioner"
+  with_heartbeat csi-provisioner bash -c "cd '$src/provisioner' && go build -mod=mod -p 2 -trimpath -ldflags '-s -w' -o '$tmp/bin/' ./cmd/csi-provisioner"
+  rm -rf "$src"
+  for b in csi-provisioner csi-snapshotter snapshot-controller; do "$tmp/bin/$b" --help >/dev/null 2>&1 || [ $? -le 2 ]; done
+  [ "$(ls "$tmp/crds" | wc -l)" = 3 ] || { log "csi: expected 3 snapshot CRDs, got: $(ls "$tmp/crds")"; return 1; }
+  finish "$tmp" "$dir"
+}
+
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(etcd k8s kopia garage)
+[ ${#targets[@]} -eq 0 ] && targets=(etcd k8s kopia garage csi)
 for t in "${targets[@]}"; do
   case "$t" in
-    etcd) build_etcd ;; k8s) build_k8s ;; kopia) build_kopia ;; garage) build_garage ;; helm) build_helm ;;
-    *) log "unknown tool $t (expected etcd k8s kopia garage helm)"; exit 2 ;;
+    etcd) build_etcd ;; k8s) build_k8s ;; kopia) build_kopia ;; garage) build_garage ;; helm) build_helm ;; csi) build_csi ;;
+    *) log "unknown tool $t (expected etcd k8s kopia garage helm csi)"; exit 2 ;;
   esac
 done
 log "all requested tools ready in $CACHE"

@@ -84,6 +84,33 @@ pub fn helm() -> Result<PathBuf> {
     find("KOPIUR_TESTENV_HELM", &format!("helm-{}-", version("HELM_VERSION")), "helm", "helm")
 }
 
+/// A binary of the CSI stack (`testenv/build-tools.sh csi`): `kopiur-csi-hostpath`,
+/// `csi-provisioner`, `csi-snapshotter` or `snapshot-controller`. `KOPIUR_TESTENV_CSI_<NAME>`
+/// overrides it.
+pub fn csi_bin(name: &str) -> Result<PathBuf> {
+    let key = format!("KOPIUR_TESTENV_CSI_{}", name.to_uppercase().replace('-', "_"));
+    let prefix = format!("csi-{}-{}-", version("CSI_PROVISIONER_VERSION"), version("CSI_SNAPSHOTTER_VERSION"));
+    find(&key, &prefix, name, "csi")
+}
+
+/// The snapshot CRDs (`snapshot.storage.k8s.io`) of the cached CSI stack's snapshotter,
+/// shipped beside its binaries.
+pub fn csi_crds() -> Result<Vec<PathBuf>> {
+    let bin = csi_bin("snapshot-controller")?;
+    let dir = bin.parent().and_then(Path::parent).context("the CSI cache directory")?.join("crds");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    v.sort();
+    if v.len() != 3 {
+        bail!("expected the 3 snapshot CRDs in {}, found {v:?}: rerun `testenv/build-tools.sh csi`", dir.display());
+    }
+    Ok(v)
+}
+
 /// Finds a binary of this workspace (e.g. `kopiur-testnode`, `kopiur-mover`): an env
 /// override `KOPIUR_BIN_<NAME>` wins, then the directory of the running executable and its
 /// parent (integration tests live in `target/<profile>/deps`).

@@ -68,8 +68,8 @@ fn is_cargo_run_package_var(k: &str) -> bool {
         )
 }
 
-/// Builds (or reuses from the cache) etcd, kube-apiserver/kube-controller-manager, kopia
-/// and Garage.
+/// Builds (or reuses from the cache) the named tools of `testenv/build-tools.sh`; none: its
+/// default list (etcd, k8s, kopia, Garage, the CSI stack).
 fn build_tools(tools: &[&str]) -> Result<()> {
     step(
         "Test-environment tools (cached outside the repo; a cold build takes about 20 min on 2 cores, longer while other builds run)",
@@ -96,7 +96,7 @@ fn ensure_promtool() -> Result<()> {
 
 fn test() -> Result<()> {
     let t0 = Instant::now();
-    build_tools(&["etcd", "k8s", "kopia", "garage", "helm"])?;
+    build_tools(&["etcd", "k8s", "kopia", "garage", "helm", "csi"])?;
     ensure_promtool()?;
     step("Generated files are up to date (cargo xtask gen --check)");
     generate(true)?;

@@ -50,6 +50,7 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "catalog_e2e",              // 62 s
     "mover_pod_wedged_e2e",     // 58 s
     "garage_kopia",             // 51 s
+    "real_node_csi",            // TBD
     "real_node",                // 37 s
     "features_e2e",             // 35 s (measured alone)
     "controlplane",             // 32 s
@@ -208,7 +209,7 @@ struct Running {
 
 /// The environment binaries that run the real node from the node images
 /// (`cargo xtask node-images`): they wait for the image build, which runs beside the pool.
-pub const NEEDS_NODE_IMAGES: &[&str] = &["real_node_e2e", "real_node"];
+pub const NEEDS_NODE_IMAGES: &[&str] = &["real_node_e2e", "real_node_csi", "real_node"];
 
 /// Whether a queued environment binary may start now.
 #[derive(Clone, Debug, PartialEq, Eq)]

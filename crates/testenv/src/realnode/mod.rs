@@ -9,6 +9,7 @@
 //! real node runs on a machine at a time (a lock), because kube-proxy owns the host's
 //! KUBE-* chains. `docs/testenv.md` ("The real node") lists what it needs and changes.
 pub mod config;
+pub mod csi;
 pub mod host;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -79,6 +80,8 @@ pub struct RealCluster {
     cgroups: Option<host::Cgroups>,
     before: Option<HostBefore>,
     network: bool,
+    /// The CSI stack, once [`RealCluster::start_csi`] ran.
+    csi: Option<csi::CsiStack>,
     _lock: host::NodeLock,
 }
 
@@ -113,6 +116,7 @@ impl RealCluster {
             cgroups: None,
             before: Some(before),
             network: true,
+            csi: None,
             _lock: lock,
         };
         rc.boot(images, t0).await?;
@@ -305,6 +309,10 @@ impl RealCluster {
                 p.stop(Duration::from_secs(10));
             }
         };
+        // The CSI stack before anything it talks to goes.
+        if let Some(mut c) = self.csi.take() {
+            report.extend(c.stop());
+        }
         // kubelet first (it would restart what we remove), then every pod through the CRI
         // (StopPodSandbox runs the CNI DEL), then the proxy and its rules, then containerd.
         stop(&mut self.procs, "kubelet");
