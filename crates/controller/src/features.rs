@@ -22,7 +22,7 @@ use kopiur_api::restore::RestoreSpec;
 use kopiur_api::shared::Backend;
 use kopiur_api::shared::backend::FilesystemVolume;
 use kopiur_api::snapshot::SnapshotSpec;
-use kopiur_api::snapshot_policy::{CopyMethod, OnPolicyDelete, PolicyTarget, SnapshotPolicySpec};
+use kopiur_api::snapshot_policy::{CopyMethod, GroupBy, OnPolicyDelete, PolicyTarget, SnapshotPolicySpec};
 
 use crate::health::kstatus::{Cond, CondStatus};
 
@@ -212,18 +212,28 @@ pub fn cluster_repository(spec: &ClusterRepositorySpec) -> NextFields {
 /// SnapshotPolicy. Source kinds are refused by `snapshot_policy::sources`.
 pub fn snapshot_policy(spec: &SnapshotPolicySpec) -> NextFields {
     let mut n = NextFields::default();
-    match spec.copy_method {
-        CopyMethod::Direct => {}
-        CopyMethod::Snapshot => n.gating.push(Gated {
-            path: "spec.copyMethod".into(),
-            message:
-                "spec.copyMethod: Snapshot (the default) is not implemented in this release; set copyMethod: Direct"
-                    .into(),
-        }),
-        CopyMethod::Clone => n.gating.push(Gated {
-            path: "spec.copyMethod".into(),
-            message: "spec.copyMethod: Clone is not implemented in this release; set copyMethod: Direct".into(),
-        }),
+    // `Snapshot` and `Clone` stage a copy through the CSI driver (`crate::staging`); a cluster
+    // without one fails each run with the reason, never silently falls back to `Direct`.
+    if spec.copy_method == CopyMethod::Snapshot
+        && spec.group_by == GroupBy::VolumeGroupSnapshot
+        && spec.sources.len() > 1
+    {
+        n.gating.push(Gated {
+            path: "spec.groupBy".into(),
+            message: "spec.groupBy: VolumeGroupSnapshot (the default) over several sources is not implemented in this release; set groupBy: None to snapshot each source on its own".into(),
+        });
+    }
+    if spec.copy_method != CopyMethod::Direct {
+        for (i, s) in spec.sources.iter().enumerate() {
+            if s.pvc_publication_read_only == Some(false) && s.acknowledge_read_write_publication != Some(true) {
+                n.gating.push(Gated {
+                    path: format!("spec.sources[{i}].pvcPublicationReadOnly"),
+                    message: format!(
+                        "spec.sources[{i}].pvcPublicationReadOnly: false publishes the staged copy read-write; set acknowledgeReadWritePublication: true to allow it"
+                    ),
+                });
+            }
+        }
     }
     if matches!(spec.target, PolicyTarget::Repositories(_)) {
         n.gating.push(Gated::new("spec.repositories"));
@@ -475,13 +485,24 @@ mod tests {
     #[test]
     fn policy_fields() {
         assert_eq!(snapshot_policy(&policy(json!({}))), NextFields::default());
-        let n = snapshot_policy(&policy(json!({"copyMethod": "Snapshot"})));
-        assert_eq!(
-            n.refusal(),
-            Err("spec.copyMethod: Snapshot (the default) is not implemented in this release; set copyMethod: Direct"
-                .into())
-        );
-        assert_eq!(paths(&snapshot_policy(&policy(json!({"copyMethod": "Clone"}))).gating), ["spec.copyMethod"]);
+        // Snapshot and Clone run (through CSI staging): nothing to refuse for one source.
+        assert_eq!(snapshot_policy(&policy(json!({"copyMethod": "Snapshot"}))), NextFields::default());
+        assert_eq!(snapshot_policy(&policy(json!({"copyMethod": "Clone"}))), NextFields::default());
+        // A group snapshot over several sources is not built: refused, not silently ungrouped.
+        let two = json!([{"pvc": {"name": "a"}}, {"pvc": {"name": "b"}}]);
+        let n = snapshot_policy(&policy(json!({"copyMethod": "Snapshot", "sources": two})));
+        assert_eq!(paths(&n.gating), ["spec.groupBy"]);
+        assert!(n.refusal().unwrap_err().contains("set groupBy: None"));
+        let n = snapshot_policy(&policy(json!({"copyMethod": "Snapshot", "groupBy": "None", "sources": two})));
+        assert_eq!(n, NextFields::default());
+        assert_eq!(snapshot_policy(&policy(json!({"copyMethod": "Clone", "sources": two}))), NextFields::default());
+        // A read-write publication of the staged copy needs its acknowledgement.
+        let rw = json!([{"pvc": {"name": "a"}, "pvcPublicationReadOnly": false}]);
+        let n = snapshot_policy(&policy(json!({"copyMethod": "Clone", "sources": rw})));
+        assert_eq!(paths(&n.gating), ["spec.sources[0].pvcPublicationReadOnly"]);
+        let ack =
+            json!([{"pvc": {"name": "a"}, "pvcPublicationReadOnly": false, "acknowledgeReadWritePublication": true}]);
+        assert_eq!(snapshot_policy(&policy(json!({"copyMethod": "Clone", "sources": ack}))), NextFields::default());
         let n = snapshot_policy(&policy(json!({"repository": null, "repositories": [{"name": "a"}],
             "extraArgs": ["--x"], "hooks": {"beforeSnapshot": [{"httpRequest": {}}]},
             "credentialProjection": {"enabled": true}})));

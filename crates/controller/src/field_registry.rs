@@ -65,6 +65,8 @@ const MAINT_COMMON: &str = "crates/controller/src/maintenance/common.rs";
 const MOVER_JOB: &str = "crates/controller/src/mover_job.rs";
 const MAINT_RECONCILE: &str = "crates/controller/src/maintenance/reconcile.rs";
 const SNAP_JOB: &str = "crates/controller/src/snapshot/job.rs";
+const SNAP_STAGE: &str = "crates/controller/src/snapshot/stage.rs";
+const STAGING: &str = "crates/controller/src/staging.rs";
 const SNAP_RECONCILE: &str = "crates/controller/src/snapshot/reconcile.rs";
 const SNAP_OBSERVE: &str = "crates/controller/src/snapshot/observe.rs";
 const SOURCES: &str = "crates/controller/src/policy_rules/sources.rs";
@@ -258,18 +260,26 @@ pub fn rules() -> Vec<Rule> {
     mover_spec(&mut v, POLICY, "spec.mover");
     v.extend([
         rule(POLICY, "spec.repositories", Refused, FEATURES, "\"spec.repositories\""),
-        rule(POLICY, "spec.copyMethod", Refused, FEATURES, "CopyMethod::Snapshot =>"),
+        rule(POLICY, "spec.copyMethod", Read, SNAP_JOB, "match p.copy_method"),
         rule(POLICY, "spec.extraArgs", Refused, FEATURES, "\"spec.extraArgs\""),
         rule(POLICY, "spec.hooks", Refused, FEATURES, "\"spec.hooks\""),
         rule(POLICY, "spec.credentialProjection.enabled", Refused, FEATURES, "\"spec.credentialProjection.enabled\""),
         rule(POLICY, "spec.verification", Advisory, FEATURES, "\"spec.verification\""),
         rule(POLICY, "spec.adoption", Advisory, FEATURES, "\"spec.adoption\""),
         rule(POLICY, "spec.deletion.onPolicyDelete", Advisory, FEATURES, "\"spec.deletion.onPolicyDelete\""),
-        rule(POLICY, "spec.groupBy", Inert, FEATURES, "CopyMethod::Snapshot =>"),
-        rule(POLICY, "spec.volumeSnapshotClassName", Inert, FEATURES, "CopyMethod::Snapshot =>"),
-        rule(POLICY, "spec.staging", Inert, FEATURES, "CopyMethod::Snapshot =>"),
-        rule(POLICY, "spec.sources[].pvcPublicationReadOnly", Inert, FEATURES, "CopyMethod::Snapshot =>"),
-        rule(POLICY, "spec.sources[].acknowledgeReadWritePublication", Inert, FEATURES, "CopyMethod::Snapshot =>"),
+        rule(POLICY, "spec.groupBy", Refused, FEATURES, "GroupBy::VolumeGroupSnapshot"),
+        rule(POLICY, "spec.volumeSnapshotClassName", Read, SNAP_STAGE, "volume_snapshot_class_name"),
+        rule(POLICY, "spec.staging.timeout", Read, SNAP_STAGE, "staging::timeout(spec.staging"),
+        rule(POLICY, "spec.staging.storageClassName", Read, STAGING, "s.storage_class_name"),
+        rule(POLICY, "spec.staging.accessModes", Read, STAGING, "s.access_modes"),
+        rule(POLICY, "spec.sources[].pvcPublicationReadOnly", Read, SNAP_JOB, "source.pvc_publication_read_only"),
+        rule(
+            POLICY,
+            "spec.sources[].acknowledgeReadWritePublication",
+            Read,
+            SNAP_JOB,
+            "source.acknowledge_read_write_publication",
+        ),
         rule(POLICY, "spec.identity.username", Read, "crates/api/src/domain/identity.rs", "username"),
         rule(POLICY, "spec.identity.hostname", Read, "crates/api/src/domain/identity.rs", "hostname"),
         rule(POLICY, "spec.sources[].pvc.name", Read, SNAP_JOB, "SourceKind::Pvc(p)"),

@@ -43,6 +43,7 @@ pub mod snapshot;
 pub mod snapshot_policy;
 pub mod snapshot_replication;
 pub mod snapshot_schedule;
+pub mod staging;
 pub mod status;
 pub mod synced;
 pub mod text;

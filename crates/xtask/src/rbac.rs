@@ -80,8 +80,23 @@ const CONTROLLER: &[Rule] = &[
         verbs: &["update"],
         names: &[],
     },
-    // Source PVCs are read; a Restore may create its target PVC.
-    Rule { group: "", resources: &["persistentvolumeclaims"], verbs: &["get", "list", "watch", "create"], names: &[] },
+    // Source PVCs are read; a Restore may create its target PVC; `copyMethod: Snapshot | Clone`
+    // creates and deletes its staged PVC (named `kopiur-stage-<Snapshot uid>`).
+    Rule {
+        group: "",
+        resources: &["persistentvolumeclaims"],
+        verbs: &["get", "list", "watch", "create", "delete"],
+        names: &[],
+    },
+    // CSI staging: the VolumeSnapshot of a source, and whether a class's provisioner is a CSI
+    // driver (a Clone or VolumeSnapshot of anything else is refused, never faked).
+    Rule {
+        group: "snapshot.storage.k8s.io",
+        resources: &["volumesnapshots"],
+        verbs: &["get", "create", "delete"],
+        names: &[],
+    },
+    Rule { group: "storage.k8s.io", resources: &["storageclasses", "csidrivers"], verbs: &["get"], names: &[] },
     Rule { group: "batch", resources: &["jobs"], verbs: &["get", "list", "watch", "create", "delete"], names: &[] },
     Rule { group: "", resources: &["configmaps"], verbs: &["get", "create", "patch", "delete"], names: &[] },
     // The wedged mover pod check (docs/design/architecture.md §1.4): one bounded LIST by `job-name`, no watch, no

@@ -6,7 +6,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kopiur_api::domain::identity::{resolve_identity, source_path};
 use kopiur_api::shared::status::ResolvedIdentity;
-use kopiur_api::snapshot_policy::{DEFAULT_IGNORE_RULES, SourceKind};
+use kopiur_api::snapshot_policy::{CopyMethod, DEFAULT_IGNORE_RULES, SourceKind};
 use kopiur_api::{Snapshot, SnapshotPolicy};
 use kopiur_kopia::cmd::{CacheSizes, Identity, PathPolicy};
 use kopiur_mover::job::{JobInput, PvcMount, SOURCE_MOUNT, build_job};
@@ -24,6 +24,9 @@ use crate::repository::mounts::{BackendMounts, MountError};
 pub struct Recipe {
     pub pvc: String,
     pub read_only: bool,
+    /// How a staged copy is published (`pvcPublicationReadOnly`, resolved `true`; `false` is
+    /// refused without `acknowledgeReadWritePublication` by `crate::features`).
+    pub publish_read_only: bool,
     pub identity: ResolvedIdentity,
 }
 
@@ -73,6 +76,8 @@ pub fn recipe(snap: &Snapshot, policy: &SnapshotPolicy) -> Result<Recipe, String
     Ok(Recipe {
         pvc,
         read_only: source.resolved_read_only(),
+        publish_read_only: source.pvc_publication_read_only.unwrap_or(true)
+            || source.acknowledge_read_write_publication != Some(true),
         identity: ResolvedIdentity { username: id.username, hostname: id.hostname, source_path: Some(path) },
     })
 }
@@ -205,12 +210,20 @@ pub fn backup_job(
         return Err(BuildError::TooLarge(bytes));
     }
     let (password, env_from) = secrets(repo);
-    let input = JobInput {
-        source: Some(PvcMount {
-            claim_name: recipe.pvc.clone(),
+    // `Snapshot` and `Clone` mount the staged copy (`crate::staging`), read-only unless
+    // `pvcPublicationReadOnly: false` is acknowledged.
+    let source = match p.copy_method {
+        CopyMethod::Direct => {
+            PvcMount { claim_name: recipe.pvc.clone(), mount_path: SOURCE_MOUNT.into(), read_only: recipe.read_only }
+        }
+        CopyMethod::Snapshot | CopyMethod::Clone => PvcMount {
+            claim_name: crate::staging::staged_name(&snap.uid().unwrap_or_default()),
             mount_path: SOURCE_MOUNT.into(),
-            read_only: recipe.read_only,
-        }),
+            read_only: recipe.publish_read_only,
+        },
+    };
+    let input = JobInput {
+        source: Some(source),
         ..crate::mover_job::input(
             config,
             crate::mover_job::Identity {

@@ -10,3 +10,4 @@ pub mod pin;
 pub mod plan;
 pub mod reconcile;
 pub mod refusal;
+mod stage;

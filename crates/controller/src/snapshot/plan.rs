@@ -282,7 +282,13 @@ pub fn discovered_row_violation(spec: &kopiur_api::snapshot::SnapshotSpec) -> Op
     })
 }
 
-fn failed_terminal(f: &RunFacts, reason: &str, failure: Failure, nudge: bool, now: DateTime<Utc>) -> RunDecision {
+pub(super) fn failed_terminal(
+    f: &RunFacts,
+    reason: &str,
+    failure: Failure,
+    nudge: bool,
+    now: DateTime<Utc>,
+) -> RunDecision {
     let msg = failure.message.clone().unwrap_or_else(|| reason.to_string());
     let mut d = RunDecision::new(Some(SnapshotPhase::Failed), stalled(reason, msg), Step::Idle);
     d.failure = Some(failure);

@@ -56,11 +56,14 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
     let ns = snap.namespace().unwrap_or_default();
     let status = snap.status.clone().unwrap_or_default();
     let obs = super::observe::observe(ctx, snap, now).await?;
-    let d = plan(&obs.facts, now);
+    let mut d = plan(&obs.facts, now);
     let api: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &ns);
     // client required from here on.
     // The `<name>-pin` Job (docs/design/api-contract.md §7.1): runs whatever the backup's phase; never the backup Job.
     let pin = super::pin::reconcile(ctx, snap, obs.repo.as_ref(), &obs.facts.gate, &obs.facts.missing_secrets).await?;
+    // CSI staging (copyMethod Snapshot | Clone): may hold the launch or fail the run; releases
+    // the staged objects of a run that is over.
+    super::stage::apply(ctx, snap, &obs, &mut d, now).await?;
     let mut fresh: Option<Snapshot> = None;
     if d.add_finalizer {
         let mut fins = snap.finalizers().to_vec();

@@ -1,0 +1,434 @@
+//! CSI staging for `copyMethod: Snapshot | Clone` (docs/controller.md, "CSI staging"): the
+//! backup mounts a point-in-time copy of its source, never the live volume.
+//!
+//! - `Snapshot`: a VolumeSnapshot of the source, then a PVC restored from it.
+//! - `Clone`: a PVC cloned from the source (`dataSource: PersistentVolumeClaim`).
+//!
+//! Both staged objects are named `kopiur-stage-<Snapshot uid>` (unique, and found again after
+//! a restart without a LIST), labelled `staged-for=<uid>` and owned by the Snapshot (the
+//! garbage collector's backstop). The Snapshot's `Staging` condition is the record that they
+//! may exist: it turns True before the first object is created and False (`Released`) only
+//! once both are deleted, so a controller killed anywhere in between still deletes them.
+//!
+//! Only a CSI driver can stage: a source whose StorageClass's provisioner has no CSIDriver
+//! object is refused with a message, never backed up from an empty "clone".
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, TypedLocalObjectReference, VolumeResourceRequirements,
+};
+use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
+use kopiur_api::names::label;
+use kopiur_api::snapshot_policy::{CopyMethod, Staging};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::error::Error;
+
+/// The condition that records staged objects (True: they may exist).
+pub const CONDITION: &str = "Staging";
+/// `Staging=True` reasons.
+pub const PREPARING: &str = "Preparing";
+pub const STAGED: &str = "Staged";
+/// `Staging=False`: both objects are gone.
+pub const RELEASED: &str = "Released";
+/// The label every staged object carries: the Snapshot's uid.
+pub const STAGED_FOR: &str = "kopiur.home-operations.com/staged-for";
+/// The Ready reason of a run waiting for its staged copy, and of one that failed staging.
+pub const WAITING_REASON: &str = "Staging";
+pub const FAILED_REASON: &str = "StagingFailed";
+
+/// The staged PVC's and VolumeSnapshot's name.
+pub fn staged_name(snapshot_uid: &str) -> String {
+    format!("kopiur-stage-{snapshot_uid}")
+}
+
+/// The VolumeSnapshot API (snapshot.storage.k8s.io/v1), served by the external-snapshotter CRDs.
+pub fn volume_snapshot_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("snapshot.storage.k8s.io", "v1", "VolumeSnapshot"),
+        "volumesnapshots",
+    )
+}
+
+/// The staging timeout: `staging.timeout`, 10 minutes when `staging` is absent; `None` waits
+/// forever (`timeout: 0`).
+pub fn timeout(staging: Option<&Staging>) -> Option<Duration> {
+    let t = staging.map(|s| s.timeout.as_std()).unwrap_or(Duration::from_secs(600));
+    (!t.is_zero()).then_some(t)
+}
+
+/// Whether the conditions say staged objects may exist.
+pub fn held(conditions: &[Condition]) -> Option<&Condition> {
+    conditions.iter().find(|c| c.type_ == CONDITION && c.status == "True")
+}
+
+fn labels(uid: &str) -> std::collections::BTreeMap<String, String> {
+    [(label::MANAGED_BY.to_string(), label::MANAGED_BY_VALUE.to_string()), (STAGED_FOR.to_string(), uid.to_string())]
+        .into()
+}
+
+/// The VolumeSnapshot of `source` (pure).
+pub fn volume_snapshot(
+    name: &str,
+    ns: &str,
+    uid: &str,
+    source: &str,
+    class: Option<&str>,
+    owner: &OwnerReference,
+) -> Value {
+    let mut spec = json!({"source": {"persistentVolumeClaimName": source}});
+    if let Some(c) = class {
+        spec["volumeSnapshotClassName"] = json!(c);
+    }
+    json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot",
+        "metadata": {"name": name, "namespace": ns, "labels": labels(uid), "ownerReferences": [owner]},
+        "spec": spec,
+    })
+}
+
+/// The size a staged claim asks for: the VolumeSnapshot's restore size when it reports one,
+/// else the source's bound capacity, else its request.
+pub fn staged_size(source: &PersistentVolumeClaim, restore_size: Option<&str>) -> Option<Quantity> {
+    if let Some(r) = restore_size.filter(|r| !r.is_empty() && *r != "0") {
+        return Some(Quantity(r.to_string()));
+    }
+    let status = source.status.as_ref().and_then(|s| s.capacity.as_ref()).and_then(|c| c.get("storage"));
+    let request = source
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"));
+    status.or(request).cloned()
+}
+
+/// The staged PVC (pure): restored from the VolumeSnapshot (`Snapshot`) or cloned from the
+/// source (`Clone`), in `staging.storageClassName` (else the source's class) with
+/// `staging.accessModes` (else ReadWriteOnce).
+pub fn staged_claim(
+    name: &str,
+    uid: &str,
+    source: &PersistentVolumeClaim,
+    method: CopyMethod,
+    staging: Option<&Staging>,
+    size: Quantity,
+    owner: &OwnerReference,
+) -> PersistentVolumeClaim {
+    let data_source = match method {
+        CopyMethod::Clone => {
+            TypedLocalObjectReference { api_group: None, kind: "PersistentVolumeClaim".into(), name: source.name_any() }
+        }
+        CopyMethod::Snapshot | CopyMethod::Direct => TypedLocalObjectReference {
+            api_group: Some("snapshot.storage.k8s.io".into()),
+            kind: "VolumeSnapshot".into(),
+            name: name.into(),
+        },
+    };
+    let class = staging
+        .and_then(|s| s.storage_class_name.clone())
+        .or_else(|| source.spec.as_ref().and_then(|s| s.storage_class_name.clone()));
+    let modes = staging
+        .and_then(|s| s.access_modes.as_ref())
+        .filter(|m| !m.is_empty())
+        .map(|m| {
+            m.iter()
+                .map(|a| serde_json::to_value(a).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default())
+                .collect()
+        })
+        .unwrap_or_else(|| vec!["ReadWriteOnce".to_string()]);
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: source.namespace(),
+            labels: Some(labels(uid)),
+            owner_references: Some(vec![owner.clone()]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(modes),
+            storage_class_name: class,
+            data_source: Some(data_source),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some([("storage".to_string(), size)].into()),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// Where a VolumeSnapshot stands (pure).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SnapState {
+    Ready {
+        restore_size: Option<String>,
+    },
+    /// Not ready yet; the snapshotter's latest error, if any (retried until the timeout).
+    Pending {
+        error: Option<String>,
+    },
+}
+
+pub fn snap_state(vs: &Value) -> SnapState {
+    let st = &vs["status"];
+    if st["readyToUse"].as_bool() == Some(true) {
+        return SnapState::Ready { restore_size: st["restoreSize"].as_str().map(String::from) };
+    }
+    SnapState::Pending { error: st["error"]["message"].as_str().filter(|m| !m.is_empty()).map(String::from) }
+}
+
+/// What one staging pass found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The staged PVC exists: the Job may mount it.
+    Ready { claim: String },
+    /// Still working; the message says on what.
+    Waiting(String),
+    /// Cannot stage at all (a message for the user); the run fails now.
+    Refused(String),
+}
+
+/// Whether the source's class is provisioned by a CSI driver; `Err` with the refusal if not.
+async fn csi_refusal(
+    client: &Client,
+    source: &PersistentVolumeClaim,
+    method: CopyMethod,
+) -> Result<Option<String>, Error> {
+    let what = match method {
+        CopyMethod::Clone => "copyMethod: Clone",
+        _ => "copyMethod: Snapshot",
+    };
+    let name = source.name_any();
+    let Some(class) = source.spec.as_ref().and_then(|s| s.storage_class_name.clone()).filter(|c| !c.is_empty()) else {
+        return Ok(Some(format!(
+            "{what} needs a CSI driver, and PVC {name} has no StorageClass (a pre-bound volume); set copyMethod: Direct"
+        )));
+    };
+    let sc = match Api::<StorageClass>::all(client.clone()).get_opt(&class).await? {
+        Some(sc) => sc,
+        None => return Ok(Some(format!("{what}: StorageClass {class} of PVC {name} does not exist"))),
+    };
+    if Api::<CSIDriver>::all(client.clone()).get_opt(&sc.provisioner).await?.is_none() {
+        return Ok(Some(format!(
+            "{what} needs a CSI driver, and StorageClass {class} of PVC {name} is provisioned by {}, which has no CSIDriver object; set copyMethod: Direct",
+            sc.provisioner
+        )));
+    }
+    Ok(None)
+}
+
+/// One staging pass: creates what is missing (idempotent by name) and reports where it
+/// stands. Called only once the `Staging` condition is True.
+#[allow(clippy::too_many_arguments)]
+pub async fn prepare(
+    client: &Client,
+    ns: &str,
+    uid: &str,
+    source_pvc: &str,
+    method: CopyMethod,
+    class: Option<&str>,
+    staging: Option<&Staging>,
+    owner: &OwnerReference,
+) -> Result<Outcome, Error> {
+    let name = staged_name(uid);
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    if pvcs.get_opt(&name).await?.is_some() {
+        return Ok(Outcome::Ready { claim: name });
+    }
+    let Some(source) = pvcs.get_opt(source_pvc).await? else {
+        return Ok(Outcome::Waiting(format!("source PVC {source_pvc} not found")));
+    };
+    if source.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
+        return Ok(Outcome::Waiting(format!("source PVC {source_pvc} is not Bound yet")));
+    }
+    if let Some(refusal) = csi_refusal(client, &source, method).await? {
+        return Ok(Outcome::Refused(refusal));
+    }
+    let restore_size = match method {
+        CopyMethod::Snapshot => {
+            let vss: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &volume_snapshot_resource());
+            let vs = match vss.get_opt(&name).await {
+                Ok(Some(vs)) => serde_json::to_value(vs).unwrap_or_default(),
+                Ok(None) => {
+                    let body: DynamicObject =
+                        serde_json::from_value(volume_snapshot(&name, ns, uid, source_pvc, class, owner))
+                            .map_err(|e| Error::InvalidSpec(format!("VolumeSnapshot body: {e}")))?;
+                    match vss.create(&PostParams::default(), &body).await {
+                        Ok(vs) => serde_json::to_value(vs).unwrap_or_default(),
+                        Err(kube::Error::Api(e)) if e.code == 409 => {
+                            return Ok(Outcome::Waiting(format!("VolumeSnapshot {name} created")));
+                        }
+                        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Outcome::Refused(no_snapshot_api())),
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Outcome::Refused(no_snapshot_api())),
+                Err(e) => return Err(e.into()),
+            };
+            match snap_state(&vs) {
+                SnapState::Ready { restore_size } => restore_size,
+                SnapState::Pending { error: Some(e) } => {
+                    return Ok(Outcome::Waiting(format!(
+                        "VolumeSnapshot {name} of PVC {source_pvc} is not ready: {e}"
+                    )));
+                }
+                SnapState::Pending { error: None } => {
+                    return Ok(Outcome::Waiting(format!(
+                        "waiting for VolumeSnapshot {name} of PVC {source_pvc} to be ready"
+                    )));
+                }
+            }
+        }
+        CopyMethod::Clone | CopyMethod::Direct => None,
+    };
+    let Some(size) = staged_size(&source, restore_size.as_deref()) else {
+        return Ok(Outcome::Refused(format!("PVC {source_pvc} reports no size to stage a copy of")));
+    };
+    let claim = staged_claim(&name, uid, &source, method, staging, size, owner);
+    match pvcs.create(&PostParams::default(), &claim).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(kube::Error::Api(e)) if e.code == 422 || e.code == 400 => {
+            return Ok(Outcome::Refused(format!("the staged PVC {name} was refused: {}", e.message)));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(Outcome::Ready { claim: name })
+}
+
+fn no_snapshot_api() -> String {
+    "copyMethod: Snapshot needs the CSI snapshot API (snapshot.storage.k8s.io/v1 VolumeSnapshot), which this cluster does not serve: install the external-snapshotter CRDs and snapshot-controller with a CSI driver, or set copyMethod: Direct".into()
+}
+
+/// Deletes both staged objects (404 is done). `Ok(true)` once both are gone.
+pub async fn release(client: &Client, ns: &str, uid: &str) -> Result<(), Error> {
+    let name = staged_name(uid);
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    match pvcs.delete(&name, &DeleteParams::background()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    let vss: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &volume_snapshot_resource());
+    match vss.delete(&name, &DeleteParams::background()).await {
+        Ok(_) => {}
+        // 404: gone, or no snapshot API at all (nothing was ever created).
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner() -> OwnerReference {
+        OwnerReference {
+            api_version: "kopiur.home-operations.com/v1alpha1".into(),
+            kind: "Snapshot".into(),
+            name: "s".into(),
+            uid: "u-1".into(),
+            controller: Some(true),
+            block_owner_deletion: Some(false),
+        }
+    }
+
+    fn source() -> PersistentVolumeClaim {
+        serde_json::from_value(json!({
+            "metadata": {"name": "data", "namespace": "app"},
+            "spec": {"storageClassName": "csi", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"phase": "Bound", "capacity": {"storage": "2Gi"}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_volume_snapshot_names_its_source_and_class_and_is_owned() {
+        let v = volume_snapshot("kopiur-stage-u-1", "app", "u-1", "data", Some("fast"), &owner());
+        assert_eq!(v["spec"]["source"]["persistentVolumeClaimName"], "data");
+        assert_eq!(v["spec"]["volumeSnapshotClassName"], "fast");
+        assert_eq!(v["metadata"]["labels"][STAGED_FOR], "u-1");
+        assert_eq!(v["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        let v = volume_snapshot("n", "app", "u-1", "data", None, &owner());
+        assert!(v["spec"].get("volumeSnapshotClassName").is_none(), "no class: the cluster's default class");
+    }
+
+    #[test]
+    fn a_staged_claim_restores_from_the_snapshot_or_clones_the_source() {
+        let snap = staged_claim("n", "u-1", &source(), CopyMethod::Snapshot, None, Quantity("2Gi".into()), &owner());
+        let spec = snap.spec.unwrap();
+        let ds = spec.data_source.unwrap();
+        assert_eq!(
+            (ds.api_group.as_deref(), ds.kind.as_str(), ds.name.as_str()),
+            (Some("snapshot.storage.k8s.io"), "VolumeSnapshot", "n")
+        );
+        assert_eq!(spec.storage_class_name.as_deref(), Some("csi"), "the source's class by default");
+        assert_eq!(spec.access_modes.unwrap(), ["ReadWriteOnce"]);
+        let staging: Staging =
+            serde_json::from_value(json!({"storageClassName": "other", "accessModes": ["ReadOnlyMany"]})).unwrap();
+        let clone =
+            staged_claim("n", "u-1", &source(), CopyMethod::Clone, Some(&staging), Quantity("2Gi".into()), &owner());
+        let spec = clone.spec.unwrap();
+        let ds = spec.data_source.unwrap();
+        assert_eq!((ds.api_group, ds.kind.as_str(), ds.name.as_str()), (None, "PersistentVolumeClaim", "data"));
+        assert_eq!(spec.storage_class_name.as_deref(), Some("other"));
+        assert_eq!(spec.access_modes.unwrap(), ["ReadOnlyMany"]);
+        assert_eq!(clone.metadata.namespace.as_deref(), Some("app"));
+    }
+
+    #[test]
+    fn the_size_is_the_restore_size_then_the_capacity_then_the_request() {
+        assert_eq!(staged_size(&source(), Some("3Gi")), Some(Quantity("3Gi".into())));
+        assert_eq!(staged_size(&source(), Some("0")), Some(Quantity("2Gi".into())));
+        assert_eq!(staged_size(&source(), None), Some(Quantity("2Gi".into())));
+        let mut s = source();
+        s.status = None;
+        assert_eq!(staged_size(&s, None), Some(Quantity("1Gi".into())));
+    }
+
+    #[test]
+    fn a_snapshot_is_ready_only_when_ready_to_use_and_carries_its_error() {
+        assert_eq!(
+            snap_state(&json!({"status": {"readyToUse": true, "restoreSize": "1Gi"}})),
+            SnapState::Ready { restore_size: Some("1Gi".into()) }
+        );
+        assert_eq!(snap_state(&json!({})), SnapState::Pending { error: None });
+        assert_eq!(
+            snap_state(&json!({"status": {"readyToUse": false, "error": {"message": "driver busy"}}})),
+            SnapState::Pending { error: Some("driver busy".into()) }
+        );
+    }
+
+    #[test]
+    fn the_timeout_defaults_to_ten_minutes_and_zero_waits_forever() {
+        assert_eq!(timeout(None), Some(Duration::from_secs(600)));
+        let s: Staging = serde_json::from_value(json!({"timeout": "0s"})).unwrap();
+        assert_eq!(timeout(Some(&s)), None);
+        let s: Staging = serde_json::from_value(json!({"timeout": "90s"})).unwrap();
+        assert_eq!(timeout(Some(&s)), Some(Duration::from_secs(90)));
+    }
+
+    #[test]
+    fn only_a_true_staging_condition_holds_objects() {
+        let c = |status: &str| Condition {
+            type_: CONDITION.into(),
+            status: status.into(),
+            reason: "r".into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: crate::conditions::ktime(chrono::Utc::now()),
+        };
+        assert!(held(&[c("True")]).is_some());
+        assert!(held(&[c("False")]).is_none());
+        assert!(held(&[]).is_none());
+    }
+}
