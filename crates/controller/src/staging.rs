@@ -246,11 +246,13 @@ pub async fn prepare(
     let Some(source) = pvcs.get_opt(source_pvc).await? else {
         return Ok(Outcome::Waiting(format!("source PVC {source_pvc} not found")));
     };
-    if source.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
-        return Ok(Outcome::Waiting(format!("source PVC {source_pvc} is not Bound yet")));
-    }
     if let Some(refusal) = csi_refusal(client, &source, method).await? {
         return Ok(Outcome::Refused(refusal));
+    }
+    if source.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
+        return Ok(Outcome::Waiting(format!(
+            "source PVC {source_pvc} is not Bound yet (a WaitForFirstConsumer volume binds once a pod uses it)"
+        )));
     }
     let restore_size = match method {
         CopyMethod::Snapshot => {

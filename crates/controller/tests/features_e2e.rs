@@ -3,18 +3,21 @@
 //! `FeaturesIgnored=True / NotImplemented` (one Warning Event for the generation, the condition
 //! gone once the fields are); a Repository with a gating field (`s3.auth.workloadIdentity`) is
 //! `Pending`, `Stalled / FeatureNotImplemented`, with no Job, and proceeds to Ready once the field
-//! is removed.
+//! is removed. `copyMethod: Snapshot` and `Clone` on this node, which runs no CSI driver: each
+//! run fails `StagingFailed` with the reason, launches no Job and leaves no staged object.
 mod support;
 
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use k8s_openapi::api::batch::v1::Job;
-use kopiur_api::Repository;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kopiur_api::{Repository, Snapshot};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::json;
-use support::status::{events_about, repo_condition as cond, repo_phase as phase};
+use support::repos::{apply, claim, policy};
+use support::status::{events_about, repo_condition as cond, repo_phase as phase, snap_condition, snap_phase};
 use support::{Harness, wait_for};
 
 async fn events(h: &Harness, ns: &str, name: &str, reason: &str) -> Result<usize> {
@@ -109,5 +112,45 @@ async fn advisory_fields_are_reported_and_gating_fields_refused() -> Result<()> 
     h.wait_repository_ready(&ns, "wi", t).await?;
     let wi = repos.get("wi").await?;
     assert_eq!(cond(&wi, "Stalled").map(|c| c.0), Some("False".into()));
+
+    // CSI staging without a CSI driver: refused per run with the reason, never run as Direct.
+    apply(&h.client, &ns, claim(&ns, "data")).await?;
+    let snaps: Api<Snapshot> = Api::namespaced(h.client.clone(), &ns);
+    for method in ["Snapshot", "Clone"] {
+        let p = format!("p-{}", method.to_lowercase());
+        apply(&h.client, &ns, policy(&ns, &p, json!({"name": "adv"}), "data", json!({"copyMethod": method}))).await?;
+        apply(
+            &h.client,
+            &ns,
+            json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": p, "namespace": &ns}, "spec": {"policyRef": {"name": p}}}),
+        )
+        .await?;
+        let s = wait_for(&format!("{p} Failed"), t, &h.log(), || async {
+            let s = snaps.get(&p).await?;
+            let released = snap_condition(&s, "Staging").is_some_and(|c| c.status == "False" && c.reason == "Released");
+            Ok((snap_phase(&s) == "Failed" && released).then_some(s))
+        })
+        .await?;
+        let ready = snap_condition(&s, "Ready").expect("Ready");
+        assert_eq!(ready.reason, "StagingFailed", "{method}");
+        ensure!(
+            ready.message.contains(&format!("copyMethod: {method} needs a CSI driver"))
+                && ready.message.contains("which has no CSIDriver object; set copyMethod: Direct"),
+            "{method}: {}",
+            ready.message
+        );
+        ensure!(jobs_of(&h, &ns, &p).await?.is_empty(), "{method}: a refused staging launched a Job");
+    }
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(h.client.clone(), &ns);
+    let staged: Vec<String> = pvcs
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .filter(|n| n.starts_with("kopiur-stage-"))
+        .collect();
+    ensure!(staged.is_empty(), "staged PVCs left: {staged:?}");
     Ok(())
 }
