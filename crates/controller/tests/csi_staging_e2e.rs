@@ -1,0 +1,420 @@
+//! `copyMethod: Snapshot` and `Clone` on the real node with a real CSI stack (issue 18):
+//! kubelet + containerd, the external-snapshotter's snapshot-controller and csi-snapshotter,
+//! csi-provisioner, and the test environment's own CSI driver (`kopiur_testenv::realnode::csi`).
+//! The controller runs as a process; its movers run from the mover image on the node.
+//!
+//! 1. A Deployment (uid 1000) rewrites `/data/counter` (atomically, by rename) ten times a
+//!    second on an RWO CSI volume. A `copyMethod: Snapshot` backup succeeds while it runs: its
+//!    mover mounted the staged PVC `kopiur-stage-<uid>` read-only, never the live volume, and
+//!    the restored counter is a whole number older than the live one when the Job was created
+//!    (the copy was cut before the Job existed: a `Direct` run would read a newer value).
+//! 2. `Clone` likewise (the mover mounts the clone; the restored counter is whole).
+//! 3. The snapshot-controller stopped for 30 s mid-staging: the run waits Pending, with no Job,
+//!    and succeeds once it is back.
+//! 4. A staging timeout (CreateSnapshot failing, `staging.timeout: 20s`): Failed
+//!    `StagingFailed` with the driver's message, staged objects deleted.
+//! 5. The controller killed mid-staging: after it returns, the run succeeds and nothing leaks.
+//!
+//! After all of it: no staged PVC, no VolumeSnapshot or VolumeSnapshotContent, no PV but the
+//! source's and the restore targets', and the driver holds only the source volume.
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret};
+use kopiur_api::{Repository, Restore, Snapshot};
+use kopiur_testenv::garage::Garage;
+use kopiur_testenv::operator::Operator;
+use kopiur_testenv::proxy::FaultProxy;
+use kopiur_testenv::realnode::csi::{STORAGE_CLASS, volume_snapshot_contents, volume_snapshots};
+use kopiur_testenv::realnode::{RealCluster, config};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use support::status::{snap_condition, snap_phase};
+use support::{PASSWORD, wait_for};
+
+const OP_NS: &str = "kopiur-system";
+const MOVER_IMAGE: &str = "localhost/kopiur-mover:testenv";
+const BUSYBOX: &str = "localhost/kopiur-testenv-busybox:testenv";
+
+/// The archives `cargo xtask test` built for the node.
+fn node_images() -> Result<Vec<PathBuf>> {
+    let dir = std::env::var_os("KOPIUR_IMAGES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| kopiur_testenv::controlplane::repo_root().join("target/images"));
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| {
+            format!("{}: run `cargo xtask images --node-images --registry localhost --tag testenv`", dir.display())
+        })?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with("-testenv-linux-amd64.oci.tar")))
+        .filter(|p| !p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("kopiur-controller")))
+        .collect();
+    v.sort();
+    ensure!(v.len() >= 3, "mover, pause and busybox archives expected in {}: {v:?}", dir.display());
+    Ok(v)
+}
+
+async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
+    kopiur_testenv::apply::apply_value(client, ns, &v).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_and_clone_staging_on_a_real_csi_driver() -> Result<()> {
+    let t0 = Instant::now();
+    let mut cluster = RealCluster::start(&node_images()?).await?;
+    let res = async {
+        cluster.start_csi().await?;
+        println!("real node and CSI stack up after {:.1} s", t0.elapsed().as_secs_f64());
+        scenario(&mut cluster, t0).await
+    }
+    .await;
+    if let Err(e) = &res {
+        println!("SCENARIO FAILED: {e:#}");
+        cluster.keep_logs("csi_staging_e2e");
+    }
+    let report = cluster.shutdown();
+    println!("teardown: {}", report.join("; "));
+    res
+}
+
+/// The source volume's directory in the driver (through its PV's volume handle).
+async fn volume_dir(cluster: &RealCluster, client: &Client, ns: &str, pvc: &str, log: &Path) -> Result<PathBuf> {
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let pv = wait_for(&format!("PVC {pvc} Bound"), Duration::from_secs(120), log, || async {
+        let p = pvcs.get(pvc).await?;
+        Ok(p.spec.and_then(|s| s.volume_name).filter(|v| !v.is_empty()))
+    })
+    .await?;
+    let pv = Api::<PersistentVolume>::all(client.clone()).get(&pv).await?;
+    let handle = pv.spec.and_then(|s| s.csi).map(|c| c.volume_handle).context("a CSI PV")?;
+    Ok(cluster.csi().context("CSI stack")?.volume_dir(&handle))
+}
+
+fn counter(dir: &Path) -> Result<u64> {
+    let text = std::fs::read_to_string(dir.join("counter")).with_context(|| format!("{}/counter", dir.display()))?;
+    text.trim().parse::<u64>().with_context(|| format!("a torn counter file: {text:?}"))
+}
+
+/// Restores `snap` into a new PVC `target` (the default class) and returns its directory.
+async fn restore(client: &Client, ns: &str, target: &str, snap: &str, node_dir: &Path, log: &Path) -> Result<PathBuf> {
+    apply(
+        client,
+        ns,
+        json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
+               "metadata": {"name": target, "namespace": ns},
+               "spec": {"source": {"snapshotRef": {"name": snap}}, "target": {"pvc": {"name": target, "capacity": "1Gi"}}}}),
+    )
+    .await?;
+    let restores: Api<Restore> = Api::namespaced(client.clone(), ns);
+    wait_for(&format!("Restore {target} Completed"), Duration::from_secs(300), log, || async {
+        let r = restores.get(target).await?;
+        let p = r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default();
+        if p == "Failed" {
+            bail!("restore {target} failed: {:?}", r.status.as_ref().and_then(|s| s.failure.clone()));
+        }
+        Ok((p == "Completed").then_some(()))
+    })
+    .await?;
+    let pvc = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns).get(target).await?;
+    Ok(kopiur_testenv::node::provisioner::pv_dir(node_dir, &pvc.uid().context("pvc uid")?))
+}
+
+async fn policy(client: &Client, ns: &str, name: &str, extra: Value) -> Result<()> {
+    let mut spec = json!({"repository": {"name": "r"}, "sources": [{"pvc": {"name": "data"}}]});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        spec[k] = v.clone();
+    }
+    apply(
+        client,
+        ns,
+        json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+               "metadata": {"name": name, "namespace": ns}, "spec": spec}),
+    )
+    .await
+}
+
+async fn snapshot(client: &Client, ns: &str, name: &str, policy: &str) -> Result<()> {
+    apply(
+        client,
+        ns,
+        json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+               "metadata": {"name": name, "namespace": ns}, "spec": {"policyRef": {"name": policy}}}),
+    )
+    .await
+}
+
+async fn finished(snaps: &Api<Snapshot>, name: &str, log: &Path) -> Result<Snapshot> {
+    wait_for(&format!("Snapshot {name} over and released"), Duration::from_secs(300), log, || async {
+        let s = snaps.get(name).await?;
+        let released = snap_condition(&s, "Staging").is_some_and(|c| c.status == "False");
+        Ok((matches!(snap_phase(&s).as_str(), "Succeeded" | "Failed") && released).then_some(s))
+    })
+    .await
+}
+
+fn succeeded(s: &Snapshot) -> Result<()> {
+    ensure!(
+        snap_phase(s) == "Succeeded",
+        "Snapshot {} is {}: {:?}",
+        s.name_any(),
+        snap_phase(s),
+        s.status.as_ref().and_then(|st| st.failure.clone())
+    );
+    Ok(())
+}
+
+/// The claim the backup Job's pod mounts at the source, and whether read-only.
+async fn mover_source(client: &Client, ns: &str, snap: &str) -> Result<(String, bool)> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let job = kopiur_mover::job::job_name(snap);
+    let list = pods.list(&ListParams::default().labels(&format!("job-name={job}"))).await?;
+    let pod = list.items.first().with_context(|| format!("no pod of Job {job}"))?;
+    let vols = pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
+    vols.iter()
+        .filter_map(|v| v.persistent_volume_claim.as_ref())
+        .find(|c| c.claim_name == "data" || c.claim_name.starts_with("kopiur-stage-"))
+        .map(|c| (c.claim_name.clone(), c.read_only == Some(true)))
+        .with_context(|| format!("Job {job}'s pod mounts no source claim: {vols:?}"))
+}
+
+async fn staged_left(client: &Client, ns: &str) -> Result<(Vec<String>, Vec<String>, Vec<String>)> {
+    let pvcs: Vec<String> = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|p| p.name_any())
+        .filter(|n| n.starts_with("kopiur-stage-"))
+        .collect();
+    let vs: Vec<String> = volume_snapshots(client, ns)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|o| o.name_any())
+        .collect();
+    let vsc: Vec<String> = volume_snapshot_contents(client)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|o| o.name_any())
+        .collect();
+    Ok((pvcs, vs, vsc))
+}
+
+async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
+    let client = cluster.env().client().await?;
+    let node_dir = cluster.layout.dir.clone();
+    let dir = tempfile::tempdir()?;
+    let g = Garage::start(&dir.path().join("garage")).await?;
+    let proxy = FaultProxy::start_on(config::NODE_IP, g.s3_addr()).await?;
+    let mut op = Operator::start(cluster.env(), OP_NS, &[("KOPIUR_MOVER_IMAGE", MOVER_IMAGE)]).await?;
+    let log = op.log_path().to_path_buf();
+
+    let ns = cluster.env().namespace("csi").await?;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "kopia", "namespace": ns},
+        "stringData": {"KOPIA_PASSWORD": PASSWORD, "AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
+    }))?;
+    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await?;
+    apply(
+        &client,
+        &ns,
+        json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+               "metadata": {"name": "r", "namespace": ns},
+               "spec": {"backend": {"s3": {"bucket": g.bucket(), "endpoint": format!("http://{}", proxy.endpoint()),
+                                           "region": g.region(), "prefix": "csi/"}},
+                        "encryption": {"passwordSecretRef": {"name": "kopia"}}}}),
+    )
+    .await?;
+    let repos: Api<Repository> = Api::namespaced(client.clone(), &ns);
+    wait_for("Repository r Ready", Duration::from_secs(300), &log, || async {
+        let r = repos.get("r").await?;
+        Ok((r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str()) == Some("Ready")).then_some(()))
+    })
+    .await?;
+
+    // The live workload: an RWO CSI volume rewritten ten times a second.
+    apply(
+        &client,
+        &ns,
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": ns},
+               "spec": {"storageClassName": STORAGE_CLASS, "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "64Mi"}}}}),
+    )
+    .await?;
+    let script = "echo 'written by the app' > /data/seed.txt; i=0; \
+                  while true; do i=$((i+1)); echo $i > /data/counter.tmp; mv /data/counter.tmp /data/counter; sleep 0.1; done";
+    apply(
+        &client,
+        &ns,
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "writer", "namespace": ns},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "writer"}},
+                        "template": {"metadata": {"labels": {"app": "writer"}},
+                                     "spec": {"securityContext": {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000},
+                                              "containers": [{"name": "w", "image": BUSYBOX, "imagePullPolicy": "IfNotPresent",
+                                                              "command": ["/bin/sh", "-c", script],
+                                                              "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
+                                              "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}}}}),
+    )
+    .await?;
+    let live = volume_dir(cluster, &client, &ns, "data", &log).await?;
+    wait_for("the writer to count", Duration::from_secs(120), &log, || async {
+        Ok(counter(&live).ok().filter(|c| *c > 5).map(|_| ()))
+    })
+    .await?;
+    println!("writer running on the CSI volume after {:.1} s", t0.elapsed().as_secs_f64());
+    let snaps: Api<Snapshot> = Api::namespaced(client.clone(), &ns);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+
+    // 1 and 2. Snapshot and Clone backups of the live volume.
+    policy(&client, &ns, "p-snapshot", json!({"copyMethod": "Snapshot"})).await?;
+    policy(&client, &ns, "p-clone", json!({"copyMethod": "Clone"})).await?;
+    for (method, name) in [("Snapshot", "s-snapshot"), ("Clone", "s-clone")] {
+        let started = Instant::now();
+        snapshot(&client, &ns, name, &format!("p-{}", method.to_lowercase())).await?;
+        let job = kopiur_mover::job::job_name(name);
+        // The live counter once the backup Job exists.
+        let at_job = wait_for(&format!("Job {job}"), Duration::from_secs(180), &log, || async {
+            Ok(match jobs.get_opt(&job).await? {
+                Some(_) => Some(counter(&live)?),
+                None => None,
+            })
+        })
+        .await?;
+        let s = wait_for(&format!("{name} done"), Duration::from_secs(300), &log, || async {
+            let s = snaps.get(name).await?;
+            Ok(matches!(snap_phase(&s).as_str(), "Succeeded" | "Failed").then_some(s))
+        })
+        .await?;
+        succeeded(&s)?;
+        let uid = s.uid().unwrap_or_default();
+        let (claim, ro) = mover_source(&client, &ns, name).await?;
+        ensure!(
+            claim == format!("kopiur-stage-{uid}") && ro,
+            "{method}: the mover mounted {claim} (read-only {ro}), not the staged copy"
+        );
+        let restored = restore(&client, &ns, &format!("r-{}", method.to_lowercase()), name, &node_dir, &log).await?;
+        let got = counter(&restored)?;
+        ensure!(
+            std::fs::read_to_string(restored.join("seed.txt"))? == "written by the app\n",
+            "{method}: seed.txt differs"
+        );
+        if method == "Snapshot" {
+            ensure!(
+                got < at_job,
+                "the snapshot's counter {got} is not older than the live {at_job} at the Job's creation"
+            );
+        }
+        let s = finished(&snaps, name, &log).await?;
+        succeeded(&s)?;
+        println!(
+            "{method}: backup of the live volume Succeeded in {:.1} s; restored counter {got} (live at the Job's creation: {at_job}), whole",
+            started.elapsed().as_secs_f64()
+        );
+    }
+
+    // 3. The snapshot-controller stopped for 30 s mid-staging.
+    cluster.stop_csi_component("snapshot-controller")?;
+    snapshot(&client, &ns, "s-paused", "p-snapshot").await?;
+    let stopped = Instant::now();
+    wait_for("s-paused waiting on its VolumeSnapshot", Duration::from_secs(60), &log, || async {
+        let s = snaps.get("s-paused").await?;
+        Ok(snap_condition(&s, "Ready")
+            .is_some_and(|c| c.reason == "Staging" && c.message.contains("waiting for VolumeSnapshot"))
+            .then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(30).saturating_sub(stopped.elapsed())).await;
+    let s = snaps.get("s-paused").await?;
+    ensure!(snap_phase(&s) == "Pending", "s-paused is {} with the snapshot-controller down", snap_phase(&s));
+    ensure!(
+        jobs.get_opt(&kopiur_mover::job::job_name("s-paused")).await?.is_none(),
+        "a Job launched before its copy was staged"
+    );
+    cluster.start_csi_component("snapshot-controller").await?;
+    let s = finished(&snaps, "s-paused", &log).await?;
+    succeeded(&s)?;
+    println!(
+        "snapshot-controller down for {:.0} s: the run waited Pending, then Succeeded {:.1} s after it returned",
+        30.0,
+        stopped.elapsed().as_secs_f64() - 30.0
+    );
+
+    // 4. A staging timeout: CreateSnapshot fails until the 20 s timeout.
+    let csi = cluster.csi().context("CSI stack")?;
+    csi.fail_create_snapshot(Some("injected: the storage array is busy"))?;
+    policy(&client, &ns, "p-timeout", json!({"copyMethod": "Snapshot", "staging": {"timeout": "20s"}})).await?;
+    snapshot(&client, &ns, "s-timeout", "p-timeout").await?;
+    let s = finished(&snaps, "s-timeout", &log).await?;
+    csi.fail_create_snapshot(None)?;
+    let ready = snap_condition(&s, "Ready").context("Ready")?;
+    ensure!(
+        snap_phase(&s) == "Failed"
+            && ready.reason == "StagingFailed"
+            && ready.message.contains("staging timed out after 20s")
+            && ready.message.contains("injected: the storage array is busy"),
+        "s-timeout: {} {} {}",
+        snap_phase(&s),
+        ready.reason,
+        ready.message
+    );
+    ensure!(jobs.get_opt(&kopiur_mover::job::job_name("s-timeout")).await?.is_none(), "a timed-out staging launched");
+    println!("staging timeout: Failed StagingFailed: {}", ready.message);
+
+    // 5. The controller killed mid-staging, then back: the run completes, nothing leaks.
+    cluster.stop_csi_component("snapshot-controller")?;
+    snapshot(&client, &ns, "s-killed", "p-snapshot").await?;
+    wait_for("s-killed staging", Duration::from_secs(60), &log, || async {
+        Ok(volume_snapshots(&client, &ns)
+            .get_opt(&format!("kopiur-stage-{}", snaps.get("s-killed").await?.uid().unwrap_or_default()))
+            .await?
+            .map(|_| ()))
+    })
+    .await?;
+    op.proc_.signal(9);
+    op.stop();
+    cluster.start_csi_component("snapshot-controller").await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let op2 = Operator::start(cluster.env(), OP_NS, &[("KOPIUR_MOVER_IMAGE", MOVER_IMAGE)]).await?;
+    let s = finished(&snaps, "s-killed", &log).await?;
+    succeeded(&s)?;
+    println!("controller killed mid-staging: Succeeded after it returned");
+
+    // Nothing staged is left: objects, PVs, and the driver's volumes and snapshots.
+    let (pvcs, vs, vsc) = wait_for("staged objects gone", Duration::from_secs(120), &log, || async {
+        let left = staged_left(&client, &ns).await?;
+        Ok((left.0.is_empty() && left.1.is_empty() && left.2.is_empty()).then_some(left))
+    })
+    .await?;
+    let pvs = wait_for("staged PVs gone", Duration::from_secs(120), &log, || async {
+        let pvs: Vec<String> = Api::<PersistentVolume>::all(client.clone())
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|pv| pv.spec.as_ref().and_then(|s| s.csi.as_ref()).is_some())
+            .map(|pv| pv.name_any())
+            .collect();
+        Ok((pvs.len() == 1).then_some(pvs))
+    })
+    .await?;
+    let (volumes, snapshots) = cluster.csi().context("CSI stack")?.leftovers();
+    let data_dirs: Vec<&String> = volumes.iter().filter(|v| !v.ends_with(".json")).collect();
+    ensure!(data_dirs.len() == 1 && snapshots.is_empty(), "the driver holds {volumes:?} and {snapshots:?}");
+    println!(
+        "leftovers: {} staged PVCs, {} VolumeSnapshots, {} VolumeSnapshotContents, CSI PVs {pvs:?} (the source), driver volumes {data_dirs:?}, snapshots 0",
+        pvcs.len(),
+        vs.len(),
+        vsc.len()
+    );
+    drop(op2);
+    Ok(())
+}
