@@ -79,8 +79,11 @@ impl<L: LabelSet> Counter<L> {
         Counter { name, help, values: Mutex::new(BTreeMap::new()), labels: std::marker::PhantomData }
     }
     pub fn inc(&self, labels: L) {
+        self.add(labels, 1);
+    }
+    pub fn add(&self, labels: L, n: u64) {
         if let Ok(mut m) = self.values.lock() {
-            *m.entry(labels.values()).or_default() += 1;
+            *m.entry(labels.values()).or_default() += n;
         }
     }
     pub fn get(&self, labels: L) -> u64 {

@@ -48,6 +48,16 @@ label_set! {
 }
 
 label_set! {
+    /// `namespace`, `method`, `outcome`: CSI staging of backups (`staged`, `failed`, `released`).
+    pub struct StagingLabels<'a> { pub namespace: &'a str, pub method: &'a str, pub outcome: &'a str }
+}
+
+label_set! {
+    /// `namespace`, `method`: CSI staging of backups.
+    pub struct StagingMethodLabels<'a> { pub namespace: &'a str, pub method: &'a str }
+}
+
+label_set! {
     /// `namespace`, `name`, `reason`: skipped schedule slots, refused Snapshots.
     pub struct ReasonLabels<'a> { pub namespace: &'a str, pub name: &'a str, pub reason: &'a str }
 }

@@ -43,6 +43,8 @@ pub struct Metrics {
     pub schedule_snapshots_created: Counter<ScheduleLabels<'static>>,
     pub schedule_slots_skipped: Counter<ReasonLabels<'static>>,
     pub snapshot_refusals: Counter<ReasonLabels<'static>>,
+    pub staging: Counter<StagingLabels<'static>>,
+    pub staging_wait_seconds: Counter<StagingMethodLabels<'static>>,
     pub maintenance_runs: Counter<MaintenanceRunLabels<'static>>,
     pub replication_runs: Counter<ReplicationRunLabels<'static>>,
     /// ADR-0006: held external deletions per repository.
@@ -115,6 +117,14 @@ impl Default for Metrics {
             snapshot_refusals: Counter::new(
                 "kopiur_snapshot_refusals_total",
                 "Snapshots refused by the controller (terminal without a Job), by reason.",
+            ),
+            staging: Counter::new(
+                "kopiur_staging_total",
+                "CSI staging of backups (copyMethod Snapshot or Clone), by outcome: staged (the copy is ready), failed (timeout or refusal), released (its objects deleted). Once every run is over, staged + failed - released is the number of leaked stagings: 0.",
+            ),
+            staging_wait_seconds: Counter::new(
+                "kopiur_staging_wait_seconds_total",
+                "Whole seconds backups waited for their staged copy (from the gate to the staged PVC), by copy method.",
             ),
             maintenance_runs: Counter::new(
                 "kopiur_maintenance_runs_total",
@@ -218,6 +228,8 @@ pub fn metric_names() -> Vec<&'static str> {
         "kopiur_schedule_snapshots_created_total",
         "kopiur_schedule_slots_skipped_total",
         "kopiur_snapshot_refusals_total",
+        "kopiur_staging_total",
+        "kopiur_staging_wait_seconds_total",
         "kopiur_maintenance_runs_total",
         "kopiur_replication_runs_total",
         "kopiur_snapshot_deletions_held",
@@ -288,7 +300,7 @@ impl Metrics {
         // One allocation of about the last size instead of doubling through a large text.
         let last = self.last_render_len.load(std::sync::atomic::Ordering::Relaxed);
         let mut out = String::with_capacity(last + last / 16 + 4096);
-        let counters: [&dyn Family; 18] = [
+        let counters: [&dyn Family; 20] = [
             &self.reconciliations,
             &self.reconcile_errors,
             &self.jobs_created,
@@ -304,6 +316,8 @@ impl Metrics {
             &self.schedule_snapshots_created,
             &self.schedule_slots_skipped,
             &self.snapshot_refusals,
+            &self.staging,
+            &self.staging_wait_seconds,
             &self.maintenance_runs,
             &self.replication_runs,
             &self.snapshots_completed,
@@ -558,6 +572,8 @@ mod tests {
         m.schedule_snapshots_created.inc(ScheduleLabels { namespace: "t", name: "h" });
         m.schedule_slots_skipped.inc(ReasonLabels { namespace: "t", name: "h", reason: "expired" });
         m.snapshot_refusals.inc(ReasonLabels { namespace: "t", name: "s", reason: "InvalidSpec" });
+        m.staging.inc(StagingLabels { namespace: "t", method: "Snapshot", outcome: "staged" });
+        m.staging_wait_seconds.add(StagingMethodLabels { namespace: "t", method: "Snapshot" }, 3);
         m.maintenance_runs.inc(MaintenanceRunLabels { namespace: "t", name: "m", mode: "full", outcome: "succeeded" });
         m.replication_runs.inc(ReplicationRunLabels {
             kind: "RepositoryReplication",
@@ -721,6 +737,12 @@ kopiur_schedule_slots_skipped_total{namespace="t",name="h",reason="expired"} 1
 # HELP kopiur_snapshot_refusals_total Snapshots refused by the controller (terminal without a Job), by reason.
 # TYPE kopiur_snapshot_refusals_total counter
 kopiur_snapshot_refusals_total{namespace="t",name="s",reason="InvalidSpec"} 1
+# HELP kopiur_staging_total CSI staging of backups (copyMethod Snapshot or Clone), by outcome: staged (the copy is ready), failed (timeout or refusal), released (its objects deleted). Once every run is over, staged + failed - released is the number of leaked stagings: 0.
+# TYPE kopiur_staging_total counter
+kopiur_staging_total{namespace="t",method="Snapshot",outcome="staged"} 1
+# HELP kopiur_staging_wait_seconds_total Whole seconds backups waited for their staged copy (from the gate to the staged PVC), by copy method.
+# TYPE kopiur_staging_wait_seconds_total counter
+kopiur_staging_wait_seconds_total{namespace="t",method="Snapshot"} 3
 # HELP kopiur_maintenance_runs_total Finished maintenance runs by mode and outcome (succeeded, failed, yielded).
 # TYPE kopiur_maintenance_runs_total counter
 kopiur_maintenance_runs_total{namespace="t",name="m",mode="full",outcome="succeeded"} 1

@@ -20,6 +20,7 @@ use crate::conditions::cond;
 use crate::conditions::{Standing, trio};
 use crate::error::Error;
 use crate::health::kstatus::CondStatus;
+use crate::metrics::labels::{StagingLabels, StagingMethodLabels};
 use crate::staging::{self, Outcome};
 
 /// How soon a staging wait looks again (the VolumeSnapshot and PVC are not watched).
@@ -87,27 +88,47 @@ pub(super) async fn apply(
                     &super::job::owner_of(snap),
                 )
                 .await?;
+                let started = DateTime::<Utc>::from_timestamp(since.last_transition_time.0.as_second(), 0);
+                let waited = started.map(|s| (now - s).to_std().unwrap_or_default()).unwrap_or_default();
+                let labels = |outcome| StagingLabels { namespace: &ns, method: method_name(method), outcome };
                 match outcome {
-                    Outcome::Ready { claim } => d.conditions.push(cond(
-                        staging::CONDITION,
-                        CondStatus::True,
-                        staging::STAGED,
-                        format!("PVC {claim} holds a {} copy of PVC {}", method_name(method), recipe.pvc),
-                    )),
-                    Outcome::Waiting(message) => {
-                        let started = DateTime::<Utc>::from_timestamp(since.last_transition_time.0.as_second(), 0);
-                        let waited = started.map(|s| (now - s).to_std().unwrap_or_default()).unwrap_or_default();
-                        match staging::timeout(spec.staging.as_ref()) {
-                            Some(t) if waited > t => fail(
+                    Outcome::Ready { claim } => {
+                        // Counted on the transition only (a lost status write repeats it once).
+                        if since.reason != staging::STAGED {
+                            ctx.metrics.staging.inc(labels("staged"));
+                            ctx.metrics.staging_wait_seconds.add(
+                                StagingMethodLabels { namespace: &ns, method: method_name(method) },
+                                waited.as_secs(),
+                            );
+                        }
+                        d.conditions.push(cond(
+                            staging::CONDITION,
+                            CondStatus::True,
+                            staging::STAGED,
+                            format!(
+                                "PVC {claim} holds a {} copy of PVC {} (staged in {}s)",
+                                method_name(method),
+                                recipe.pvc,
+                                waited.as_secs()
+                            ),
+                        ))
+                    }
+                    Outcome::Waiting(message) => match staging::timeout(spec.staging.as_ref()) {
+                        Some(t) if waited > t => {
+                            ctx.metrics.staging.inc(labels("failed"));
+                            fail(
                                 obs,
                                 d,
                                 format!("staging timed out after {}s (spec.staging.timeout): {message}", t.as_secs()),
                                 now,
-                            ),
-                            _ => hold(d, staging::PREPARING, message),
+                            )
                         }
+                        _ => hold(d, staging::PREPARING, message),
+                    },
+                    Outcome::Refused(message) => {
+                        ctx.metrics.staging.inc(labels("failed"));
+                        fail(obs, d, message, now)
                     }
-                    Outcome::Refused(message) => fail(obs, d, message, now),
                 }
             }
         }
@@ -115,6 +136,8 @@ pub(super) async fn apply(
     let over = d.phase.as_ref().or(status.phase.as_ref()).is_some_and(SnapshotPhase::is_terminal);
     if over && held.is_some() {
         staging::release(&ctx.client, &ns, &uid).await?;
+        let method = obs.policy.as_ref().map(|p| method_name(p.spec.copy_method)).unwrap_or("unknown");
+        ctx.metrics.staging.inc(StagingLabels { namespace: &ns, method, outcome: "released" });
         d.conditions.push(cond(
             staging::CONDITION,
             CondStatus::False,
