@@ -368,6 +368,20 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     );
     ensure!(jobs.get_opt(&kopiur_mover::job::job_name("s-timeout")).await?.is_none(), "a timed-out staging launched");
     println!("staging timeout: Failed StagingFailed: {}", ready.message);
+    // Every staging so far is accounted for: 3 staged, 1 failed, all 4 released (0 leaked).
+    let ns_label = format!("kopiur_staging_total{{namespace=\"{ns}\",method=");
+    let mut counts = [0.0; 3];
+    for (i, outcome) in ["staged", "failed", "released"].iter().enumerate() {
+        for method in ["Snapshot", "Clone"] {
+            let series = format!("{ns_label}\"{method}\",outcome=\"{outcome}\"}}");
+            counts[i] += op.metric(&series).await.unwrap_or(0.0);
+        }
+    }
+    ensure!(counts == [3.0, 1.0, 4.0], "kopiur_staging_total staged/failed/released = {counts:?}");
+    let waited = op.metric("kopiur_staging_wait_seconds_total").await.unwrap_or(0.0);
+    println!(
+        "kopiur_staging_total staged 3, failed 1, released 4 (leaked 0); kopiur_staging_wait_seconds_total {waited}"
+    );
 
     // 5. The controller killed mid-staging, then back: the run completes, nothing leaks.
     cluster.stop_csi_component("snapshot-controller")?;

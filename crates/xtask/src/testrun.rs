@@ -34,6 +34,7 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "e2e_repository",           // 366 s (with the T01/T02/T08/T18/T44 side repositories; T44 5 min down)
     "death_spiral_e2e",         // 345-442 s (alone; body 305-340 s incl. growing 2,000 index blobs; slow teardown)
     "real_node_e2e",            // 277 s (measured alone)
+    "csi_staging_e2e",          // TBD: real node + CSI stack, a 30 s snapshot-controller stop, a 20 s staging timeout
     "deletion_e2e",             // 243 s
     "breaker_close_fast_e2e",   // 211 s (measured alone; a 168 s cut, then Ready within 60 s)
     "e2e_repository_faults",    // 203 s (with T14, T17's mid-outage Snapshot and T45)
@@ -209,7 +210,7 @@ struct Running {
 
 /// The environment binaries that run the real node from the node images
 /// (`cargo xtask node-images`): they wait for the image build, which runs beside the pool.
-pub const NEEDS_NODE_IMAGES: &[&str] = &["real_node_e2e", "real_node_csi", "real_node"];
+pub const NEEDS_NODE_IMAGES: &[&str] = &["real_node_e2e", "csi_staging_e2e", "real_node_csi", "real_node"];
 
 /// Whether a queued environment binary may start now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -296,6 +297,11 @@ pub fn node_image_gate(bin: &TestBin, images: &mut Background) -> Result<Gate> {
     })
 }
 
+/// Whether `target` must wait because a real-node binary is among the `running` targets.
+fn waits_for_the_node(running: &[&str], target: &str) -> bool {
+    NEEDS_NODE_IMAGES.contains(&target) && running.iter().any(|r| NEEDS_NODE_IMAGES.contains(r))
+}
+
 /// The first queued binary `gate` lets start; binaries it fails are recorded in `out`.
 fn next_ready(
     queue: &mut std::collections::VecDeque<TestBin>,
@@ -331,9 +337,16 @@ pub fn run_pool(
     let mut out = Vec::new();
     let mut last_note = Instant::now();
     while !queue.is_empty() || !running.is_empty() {
-        while running.len() < jobs
-            && let Some(bin) = next_ready(&mut queue, gate, &mut out)?
-        {
+        loop {
+            if running.len() >= jobs {
+                break;
+            }
+            // One real node per machine (a host lock): a second real-node binary would only
+            // hold a slot while it waits for the lock, so it starts once the first has ended.
+            let busy: Vec<&str> = running.iter().map(|r| r.bin.target.as_str()).collect();
+            let mut exclusive =
+                |b: &TestBin| if waits_for_the_node(&busy, &b.target) { Ok(Gate::Wait) } else { gate(b) };
+            let Some(bin) = next_ready(&mut queue, &mut exclusive, &mut out)? else { break };
             let log = log_dir.join(format!("{}.log", bin.target));
             let file = std::fs::File::create(&log)?;
             let child = command(&bin, true)
@@ -449,11 +462,11 @@ mod tests {
                 "e2e_repository",
                 "death_spiral_e2e",
                 "real_node_e2e",
+                "csi_staging_e2e",
                 "deletion_e2e",
                 "breaker_close_fast_e2e",
                 "e2e_repository_faults",
                 "deletion_scenarios_e2e",
-                "control_plane_faults_e2e",
             ]
         );
         assert_eq!(order.last(), Some(&"zz_new_e2e"), "an unlisted environment binary runs last");
@@ -518,6 +531,14 @@ Error: 1 scenario(s) failed: [\"idle\"]\n\nCaused by:\n    idle objects were wri
         assert_eq!(out.len(), 1);
         assert!(!out[0].ok && out[0].why == vec!["images failed".to_string()]);
         assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn one_real_node_binary_runs_at_a_time() {
+        assert!(waits_for_the_node(&["deletion_e2e", "real_node_e2e"], "csi_staging_e2e"));
+        assert!(!waits_for_the_node(&["deletion_e2e"], "csi_staging_e2e"));
+        assert!(!waits_for_the_node(&["real_node_e2e"], "deletion_e2e"), "others are not held");
+        assert!(!waits_for_the_node(&[], "real_node"));
     }
 
     #[test]
