@@ -201,13 +201,31 @@ async fn scenario(cluster: &mut RealCluster) -> Result<()> {
         t.elapsed().as_secs_f64()
     );
 
-    // 5. Everything deleted: no PV, content, volume, snapshot or mount of the driver is left.
+    // 5. The fault switch: CreateSnapshot fails with its message, which reaches the
+    //    VolumeSnapshot's status; once it is off, the snapshotter's retry succeeds.
+    let t = Instant::now();
+    cluster.csi().context("CSI stack")?.fail_create_snapshot(Some("injected: disk on fire"))?;
+    snaps.create(&pp, &snapshot(&ns, "snap3", "data")?).await?;
+    let err = wait(cluster, "VolumeSnapshot snap3 reports the injected error", 120, || async {
+        let s = snaps.get("snap3").await?;
+        ensure!(s.data["status"]["readyToUse"] != json!(true), "snap3 ready despite the fault switch");
+        Ok(s.data["status"]["error"]["message"].as_str().filter(|m| m.contains("disk on fire")).map(str::to_string))
+    })
+    .await?;
+    println!("snap3 failed as injected after {:.1} s: {err}", t.elapsed().as_secs_f64());
+    let t = Instant::now();
+    cluster.csi().context("CSI stack")?.fail_create_snapshot(None)?;
+    wait(cluster, "VolumeSnapshot snap3 readyToUse once the switch is off", 120, || snapshot_ready(&snaps, "snap3"))
+        .await?;
+    println!("snap3 ready {:.1} s after the switch went off", t.elapsed().as_secs_f64());
+
+    // 6. Everything deleted: no PV, content, volume, snapshot or mount of the driver is left.
     let t = Instant::now();
     let dp = DeleteParams::default();
     for p in ["writer", "reader"] {
         pods.delete(p, &dp).await?;
     }
-    for s in ["snap1", "snap2"] {
+    for s in ["snap1", "snap2", "snap3"] {
         snaps.delete(s, &dp).await?;
     }
     for c in ["data", "from-snap", "clone"] {
@@ -232,6 +250,29 @@ async fn scenario(cluster: &mut RealCluster) -> Result<()> {
     println!(
         "everything deleted after {:.1} s: 0 PVs, 0 contents, 0 volumes, 0 snapshots, 0 CSI mounts",
         t.elapsed().as_secs_f64()
+    );
+    // Through the driver: the kubelet published and unpublished every pod volume, the
+    // sidecars deleted every volume and snapshot.
+    let log = std::fs::read_to_string(cluster.env().cp.logs_dir().join("csi-driver.log"))?;
+    let ok = |call: &str| log.lines().filter(|l| l.contains(&format!(" {call}(")) && l.contains(") ok in ")).count();
+    let calls: Vec<(&str, usize)> = [
+        "CreateVolume",
+        "DeleteVolume",
+        "CreateSnapshot",
+        "DeleteSnapshot",
+        "NodePublishVolume",
+        "NodeUnpublishVolume",
+    ]
+    .iter()
+    .map(|c| (*c, ok(c)))
+    .collect();
+    println!("driver calls that succeeded: {calls:?}");
+    let n = |c: &str| calls.iter().find(|(k, _)| *k == c).map_or(0, |(_, v)| *v);
+    ensure!(n("CreateVolume") >= 3 && n("DeleteVolume") >= 3, "3 volumes made and deleted by the driver: {calls:?}");
+    ensure!(n("CreateSnapshot") >= 3 && n("DeleteSnapshot") >= 3, "3 snapshots made and deleted: {calls:?}");
+    ensure!(
+        n("NodePublishVolume") >= 3 && n("NodeUnpublishVolume") >= 3,
+        "3 pod volumes mounted and unmounted: {calls:?}"
     );
     Ok(())
 }
