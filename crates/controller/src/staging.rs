@@ -216,7 +216,10 @@ async fn csi_refusal(
         Some(sc) => sc,
         None => return Ok(Some(format!("{what}: StorageClass {class} of PVC {name} does not exist"))),
     };
-    if Api::<CSIDriver>::all(client.clone()).get_opt(&sc.provisioner).await?.is_none() {
+    // A name with a `/` (an in-tree or external provisioner's) cannot be a CSIDriver's.
+    let csi = !sc.provisioner.contains('/')
+        && Api::<CSIDriver>::all(client.clone()).get_opt(&sc.provisioner).await?.is_some();
+    if !csi {
         return Ok(Some(format!(
             "{what} needs a CSI driver, and StorageClass {class} of PVC {name} is provisioned by {}, which has no CSIDriver object; set copyMethod: Direct",
             sc.provisioner

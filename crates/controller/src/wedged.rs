@@ -421,10 +421,10 @@ pub mod io {
             ..DeleteParams::background()
         };
         match Api::<Job>::namespaced(client.clone(), &ns).delete(&job.name_any(), &dp).await {
-            Ok(_) => tracing::info!(job = %job.name_any(), namespace = %ns, "deleted the wedged mover Job"),
+            Ok(_) => tracing::info!(job = %job.name_any(), namespace = %ns, "deleted the mover Job"),
             Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
             Err(e) => {
-                tracing::warn!(error = %e, job = %job.name_any(), namespace = %ns, "deleting the wedged mover Job failed")
+                tracing::warn!(error = %e, job = %job.name_any(), namespace = %ns, "deleting the mover Job failed")
             }
         }
     }

@@ -289,6 +289,11 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
             })
         })
         .await?;
+        // The mover's pod, while it exists (a staged run's Job goes with it once the run ends).
+        let (claim, ro) = wait_for(&format!("Job {job}'s pod"), Duration::from_secs(120), &log, || async {
+            Ok(mover_source(&client, &ns, name).await.ok())
+        })
+        .await?;
         let s = wait_for(&format!("{name} done"), Duration::from_secs(300), &log, || async {
             let s = snaps.get(name).await?;
             Ok(matches!(snap_phase(&s).as_str(), "Succeeded" | "Failed").then_some(s))
@@ -296,7 +301,6 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
         .await?;
         succeeded(&s)?;
         let uid = s.uid().unwrap_or_default();
-        let (claim, ro) = mover_source(&client, &ns, name).await?;
         ensure!(
             claim == format!("kopiur-stage-{uid}") && ro,
             "{method}: the mover mounted {claim} (read-only {ro}), not the staged copy"
@@ -403,11 +407,24 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     println!("controller killed mid-staging: Succeeded after it returned");
 
     // Nothing staged is left: objects, PVs, and the driver's volumes and snapshots.
-    let (pvcs, vs, vsc) = wait_for("staged objects gone", Duration::from_secs(120), &log, || async {
+    let gone = wait_for("staged objects gone", Duration::from_secs(120), &log, || async {
         let left = staged_left(&client, &ns).await?;
         Ok((left.0.is_empty() && left.1.is_empty() && left.2.is_empty()).then_some(left))
     })
-    .await?;
+    .await;
+    let (pvcs, vs, vsc) = match gone {
+        Ok(l) => l,
+        Err(e) => {
+            bail!("{e:#}: left (PVCs, VolumeSnapshots, VolumeSnapshotContents) {:?}", staged_left(&client, &ns).await?)
+        }
+    };
+    // Every staged run's mover Job went with its run (its pod held the staged PVC).
+    let jobs_left: Vec<String> =
+        jobs.list(&ListParams::default()).await?.items.into_iter().map(|j| j.name_any()).collect();
+    ensure!(
+        !jobs_left.iter().any(|j| j.starts_with("s-") && !j.contains("discovery")),
+        "mover Jobs of staged runs left: {jobs_left:?}"
+    );
     let pvs = wait_for("staged PVs gone", Duration::from_secs(120), &log, || async {
         let pvs: Vec<String> = Api::<PersistentVolume>::all(client.clone())
             .list(&ListParams::default())

@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use anyhow::{Result, ensure};
+use anyhow::{Result, bail, ensure};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kopiur_api::{Repository, Snapshot};
@@ -126,12 +126,16 @@ async fn advisory_fields_are_reported_and_gating_fields_refused() -> Result<()> 
             "metadata": {"name": p, "namespace": &ns}, "spec": {"policyRef": {"name": p}}}),
         )
         .await?;
-        let s = wait_for(&format!("{p} Failed"), t, &h.log(), || async {
+        let s = match wait_for(&format!("{p} Failed"), t, &h.log(), || async {
             let s = snaps.get(&p).await?;
             let released = snap_condition(&s, "Staging").is_some_and(|c| c.status == "False" && c.reason == "Released");
             Ok((snap_phase(&s) == "Failed" && released).then_some(s))
         })
-        .await?;
+        .await
+        {
+            Ok(s) => s,
+            Err(e) => bail!("{e:#}\n{p}: {:?}", snaps.get(&p).await.map(|s| s.status)),
+        };
         let ready = snap_condition(&s, "Ready").expect("Ready");
         assert_eq!(ready.reason, "StagingFailed", "{method}");
         ensure!(

@@ -5,7 +5,8 @@
 //! Order, so no object can leak: the first pass past the gate only records `Staging=True`
 //! (the staging clock starts there, after the gate); later passes create the VolumeSnapshot
 //! and the staged PVC; a terminal run (Succeeded, Unchanged, Failed by the mover, a deadline,
-//! a staging timeout or refusal) deletes both before it writes `Staging=False`.
+//! a staging timeout or refusal) deletes both before it writes `Staging=False`, and its mover
+//! Job (with the pod that mounted the staged PVC) once that status has landed.
 use chrono::{DateTime, Utc};
 use kopiur_api::Snapshot;
 use kopiur_api::shared::status::Failure;
@@ -138,6 +139,10 @@ pub(super) async fn apply(
         staging::release(&ctx.client, &ns, &uid).await?;
         let method = obs.policy.as_ref().map(|p| method_name(p.spec.copy_method)).unwrap_or("unknown");
         ctx.metrics.staging.inc(StagingLabels { namespace: &ns, method, outcome: "released" });
+        // A finished pod still holds its PVC (Kubernetes deletes a PVC only once no pod that
+        // mounts it exists, finished or not): the mover Job goes too, with its pod, once this
+        // terminal status has landed. The result and the stderr tail stay in the status.
+        d.delete_job = true;
         d.conditions.push(cond(
             staging::CONDITION,
             CondStatus::False,
