@@ -125,14 +125,7 @@ pub fn deleting_trio(held: bool, ready: Cond) -> [Cond; 3] {
 }
 
 pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Result<Action, Error> {
-    // A Snapshot deleted mid-staging: its staged PVC and VolumeSnapshot go now (their owner
-    // reference is only the garbage collector's backstop, after the finalizer is off).
-    if let Some(status) = &snap.status
-        && crate::staging::held(&status.conditions).is_some()
-    {
-        crate::staging::release(&ctx.client, &snap.namespace().unwrap_or_default(), &snap.uid().unwrap_or_default())
-            .await?;
-    }
+    super::stage::release_on_delete(ctx, snap).await?;
     if !observe::finalizer_present(snap) {
         return Ok(Action::await_change());
     }

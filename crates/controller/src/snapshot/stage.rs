@@ -152,3 +152,14 @@ pub(super) async fn apply(
     }
     Ok(())
 }
+
+/// A Snapshot deleted mid-staging: its staged PVC and VolumeSnapshot go now (their owner
+/// reference is only the garbage collector's backstop, once the finalizer is off).
+pub(super) async fn release_on_delete(ctx: &PipelineCtx, snap: &Snapshot) -> Result<(), Error> {
+    if let Some(status) = &snap.status
+        && staging::held(&status.conditions).is_some()
+    {
+        staging::release(&ctx.client, &snap.namespace().unwrap_or_default(), &snap.uid().unwrap_or_default()).await?;
+    }
+    Ok(())
+}
