@@ -197,35 +197,82 @@ pub enum Outcome {
 }
 
 /// Whether the source's class is provisioned by a CSI driver; `Err` with the refusal if not.
-async fn csi_refusal(
+async fn csi_driver(
     client: &Client,
     source: &PersistentVolumeClaim,
     method: CopyMethod,
-) -> Result<Option<String>, Error> {
+) -> Result<Result<String, String>, Error> {
     let what = match method {
         CopyMethod::Clone => "copyMethod: Clone",
         _ => "copyMethod: Snapshot",
     };
     let name = source.name_any();
     let Some(class) = source.spec.as_ref().and_then(|s| s.storage_class_name.clone()).filter(|c| !c.is_empty()) else {
-        return Ok(Some(format!(
+        return Ok(Err(format!(
             "{what} needs a CSI driver, and PVC {name} has no StorageClass (a pre-bound volume); set copyMethod: Direct"
         )));
     };
     let sc = match Api::<StorageClass>::all(client.clone()).get_opt(&class).await? {
         Some(sc) => sc,
-        None => return Ok(Some(format!("{what}: StorageClass {class} of PVC {name} does not exist"))),
+        None => return Ok(Err(format!("{what}: StorageClass {class} of PVC {name} does not exist"))),
     };
     // A name with a `/` (an in-tree or external provisioner's) cannot be a CSIDriver's.
     let csi = !sc.provisioner.contains('/')
         && Api::<CSIDriver>::all(client.clone()).get_opt(&sc.provisioner).await?.is_some();
     if !csi {
-        return Ok(Some(format!(
+        return Ok(Err(format!(
             "{what} needs a CSI driver, and StorageClass {class} of PVC {name} is provisioned by {}, which has no CSIDriver object; set copyMethod: Direct",
             sc.provisioner
         )));
     }
-    Ok(None)
+    Ok(Ok(sc.provisioner))
+}
+
+/// The VolumeSnapshotClass API.
+pub fn volume_snapshot_class_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("snapshot.storage.k8s.io", "v1", "VolumeSnapshotClass"),
+        "volumesnapshotclasses",
+    )
+}
+
+/// The annotation that marks a driver's default VolumeSnapshotClass.
+pub const DEFAULT_CLASS_ANNOTATION: &str = "snapshot.storage.kubernetes.io/is-default-class";
+
+/// The VolumeSnapshotClass a run uses (pure): the requested one, which must exist and be for
+/// `driver`, else the driver's one default class. `Err` is the refusal (a class that cannot
+/// work is never left to fail at the snapshotter until the staging timeout).
+pub fn pick_class(requested: Option<&str>, classes: &[Value], driver: &str) -> Result<String, String> {
+    let name = |c: &Value| c["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    match requested {
+        Some(want) => match classes.iter().find(|c| name(c) == want) {
+            None => Err(format!("VolumeSnapshotClass {want} (spec.volumeSnapshotClassName) does not exist")),
+            Some(c) if c["driver"].as_str() != Some(driver) => Err(format!(
+                "VolumeSnapshotClass {want} (spec.volumeSnapshotClassName) is for driver {}, and the source is provisioned by {driver}",
+                c["driver"].as_str().unwrap_or("?")
+            )),
+            Some(_) => Ok(want.to_string()),
+        },
+        None => {
+            let defaults: Vec<String> = classes
+                .iter()
+                .filter(|c| c["driver"].as_str() == Some(driver))
+                .filter(|c| c["metadata"]["annotations"][DEFAULT_CLASS_ANNOTATION].as_str() == Some("true"))
+                .map(name)
+                .collect();
+            match defaults.as_slice() {
+                [one] => Ok(one.clone()),
+                [] => Err(format!(
+                    "no default VolumeSnapshotClass for driver {driver}: set spec.volumeSnapshotClassName, or annotate a class of that driver {DEFAULT_CLASS_ANNOTATION}: \"true\""
+                )),
+                many => Err(format!(
+                    "driver {driver} has {} default VolumeSnapshotClasses ({}): set spec.volumeSnapshotClassName",
+                    many.len(),
+                    many.join(", ")
+                )),
+            }
+        }
+    }
 }
 
 /// One staging pass: creates what is missing (idempotent by name) and reports where it
@@ -249,9 +296,10 @@ pub async fn prepare(
     let Some(source) = pvcs.get_opt(source_pvc).await? else {
         return Ok(Outcome::Waiting(format!("source PVC {source_pvc} not found")));
     };
-    if let Some(refusal) = csi_refusal(client, &source, method).await? {
-        return Ok(Outcome::Refused(refusal));
-    }
+    let driver = match csi_driver(client, &source, method).await? {
+        Ok(d) => d,
+        Err(refusal) => return Ok(Outcome::Refused(refusal)),
+    };
     if source.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
         return Ok(Outcome::Waiting(format!(
             "source PVC {source_pvc} is not Bound yet (a WaitForFirstConsumer volume binds once a pod uses it)"
@@ -263,8 +311,20 @@ pub async fn prepare(
             let vs = match vss.get_opt(&name).await {
                 Ok(Some(vs)) => serde_json::to_value(vs).unwrap_or_default(),
                 Ok(None) => {
+                    let classes: Api<DynamicObject> = Api::all_with(client.clone(), &volume_snapshot_class_resource());
+                    let classes = match classes.list(&Default::default()).await {
+                        Ok(l) => {
+                            l.items.into_iter().map(|c| serde_json::to_value(c).unwrap_or_default()).collect::<Vec<_>>()
+                        }
+                        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Outcome::Refused(no_snapshot_api())),
+                        Err(e) => return Err(e.into()),
+                    };
+                    let class = match pick_class(class, &classes, &driver) {
+                        Ok(c) => c,
+                        Err(refusal) => return Ok(Outcome::Refused(refusal)),
+                    };
                     let body: DynamicObject =
-                        serde_json::from_value(volume_snapshot(&name, ns, uid, source_pvc, class, owner))
+                        serde_json::from_value(volume_snapshot(&name, ns, uid, source_pvc, Some(&class), owner))
                             .map_err(|e| Error::InvalidSpec(format!("VolumeSnapshot body: {e}")))?;
                     match vss.create(&PostParams::default(), &body).await {
                         Ok(vs) => serde_json::to_value(vs).unwrap_or_default(),
@@ -411,6 +471,29 @@ mod tests {
             snap_state(&json!({"status": {"readyToUse": false, "error": {"message": "driver busy"}}})),
             SnapState::Pending { error: Some("driver busy".into()) }
         );
+    }
+
+    #[test]
+    fn the_snapshot_class_is_the_requested_one_for_the_driver_or_its_one_default() {
+        let class = |name: &str, driver: &str, default: bool| {
+            let mut c = json!({"metadata": {"name": name}, "driver": driver});
+            if default {
+                c["metadata"]["annotations"] = json!({DEFAULT_CLASS_ANNOTATION: "true"});
+            }
+            c
+        };
+        let classes = [class("a", "d1", true), class("b", "d1", false), class("c", "d2", true)];
+        assert_eq!(pick_class(Some("b"), &classes, "d1"), Ok("b".into()));
+        assert_eq!(pick_class(None, &classes, "d1"), Ok("a".into()));
+        assert_eq!(pick_class(None, &classes, "d2"), Ok("c".into()));
+        let missing = pick_class(Some("x"), &classes, "d1").unwrap_err();
+        assert_eq!(missing, "VolumeSnapshotClass x (spec.volumeSnapshotClassName) does not exist");
+        let other = pick_class(Some("c"), &classes, "d1").unwrap_err();
+        assert!(other.contains("is for driver d2, and the source is provisioned by d1"), "{other}");
+        let none = pick_class(None, &classes, "d3").unwrap_err();
+        assert!(none.starts_with("no default VolumeSnapshotClass for driver d3"), "{none}");
+        let two = [class("a", "d1", true), class("b", "d1", true)];
+        assert!(pick_class(None, &two, "d1").unwrap_err().contains("has 2 default VolumeSnapshotClasses (a, b)"));
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //! 3. The snapshot-controller stopped for 30 s mid-staging: the run waits Pending, with no Job,
 //!    and succeeds once it is back.
 //! 4. A staging timeout (CreateSnapshot failing, `staging.timeout: 20s`): Failed
-//!    `StagingFailed` with the driver's message, staged objects deleted.
+//!    `StagingFailed` with the driver's message, staged objects deleted. A VolumeSnapshotClass
+//!    that does not exist fails the run at once with the reason.
 //! 5. The controller killed mid-staging: after it returns, the run succeeds and nothing leaks.
 //!
 //! After all of it: no staged PVC, no VolumeSnapshot or VolumeSnapshotContent, no PV but the
@@ -372,7 +373,24 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     );
     ensure!(jobs.get_opt(&kopiur_mover::job::job_name("s-timeout")).await?.is_none(), "a timed-out staging launched");
     println!("staging timeout: Failed StagingFailed: {}", ready.message);
-    // Every staging so far is accounted for: 3 staged, 1 failed, all 4 released (0 leaked).
+    // A class that cannot work fails at once with the reason, not at the staging timeout.
+    policy(&client, &ns, "p-class", json!({"copyMethod": "Snapshot", "volumeSnapshotClassName": "missing"})).await?;
+    let asked = Instant::now();
+    snapshot(&client, &ns, "s-class", "p-class").await?;
+    let s = finished(&snaps, "s-class", &log).await?;
+    let ready = snap_condition(&s, "Ready").context("Ready")?;
+    ensure!(
+        snap_phase(&s) == "Failed"
+            && ready.reason == "StagingFailed"
+            && ready.message == "VolumeSnapshotClass missing (spec.volumeSnapshotClassName) does not exist",
+        "s-class: {} {} {}",
+        snap_phase(&s),
+        ready.reason,
+        ready.message
+    );
+    println!("a missing VolumeSnapshotClass: Failed in {:.1} s: {}", asked.elapsed().as_secs_f64(), ready.message);
+
+    // Every staging so far is accounted for: 3 staged, 2 failed, all 5 released (0 leaked).
     let ns_label = format!("kopiur_staging_total{{namespace=\"{ns}\",method=");
     let mut counts = [0.0; 3];
     for (i, outcome) in ["staged", "failed", "released"].iter().enumerate() {
@@ -381,7 +399,7 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
             counts[i] += op.metric(&series).await.unwrap_or(0.0);
         }
     }
-    ensure!(counts == [3.0, 1.0, 4.0], "kopiur_staging_total staged/failed/released = {counts:?}");
+    ensure!(counts == [3.0, 2.0, 5.0], "kopiur_staging_total staged/failed/released = {counts:?}");
     let waited = op.metric("kopiur_staging_wait_seconds_total").await.unwrap_or(0.0);
     println!(
         "kopiur_staging_total staged 3, failed 1, released 4 (leaked 0); kopiur_staging_wait_seconds_total {waited}"

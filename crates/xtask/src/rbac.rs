@@ -96,6 +96,8 @@ const CONTROLLER: &[Rule] = &[
         verbs: &["get", "create", "delete"],
         names: &[],
     },
+    // Which VolumeSnapshotClass a run uses (the requested one, or its driver's default).
+    Rule { group: "snapshot.storage.k8s.io", resources: &["volumesnapshotclasses"], verbs: &["list"], names: &[] },
     Rule { group: "storage.k8s.io", resources: &["storageclasses", "csidrivers"], verbs: &["get"], names: &[] },
     Rule { group: "batch", resources: &["jobs"], verbs: &["get", "list", "watch", "create", "delete"], names: &[] },
     Rule { group: "", resources: &["configmaps"], verbs: &["get", "create", "patch", "delete"], names: &[] },
