@@ -402,7 +402,7 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     ensure!(counts == [3.0, 2.0, 5.0], "kopiur_staging_total staged/failed/released = {counts:?}");
     let waited = op.metric("kopiur_staging_wait_seconds_total").await.unwrap_or(0.0);
     println!(
-        "kopiur_staging_total staged 3, failed 1, released 4 (leaked 0); kopiur_staging_wait_seconds_total {waited}"
+        "kopiur_staging_total staged 3, failed 2, released 5 (leaked 0); kopiur_staging_wait_seconds_total {waited}"
     );
 
     // 5. The controller killed mid-staging, then back: the run completes, nothing leaks.
