@@ -204,7 +204,7 @@ async fn csi_driver(
 ) -> Result<Result<String, String>, Error> {
     let what = match method {
         CopyMethod::Clone => "copyMethod: Clone",
-        _ => "copyMethod: Snapshot",
+        CopyMethod::Snapshot | CopyMethod::Direct => "copyMethod: Snapshot",
     };
     let name = source.name_any();
     let Some(class) = source.spec.as_ref().and_then(|s| s.storage_class_name.clone()).filter(|c| !c.is_empty()) else {

@@ -193,20 +193,9 @@ async fn staged_left(client: &Client, ns: &str) -> Result<(Vec<String>, Vec<Stri
         .map(|p| p.name_any())
         .filter(|n| n.starts_with("kopiur-stage-"))
         .collect();
-    let vs: Vec<String> = volume_snapshots(client, ns)
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .map(|o| o.name_any())
-        .collect();
-    let vsc: Vec<String> = volume_snapshot_contents(client)
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .map(|o| o.name_any())
-        .collect();
+    let names = |l: kube::core::ObjectList<kube::api::DynamicObject>| l.items.iter().map(|o| o.name_any()).collect();
+    let vs: Vec<String> = names(volume_snapshots(client, ns).list(&ListParams::default()).await?);
+    let vsc: Vec<String> = names(volume_snapshot_contents(client).list(&ListParams::default()).await?);
     Ok((pvcs, vs, vsc))
 }
 

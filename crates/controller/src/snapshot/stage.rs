@@ -124,7 +124,7 @@ pub(super) async fn apply(
                                 now,
                             )
                         }
-                        _ => hold(d, staging::PREPARING, message),
+                        Some(_) | None => hold(d, staging::PREPARING, message),
                     },
                     Outcome::Refused(message) => {
                         ctx.metrics.staging.inc(labels("failed"));
