@@ -142,6 +142,8 @@ pub mod condition {
     pub const REFERENT_AVAILABLE: &str = "ReferentAvailable";
     pub const RESOLVED: &str = "Resolved";
     pub const OWNERSHIP_PRESERVED: &str = "OwnershipPreserved";
+    /// A populator Restore whose claim was bound before it ran (nothing restored).
+    pub const TARGET_ALREADY_BOUND: &str = "TargetAlreadyBound";
     // Maintenance.
     pub const LEASE_OWNED: &str = "LeaseOwned";
 }

@@ -83,6 +83,8 @@ pub struct Context {
     pub warned_acks: Mutex<HashMap<String, String>>,
     /// Wakes the batch-delete dispatcher (`snapshot::dispatch`) ahead of its tick.
     pub dispatch: tokio::sync::Notify,
+    /// The last Ready reason told to each populated claim (by claim uid) in an Event.
+    pub populate_told: Mutex<HashMap<String, String>>,
 }
 
 impl Context {
@@ -100,6 +102,7 @@ impl Context {
             mover_rbac_ready: Mutex::new(HashSet::new()),
             warned_acks: Mutex::new(HashMap::new()),
             dispatch: tokio::sync::Notify::new(),
+            populate_told: Mutex::new(HashMap::new()),
         }
     }
 

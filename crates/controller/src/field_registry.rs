@@ -384,7 +384,7 @@ pub fn rules() -> Vec<Rule> {
         rule(RESTORE, "spec.source.identity", Read, RESTORE_RECONCILE, "RestoreSource::Identity"),
         rule(RESTORE, "spec.target.pvc", Read, RESTORE_RECONCILE, "RestoreTarget::Pvc"),
         rule(RESTORE, "spec.target.pvcRef", Read, RESTORE_OBSERVE, "RestoreTarget::PvcRef"),
-        rule(RESTORE, "spec.target.populator", Refused, RESTORE_OBSERVE, "NotImplemented { what: \"populator\" }"),
+        rule(RESTORE, "spec.target.populator", Read, RESTORE_OBSERVE, "RestoreTarget::Populator(_) if !finished"),
         rule(RESTORE, "spec.target.streamExec", Refused, RESTORE_OBSERVE, "NotImplemented { what: \"streamExec\" }"),
         rule(RESTORE, "spec.options", Read, RESTORE_RECONCILE, "o.enable_file_deletion"),
         rule(RESTORE, "spec.policy.onMissingSnapshot", Read, RESTORE_OBSERVE, "resolved_on_missing_snapshot"),

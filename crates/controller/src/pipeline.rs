@@ -87,6 +87,8 @@ pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()
         (restores.clone(), restores.clone(), restores.clone(), restores.clone(), restores.clone());
     let crepos_r = crepos.clone();
     let restore_ns_seen = Mutex::new(crate::gating::NamespaceLabels::default());
+    // Claims naming a Restore (`target.populator`) enqueue it; the populator's own PVC watch.
+    let (claim_tx, claim_rx) = mpsc::channel::<ObjectRef<kopiur_api::Restore>>(1024);
     let restore_ctl = Controller::for_shared_stream(feeds.restores.subscribe(), restores.clone())
         .watches_shared_stream(feeds.jobs.subscribe(), |job: Arc<Job>| watch::owned_by(&job, JobOwner::Restore))
         .watches_shared_stream(feeds.repos.subscribe(), move |_: Arc<Repository>| {
@@ -99,15 +101,23 @@ pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()
             Some(ns) => watch::parked_restores(&r3.state(), Some(&ns)),
             None => Vec::new(),
         })
+        // PVC -> parked Restores in its namespace, and its running populates (the prime or
+        // the claim got bound).
         .watches_shared_stream(feeds.pvcs.subscribe(), move |p| {
-            watch::parked_restores(&r4.state(), p.namespace().as_deref())
+            let state = r4.state();
+            let mut refs = watch::parked_restores(&state, p.namespace().as_deref());
+            refs.extend(watch::populating_restores(&state, p.namespace().as_deref()));
+            refs
         })
         .watches_shared_stream(feeds.namespaces.subscribe(), move |n| {
             let ns = n.name_any();
             let relabelled = restore_ns_seen.lock().is_ok_and(|mut seen| seen.changed(&ns, n.metadata.labels.as_ref()));
             let label_dependent = relabelled && crate::gating::any_label_dependent(&crepos_r);
             watch::namespace_restores(&r5.state(), &n.metadata, relabelled, label_dependent)
-        });
+        })
+        .reconcile_on(ReceiverStream(claim_rx));
+    tokio::spawn(crate::restore::populate::watch_claims(ctx.clone(), claim_tx));
+    tokio::spawn(crate::restore::populate::register_loop(ctx.client.clone()));
 
     // SnapshotSchedules: their own kind and their Snapshots (the controller owner reference).
     let sched_ctl = Controller::for_shared_stream(feeds.schedules.subscribe(), st.schedules.clone())

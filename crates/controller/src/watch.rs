@@ -187,6 +187,17 @@ pub fn parked_restores(restores: &[Arc<Restore>], ns: Option<&str>) -> Vec<Objec
         .collect()
 }
 
+/// Populator Restores running in a namespace (their prime or claim binding moves them on).
+pub fn populating_restores(restores: &[Arc<Restore>], ns: Option<&str>) -> Vec<ObjectRef<Restore>> {
+    restores
+        .iter()
+        .filter(|r| r.namespace().as_deref() == ns)
+        .filter(|r| matches!(r.spec.target, kopiur_api::restore::RestoreTarget::Populator(_)))
+        .filter(|r| matches!(r.status.as_ref().and_then(|s| s.phase.as_ref()), Some(RestorePhase::Restoring)))
+        .map(|r| ObjectRef::from_obj(r.as_ref()))
+        .collect()
+}
+
 /// Namespace → its parked Restores, when its labels changed while some ClusterRepository
 /// admits namespaces by selector (and it is not being deleted).
 pub fn namespace_restores(

@@ -167,6 +167,11 @@ pub struct RestoreOp {
     pub target_path: String,
     #[serde(default)]
     pub options: RestoreOptions,
+    /// The controller, not the mover, sets `phase: Completed`: a populate (`target.populator`)
+    /// binds the restored volume to the user's PVC first. The mover still records the
+    /// resolution, timing and log tail.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub controller_completes: bool,
 }
 
 /// Deferred resolution: the newest snapshot of a source ending at or before `as_of`,

@@ -435,6 +435,7 @@ async fn backup_unchanged_restore() {
         }),
         target_path: dst.display().to_string(),
         options: Default::default(),
+        controller_completes: false,
     });
     let r = b.mover(&b.spec(b.backend(garage::BUCKET), Identity::new("kopiur-ops", "kopiur.t.r"), op), &[]).await;
     let st = r.status();
@@ -443,6 +444,25 @@ async fn backup_unchanged_restore() {
     let (a, c) = (checksums(&src), checksums(&dst));
     assert_eq!(a.len(), 1200);
     assert_eq!(a, c, "restored tree differs");
+
+    // A populate (`controller_completes`): the same restore, but the phase is left to the
+    // controller, which binds the volume first; the resolution and timing are still reported.
+    let dst2 = b.path().join("restored-populate");
+    std::fs::create_dir_all(&dst2).unwrap();
+    let op = Operation::Restore(RestoreOp {
+        snapshot_id: Some(id.clone()),
+        resolve: None,
+        target_path: dst2.display().to_string(),
+        options: Default::default(),
+        controller_completes: true,
+    });
+    let r = b.mover(&b.spec(b.backend(garage::BUCKET), Identity::new("kopiur-ops", "kopiur.t.r"), op), &[]).await;
+    assert_eq!(r.exit, 0, "{}", r.stderr);
+    let st = r.status();
+    assert!(st.get("phase").is_none(), "the controller completes a populate: {st}");
+    assert_eq!(st["resolved"]["kopiaSnapshotID"], id.as_str());
+    assert!(st["timing"]["endTime"].is_string(), "{st}");
+    assert_eq!(checksums(&dst2), a, "restored tree differs");
 
     // kopia's retention is pinned to keep-forever at the identity: 12 more snapshots
     // (more than kopia's default keep-latest 10) all survive.

@@ -96,6 +96,21 @@ const CONTROLLER: &[Rule] = &[
         verbs: &["get", "create", "delete"],
         names: &[],
     },
+    // A populate (`target.populator`) points its prime's volume at the user's PVC.
+    Rule { group: "", resources: &["persistentvolumes"], verbs: &["get", "patch"], names: &[] },
+    // The optional VolumePopulator registration: whether its CRD is installed, and kopiur's entry.
+    Rule {
+        group: "apiextensions.k8s.io",
+        resources: &["customresourcedefinitions"],
+        verbs: &["get"],
+        names: &["volumepopulators.populator.storage.k8s.io"],
+    },
+    Rule {
+        group: "populator.storage.k8s.io",
+        resources: &["volumepopulators"],
+        verbs: &["get", "create", "patch"],
+        names: &[],
+    },
     // Which VolumeSnapshotClass a run uses (the requested one, or its driver's default).
     Rule { group: "snapshot.storage.k8s.io", resources: &["volumesnapshotclasses"], verbs: &["list"], names: &[] },
     Rule { group: "storage.k8s.io", resources: &["storageclasses", "csidrivers"], verbs: &["get"], names: &[] },

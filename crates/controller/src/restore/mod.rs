@@ -2,4 +2,5 @@
 //! applies it.
 mod observe;
 pub mod plan;
+pub mod populate;
 pub mod reconcile;

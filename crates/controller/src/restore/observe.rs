@@ -30,6 +30,18 @@ pub(super) struct Observed {
     pub job: Option<Arc<Job>>,
     /// The workload's identity and the target's node, read while a launch is possible.
     pub mover: MoverFacts,
+    /// A populate (`target.populator`) before it finished: its claim, prime and state.
+    pub populate: Option<super::populate::Observed>,
+}
+
+impl Observed {
+    /// The PVC the restore Job writes into: the target, or a populate's prime.
+    pub fn mount_claim(&self, restore: &Restore) -> Option<String> {
+        match &self.populate {
+            Some(p) => p.prime.clone(),
+            None => target_name(restore),
+        }
+    }
 }
 
 pub(super) fn target_name(r: &Restore) -> Option<String> {
@@ -60,6 +72,28 @@ pub(super) async fn observe(ctx: &PipelineCtx, restore: &Restore, now: DateTime<
     let repo = rref.as_ref().and_then(|r| ctx.repository(&ns, r));
     let (job_name, job) = job(ctx, restore).await?;
     let running = matches!(status.phase, Some(RestorePhase::Restoring));
+    let finished = matches!(status.phase, Some(RestorePhase::Completed | RestorePhase::Failed));
+    let populate = match &restore.spec.target {
+        RestoreTarget::Populator(_) if !finished => {
+            // Once running, the claim recorded in status is read by name (fresh), never listed.
+            let t = status.target.as_ref();
+            let recorded = t
+                .and_then(|t| Some((t.pvc_ref.as_ref()?.name.as_str(), t.pvc_prime.as_ref()?.name.as_str())))
+                .filter(|_| running);
+            Some(super::populate::observe(&ctx.client, restore, recorded).await?)
+        }
+        RestoreTarget::Populator(_)
+        | RestoreTarget::Pvc(_)
+        | RestoreTarget::PvcRef(_)
+        | RestoreTarget::StreamExec(_) => None,
+    };
+    // A finished populate's prime PVC (deleted if it is still there), from the PVC store.
+    let prime_left = finished
+        && status
+            .target
+            .as_ref()
+            .and_then(|t| t.pvc_prime.as_ref())
+            .is_some_and(|p| ctx.stores.pvcs.get(&ObjectRef::new(&p.name).within(&ns)).is_some());
     let job_facts = crate::run_job::observe(
         &ctx.client,
         job.as_ref(),
@@ -73,7 +107,13 @@ pub(super) async fn observe(ctx: &PipelineCtx, restore: &Restore, now: DateTime<
     let launch = launchable(restore, job.as_ref());
     let (mover, settings) = match &repo {
         // Parked behind a closed repository gate no Job can launch: no pod LIST (docs/design/reconcile-shape.md §1.5).
-        Some(rv) => mover(ctx, restore, rv, launch && matches!(gate, crate::gating::Gate::Open)).await,
+        Some(rv) => {
+            let claim = match &populate {
+                Some(p) => p.prime.clone(),
+                None => target_name(restore),
+            };
+            mover(ctx, restore, rv, launch && matches!(gate, crate::gating::Gate::Open), claim).await
+        }
         None => (MoverFacts::default(), None),
     };
     let credentials = match &repo {
@@ -93,7 +133,10 @@ pub(super) async fn observe(ctx: &PipelineCtx, restore: &Restore, now: DateTime<
             .and_then(|p| p.wait_timeout.as_ref())
             .map(|d| chrono::Duration::seconds(d.as_secs() as i64)),
         wait_started_at: status.wait_started_at,
-        target: target_state(ctx, restore),
+        target: match &populate {
+            Some(p) => TargetState::Populate(p.state.clone()),
+            None => target_state(ctx, restore),
+        },
         job: job_facts,
         reverify_requested_at: repo.as_ref().and_then(RepoView::reverify_requested_at),
         mover_refused: mover_refused(ctx, restore, repo.as_ref(), settings.as_ref()),
@@ -102,8 +145,13 @@ pub(super) async fn observe(ctx: &PipelineCtx, restore: &Restore, now: DateTime<
         namespace: ns.clone(),
         credentials,
         referent: referent(ctx, restore, &ns),
+        pinned_empty: status
+            .resolved
+            .as_ref()
+            .is_some_and(|r| r.resolution == kopiur_api::restore::Resolution::NoSnapshot),
+        prime_left,
     };
-    Ok(Observed { facts, source_snapshot, rref, repo, job_name, job, mover })
+    Ok(Observed { facts, source_snapshot, rref, repo, job_name, job, mover, populate })
 }
 
 /// Why no mover may launch, first match wins: a gating [next] field
@@ -257,7 +305,9 @@ fn target_state(ctx: &PipelineCtx, restore: &Restore) -> TargetState {
     let ns = restore.namespace().unwrap_or_default();
     let uid = restore.uid().unwrap_or_default();
     match (&restore.spec.target, target_name(restore)) {
-        (RestoreTarget::Populator(_), _) => TargetState::NotImplemented { what: "populator" },
+        // A finished populate: nothing left to do on the target (a running one is observed by
+        // `populate::observe`).
+        (RestoreTarget::Populator(_), _) => TargetState::Ready,
         (RestoreTarget::StreamExec(_), _) => TargetState::NotImplemented { what: "streamExec" },
         (RestoreTarget::Pvc(_), Some(t)) => match ctx.stores.pvcs.get(&ObjectRef::new(&t).within(&ns)) {
             None => TargetState::Create,
@@ -305,11 +355,12 @@ async fn mover(
     restore: &Restore,
     rv: &RepoView,
     look: bool,
+    claim: Option<String>,
 ) -> (MoverFacts, Option<Result<MoverSettings, Refusal>>) {
     let ns = restore.namespace().unwrap_or_default();
     let mut mf = MoverFacts::default();
     if look {
-        let claim = target_name(restore).unwrap_or_default();
+        let claim = claim.unwrap_or_default();
         mf = crate::mover_settings::io::facts(
             &ctx.client,
             &ns,

@@ -5,6 +5,7 @@ use chrono::{DateTime, Duration, Utc};
 use kopiur_api::restore::{OnMissingSnapshot, RestorePhase};
 use kopiur_api::shared::status::Failure;
 
+use super::populate::{Populate, Prime};
 use crate::gating::{Gate, Readiness};
 use crate::health::kstatus::{Cond, CondStatus};
 use crate::run_job::{JobFacts, JobState};
@@ -40,8 +41,10 @@ pub enum TargetState {
     ExistsNotOurs { name: String },
     /// A `pvcRef` target that does not exist.
     Missing { name: String },
-    /// `populator` / `streamExec`.
+    /// `streamExec`.
     NotImplemented { what: &'static str },
+    /// `populator`: where the populate of the claim naming this Restore stands.
+    Populate(Populate),
 }
 
 /// The credentials the restore Job would read, checked in the Job's namespace (the Restore's)
@@ -163,6 +166,10 @@ pub struct RestoreFacts {
     pub credentials: Credentials,
     /// Whether the object the source names exists (observed until the resolution is pinned).
     pub referent: Referent,
+    /// The pin says there was no snapshot (`NoSnapshotContinue`): a populate runs no Job.
+    pub pinned_empty: bool,
+    /// A finished populate's prime PVC still exists (it is deleted).
+    pub prime_left: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -175,6 +182,16 @@ pub enum Step {
     CreatePvc,
     Launch,
     AwaitJob,
+    /// Pin NoSnapshot without completing: a populate still binds an empty volume.
+    PinEmpty,
+    /// Create the populate's prime PVC.
+    CreatePrime,
+    /// Point the prime's volume at the claim.
+    Rebind {
+        volume: String,
+    },
+    /// Delete the populate's prime PVC.
+    DeletePrime,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -255,7 +272,11 @@ pub fn plan(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
 fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     match &f.phase {
         Some(RestorePhase::Completed) => {
-            return decision(RestorePhase::Completed, CondStatus::True, "RestoreSucceeded", "restored");
+            let mut d = decision(RestorePhase::Completed, CondStatus::True, "RestoreSucceeded", "restored");
+            if f.prime_left {
+                d.steps.push(Step::DeletePrime);
+            }
+            return d;
         }
         Some(RestorePhase::Failed) => {
             let msg =
@@ -267,6 +288,9 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
             d.delete_job = reason == kopiur_api::names::reason::MOVER_POD_WEDGED && f.job.state == JobState::Active;
             if d.delete_job {
                 d.requeue_after = Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS));
+            }
+            if f.prime_left {
+                d.steps.push(Step::DeletePrime);
             }
             return d;
         }
@@ -281,6 +305,11 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
             return d;
         }
         Some(RestorePhase::Restoring) => {
+            if let TargetState::Populate(p) = &f.target
+                && let Some(d) = populating(f, p, now)
+            {
+                return d;
+            }
             return match (&f.job.state, &f.job.pods) {
                 (JobState::Active, Verdict::Wedged { message }) => {
                     // Not the backend's fault: no reverify nudge.
@@ -370,6 +399,11 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
             d.requeue_after = Some(Duration::seconds(30));
             return d;
         }
+        TargetState::Populate(p) => {
+            if let Some(d) = before_populate(f, p, now) {
+                return d;
+            }
+        }
         TargetState::Ready | TargetState::Create => {}
     }
     if let Some((reason, message)) = &f.mover_refused {
@@ -433,6 +467,23 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
                         d.wait_started_at = Some(started);
                         d
                     }
+                    OnMissingSnapshot::Continue if matches!(f.target, TargetState::Populate(_)) => {
+                        // A populate still binds a volume: an empty one (no Job runs).
+                        let mut d = decision(
+                            RestorePhase::Restoring,
+                            CondStatus::False,
+                            "Populating",
+                            "no snapshot: the PVC gets an empty volume",
+                        );
+                        d.conditions.push(cond("Resolved", CondStatus::True, "NoSnapshotContinue", what.clone()));
+                        d.steps = vec![Step::PinEmpty];
+                        if let TargetState::Populate(Populate::Priming { prime: Prime::Absent, .. }) = &f.target {
+                            d.steps.push(Step::CreatePrime);
+                        }
+                        d.wait_started_at = Some(started);
+                        d.requeue_after = Some(Duration::seconds(5));
+                        d
+                    }
                     OnMissingSnapshot::Continue => {
                         let mut d = decision(
                             RestorePhase::Completed,
@@ -452,6 +503,9 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     if f.target == TargetState::Create {
         steps.push(Step::CreatePvc);
     }
+    if let TargetState::Populate(Populate::Priming { prime: Prime::Absent, .. }) = &f.target {
+        steps.push(Step::CreatePrime);
+    }
     match &f.job.state {
         JobState::Absent => steps.push(Step::Launch),
         JobState::Active | JobState::Complete { .. } | JobState::Failed { .. } => steps.push(Step::AwaitJob),
@@ -469,6 +523,126 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     d.steps = steps;
     d.wait_started_at = Some(started);
     d
+}
+
+/// A populate before its launch: wait for a claim or its node, complete at once for a claim
+/// that is bound already, refuse what cannot be populated. None: go on to the launch.
+fn before_populate(f: &RestoreFacts, p: &Populate, now: DateTime<Utc>) -> Option<RestoreDecision> {
+    let waiting = |reason: &str, message: String, secs: i64| {
+        let mut d = decision(RestorePhase::Pending, CondStatus::False, reason, message);
+        d.requeue_after = Some(Duration::seconds(secs));
+        d
+    };
+    match p {
+        Populate::NoClaim => Some(waiting(
+            "WaitingForClaim",
+            format!(
+                "no PVC in namespace {} names this Restore in spec.dataSourceRef (apiGroup {}, kind Restore); the populate starts when one does",
+                f.namespace,
+                kopiur_api::names::GROUP
+            ),
+            60,
+        )),
+        Populate::AwaitingConsumer { claim, class } => Some(waiting(
+            "WaitingForConsumer",
+            format!(
+                "PVC {claim} uses StorageClass {class}, which binds WaitForFirstConsumer: the populate starts once a pod that mounts it is scheduled"
+            ),
+            60,
+        )),
+        Populate::Priming { claim, prime: Prime::Foreign, .. } => Some(waiting(
+            "WaitingForPrime",
+            format!("the prime PVC of an earlier Restore for PVC {claim} is still being removed"),
+            10,
+        )),
+        Populate::AlreadyBound { claim, volume } | Populate::Populated { claim, volume, .. } => {
+            let message = format!(
+                "PVC {claim} is already bound to volume {volume}: nothing is restored (a PVC is populated once; to restore again, delete and re-create the PVC with a new Restore)"
+            );
+            let mut d = decision(RestorePhase::Completed, CondStatus::True, "TargetAlreadyBound", message.clone());
+            d.conditions.push(cond(
+                kopiur_api::names::condition::TARGET_ALREADY_BOUND,
+                CondStatus::True,
+                "TargetAlreadyBound",
+                message,
+            ));
+            Some(d)
+        }
+        Populate::Refused { message } => Some(fail("PopulateRefused", message.clone(), false, f, now)),
+        Populate::ClaimGone { claim } => Some(fail(
+            "PopulateTargetGone",
+            format!("PVC {claim} was deleted or re-created before the populate started"),
+            false,
+            f,
+            now,
+        )),
+        Populate::Priming { prime: Prime::Absent | Prime::Pending | Prime::Bound { .. }, .. } => None,
+    }
+}
+
+/// A running populate: bind once the data is in the prime, complete once the claim is bound
+/// to it, fail (discarding the prime) when the claim went away. None: the Job is still the
+/// story (the usual Restoring path).
+fn populating(f: &RestoreFacts, p: &Populate, now: DateTime<Utc>) -> Option<RestoreDecision> {
+    let restored = f.pinned_empty || matches!(f.job.state, JobState::Complete { .. });
+    let running = |reason: &str, message: String, step: Option<Step>| {
+        let mut d = decision(RestorePhase::Restoring, CondStatus::False, reason, message);
+        d.steps.extend(step);
+        d.requeue_after = Some(Duration::seconds(3));
+        d
+    };
+    let discard = |reason: &str, message: String| {
+        let mut d = fail(reason, message, false, f, now);
+        d.steps.push(Step::DeletePrime);
+        d.delete_job = f.job.state == JobState::Active;
+        d
+    };
+    match p {
+        Populate::Populated { claim, volume, prime_left } => {
+            let mut d = decision(
+                RestorePhase::Completed,
+                CondStatus::True,
+                "RestoreSucceeded",
+                format!("PVC {claim} is bound to volume {volume}, populated by this Restore"),
+            );
+            if *prime_left {
+                d.steps.push(Step::DeletePrime);
+            }
+            Some(d)
+        }
+        Populate::ClaimGone { claim } => Some(discard(
+            "PopulateTargetGone",
+            format!(
+                "PVC {claim} was deleted or re-created before its data was bound; the restored copy was discarded (a new PVC needs a new Restore)"
+            ),
+        )),
+        Populate::AlreadyBound { claim, volume } => Some(discard(
+            "PopulateTargetGone",
+            format!(
+                "PVC {claim} was bound to volume {volume} by something else during the populate; the restored copy was discarded"
+            ),
+        )),
+        Populate::Priming { claim, prime: Prime::Bound { volume }, .. } if restored => Some(running(
+            "Binding",
+            format!("binding the restored volume {volume} to PVC {claim}"),
+            Some(Step::Rebind { volume: volume.clone() }),
+        )),
+        Populate::Priming { claim, prime: Prime::Absent | Prime::Foreign, .. } if restored && !f.pinned_empty => {
+            Some(discard(
+                "PopulatePrimeLost",
+                format!("the prime PVC vanished before its volume was bound to PVC {claim}; create a new Restore"),
+            ))
+        }
+        Populate::Priming { prime: Prime::Absent, .. } if f.pinned_empty => {
+            Some(running("Populating", "no snapshot: the PVC gets an empty volume".into(), Some(Step::CreatePrime)))
+        }
+        Populate::Priming { claim, .. } if restored => {
+            Some(running("Binding", format!("waiting for the prime volume of PVC {claim} to be provisioned"), None))
+        }
+        Populate::Priming { .. } | Populate::NoClaim | Populate::AwaitingConsumer { .. } | Populate::Refused { .. } => {
+            None
+        }
+    }
 }
 
 #[cfg(test)]
@@ -498,6 +672,8 @@ mod tests {
             namespace: "t".into(),
             credentials: Credentials::Found,
             referent: Referent::Found { what: "Snapshot s".into() },
+            pinned_empty: false,
+            prime_left: false,
         }
     }
 
@@ -782,5 +958,110 @@ mod tests {
         assert!(d.conditions[2].message.contains("runAsUser: 0"));
         let mp = d.conditions.iter().find(|c| c.type_ == "MoverPermitted").expect("MoverPermitted");
         assert_eq!((mp.status, mp.reason.as_str()), (CondStatus::False, "PrivilegedMoverNotPermitted"));
+    }
+
+    fn priming(prime: Prime) -> TargetState {
+        TargetState::Populate(Populate::Priming { claim: "data".into(), claim_uid: "c-1".into(), prime })
+    }
+
+    /// docs/controller.md "Volume populator": before its launch a populate waits for a claim
+    /// and (WaitForFirstConsumer) its node, completes at once for a claim bound already
+    /// (TargetAlreadyBound: nothing is written), and otherwise creates the prime and launches.
+    #[test]
+    fn a_populate_waits_for_its_claim_and_never_writes_to_a_bound_one() {
+        let mut f = facts();
+        f.target = TargetState::Populate(Populate::NoClaim);
+        let d = plan(&f, now());
+        assert_eq!((d.phase.clone(), reason(&d)), (Some(RestorePhase::Pending), "WaitingForClaim"));
+        assert!(d.steps.is_empty());
+        f.target = TargetState::Populate(Populate::AwaitingConsumer { claim: "data".into(), class: "csi".into() });
+        let d = plan(&f, now());
+        assert_eq!(reason(&d), "WaitingForConsumer");
+        assert!(d.conditions[0].message.contains("WaitForFirstConsumer"), "{}", d.conditions[0].message);
+        assert!(d.steps.is_empty());
+        f.target = TargetState::Populate(Populate::AlreadyBound { claim: "data".into(), volume: "pv-1".into() });
+        let d = plan(&f, now());
+        assert_eq!((d.phase.clone(), reason(&d)), (Some(RestorePhase::Completed), "TargetAlreadyBound"));
+        assert!(d.steps.is_empty(), "nothing written to a bound claim: {:?}", d.steps);
+        assert!(d.conditions.iter().any(|c| c.type_ == "TargetAlreadyBound" && c.status == CondStatus::True));
+        f.target = priming(Prime::Foreign);
+        assert_eq!(reason(&plan(&f, now())), "WaitingForPrime");
+        f.target = TargetState::Populate(Populate::Refused { message: "PVC data names no storageClassName".into() });
+        let d = plan(&f, now());
+        assert_eq!((d.phase.clone(), reason(&d)), (Some(RestorePhase::Failed), "PopulateRefused"));
+        f.target = priming(Prime::Absent);
+        let d = plan(&f, now());
+        assert_eq!(d.steps, vec![Step::Pin, Step::CreatePrime, Step::Launch]);
+        f.target = priming(Prime::Pending);
+        assert_eq!(plan(&f, now()).steps, vec![Step::Pin, Step::Launch]);
+        // The gate still comes first: a degraded repository parks the populate.
+        f.gate = Gate::NotReady { repository: "t/r".into(), phase: "Degraded".into() };
+        assert_eq!(reason(&plan(&f, now())), "RepositoryNotReady");
+    }
+
+    /// A running populate binds only once the data is in the prime, completes only once the
+    /// claim is bound to the populated volume (deleting the prime then), and discards the
+    /// prime when the claim went away.
+    #[test]
+    fn a_running_populate_binds_after_the_restore_and_discards_the_prime_when_the_claim_went_away() {
+        let mut f = facts();
+        f.phase = Some(RestorePhase::Restoring);
+        f.pinned = true;
+        f.job.state = JobState::Active;
+        f.target = priming(Prime::Bound { volume: "pv-1".into() });
+        let d = plan(&f, now());
+        assert_eq!((reason(&d), d.steps.clone()), ("Restoring", vec![Step::AwaitJob]), "no bind while the Job runs");
+        f.job.state = JobState::Complete { at: None };
+        let d = plan(&f, now());
+        assert_eq!((reason(&d), d.steps.clone()), ("Binding", vec![Step::Rebind { volume: "pv-1".into() }]));
+        assert_eq!(d.phase, Some(RestorePhase::Restoring));
+        f.target = TargetState::Populate(Populate::Populated {
+            claim: "data".into(),
+            volume: "pv-1".into(),
+            prime_left: true,
+        });
+        let d = plan(&f, now());
+        assert_eq!((d.phase.clone(), reason(&d)), (Some(RestorePhase::Completed), "RestoreSucceeded"));
+        assert_eq!(d.steps, vec![Step::DeletePrime]);
+        // The claim deleted mid-run: Failed, the Job stopped, the prime deleted.
+        f.job.state = JobState::Active;
+        f.target = TargetState::Populate(Populate::ClaimGone { claim: "data".into() });
+        let d = plan(&f, now());
+        assert_eq!((d.phase.clone(), reason(&d)), (Some(RestorePhase::Failed), "PopulateTargetGone"));
+        assert_eq!(d.steps, vec![Step::DeletePrime]);
+        assert!(d.delete_job);
+        // The Job complete but the prime gone: the data is lost, never a bind of anything else.
+        f.job.state = JobState::Complete { at: None };
+        f.target = priming(Prime::Absent);
+        let d = plan(&f, now());
+        assert_eq!(reason(&d), "PopulatePrimeLost");
+        assert!(!d.steps.iter().any(|s| matches!(s, Step::Rebind { .. })));
+        // Finished phases delete a prime left behind.
+        for phase in [RestorePhase::Completed, RestorePhase::Failed] {
+            let mut g = facts();
+            g.phase = Some(phase);
+            g.prime_left = true;
+            assert_eq!(plan(&g, now()).steps, vec![Step::DeletePrime]);
+        }
+    }
+
+    /// `NoSnapshotContinue` on a populate: no Job, an empty prime that is bound to the claim.
+    #[test]
+    fn a_populate_with_no_snapshot_binds_an_empty_volume_without_a_job() {
+        let mut f = facts();
+        f.candidate = Candidate::NotFound { what: "a snapshot of policy p".into() };
+        f.on_missing = OnMissingSnapshot::Continue;
+        f.target = priming(Prime::Absent);
+        let d = plan(&f, now());
+        assert_eq!((d.phase.clone(), reason(&d)), (Some(RestorePhase::Restoring), "Populating"));
+        assert_eq!(d.steps, vec![Step::PinEmpty, Step::CreatePrime]);
+        f.phase = Some(RestorePhase::Restoring);
+        f.pinned = true;
+        f.pinned_empty = true;
+        f.target = priming(Prime::Pending);
+        let d = plan(&f, now());
+        assert_eq!((reason(&d), d.steps.clone()), ("Binding", vec![]), "no Job, so no MoverJobLost");
+        f.target = priming(Prime::Bound { volume: "pv-2".into() });
+        assert_eq!(plan(&f, now()).steps, vec![Step::Rebind { volume: "pv-2".into() }]);
     }
 }

@@ -56,6 +56,16 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
         next.target =
             Some(RestoreTargetStatus { pvc_ref: Some(ApiObjectRef { name: t, namespace: None }), pvc_prime: None });
     }
+    // A populate records its claim and prime once it has them (a running one reads the claim
+    // by this name).
+    if let Some(p) = &obs.populate
+        && let (Some(claim), Some(prime)) = (p.state.claim(), p.prime.clone())
+    {
+        next.target = Some(RestoreTargetStatus {
+            pvc_ref: Some(ApiObjectRef { name: claim.to_string(), namespace: None }),
+            pvc_prime: Some(ApiObjectRef { name: prime, namespace: None }),
+        });
+    }
     next.conditions = crate::conditions::merge_conditions(
         &status.conditions,
         &d.conditions,
@@ -71,6 +81,9 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
     // Whether `next` is what the API now holds (nothing to write counts).
     let api: Api<Restore> = Api::namespaced(ctx.client.clone(), &ns);
     let written = crate::status::write_status(&api, restore.as_ref(), &status, &next).await?.landed();
+    if let Some(claim) = obs.populate.as_ref().and_then(|p| p.claim.as_ref()) {
+        tell_claim(&ctx, &restore, claim, &d).await;
+    }
     // After the Failed status landed: deleting first would read as a lost Job if the write lost
     // a conflict. A failed delete is retried by the plan's requeue.
     if d.delete_job
@@ -138,10 +151,28 @@ async fn apply_steps(
                 }
             }
             Step::CreatePvc => create_pvc(ctx, restore).await?,
+            Step::PinEmpty => next.resolved = Some(pinned(obs, Resolution::NoSnapshot, now)),
+            Step::CreatePrime => {
+                if let Some(claim) = obs.populate.as_ref().and_then(|p| p.claim.as_ref()) {
+                    super::populate::create_prime(&ctx.client, restore, claim).await?;
+                }
+            }
+            Step::Rebind { volume } => {
+                if let Some(claim) = obs.populate.as_ref().and_then(|p| p.claim.as_ref()) {
+                    super::populate::rebind(&ctx.client, restore, claim, volume).await?;
+                }
+            }
+            Step::DeletePrime => {
+                let recorded = next.target.as_ref().and_then(|t| t.pvc_prime.as_ref()).map(|p| p.name.clone());
+                if let Some(prime) = obs.populate.as_ref().and_then(|p| p.prime.clone()).or(recorded) {
+                    super::populate::delete_prime(&ctx.client, &ns, &prime).await?;
+                }
+            }
             Step::Launch => {
                 let Some(rv) = &obs.repo else { continue };
+                let Some(claim) = obs.mount_claim(restore) else { continue };
                 let pinned = next.resolved.clone();
-                let job = restore_job(restore, &ctx.config, rv, pinned.as_ref(), &obs.job_name, &obs.mover)?;
+                let job = restore_job(restore, &ctx.config, rv, pinned.as_ref(), &obs.job_name, &obs.mover, &claim)?;
                 ctx.create_mover_job(&ns, &job, "restore").await?;
                 next.timing = Some(kopiur_api::shared::status::Timing { start_time: Some(now), ..Default::default() });
             }
@@ -149,6 +180,38 @@ async fn apply_steps(
         }
     }
     Ok(())
+}
+
+/// An Event on a populate's claim saying where its data stands: waiting (and on what),
+/// populating, bound, or failed; once per claim and reason in this process.
+async fn tell_claim(
+    ctx: &PipelineCtx,
+    restore: &Restore,
+    claim: &PersistentVolumeClaim,
+    d: &super::plan::RestoreDecision,
+) {
+    let Some(ready) = d.conditions.iter().find(|c| c.type_ == "Ready") else { return };
+    let uid = claim.uid().unwrap_or_default();
+    let first = ctx.populate_told.lock().map(|mut m| m.insert(uid, ready.reason.clone()) != Some(ready.reason.clone()));
+    if !first.unwrap_or(false) {
+        return;
+    }
+    let failed = matches!(d.phase, Some(kopiur_api::restore::RestorePhase::Failed));
+    let stalled = d.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == crate::conditions::CondStatus::True);
+    let reason = match d.phase {
+        Some(kopiur_api::restore::RestorePhase::Completed) => "Populated",
+        Some(kopiur_api::restore::RestorePhase::Failed) => "PopulateFailed",
+        Some(kopiur_api::restore::RestorePhase::Restoring) => "Populating",
+        _ => "PopulateWaiting",
+    };
+    let note = format!(
+        "Restore {}/{}: {} ({})",
+        restore.namespace().unwrap_or_default(),
+        restore.name_any(),
+        ready.message,
+        ready.reason
+    );
+    ctx.event(&claim.object_ref(&()), failed || stalled, reason, note).await;
 }
 
 async fn create_pvc(ctx: &PipelineCtx, restore: &Restore) -> Result<(), Error> {
@@ -177,11 +240,12 @@ fn restore_job(
     pinned: Option<&RestoreResolved>,
     job_name: &str,
     facts: &crate::mover_settings::MoverFacts,
+    target: &str,
 ) -> Result<Job, Error> {
     let ns = restore.namespace().unwrap_or_default();
     let mounts =
         crate::repository::mounts::for_job(&repo.common().backend, &repo.home_namespace(&config.namespace), &ns)?;
-    let target = target_name(restore).unwrap_or_default();
+    let target = target.to_string();
     let o = restore.spec.options.clone().unwrap_or_default();
     let (snapshot_id, resolve) = match (&restore.spec.source, pinned.and_then(|p| p.kopia_snapshot_id.clone())) {
         (_, Some(id)) => (Some(id), None),
@@ -240,6 +304,7 @@ fn restore_job(
                 skip_times: o.skip_times,
                 ignore_errors: o.ignore_errors,
             },
+            controller_completes: matches!(restore.spec.target, RestoreTarget::Populator(_)),
         }),
     };
     let ((pw, key), env_from) = crate::snapshot::job::secrets(repo);
@@ -326,7 +391,7 @@ mod tests {
             }),
             pinned_at: None,
         };
-        let job = restore_job(&r, &config, &repo(), Some(&pinned), "rs-restore", &mf).unwrap();
+        let job = restore_job(&r, &config, &repo(), Some(&pinned), "rs-restore", &mf, "data").unwrap();
         let ws = work_spec(&job);
         assert_eq!(
             ws["repository"]["clientIdentity"],
@@ -336,7 +401,7 @@ mod tests {
         // By identity: the mover resolves under the source's identity, connected as kopiur-ops.
         let r = restore(serde_json::json!({"identity": {"username": "app", "hostname": "media",
                                                         "sourcePath": "/pvc/data"}}));
-        let job = restore_job(&r, &config, &repo(), None, "rs-restore", &mf).unwrap();
+        let job = restore_job(&r, &config, &repo(), None, "rs-restore", &mf, "data").unwrap();
         let ws = work_spec(&job);
         assert_eq!(ws["repository"]["clientIdentity"]["username"], "kopiur-ops");
         assert_eq!(ws["repository"]["clientIdentity"]["hostname"], "kopiur.media.nas-1");

@@ -62,11 +62,13 @@ impl<S: ResultSink> Ctx<S> {
                     None
                 };
                 let mut status = json!({
-                    "phase": "Completed",
                     "resolved": {"resolution": "Snapshot", "kopiaSnapshotID": id},
                     "timing": {"startTime": rfc3339(start), "endTime": rfc3339(Utc::now())},
                     "logTail": tail_bytes(&out.stderr_tail.join("\n"), MAX_LOG_TAIL_BYTES),
                 });
+                if !op.controller_completes {
+                    status["phase"] = json!("Completed");
+                }
                 if let Some(o) = ownership {
                     status["ownership"] = o;
                 }
