@@ -42,25 +42,6 @@ const OP_NS: &str = "kopiur-system";
 const MOVER_IMAGE: &str = "localhost/kopiur-mover:testenv";
 const BUSYBOX: &str = "localhost/kopiur-testenv-busybox:testenv";
 
-/// The archives `cargo xtask test` built for the node.
-fn node_images() -> Result<Vec<PathBuf>> {
-    let dir = std::env::var_os("KOPIUR_IMAGES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| kopiur_testenv::controlplane::repo_root().join("target/images"));
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .with_context(|| {
-            format!("{}: run `cargo xtask images --node-images --registry localhost --tag testenv`", dir.display())
-        })?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with("-testenv-linux-amd64.oci.tar")))
-        .filter(|p| !p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("kopiur-controller")))
-        .collect();
-    v.sort();
-    ensure!(v.len() >= 3, "mover, pause and busybox archives expected in {}: {v:?}", dir.display());
-    Ok(v)
-}
-
 async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
     kopiur_testenv::apply::apply_value(client, ns, &v).await
 }
@@ -68,7 +49,7 @@ async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_and_clone_staging_on_a_real_csi_driver() -> Result<()> {
     let t0 = Instant::now();
-    let mut cluster = RealCluster::start(&node_images()?).await?;
+    let mut cluster = RealCluster::start(&support::realnode::node_images(false)?).await?;
     let res = async {
         cluster.start_csi().await?;
         println!("real node and CSI stack up after {:.1} s", t0.elapsed().as_secs_f64());

@@ -63,32 +63,6 @@ async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
     kopiur_testenv::apply::apply_value(client, ns, &v).await
 }
 
-/// The archives `cargo xtask test` built for the node (`*-testenv-linux-amd64.oci.tar`).
-fn node_images() -> Result<Vec<PathBuf>> {
-    let dir =
-        std::env::var_os("KOPIUR_IMAGES_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target/images"));
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .with_context(|| {
-            format!("{}: run `cargo xtask images --node-images --registry localhost --tag testenv`", dir.display())
-        })?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with("-testenv-linux-amd64.oci.tar")))
-        .collect();
-    v.sort();
-    for want in ["kopiur-controller", "kopiur-mover", "kopiur-testenv-pause"] {
-        ensure!(
-            v.iter().any(|p| p
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&format!("{want}-testenv")))),
-            "{want} archive missing in {}: run `cargo xtask images --node-images --registry localhost --tag testenv`",
-            dir.display()
-        );
-    }
-    Ok(v)
-}
-
 fn phase(s: &Snapshot) -> String {
     s.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
 }
@@ -246,7 +220,7 @@ async fn restore(client: &Client, ns: &str, target: &str, snap: &str, mover: Val
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kopiur_from_its_images_on_a_real_node() -> Result<()> {
     let t0 = Instant::now();
-    let images = node_images()?;
+    let images = support::realnode::node_images(true)?;
     let mut cluster = RealCluster::start(&images).await?;
     println!("real node Ready after {:.1} s (images: {})", t0.elapsed().as_secs_f64(), images.len());
     let res = scenario(&cluster, t0).await;

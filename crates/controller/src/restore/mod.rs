@@ -2,5 +2,6 @@
 //! applies it.
 mod observe;
 pub mod plan;
+mod plan_populate;
 pub mod populate;
 pub mod reconcile;

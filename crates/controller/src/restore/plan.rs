@@ -5,6 +5,7 @@ use chrono::{DateTime, Duration, Utc};
 use kopiur_api::restore::{OnMissingSnapshot, RestorePhase};
 use kopiur_api::shared::status::Failure;
 
+use super::plan_populate::{before_populate, populating};
 use super::populate::{Populate, Prime};
 use crate::gating::{Gate, Readiness};
 use crate::health::kstatus::{Cond, CondStatus};
@@ -209,7 +210,12 @@ pub struct RestoreDecision {
 
 use crate::conditions::cond;
 
-fn decision(phase: RestorePhase, ready: CondStatus, reason: &str, msg: impl Into<String>) -> RestoreDecision {
+pub(super) fn decision(
+    phase: RestorePhase,
+    ready: CondStatus,
+    reason: &str,
+    msg: impl Into<String>,
+) -> RestoreDecision {
     let m = msg.into();
     let (reconciling, stalled) = match (&phase, ready) {
         (RestorePhase::Failed, _) => (CondStatus::False, CondStatus::True),
@@ -232,7 +238,13 @@ fn decision(phase: RestorePhase, ready: CondStatus, reason: &str, msg: impl Into
     }
 }
 
-fn fail(reason: &str, message: String, nudge: bool, f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
+pub(super) fn fail(
+    reason: &str,
+    message: String,
+    nudge: bool,
+    f: &RestoreFacts,
+    now: DateTime<Utc>,
+) -> RestoreDecision {
     let mut d = decision(RestorePhase::Failed, CondStatus::False, reason, message.clone());
     d.failure = Some(f.job.failure.clone().unwrap_or(Failure { message: Some(message), ..Failure::default() }));
     d.nudge = nudge && crate::snapshot::plan::nudge_due(f.reverify_requested_at, now);
@@ -523,126 +535,6 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     d.steps = steps;
     d.wait_started_at = Some(started);
     d
-}
-
-/// A populate before its launch: wait for a claim or its node, complete at once for a claim
-/// that is bound already, refuse what cannot be populated. None: go on to the launch.
-fn before_populate(f: &RestoreFacts, p: &Populate, now: DateTime<Utc>) -> Option<RestoreDecision> {
-    let waiting = |reason: &str, message: String, secs: i64| {
-        let mut d = decision(RestorePhase::Pending, CondStatus::False, reason, message);
-        d.requeue_after = Some(Duration::seconds(secs));
-        d
-    };
-    match p {
-        Populate::NoClaim => Some(waiting(
-            "WaitingForClaim",
-            format!(
-                "no PVC in namespace {} names this Restore in spec.dataSourceRef (apiGroup {}, kind Restore); the populate starts when one does",
-                f.namespace,
-                kopiur_api::names::GROUP
-            ),
-            60,
-        )),
-        Populate::AwaitingConsumer { claim, class } => Some(waiting(
-            "WaitingForConsumer",
-            format!(
-                "PVC {claim} uses StorageClass {class}, which binds WaitForFirstConsumer: the populate starts once a pod that mounts it is scheduled"
-            ),
-            60,
-        )),
-        Populate::Priming { claim, prime: Prime::Foreign, .. } => Some(waiting(
-            "WaitingForPrime",
-            format!("the prime PVC of an earlier Restore for PVC {claim} is still being removed"),
-            10,
-        )),
-        Populate::AlreadyBound { claim, volume } | Populate::Populated { claim, volume, .. } => {
-            let message = format!(
-                "PVC {claim} is already bound to volume {volume}: nothing is restored (a PVC is populated once; to restore again, delete and re-create the PVC with a new Restore)"
-            );
-            let mut d = decision(RestorePhase::Completed, CondStatus::True, "TargetAlreadyBound", message.clone());
-            d.conditions.push(cond(
-                kopiur_api::names::condition::TARGET_ALREADY_BOUND,
-                CondStatus::True,
-                "TargetAlreadyBound",
-                message,
-            ));
-            Some(d)
-        }
-        Populate::Refused { message } => Some(fail("PopulateRefused", message.clone(), false, f, now)),
-        Populate::ClaimGone { claim } => Some(fail(
-            "PopulateTargetGone",
-            format!("PVC {claim} was deleted or re-created before the populate started"),
-            false,
-            f,
-            now,
-        )),
-        Populate::Priming { prime: Prime::Absent | Prime::Pending | Prime::Bound { .. }, .. } => None,
-    }
-}
-
-/// A running populate: bind once the data is in the prime, complete once the claim is bound
-/// to it, fail (discarding the prime) when the claim went away. None: the Job is still the
-/// story (the usual Restoring path).
-fn populating(f: &RestoreFacts, p: &Populate, now: DateTime<Utc>) -> Option<RestoreDecision> {
-    let restored = f.pinned_empty || matches!(f.job.state, JobState::Complete { .. });
-    let running = |reason: &str, message: String, step: Option<Step>| {
-        let mut d = decision(RestorePhase::Restoring, CondStatus::False, reason, message);
-        d.steps.extend(step);
-        d.requeue_after = Some(Duration::seconds(3));
-        d
-    };
-    let discard = |reason: &str, message: String| {
-        let mut d = fail(reason, message, false, f, now);
-        d.steps.push(Step::DeletePrime);
-        d.delete_job = f.job.state == JobState::Active;
-        d
-    };
-    match p {
-        Populate::Populated { claim, volume, prime_left } => {
-            let mut d = decision(
-                RestorePhase::Completed,
-                CondStatus::True,
-                "RestoreSucceeded",
-                format!("PVC {claim} is bound to volume {volume}, populated by this Restore"),
-            );
-            if *prime_left {
-                d.steps.push(Step::DeletePrime);
-            }
-            Some(d)
-        }
-        Populate::ClaimGone { claim } => Some(discard(
-            "PopulateTargetGone",
-            format!(
-                "PVC {claim} was deleted or re-created before its data was bound; the restored copy was discarded (a new PVC needs a new Restore)"
-            ),
-        )),
-        Populate::AlreadyBound { claim, volume } => Some(discard(
-            "PopulateTargetGone",
-            format!(
-                "PVC {claim} was bound to volume {volume} by something else during the populate; the restored copy was discarded"
-            ),
-        )),
-        Populate::Priming { claim, prime: Prime::Bound { volume }, .. } if restored => Some(running(
-            "Binding",
-            format!("binding the restored volume {volume} to PVC {claim}"),
-            Some(Step::Rebind { volume: volume.clone() }),
-        )),
-        Populate::Priming { claim, prime: Prime::Absent | Prime::Foreign, .. } if restored && !f.pinned_empty => {
-            Some(discard(
-                "PopulatePrimeLost",
-                format!("the prime PVC vanished before its volume was bound to PVC {claim}; create a new Restore"),
-            ))
-        }
-        Populate::Priming { prime: Prime::Absent, .. } if f.pinned_empty => {
-            Some(running("Populating", "no snapshot: the PVC gets an empty volume".into(), Some(Step::CreatePrime)))
-        }
-        Populate::Priming { claim, .. } if restored => {
-            Some(running("Binding", format!("waiting for the prime volume of PVC {claim} to be provisioned"), None))
-        }
-        Populate::Priming { .. } | Populate::NoClaim | Populate::AwaitingConsumer { .. } | Populate::Refused { .. } => {
-            None
-        }
-    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 //!   (every version of every object of a kind).
 //! - [`scenarios`]: the watch-fed recorders of the deletion scenarios.
 //! - [`admission`]: the chart's ValidatingAdmissionPolicy for `pruned-by`.
+//! - [`realnode`]: the node image archives of the real-node tests.
 //!
 //! The parts a test uses most are re-exported here, so `use support::*` brings the harness,
 //! the seeding, the audit, the Job recorder, the metrics parser and the waits.
@@ -30,6 +31,7 @@ pub mod harness;
 pub mod jobs;
 pub mod metrics;
 pub mod phase_watch;
+pub mod realnode;
 pub mod recorder;
 pub mod repos;
 pub mod scenarios;

@@ -108,6 +108,20 @@ fn controller_cluster_role_is_least_privilege() {
         ctl.iter().filter(|(g, r, _, _)| g.is_empty() && r == "pods").map(|(_, _, v, _)| v.as_str()).collect();
     assert_eq!(pod_verbs, BTreeSet::from(["get", "list"]), "pods: {pod_verbs:?}");
     assert!(ctl.iter().all(|(_, r, _, _)| !r.starts_with("pods/")), "no pods/log, pods/exec or other subresources");
+    // A populate re-points a PersistentVolume at its claim: it never creates or deletes one. The
+    // only CRD it reads is the optional VolumePopulator's.
+    let pv_verbs: BTreeSet<&str> = ctl
+        .iter()
+        .filter(|(g, r, _, _)| g.is_empty() && r == "persistentvolumes")
+        .map(|(_, _, v, _)| v.as_str())
+        .collect();
+    assert_eq!(pv_verbs, BTreeSet::from(["get", "patch"]), "persistentvolumes: {pv_verbs:?}");
+    let crd: Vec<&Grant> = ctl.iter().filter(|(_, r, _, _)| r == "customresourcedefinitions").collect();
+    assert!(
+        !crd.is_empty()
+            && crd.iter().all(|(_, _, v, n)| v == "get" && n == "volumepopulators.populator.storage.k8s.io"),
+        "customresourcedefinitions: {crd:?}"
+    );
     // It may bind only the mover ClusterRole, and escalate nothing.
     let binds: Vec<&Grant> =
         ctl.iter().filter(|(_, _, v, _)| v == "bind" || v == "escalate" || v == "impersonate").collect();
