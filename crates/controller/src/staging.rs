@@ -185,6 +185,31 @@ pub fn snap_state(vs: &Value) -> SnapState {
     SnapState::Pending { error: st["error"]["message"].as_str().filter(|m| !m.is_empty()).map(String::from) }
 }
 
+/// The gRPC codes of a CSI error that retrying cannot fix (a bad request, an unsupported
+/// call, no permission, a missing volume). Anything else (Unavailable, ResourceExhausted,
+/// Aborted, DeadlineExceeded, Internal, FailedPrecondition, or no code at all) is retried
+/// until the staging timeout.
+const PERMANENT_CODES: &[&str] = &[
+    "InvalidArgument",
+    "Unimplemented",
+    "PermissionDenied",
+    "NotFound",
+    "AlreadyExists",
+    "OutOfRange",
+    "Unauthenticated",
+];
+
+/// Whether a VolumeSnapshot's error is permanent: the snapshotter's message carries the
+/// driver's gRPC status (`rpc error: code = InvalidArgument desc = …`) and the code is one of
+/// [`PERMANENT_CODES`].
+pub fn permanent_snapshot_error(message: &str) -> bool {
+    message.match_indices("code = ").any(|(i, m)| {
+        let rest = &message[i + m.len()..];
+        let code: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+        PERMANENT_CODES.contains(&code.as_str())
+    })
+}
+
 /// What one staging pass found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -340,6 +365,11 @@ pub async fn prepare(
             };
             match snap_state(&vs) {
                 SnapState::Ready { restore_size } => restore_size,
+                SnapState::Pending { error: Some(e) } if permanent_snapshot_error(&e) => {
+                    return Ok(Outcome::Refused(format!(
+                        "VolumeSnapshot {name} of PVC {source_pvc} failed with an error retrying cannot fix: {e}"
+                    )));
+                }
                 SnapState::Pending { error: Some(e) } => {
                     return Ok(Outcome::Waiting(format!(
                         "VolumeSnapshot {name} of PVC {source_pvc} is not ready: {e}"
@@ -458,6 +488,29 @@ mod tests {
         let mut s = source();
         s.status = None;
         assert_eq!(staged_size(&s, None), Some(Quantity("1Gi".into())));
+    }
+
+    #[test]
+    /// issue 18: transient snapshot errors are retried within the timeout; a permanent one
+    /// (by the driver's gRPC code) fails the run at once with the driver's message.
+    #[test]
+    fn a_snapshot_error_is_permanent_only_by_its_grpc_code() {
+        let wrap = |code: &str| {
+            format!(
+                "Failed to check and update snapshot content: failed to take snapshot of the volume vol-1: \"rpc error: code = {code} desc = the array said no\""
+            )
+        };
+        for code in ["InvalidArgument", "Unimplemented", "PermissionDenied", "NotFound", "AlreadyExists"] {
+            assert!(permanent_snapshot_error(&wrap(code)), "{code}");
+        }
+        for code in
+            ["Unavailable", "ResourceExhausted", "Aborted", "DeadlineExceeded", "Internal", "FailedPrecondition"]
+        {
+            assert!(!permanent_snapshot_error(&wrap(code)), "{code}");
+        }
+        // No code at all (the snapshot-controller's own errors): retried until the timeout.
+        assert!(!permanent_snapshot_error("Failed to create snapshot content with error snapshot controller failed"));
+        assert!(!permanent_snapshot_error("code = InvalidArgumentish desc = x"));
     }
 
     #[test]

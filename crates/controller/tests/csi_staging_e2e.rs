@@ -12,7 +12,8 @@
 //! 3. The snapshot-controller stopped for 30 s mid-staging: the run waits Pending, with no Job,
 //!    and succeeds once it is back.
 //! 4. A staging timeout (CreateSnapshot failing, `staging.timeout: 20s`): Failed
-//!    `StagingFailed` with the driver's message, staged objects deleted. A VolumeSnapshotClass
+//!    `StagingFailed` with the driver's message, staged objects deleted. A permanent driver
+//!    error (gRPC `InvalidArgument`) fails at once, inside the timeout. A VolumeSnapshotClass
 //!    that does not exist fails the run at once with the reason.
 //! 5. The controller killed mid-staging: after it returns, the run succeeds and nothing leaks.
 //!
@@ -343,6 +344,27 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     );
     ensure!(jobs.get_opt(&kopiur_mover::job::job_name("s-timeout")).await?.is_none(), "a timed-out staging launched");
     println!("staging timeout: Failed StagingFailed: {}", ready.message);
+    // A permanent driver error (gRPC InvalidArgument) fails the run at once, well inside the
+    // 20 s timeout, with the driver's message.
+    csi.fail_create_snapshot(Some("InvalidArgument: injected: the snapshot parameters are invalid"))?;
+    let asked = Instant::now();
+    snapshot(&client, &ns, "s-permanent", "p-timeout").await?;
+    let s = finished(&snaps, "s-permanent", &log).await?;
+    csi.fail_create_snapshot(None)?;
+    let took = asked.elapsed();
+    let ready = snap_condition(&s, "Ready").context("Ready")?;
+    ensure!(
+        snap_phase(&s) == "Failed"
+            && ready.reason == "StagingFailed"
+            && ready.message.contains("retrying cannot fix")
+            && ready.message.contains("injected: the snapshot parameters are invalid"),
+        "s-permanent: {} {} {}",
+        snap_phase(&s),
+        ready.reason,
+        ready.message
+    );
+    ensure!(!ready.message.contains("timed out"), "a permanent error waited for the timeout: {}", ready.message);
+    println!("a permanent snapshot error: Failed in {:.1} s (timeout 20 s): {}", took.as_secs_f64(), ready.message);
     // A class that cannot work fails at once with the reason, not at the staging timeout.
     policy(&client, &ns, "p-class", json!({"copyMethod": "Snapshot", "volumeSnapshotClassName": "missing"})).await?;
     let asked = Instant::now();
@@ -360,7 +382,7 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     );
     println!("a missing VolumeSnapshotClass: Failed in {:.1} s: {}", asked.elapsed().as_secs_f64(), ready.message);
 
-    // Every staging so far is accounted for: 3 staged, 2 failed, all 5 released (0 leaked).
+    // Every staging so far is accounted for: 3 staged, 3 failed, all 6 released (0 leaked).
     let ns_label = format!("kopiur_staging_total{{namespace=\"{ns}\",method=");
     let mut counts = [0.0; 3];
     for (i, outcome) in ["staged", "failed", "released"].iter().enumerate() {
@@ -369,10 +391,10 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
             counts[i] += op.metric(&series).await.unwrap_or(0.0);
         }
     }
-    ensure!(counts == [3.0, 2.0, 5.0], "kopiur_staging_total staged/failed/released = {counts:?}");
+    ensure!(counts == [3.0, 3.0, 6.0], "kopiur_staging_total staged/failed/released = {counts:?}");
     let waited = op.metric("kopiur_staging_wait_seconds_total").await.unwrap_or(0.0);
     println!(
-        "kopiur_staging_total staged 3, failed 2, released 5 (leaked 0); kopiur_staging_wait_seconds_total {waited}"
+        "kopiur_staging_total staged 3, failed 3, released 6 (leaked 0); kopiur_staging_wait_seconds_total {waited}"
     );
 
     // 5. The controller killed mid-staging, then back: the run completes, nothing leaks.

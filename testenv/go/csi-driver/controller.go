@@ -173,8 +173,8 @@ func snapshotProto(m *snapshotMeta) *csi.Snapshot {
 }
 
 func (c *controller) CreateSnapshot(_ context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
-	if msg, fail := c.d.store.failCreateSnapshot(); fail {
-		return nil, status.Error(codes.Unavailable, msg)
+	if code, msg, fail := c.d.store.failCreateSnapshot(); fail {
+		return nil, status.Error(code, msg)
 	}
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "name missing")

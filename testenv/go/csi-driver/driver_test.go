@@ -66,6 +66,13 @@ func TestServicesOverTheSocket(t *testing.T) {
 	if s := status.Convert(err); s.Code() != codes.Unavailable || s.Message() != "injected" {
 		t.Fatalf("fault switch: %v", err)
 	}
+	if err := os.WriteFile(fault, []byte("InvalidArgument: bad parameter\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ctl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "s1", SourceVolumeId: id})
+	if s := status.Convert(err); s.Code() != codes.InvalidArgument || s.Message() != "bad parameter" {
+		t.Fatalf("fault switch with a code: %v", err)
+	}
 	_ = os.Remove(fault)
 	snap, err := ctl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "s1", SourceVolumeId: id})
 	if err != nil || !snap.Snapshot.ReadyToUse || snap.Snapshot.SizeBytes != 64<<20 {

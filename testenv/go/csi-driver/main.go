@@ -9,7 +9,9 @@
 //	volumes/<id>/        a volume's data      volumes/<id>.json    its metadata
 //	snapshots/<id>/      a snapshot's data    snapshots/<id>.json  its metadata
 //	fail-create-snapshot if present, CreateSnapshot fails with codes.Unavailable and the
-//	                     file's contents as the message (a fault switch for tests)
+//	                     file's contents as the message (a fault switch for tests); contents
+//	                     starting "InvalidArgument: " (or FailedPrecondition, ResourceExhausted,
+//	                     Internal) fail with that code and the rest as the message
 //
 // Never shipped: see docs/testenv.md ("CSI stack").
 package main

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/codes"
 )
 
 // volumeMeta is kept in volumes/<id>.json beside the volume's directory.
@@ -279,14 +281,22 @@ func (s *store) snapshots() ([]*snapshotMeta, error) {
 
 // failCreateSnapshot is the fault switch: the contents of <state>/fail-create-snapshot when
 // the file exists.
-func (s *store) failCreateSnapshot() (string, bool) {
+// failCreateSnapshot reads the CreateSnapshot fault switch: the file's contents are the
+// message, failing with codes.Unavailable (transient), or with the code it starts with
+// ("InvalidArgument: ..." for a permanent error).
+func (s *store) failCreateSnapshot() (codes.Code, string, bool) {
 	b, err := os.ReadFile(filepath.Join(s.dir, "fail-create-snapshot"))
 	if err != nil {
-		return "", false
+		return codes.OK, "", false
 	}
 	msg := strings.TrimSpace(string(b))
 	if msg == "" {
 		msg = "CreateSnapshot failed by the fault switch " + filepath.Join(s.dir, "fail-create-snapshot")
 	}
-	return msg, true
+	for _, c := range []codes.Code{codes.InvalidArgument, codes.FailedPrecondition, codes.ResourceExhausted, codes.Internal} {
+		if rest, ok := strings.CutPrefix(msg, c.String()+": "); ok {
+			return c, rest, true
+		}
+	}
+	return codes.Unavailable, msg, true
 }
