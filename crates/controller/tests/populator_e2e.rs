@@ -19,7 +19,10 @@
 //! 5. The PVC deleted mid-populate: the Restore fails `PopulateTargetGone`, the prime goes.
 //! 6. Deploy-or-restore with no backup yet (`fromPolicy`, `onMissingSnapshot: Continue`): an
 //!    empty volume, bound without a Job.
-//! 7. Three more full re-creations (PVC, Restore and reader deleted and created again).
+//! 7. The PVC and its Restore (and the reader) deleted and re-created 10 times.
+//!
+//! The reader checks bytes (a checksum) and owners (1234:5678, kept by the privileged restore
+//! mover). `kopiur_restore_populates_total` shows one populate per PVC instance.
 //!
 //! After every round, and at the end: no prime PVC, every CSI PersistentVolume bound to a live
 //! PVC, and the driver holds exactly those volumes (orphans counted: 0).
@@ -47,6 +50,15 @@ const OP_NS: &str = "kopiur-system";
 const MOVER_IMAGE: &str = "localhost/kopiur-mover:testenv";
 const BUSYBOX: &str = "localhost/kopiur-testenv-busybox:testenv";
 const API: &str = "kopiur.home-operations.com/v1alpha1";
+/// How many times round 7 deletes and re-creates the PVC and its Restore.
+const RECREATIONS: usize = 10;
+
+/// `kopiur_restore_populates_total{namespace,outcome}` of one controller process.
+async fn populated(op: &Operator, ns: &str, outcome: &str) -> f64 {
+    op.metric(&format!("kopiur_restore_populates_total{{namespace=\"{ns}\",outcome=\"{outcome}\"}}"))
+        .await
+        .unwrap_or(0.0)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restore_populates_pvcs_through_a_prime_and_leaves_nothing_behind() -> Result<()> {
@@ -90,7 +102,7 @@ async fn populator(client: &Client, ns: &str, name: &str, source: Value) -> Resu
         client,
         ns,
         json!({"apiVersion": API, "kind": "Restore", "metadata": {"name": name, "namespace": ns},
-               "spec": {"source": source, "target": {"populator": {}}}}),
+               "spec": {"source": source, "target": {"populator": {}}, "mover": {"privilegedMode": true}}}),
     )
     .await
 }
@@ -110,8 +122,9 @@ async fn pod(client: &Client, ns: &str, name: &str, claim: &str, script: &str) -
     .await
 }
 
-/// The reader: the backed-up file is whole.
-const READ: &str = "cd /data && sha256sum -c blob.sum && grep -q 'hello from the source' hello.txt";
+/// The reader: the backed-up bytes are whole and the recorded owners are kept.
+const READ: &str = "cd /data && sha256sum -c blob.sum && grep -q 'hello from the source' hello.txt \
+                    && [ \"$(stat -c %u:%g blob)\" = 1234:5678 ] && [ \"$(stat -c %u:%g hello.txt)\" = 1234:5678 ]";
 
 async fn pod_succeeded(client: &Client, ns: &str, name: &str, log: &Path) -> Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -301,6 +314,11 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     let mut op = Operator::start(cluster.env(), OP_NS, &[("KOPIUR_MOVER_IMAGE", MOVER_IMAGE)]).await?;
     let log = op.log_path().to_path_buf();
     let ns = cluster.env().namespace("populate").await?;
+    // Restores run privileged (uid 0 with CHOWN), so the restored files keep their owners.
+    let annotate = json!({"metadata": {"annotations": {"kopiur.home-operations.com/privileged-movers": "true"}}});
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .patch(&ns, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&annotate))
+        .await?;
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": "kopia", "namespace": ns},
         "stringData": {"KOPIA_PASSWORD": PASSWORD, "AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
@@ -332,7 +350,7 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     )
     .await?;
     let seed = "cd /data && head -c 1048576 /dev/urandom > blob && sha256sum blob > blob.sum \
-                && echo 'hello from the source' > hello.txt";
+                && echo 'hello from the source' > hello.txt && chown 1234:5678 blob hello.txt";
     pod(&client, &ns, "seed", "src", seed).await?;
     pod_succeeded(&client, &ns, "seed", &log).await?;
     apply(
@@ -438,6 +456,11 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
         Ok((!left.primes.is_empty()).then_some(()))
     })
     .await?;
+    let first = (populated(&op, &ns, "populated").await, populated(&op, &ns, "already_bound").await);
+    ensure!(
+        first == (2.0, 1.0),
+        "kopiur_restore_populates_total before the kill (populated, already_bound) = {first:?}"
+    );
     op.kill();
     tokio::time::sleep(Duration::from_secs(5)).await;
     let op2 = Operator::start(cluster.env(), OP_NS, &[("KOPIUR_MOVER_IMAGE", MOVER_IMAGE)]).await?;
@@ -499,21 +522,38 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     println!("6. no backup yet: c6 bound to an empty volume, no Job");
     clear_round(&client, &ns, "c6", "rs6", &log).await?;
 
-    // 7. Full re-creations of the PVC and its Restore.
-    for i in 0..3 {
+    // 7. The PVC and its Restore deleted and re-created 10 times.
+    let started = Instant::now();
+    let mut claim_uids = std::collections::BTreeSet::new();
+    for _ in 0..RECREATIONS {
         full_round(&client, &ns, "c7", "rs7", &log).await?;
+        claim_uids.insert(pvcs.get("c7").await?.uid().unwrap_or_default());
         populates += 1;
-        if i > 0 {
-            recreated_restores += 1;
-        }
+        recreated_restores += 1;
         no_orphans(cluster, &client, &ns, &log).await?;
         clear_round(&client, &ns, "c7", "rs7", &log).await?;
     }
+    ensure!(claim_uids.len() == RECREATIONS, "each round a new PVC instance: {claim_uids:?}");
+    println!(
+        "7. PVC and Restore re-created {RECREATIONS} times: each populated and read, {:.1} s per round",
+        started.elapsed().as_secs_f64() / RECREATIONS as f64
+    );
+    // One populate per PVC instance: the second process counted rs4 (finished after its
+    // return), rs6 and the re-creations as populated, rs5 as failed, and nothing else.
+    let second = (
+        populated(&op2, &ns, "populated").await,
+        populated(&op2, &ns, "failed").await,
+        populated(&op2, &ns, "already_bound").await,
+    );
+    ensure!(
+        second == (2.0 + RECREATIONS as f64, 1.0, 0.0),
+        "kopiur_restore_populates_total after the restart (populated, failed, already_bound) = {second:?}"
+    );
 
     let o = no_orphans(cluster, &client, &ns, &log).await?;
     ensure!(o.live_pvs == 1, "only the source's volume is left: {o:?}");
     println!(
-        "{populates} populates, {recreated_restores} re-created Restores, PVCs re-created 4 times: orphans 0 (prime PVCs {}, unbound CSI PVs {}, driver volumes {} = live PVs {}) after {:.1} s",
+        "{populates} populates, {recreated_restores} re-created Restores: orphans 0 (prime PVCs {}, unbound CSI PVs {}, driver volumes {} = live PVs {}) after {:.1} s",
         o.primes.len(),
         o.unbound_pvs.len(),
         o.driver_volumes,

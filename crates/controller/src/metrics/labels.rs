@@ -53,6 +53,11 @@ label_set! {
 }
 
 label_set! {
+    /// `namespace`, `outcome`: finished populator Restores (`populated`, `already_bound`, `failed`).
+    pub struct PopulateLabels<'a> { pub namespace: &'a str, pub outcome: &'a str }
+}
+
+label_set! {
     /// `namespace`, `method`: CSI staging of backups.
     pub struct StagingMethodLabels<'a> { pub namespace: &'a str, pub method: &'a str }
 }

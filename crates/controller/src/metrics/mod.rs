@@ -45,6 +45,7 @@ pub struct Metrics {
     pub snapshot_refusals: Counter<ReasonLabels<'static>>,
     pub staging: Counter<StagingLabels<'static>>,
     pub staging_wait_seconds: Counter<StagingMethodLabels<'static>>,
+    pub populates: Counter<PopulateLabels<'static>>,
     pub maintenance_runs: Counter<MaintenanceRunLabels<'static>>,
     pub replication_runs: Counter<ReplicationRunLabels<'static>>,
     /// ADR-0006: held external deletions per repository.
@@ -125,6 +126,10 @@ impl Default for Metrics {
             staging_wait_seconds: Counter::new(
                 "kopiur_staging_wait_seconds_total",
                 "Whole seconds backups waited for their staged copy (from the gate to the staged PVC), by copy method.",
+            ),
+            populates: Counter::new(
+                "kopiur_restore_populates_total",
+                "Populator Restores (target.populator) finished, by outcome: populated (the claim is bound to the restored volume), already_bound (the claim was bound before: nothing written), failed (the prime discarded).",
             ),
             maintenance_runs: Counter::new(
                 "kopiur_maintenance_runs_total",
@@ -230,6 +235,7 @@ pub fn metric_names() -> Vec<&'static str> {
         "kopiur_snapshot_refusals_total",
         "kopiur_staging_total",
         "kopiur_staging_wait_seconds_total",
+        "kopiur_restore_populates_total",
         "kopiur_maintenance_runs_total",
         "kopiur_replication_runs_total",
         "kopiur_snapshot_deletions_held",
@@ -300,7 +306,7 @@ impl Metrics {
         // One allocation of about the last size instead of doubling through a large text.
         let last = self.last_render_len.load(std::sync::atomic::Ordering::Relaxed);
         let mut out = String::with_capacity(last + last / 16 + 4096);
-        let counters: [&dyn Family; 20] = [
+        let counters: [&dyn Family; 21] = [
             &self.reconciliations,
             &self.reconcile_errors,
             &self.jobs_created,
@@ -318,6 +324,7 @@ impl Metrics {
             &self.snapshot_refusals,
             &self.staging,
             &self.staging_wait_seconds,
+            &self.populates,
             &self.maintenance_runs,
             &self.replication_runs,
             &self.snapshots_completed,
@@ -574,6 +581,7 @@ mod tests {
         m.snapshot_refusals.inc(ReasonLabels { namespace: "t", name: "s", reason: "InvalidSpec" });
         m.staging.inc(StagingLabels { namespace: "t", method: "Snapshot", outcome: "staged" });
         m.staging_wait_seconds.add(StagingMethodLabels { namespace: "t", method: "Snapshot" }, 3);
+        m.populates.inc(PopulateLabels { namespace: "t", outcome: "populated" });
         m.maintenance_runs.inc(MaintenanceRunLabels { namespace: "t", name: "m", mode: "full", outcome: "succeeded" });
         m.replication_runs.inc(ReplicationRunLabels {
             kind: "RepositoryReplication",
@@ -743,6 +751,9 @@ kopiur_staging_total{namespace="t",method="Snapshot",outcome="staged"} 1
 # HELP kopiur_staging_wait_seconds_total Whole seconds backups waited for their staged copy (from the gate to the staged PVC), by copy method.
 # TYPE kopiur_staging_wait_seconds_total counter
 kopiur_staging_wait_seconds_total{namespace="t",method="Snapshot"} 3
+# HELP kopiur_restore_populates_total Populator Restores (target.populator) finished, by outcome: populated (the claim is bound to the restored volume), already_bound (the claim was bound before: nothing written), failed (the prime discarded).
+# TYPE kopiur_restore_populates_total counter
+kopiur_restore_populates_total{namespace="t",outcome="populated"} 1
 # HELP kopiur_maintenance_runs_total Finished maintenance runs by mode and outcome (succeeded, failed, yielded).
 # TYPE kopiur_maintenance_runs_total counter
 kopiur_maintenance_runs_total{namespace="t",name="m",mode="full",outcome="succeeded"} 1

@@ -84,6 +84,13 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<A
     if let Some(claim) = obs.populate.as_ref().and_then(|p| p.claim.as_ref()) {
         tell_claim(&ctx, &restore, claim, &d).await;
     }
+    // A populate that finished now (counted once: the transition landed).
+    if written
+        && obs.populate.is_some()
+        && let Some(outcome) = populate_outcome(status.phase.as_ref(), &d)
+    {
+        ctx.metrics.populates.inc(crate::metrics::labels::PopulateLabels { namespace: &ns, outcome });
+    }
     // After the Failed status landed: deleting first would read as a lost Job if the write lost
     // a conflict. A failed delete is retried by the plan's requeue.
     if d.delete_job
@@ -212,6 +219,25 @@ async fn tell_claim(
         ready.reason
     );
     ctx.event(&claim.object_ref(&()), failed || stalled, reason, note).await;
+}
+
+/// `kopiur_restore_populates_total`'s outcome when this decision finishes a populate.
+fn populate_outcome(
+    before: Option<&kopiur_api::restore::RestorePhase>,
+    d: &super::plan::RestoreDecision,
+) -> Option<&'static str> {
+    use kopiur_api::restore::RestorePhase;
+    if matches!(before, Some(RestorePhase::Completed | RestorePhase::Failed)) {
+        return None;
+    }
+    let reason = d.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.as_str());
+    match &d.phase {
+        Some(RestorePhase::Completed) if reason == Some("TargetAlreadyBound") => Some("already_bound"),
+        Some(RestorePhase::Completed) => Some("populated"),
+        Some(RestorePhase::Failed) => Some("failed"),
+        Some(RestorePhase::Pending | RestorePhase::Resolving | RestorePhase::Restoring | RestorePhase::Unknown(_))
+        | None => None,
+    }
 }
 
 async fn create_pvc(ctx: &PipelineCtx, restore: &Restore) -> Result<(), Error> {
