@@ -120,6 +120,8 @@ pub struct StreamExec {
 pub enum RestoreTarget {
     Pvc(NewPvc),
     PvcRef(ObjectRef),
+    /// Populate the PVC whose spec.dataSourceRef names this Restore (apiGroup
+    /// kopiur.home-operations.com, kind Restore), once, through a prime PVC.
     Populator(Populator),
     StreamExec(StreamExec),
 }
