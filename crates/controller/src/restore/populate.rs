@@ -116,7 +116,10 @@ pub async fn observe(client: &Client, restore: &Restore, recorded: Option<(&str,
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     let claim = match recorded {
         Some((name, prime)) => match pvcs.get_opt(name).await? {
-            Some(c) if prime_name(&c.uid().unwrap_or_default()) == prime => Some(c),
+            // A claim being deleted is as gone: nothing is bound to it.
+            Some(c) if prime_name(&c.uid().unwrap_or_default()) == prime && c.metadata.deletion_timestamp.is_none() => {
+                Some(c)
+            }
             Some(_) | None => {
                 let state = Populate::ClaimGone { claim: name.to_string() };
                 return Ok(Observed { state, claim: None, prime: Some(prime.to_string()) });
