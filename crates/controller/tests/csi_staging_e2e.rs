@@ -26,21 +26,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret};
-use kopiur_api::{Repository, Restore, Snapshot};
-use kopiur_testenv::garage::Garage;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kopiur_api::{Restore, Snapshot};
 use kopiur_testenv::operator::Operator;
-use kopiur_testenv::proxy::FaultProxy;
+use kopiur_testenv::realnode::RealCluster;
 use kopiur_testenv::realnode::csi::{STORAGE_CLASS, volume_snapshot_contents, volume_snapshots};
-use kopiur_testenv::realnode::{RealCluster, config};
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use support::status::{snap_condition, snap_phase};
-use support::{PASSWORD, wait_for};
+use support::wait_for;
 
 const OP_NS: &str = "kopiur-system";
-const MOVER_IMAGE: &str = "localhost/kopiur-mover:testenv";
+use support::realnode::MOVER_IMAGE;
 const BUSYBOX: &str = "localhost/kopiur-testenv-busybox:testenv";
 
 async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
@@ -49,21 +47,7 @@ async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_and_clone_staging_on_a_real_csi_driver() -> Result<()> {
-    let t0 = Instant::now();
-    let mut cluster = RealCluster::start(&support::realnode::node_images(false)?).await?;
-    let res = async {
-        cluster.start_csi().await?;
-        println!("real node and CSI stack up after {:.1} s", t0.elapsed().as_secs_f64());
-        scenario(&mut cluster, t0).await
-    }
-    .await;
-    if let Err(e) = &res {
-        println!("SCENARIO FAILED: {e:#}");
-        cluster.keep_logs("csi_staging_e2e");
-    }
-    let report = cluster.shutdown();
-    println!("teardown: {}", report.join("; "));
-    res
+    support::realnode::with_csi_cluster("csi_staging_e2e", scenario).await
 }
 
 /// The source volume's directory in the driver (through its PV's volume handle).
@@ -184,34 +168,8 @@ async fn staged_left(client: &Client, ns: &str) -> Result<(Vec<String>, Vec<Stri
 async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     let client = cluster.env().client().await?;
     let node_dir = cluster.layout.dir.clone();
-    let dir = tempfile::tempdir()?;
-    let g = Garage::start(&dir.path().join("garage")).await?;
-    let proxy = FaultProxy::start_on(config::NODE_IP, g.s3_addr()).await?;
-    let mut op = Operator::start(cluster.env(), OP_NS, &[("KOPIUR_MOVER_IMAGE", MOVER_IMAGE)]).await?;
-    let log = op.log_path().to_path_buf();
-
-    let ns = cluster.env().namespace("csi").await?;
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "kopia", "namespace": ns},
-        "stringData": {"KOPIA_PASSWORD": PASSWORD, "AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
-    }))?;
-    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await?;
-    apply(
-        &client,
-        &ns,
-        json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
-               "metadata": {"name": "r", "namespace": ns},
-               "spec": {"backend": {"s3": {"bucket": g.bucket(), "endpoint": format!("http://{}", proxy.endpoint()),
-                                           "region": g.region(), "prefix": "csi/"}},
-                        "encryption": {"passwordSecretRef": {"name": "kopia"}}}}),
-    )
-    .await?;
-    let repos: Api<Repository> = Api::namespaced(client.clone(), &ns);
-    wait_for("Repository r Ready", Duration::from_secs(300), &log, || async {
-        let r = repos.get("r").await?;
-        Ok((r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str()) == Some("Ready")).then_some(()))
-    })
-    .await?;
+    let stack = support::realnode::NodeStack::start(cluster, OP_NS, "csi").await?;
+    let (mut op, ns, log) = (stack.op, stack.ns, stack.log);
 
     // The live workload: an RWO CSI volume rewritten ten times a second.
     apply(

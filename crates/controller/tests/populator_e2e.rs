@@ -33,21 +33,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod, Secret};
-use kopiur_api::{Repository, Restore, Snapshot};
-use kopiur_testenv::garage::Garage;
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
+use kopiur_api::{Restore, Snapshot};
 use kopiur_testenv::operator::Operator;
-use kopiur_testenv::proxy::FaultProxy;
+use kopiur_testenv::realnode::RealCluster;
 use kopiur_testenv::realnode::csi::STORAGE_CLASS;
-use kopiur_testenv::realnode::{RealCluster, config};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use support::status::snap_phase;
-use support::{PASSWORD, wait_for};
+use support::wait_for;
 
 const OP_NS: &str = "kopiur-system";
-const MOVER_IMAGE: &str = "localhost/kopiur-mover:testenv";
+use support::realnode::MOVER_IMAGE;
 const BUSYBOX: &str = "localhost/kopiur-testenv-busybox:testenv";
 const API: &str = "kopiur.home-operations.com/v1alpha1";
 /// How many times round 7 deletes and re-creates the PVC and its Restore.
@@ -62,21 +60,7 @@ async fn populated(op: &Operator, ns: &str, outcome: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restore_populates_pvcs_through_a_prime_and_leaves_nothing_behind() -> Result<()> {
-    let t0 = Instant::now();
-    let mut cluster = RealCluster::start(&support::realnode::node_images(false)?).await?;
-    let res = async {
-        cluster.start_csi().await?;
-        println!("real node and CSI stack up after {:.1} s", t0.elapsed().as_secs_f64());
-        scenario(&mut cluster, t0).await
-    }
-    .await;
-    if let Err(e) = &res {
-        println!("SCENARIO FAILED: {e:#}");
-        cluster.keep_logs("populator_e2e");
-    }
-    let report = cluster.shutdown();
-    println!("teardown: {}", report.join("; "));
-    res
+    support::realnode::with_csi_cluster("populator_e2e", scenario).await
 }
 
 async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
@@ -308,37 +292,13 @@ async fn install_volume_populator_crd(client: &Client, log: &Path) -> Result<()>
 
 async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     let client = cluster.env().client().await?;
-    let dir = tempfile::tempdir()?;
-    let g = Garage::start(&dir.path().join("garage")).await?;
-    let proxy = FaultProxy::start_on(config::NODE_IP, g.s3_addr()).await?;
-    let mut op = Operator::start(cluster.env(), OP_NS, &[("KOPIUR_MOVER_IMAGE", MOVER_IMAGE)]).await?;
-    let log = op.log_path().to_path_buf();
-    let ns = cluster.env().namespace("populate").await?;
+    let stack = support::realnode::NodeStack::start(cluster, OP_NS, "populate").await?;
+    let (mut op, ns, log) = (stack.op, stack.ns, stack.log);
     // Restores run privileged (uid 0 with CHOWN), so the restored files keep their owners.
     let annotate = json!({"metadata": {"annotations": {"kopiur.home-operations.com/privileged-movers": "true"}}});
     Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
         .patch(&ns, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&annotate))
         .await?;
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "kopia", "namespace": ns},
-        "stringData": {"KOPIA_PASSWORD": PASSWORD, "AWS_ACCESS_KEY_ID": g.access_key(), "AWS_SECRET_ACCESS_KEY": g.secret_key()}
-    }))?;
-    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await?;
-    apply(
-        &client,
-        &ns,
-        json!({"apiVersion": API, "kind": "Repository", "metadata": {"name": "r", "namespace": ns},
-               "spec": {"backend": {"s3": {"bucket": g.bucket(), "endpoint": format!("http://{}", proxy.endpoint()),
-                                           "region": g.region(), "prefix": "populate/"}},
-                        "encryption": {"passwordSecretRef": {"name": "kopia"}}}}),
-    )
-    .await?;
-    let repos: Api<Repository> = Api::namespaced(client.clone(), &ns);
-    wait_for("Repository r Ready", Duration::from_secs(300), &log, || async {
-        let r = repos.get("r").await?;
-        Ok((r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str()) == Some("Ready")).then_some(()))
-    })
-    .await?;
 
     // The source: a CSI volume with a 1 MiB file and its checksum, backed up once.
     apply(

@@ -479,33 +479,31 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
                         d.wait_started_at = Some(started);
                         d
                     }
-                    OnMissingSnapshot::Continue if matches!(f.target, TargetState::Populate(_)) => {
-                        // A populate still binds a volume: an empty one (no Job runs).
-                        let mut d = decision(
-                            RestorePhase::Restoring,
-                            CondStatus::False,
-                            "Populating",
-                            "no snapshot: the PVC gets an empty volume",
-                        );
-                        d.conditions.push(cond("Resolved", CondStatus::True, "NoSnapshotContinue", what.clone()));
-                        d.steps = vec![Step::PinEmpty];
-                        if let TargetState::Populate(Populate::Priming { prime: Prime::Absent, .. }) = &f.target {
-                            d.steps.push(Step::CreatePrime);
-                        }
-                        d.wait_started_at = Some(started);
-                        d.requeue_after = Some(Duration::seconds(5));
-                        d
-                    }
                     OnMissingSnapshot::Continue => {
-                        let mut d = decision(
-                            RestorePhase::Completed,
-                            CondStatus::True,
-                            "RestoreSucceeded",
-                            "no snapshot; target left empty",
-                        );
+                        // A populate still binds a volume, an empty one (no Job runs): it is
+                        // not over yet.
+                        let populate = matches!(f.target, TargetState::Populate(_));
+                        let mut d = if populate {
+                            let m = "no snapshot: the PVC gets an empty volume";
+                            decision(RestorePhase::Restoring, CondStatus::False, "Populating", m)
+                        } else {
+                            let m = "no snapshot; target left empty";
+                            decision(RestorePhase::Completed, CondStatus::True, "RestoreSucceeded", m)
+                        };
                         d.conditions.push(cond("Resolved", CondStatus::True, "NoSnapshotContinue", what.clone()));
-                        d.steps = vec![Step::CompleteEmpty];
+                        d.steps = match &f.target {
+                            TargetState::Populate(Populate::Priming { prime: Prime::Absent, .. }) => {
+                                vec![Step::PinEmpty, Step::CreatePrime]
+                            }
+                            TargetState::Populate(_) => vec![Step::PinEmpty],
+                            TargetState::Ready
+                            | TargetState::Create
+                            | TargetState::ExistsNotOurs { .. }
+                            | TargetState::Missing { .. }
+                            | TargetState::NotImplemented { .. } => vec![Step::CompleteEmpty],
+                        };
                         d.wait_started_at = Some(started);
+                        d.requeue_after = populate.then(|| Duration::seconds(5));
                         d
                     }
                 };
