@@ -286,7 +286,10 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
         Some(RestorePhase::Completed) => {
             let mut d = decision(RestorePhase::Completed, CondStatus::True, "RestoreSucceeded", "restored");
             if f.prime_left {
+                // Kubernetes keeps a PVC while any pod that mounted it exists, finished or
+                // not: the Job goes with the prime.
                 d.steps.push(Step::DeletePrime);
+                d.delete_job = f.job.state != JobState::Absent;
             }
             return d;
         }
@@ -303,6 +306,7 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
             }
             if f.prime_left {
                 d.steps.push(Step::DeletePrime);
+                d.delete_job |= f.job.state != JobState::Absent;
             }
             return d;
         }
@@ -913,6 +917,7 @@ mod tests {
         let d = plan(&f, now());
         assert_eq!((d.phase.clone(), reason(&d)), (Some(RestorePhase::Completed), "RestoreSucceeded"));
         assert_eq!(d.steps, vec![Step::DeletePrime]);
+        assert!(d.delete_job, "the Job's finished pod holds the prime");
         // The claim deleted mid-run: Failed, the Job stopped, the prime deleted.
         f.job.state = JobState::Active;
         f.target = TargetState::Populate(Populate::ClaimGone { claim: "data".into() });
@@ -931,7 +936,10 @@ mod tests {
             let mut g = facts();
             g.phase = Some(phase);
             g.prime_left = true;
-            assert_eq!(plan(&g, now()).steps, vec![Step::DeletePrime]);
+            g.job.state = JobState::Complete { at: None };
+            let d = plan(&g, now());
+            assert_eq!(d.steps, vec![Step::DeletePrime]);
+            assert!(d.delete_job, "the Job's finished pod holds the prime");
         }
     }
 

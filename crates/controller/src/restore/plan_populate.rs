@@ -77,7 +77,8 @@ pub(super) fn populating(f: &RestoreFacts, p: &Populate, now: DateTime<Utc>) -> 
     let discard = |reason: &str, message: String| {
         let mut d = fail(reason, message, false, f, now);
         d.steps.push(Step::DeletePrime);
-        d.delete_job = f.job.state == JobState::Active;
+        // Any pod of the Job, finished or not, holds the prime.
+        d.delete_job = f.job.state != JobState::Absent;
         d
     };
     match p {
@@ -89,7 +90,9 @@ pub(super) fn populating(f: &RestoreFacts, p: &Populate, now: DateTime<Utc>) -> 
                 format!("PVC {claim} is bound to volume {volume}, populated by this Restore"),
             );
             if *prime_left {
+                // The Job's finished pod holds the prime: it goes too (its result is in status).
                 d.steps.push(Step::DeletePrime);
+                d.delete_job = f.job.state != JobState::Absent;
             }
             Some(d)
         }
