@@ -273,7 +273,9 @@ async fn clear_round(client: &Client, ns: &str, c: &str, r: &str, log: &Path) ->
 async fn install_volume_populator_crd(client: &Client, log: &Path) -> Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "metadata": {"name": "volumepopulators.populator.storage.k8s.io"},
+        // A *.k8s.io group needs the approval annotation; this is the VolumePopulator KEP's.
+        "metadata": {"name": "volumepopulators.populator.storage.k8s.io",
+                     "annotations": {"api-approved.kubernetes.io": "https://github.com/kubernetes/enhancements/pull/2934"}},
         "spec": {"group": "populator.storage.k8s.io", "scope": "Cluster",
                  "names": {"kind": "VolumePopulator", "listKind": "VolumePopulatorList",
                            "plural": "volumepopulators", "singular": "volumepopulator"},
