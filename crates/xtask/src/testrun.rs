@@ -34,38 +34,38 @@ pub const ENVIRONMENT_TARGETS: &[&str] = &[
     "e2e_repository",           // 366 s (with the T01/T02/T08/T18/T44 side repositories; T44 5 min down)
     "death_spiral_e2e",         // 345-442 s (alone; body 305-340 s incl. growing 2,000 index blobs; slow teardown)
     "real_node_e2e",            // 277 s (measured alone)
-    "csi_staging_e2e", // 156 s in CI: real node + CSI stack, a 30 s snapshot-controller stop, a 20 s staging timeout
-    "populator_e2e",   // TBD: real node + CSI stack, 8 populates and the faults between them
-    "deletion_e2e",    // 243 s
-    "breaker_close_fast_e2e", // 211 s (measured alone; a 168 s cut, then Ready within 60 s)
-    "e2e_repository_faults", // 203 s (with T14, T17's mid-outage Snapshot and T45)
-    "deletion_scenarios_e2e", // 118-168 s (up to 282 s on a loaded machine)
+    "csi_staging_e2e",          // 156 s in CI: real node + CSI, snapshot-controller stopped 30 s, 20 s timeout
+    "populator_e2e",            // 200 s locally: real node + CSI, 14 populates and faults between them
+    "deletion_e2e",             // 243 s
+    "breaker_close_fast_e2e",   // 211 s (measured alone; a 168 s cut, then Ready within 60 s)
+    "e2e_repository_faults",    // 203 s (with T14, T17's mid-outage Snapshot and T45)
+    "deletion_scenarios_e2e",   // 118-168 s (up to 282 s on a loaded machine)
     "control_plane_faults_e2e", // 168 s (a 60 s apiserver stall, apiserver and etcd restarts)
-    "pipeline_e2e",    // 121 s
-    "maintenance_e2e", // 115 s
-    "backend_mounts_e2e", // 99 s (measured alone)
-    "component",       // 103 s
-    "conditions_e2e",  // 68 s (52 s to 99 s over three runs on the shared machine)
-    "policy_e2e",      // 83-92 s (measured alone; a cron slot and a 30 s error requeue)
-    "pin_e2e",         // 84 s (measured alone)
-    "repository_checks_e2e", // 65 s (measured alone; 55 s in the test body)
-    "catalog_e2e",     // 62 s
-    "mover_pod_wedged_e2e", // 58 s
-    "garage_kopia",    // 51 s
-    "real_node_csi",   // 31 s (measured alone; 25 s of it the test body and teardown)
-    "real_node",       // 37 s
-    "features_e2e",    // 35 s (measured alone)
-    "controlplane",    // 32 s
-    "node_agent",      // 31 s
-    "cli_e2e",         // 23 s
-    "helm_install",    // 23 s
-    "api_crds",        // 21 s
-    "job_in_cluster",  // 17 s
-    "private_env",     // 14 s
-    "node_restart",    // 13 s
-    "lifecycle_e2e",   // 11 s (measured alone)
-    "admission_e2e",   // 10 s (no Garage, no operator)
-    "mover_signals",   // 2 s: real kopia, no cluster
+    "pipeline_e2e",             // 121 s
+    "maintenance_e2e",          // 115 s
+    "backend_mounts_e2e",       // 99 s (measured alone)
+    "component",                // 103 s
+    "conditions_e2e",           // 68 s (52 s to 99 s over three runs on the shared machine)
+    "policy_e2e",               // 83-92 s (measured alone; a cron slot and a 30 s error requeue)
+    "pin_e2e",                  // 84 s (measured alone)
+    "repository_checks_e2e",    // 65 s (measured alone; 55 s in the test body)
+    "catalog_e2e",              // 62 s
+    "mover_pod_wedged_e2e",     // 58 s
+    "garage_kopia",             // 51 s
+    "real_node_csi",            // 31 s (measured alone; 25 s of it the test body and teardown)
+    "real_node",                // 37 s
+    "features_e2e",             // 35 s (measured alone)
+    "controlplane",             // 32 s
+    "node_agent",               // 31 s
+    "cli_e2e",                  // 23 s
+    "helm_install",             // 23 s
+    "api_crds",                 // 21 s
+    "job_in_cluster",           // 17 s
+    "private_env",              // 14 s
+    "node_restart",             // 13 s
+    "lifecycle_e2e",            // 11 s (measured alone)
+    "admission_e2e",            // 10 s (no Garage, no operator)
+    "mover_signals",            // 2 s: real kopia, no cluster
 ];
 
 /// The environment binaries run at most this many at a time by default. They mostly wait on
