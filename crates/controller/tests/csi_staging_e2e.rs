@@ -165,6 +165,21 @@ async fn staged_left(client: &Client, ns: &str) -> Result<(Vec<String>, Vec<Stri
     Ok((pvcs, vs, vsc))
 }
 
+/// Waits until no staged PVC, VolumeSnapshot or VolumeSnapshotContent is left.
+async fn all_gone(client: &Client, ns: &str, log: &Path) -> Result<(Vec<String>, Vec<String>, Vec<String>)> {
+    let gone = wait_for("staged objects gone", Duration::from_secs(120), log, || async {
+        let left = staged_left(client, ns).await?;
+        Ok((left.0.is_empty() && left.1.is_empty() && left.2.is_empty()).then_some(left))
+    })
+    .await;
+    match gone {
+        Ok(l) => Ok(l),
+        Err(e) => {
+            bail!("{e:#}: left (PVCs, VolumeSnapshots, VolumeSnapshotContents) {:?}", staged_left(client, ns).await?)
+        }
+    }
+}
+
 async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     let client = cluster.env().client().await?;
     let node_dir = cluster.layout.dir.clone();
@@ -301,7 +316,10 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
         ready.message
     );
     ensure!(jobs.get_opt(&kopiur_mover::job::job_name("s-timeout")).await?.is_none(), "a timed-out staging launched");
-    println!("staging timeout: Failed StagingFailed: {}", ready.message);
+    // Its staged objects go (the snapshotter finishes the content it was retrying first, so
+    // this also keeps the next fault from landing on that retry).
+    all_gone(&client, &ns, &log).await?;
+    println!("staging timeout: Failed StagingFailed, staged objects deleted: {}", ready.message);
     // A permanent driver error (gRPC InvalidArgument) fails the run at once, well inside the
     // 20 s timeout, with the driver's message.
     csi.fail_create_snapshot(Some("InvalidArgument: injected: the snapshot parameters are invalid"))?;
@@ -322,7 +340,12 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
         ready.message
     );
     ensure!(!ready.message.contains("timed out"), "a permanent error waited for the timeout: {}", ready.message);
-    println!("a permanent snapshot error: Failed in {:.1} s (timeout 20 s): {}", took.as_secs_f64(), ready.message);
+    all_gone(&client, &ns, &log).await?;
+    println!(
+        "a permanent snapshot error: Failed in {:.1} s (timeout 20 s), staged objects deleted: {}",
+        took.as_secs_f64(),
+        ready.message
+    );
     // A class that cannot work fails at once with the reason, not at the staging timeout.
     policy(&client, &ns, "p-class", json!({"copyMethod": "Snapshot", "volumeSnapshotClassName": "missing"})).await?;
     let asked = Instant::now();
@@ -375,17 +398,7 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     println!("controller killed mid-staging: Succeeded after it returned");
 
     // Nothing staged is left: objects, PVs, and the driver's volumes and snapshots.
-    let gone = wait_for("staged objects gone", Duration::from_secs(120), &log, || async {
-        let left = staged_left(&client, &ns).await?;
-        Ok((left.0.is_empty() && left.1.is_empty() && left.2.is_empty()).then_some(left))
-    })
-    .await;
-    let (pvcs, vs, vsc) = match gone {
-        Ok(l) => l,
-        Err(e) => {
-            bail!("{e:#}: left (PVCs, VolumeSnapshots, VolumeSnapshotContents) {:?}", staged_left(&client, &ns).await?)
-        }
-    };
+    let (pvcs, vs, vsc) = all_gone(&client, &ns, &log).await?;
     // Every staged run's mover Job went with its run (its pod held the staged PVC).
     let jobs_left: Vec<String> =
         jobs.list(&ListParams::default()).await?.items.into_iter().map(|j| j.name_any()).collect();
