@@ -89,11 +89,12 @@ const CONTROLLER: &[Rule] = &[
         names: &[],
     },
     // CSI staging: the VolumeSnapshot of a source, and whether a class's provisioner is a CSI
-    // driver (a Clone or VolumeSnapshot of anything else is refused, never faked).
+    // driver (a Clone or VolumeSnapshot of anything else is refused, never faked). `patch`
+    // touches a deleted staged VolumeSnapshot that is not gone yet (one annotation).
     Rule {
         group: "snapshot.storage.k8s.io",
         resources: &["volumesnapshots"],
-        verbs: &["get", "create", "delete"],
+        verbs: &["get", "create", "delete", "patch"],
         names: &[],
     },
     // A populate (`target.populator`) points its prime's volume at the user's PVC.
