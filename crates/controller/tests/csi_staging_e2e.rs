@@ -125,6 +125,15 @@ async fn finished(snaps: &Api<Snapshot>, name: &str, log: &Path) -> Result<Snaps
     .await
 }
 
+/// Waits until Snapshot `name` is Succeeded or Failed (its staging may still be releasing).
+async fn over(snaps: &Api<Snapshot>, name: &str, log: &Path) -> Result<Snapshot> {
+    wait_for(&format!("Snapshot {name} over"), Duration::from_secs(300), log, || async {
+        let s = snaps.get(name).await?;
+        Ok(matches!(snap_phase(&s).as_str(), "Succeeded" | "Failed").then_some(s))
+    })
+    .await
+}
+
 fn succeeded(s: &Snapshot) -> Result<()> {
     ensure!(
         snap_phase(s) == "Succeeded",
@@ -239,11 +248,7 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
             Ok(mover_source(&client, &ns, name).await.ok())
         })
         .await?;
-        let s = wait_for(&format!("{name} done"), Duration::from_secs(300), &log, || async {
-            let s = snaps.get(name).await?;
-            Ok(matches!(snap_phase(&s).as_str(), "Succeeded" | "Failed").then_some(s))
-        })
-        .await?;
+        let s = over(&snaps, name, &log).await?;
         succeeded(&s)?;
         let uid = s.uid().unwrap_or_default();
         ensure!(
@@ -302,7 +307,9 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     csi.fail_create_snapshot(Some("injected: the storage array is busy"))?;
     policy(&client, &ns, "p-timeout", json!({"copyMethod": "Snapshot", "staging": {"timeout": "20s"}})).await?;
     snapshot(&client, &ns, "s-timeout", "p-timeout").await?;
-    let s = finished(&snaps, "s-timeout", &log).await?;
+    // Failed at the timeout; the staged VolumeSnapshot goes only once the snapshotter stops
+    // creating its content (the switch off), so `Staging` reads Releasing until then.
+    let s = over(&snaps, "s-timeout", &log).await?;
     csi.fail_create_snapshot(None)?;
     let ready = snap_condition(&s, "Ready").context("Ready")?;
     ensure!(
@@ -316,8 +323,10 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
         ready.message
     );
     ensure!(jobs.get_opt(&kopiur_mover::job::job_name("s-timeout")).await?.is_none(), "a timed-out staging launched");
-    // Its staged objects go (the snapshotter finishes the content it was retrying first, so
-    // this also keeps the next fault from landing on that retry).
+    // Its staged objects go: Released once the VolumeSnapshot is gone (the snapshotter
+    // finishes the content it was retrying first; waiting also keeps the next fault from
+    // landing on that retry).
+    finished(&snaps, "s-timeout", &log).await?;
     all_gone(&client, &ns, &log).await?;
     println!("staging timeout: Failed StagingFailed, staged objects deleted: {}", ready.message);
     // A permanent driver error (gRPC InvalidArgument) fails the run at once, well inside the
@@ -325,7 +334,7 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     csi.fail_create_snapshot(Some("InvalidArgument: injected: the snapshot parameters are invalid"))?;
     let asked = Instant::now();
     snapshot(&client, &ns, "s-permanent", "p-timeout").await?;
-    let s = finished(&snaps, "s-permanent", &log).await?;
+    let s = over(&snaps, "s-permanent", &log).await?;
     csi.fail_create_snapshot(None)?;
     let took = asked.elapsed();
     let ready = snap_condition(&s, "Ready").context("Ready")?;
@@ -340,6 +349,7 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
         ready.message
     );
     ensure!(!ready.message.contains("timed out"), "a permanent error waited for the timeout: {}", ready.message);
+    finished(&snaps, "s-permanent", &log).await?;
     all_gone(&client, &ns, &log).await?;
     println!(
         "a permanent snapshot error: Failed in {:.1} s (timeout 20 s), staged objects deleted: {}",
