@@ -116,7 +116,7 @@ pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()
             watch::namespace_restores(&r5.state(), &n.metadata, relabelled, label_dependent)
         })
         .reconcile_on(ReceiverStream(claim_rx));
-    tokio::spawn(crate::restore::populate::watch_claims(ctx.clone(), claim_tx));
+    tokio::spawn(crate::restore::populate::watch_claims(ctx.clone(), feeds.pvcs.subscribe(), claim_tx));
     tokio::spawn(crate::restore::populate::register_loop(ctx.client.clone()));
 
     // SnapshotSchedules: their own kind and their Snapshots (the controller owner reference).

@@ -38,11 +38,6 @@ pub const STAGED: &str = "Staged";
 pub const RELEASED: &str = "Released";
 /// The label every staged object carries: the Snapshot's uid.
 pub const STAGED_FOR: &str = "kopiur.home-operations.com/staged-for";
-/// On a staged VolumeSnapshot still there after its delete: when kopiur last asked for it to
-/// go (a touch that makes the snapshot-controller look at it again).
-pub const RELEASE_REQUESTED_AT: &str = "kopiur.home-operations.com/release-requested-at";
-/// `Staging=True` while the staged VolumeSnapshot of a finished run is still going.
-pub const RELEASING: &str = "Releasing";
 /// The Ready reason of a run waiting for its staged copy, and of one that failed staging.
 pub const WAITING_REASON: &str = "Staging";
 pub const FAILED_REASON: &str = "StagingFailed";
@@ -409,46 +404,24 @@ fn no_snapshot_api() -> String {
 }
 
 /// Deletes both staged objects (404 is done). `Ok(true)` once both are gone.
-pub async fn release(client: &Client, ns: &str, uid: &str) -> Result<bool, Error> {
+pub async fn release(client: &Client, ns: &str, uid: &str) -> Result<(), Error> {
     let name = staged_name(uid);
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
-    // The PVC goes once the mover's pod is gone (its Job is deleted with the run's terminal
-    // status): not waited for here.
     match pvcs.delete(&name, &DeleteParams::background()).await {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 404 => {}
         Err(e) => return Err(e.into()),
     }
     let vss: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &volume_snapshot_resource());
-    let was_deleting = match vss.get_opt(&name).await {
-        Ok(Some(vs)) => vs.metadata.deletion_timestamp.is_some(),
-        // Gone, or no snapshot API at all (nothing was ever created).
-        Ok(None) => return Ok(true),
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(true),
-        Err(e) => return Err(e.into()),
-    };
     match vss.delete(&name, &DeleteParams::background()).await {
         Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(true),
+        // 404: gone, or no snapshot API at all (nothing was ever created).
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
         Err(e) => return Err(e.into()),
     }
-    if vss.get_opt(&name).await?.is_none() {
-        return Ok(true);
-    }
-    if was_deleting {
-        // Still there from an earlier pass: a VolumeSnapshot deleted while its content was
-        // being created is finished only when the snapshot-controller looks at it again, which
-        // it may not do until its resync (15 min by default). A touch makes it look now.
-        let touch =
-            serde_json::json!({"metadata": {"annotations": {RELEASE_REQUESTED_AT: chrono::Utc::now().to_rfc3339()}}});
-        match vss.patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&touch)).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(true),
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(false)
+    Ok(())
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -517,7 +490,6 @@ mod tests {
         assert_eq!(staged_size(&s, None), Some(Quantity("1Gi".into())));
     }
 
-    #[test]
     /// issue 18: transient snapshot errors are retried within the timeout; a permanent one
     /// (by the driver's gRPC code) fails the run at once with the driver's message.
     #[test]

@@ -16,6 +16,10 @@
 //!    error (gRPC `InvalidArgument`) fails at once, inside the timeout. A VolumeSnapshotClass
 //!    that does not exist fails the run at once with the reason.
 //! 5. The controller killed mid-staging: after it returns, the run succeeds and nothing leaks.
+//! 6. A run that ends by its deadline (`activeDeadlineSeconds: 2`) releases its staging.
+//!    (Step 6 runs before step 5. A VolumeSnapshot deleted while its content is still being
+//!    created, as the timed-out one in step 4, is finished by the snapshot-controller only at
+//!    a full sync of its own: here the restart in step 5, in a cluster its periodic resync.)
 //!
 //! After all of it: no staged PVC, no VolumeSnapshot or VolumeSnapshotContent, no PV but the
 //! source's and the restore targets', and the driver holds only the source volume.
@@ -121,6 +125,21 @@ async fn finished(snaps: &Api<Snapshot>, name: &str, log: &Path) -> Result<Snaps
         let s = snaps.get(name).await?;
         let released = snap_condition(&s, "Staging").is_some_and(|c| c.status == "False");
         Ok((matches!(snap_phase(&s).as_str(), "Succeeded" | "Failed") && released).then_some(s))
+    })
+    .await
+}
+
+/// Waits until no VolumeSnapshotContent is still being created (the snapshotter's
+/// `volumesnapshot-being-created` annotation: set while it retries CreateSnapshot, removed on
+/// success and on an error retrying cannot fix).
+async fn contents_settled(client: &Client, log: &Path) -> Result<()> {
+    wait_for("no VolumeSnapshotContent being created", Duration::from_secs(180), log, || async {
+        let l = volume_snapshot_contents(client).list(&ListParams::default()).await?;
+        let creating = |c: &kube::api::DynamicObject| {
+            c.annotations().get("snapshot.storage.kubernetes.io/volumesnapshot-being-created").map(String::as_str)
+                == Some("yes")
+        };
+        Ok((!l.items.iter().any(creating)).then_some(()))
     })
     .await
 }
@@ -307,9 +326,7 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     csi.fail_create_snapshot(Some("injected: the storage array is busy"))?;
     policy(&client, &ns, "p-timeout", json!({"copyMethod": "Snapshot", "staging": {"timeout": "20s"}})).await?;
     snapshot(&client, &ns, "s-timeout", "p-timeout").await?;
-    // Failed at the timeout; the staged VolumeSnapshot goes only once the snapshotter stops
-    // creating its content (the switch off), so `Staging` reads Releasing until then.
-    let s = over(&snaps, "s-timeout", &log).await?;
+    let s = finished(&snaps, "s-timeout", &log).await?;
     csi.fail_create_snapshot(None)?;
     let ready = snap_condition(&s, "Ready").context("Ready")?;
     ensure!(
@@ -323,18 +340,17 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
         ready.message
     );
     ensure!(jobs.get_opt(&kopiur_mover::job::job_name("s-timeout")).await?.is_none(), "a timed-out staging launched");
-    // Its staged objects go: Released once the VolumeSnapshot is gone (the snapshotter
-    // finishes the content it was retrying first; waiting also keeps the next fault from
-    // landing on that retry).
-    finished(&snaps, "s-timeout", &log).await?;
-    all_gone(&client, &ns, &log).await?;
     println!("staging timeout: Failed StagingFailed, staged objects deleted: {}", ready.message);
+    // The snapshotter still retries the timed-out run's content (it finishes a content it began
+    // even when its VolumeSnapshot is deleted): once the switch is off it succeeds. Waited for,
+    // so the next fault cannot land on that retry.
+    contents_settled(&client, &log).await?;
     // A permanent driver error (gRPC InvalidArgument) fails the run at once, well inside the
     // 20 s timeout, with the driver's message.
     csi.fail_create_snapshot(Some("InvalidArgument: injected: the snapshot parameters are invalid"))?;
     let asked = Instant::now();
     snapshot(&client, &ns, "s-permanent", "p-timeout").await?;
-    let s = over(&snaps, "s-permanent", &log).await?;
+    let s = finished(&snaps, "s-permanent", &log).await?;
     csi.fail_create_snapshot(None)?;
     let took = asked.elapsed();
     let ready = snap_condition(&s, "Ready").context("Ready")?;
@@ -349,8 +365,6 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
         ready.message
     );
     ensure!(!ready.message.contains("timed out"), "a permanent error waited for the timeout: {}", ready.message);
-    finished(&snaps, "s-permanent", &log).await?;
-    all_gone(&client, &ns, &log).await?;
     println!(
         "a permanent snapshot error: Failed in {:.1} s (timeout 20 s), staged objects deleted: {}",
         took.as_secs_f64(),
@@ -373,7 +387,22 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     );
     println!("a missing VolumeSnapshotClass: Failed in {:.1} s: {}", asked.elapsed().as_secs_f64(), ready.message);
 
-    // Every staging so far is accounted for: 3 staged, 3 failed, all 6 released (0 leaked).
+    // 6. A run that ends by its deadline releases its staging like any other end.
+    apply(
+        &client,
+        &ns,
+        json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+               "metadata": {"name": "s-deadline", "namespace": ns},
+               "spec": {"policyRef": {"name": "p-snapshot"}, "failurePolicy": {"activeDeadlineSeconds": 2}}}),
+    )
+    .await?;
+    let s = over(&snaps, "s-deadline", &log).await?;
+    let ready = snap_condition(&s, "Ready").context("Ready")?;
+    ensure!(snap_phase(&s) == "Failed", "s-deadline is {}: {} {}", snap_phase(&s), ready.reason, ready.message);
+    finished(&snaps, "s-deadline", &log).await?;
+    println!("a 2 s deadline: Failed {} ({}), staged objects released", ready.reason, ready.message);
+
+    // Every staging so far is accounted for: 4 staged, 3 failed, all 7 released (0 leaked).
     let ns_label = format!("kopiur_staging_total{{namespace=\"{ns}\",method=");
     let mut counts = [0.0; 3];
     for (i, outcome) in ["staged", "failed", "released"].iter().enumerate() {
@@ -382,10 +411,10 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
             counts[i] += op.metric(&series).await.unwrap_or(0.0);
         }
     }
-    ensure!(counts == [3.0, 3.0, 6.0], "kopiur_staging_total staged/failed/released = {counts:?}");
+    ensure!(counts == [4.0, 3.0, 7.0], "kopiur_staging_total staged/failed/released = {counts:?}");
     let waited = op.metric("kopiur_staging_wait_seconds_total").await.unwrap_or(0.0);
     println!(
-        "kopiur_staging_total staged 3, failed 3, released 6 (leaked 0); kopiur_staging_wait_seconds_total {waited}"
+        "kopiur_staging_total staged 4, failed 3, released 7 (leaked 0); kopiur_staging_wait_seconds_total {waited}"
     );
 
     // 5. The controller killed mid-staging, then back: the run completes, nothing leaks.

@@ -89,12 +89,11 @@ const CONTROLLER: &[Rule] = &[
         names: &[],
     },
     // CSI staging: the VolumeSnapshot of a source, and whether a class's provisioner is a CSI
-    // driver (a Clone or VolumeSnapshot of anything else is refused, never faked). `patch`
-    // touches a deleted staged VolumeSnapshot that is not gone yet (one annotation).
+    // driver (a Clone or VolumeSnapshot of anything else is refused, never faked).
     Rule {
         group: "snapshot.storage.k8s.io",
         resources: &["volumesnapshots"],
-        verbs: &["get", "create", "delete", "patch"],
+        verbs: &["get", "create", "delete"],
         names: &[],
     },
     // A populate (`target.populator`) points its prime's volume at the user's PVC.

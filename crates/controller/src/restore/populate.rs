@@ -355,35 +355,37 @@ pub fn unserved(claim: &PersistentVolumeClaim, restore: Option<&Restore>) -> Opt
     None
 }
 
-/// Watches PVCs (all namespaces) for claims naming a Restore: a pending one its Restore takes
-/// is enqueued on `tx`; one no Restore serves gets a Warning Event saying why (once per claim
-/// and reason in this process).
+/// Follows the PVC feed (the one PVC watch, metadata only) for claims naming a Restore: an
+/// unbound claim (no `pv.kubernetes.io/bind-completed`) is read whole once per event; one its
+/// Restore takes is enqueued on `tx`; one no Restore serves gets a Warning Event saying why
+/// (once per claim and reason in this process).
 pub async fn watch_claims(
     ctx: Arc<crate::context::Context>,
+    claims: crate::feeds::Subscription<kube::core::PartialObjectMeta<PersistentVolumeClaim>>,
     tx: tokio::sync::mpsc::Sender<kube::runtime::reflector::ObjectRef<Restore>>,
 ) {
     use futures::StreamExt;
-    use kube::runtime::{WatchStreamExt, watcher};
     // Judging "no such Restore" needs the Restore store.
     ctx.stores.synced.restores.wait().await;
-    let api: Api<PersistentVolumeClaim> = Api::all(ctx.client.clone());
     let mut told: std::collections::HashMap<String, &'static str> = std::collections::HashMap::new();
-    let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff().applied_objects());
-    while let Some(ev) = stream.next().await {
-        let claim = match ev {
-            Ok(c) => c,
+    let mut claims = claims;
+    while let Some(meta) = claims.next().await {
+        let bound = meta.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(BIND_COMPLETED));
+        if bound || meta.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let ns = meta.metadata.namespace.clone().unwrap_or_default();
+        let name = meta.metadata.name.clone().unwrap_or_default();
+        let claim = match Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns).get_opt(&name).await {
+            Ok(Some(c)) => c,
+            Ok(None) => continue,
             Err(e) => {
-                tracing::debug!(error = %e, "the populator's PVC watch failed; retried");
+                tracing::debug!(error = %e, claim = %name, namespace = %ns, "reading a pending PVC failed");
                 continue;
             }
         };
-        let Some(name) = named_restore(&claim) else { continue };
-        let bound = claim.spec.as_ref().and_then(|s| s.volume_name.as_ref()).is_some_and(|v| !v.is_empty());
-        if bound || claim.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let ns = claim.namespace().unwrap_or_default();
-        let key = kube::runtime::reflector::ObjectRef::<Restore>::new(&name).within(&ns);
+        let Some(restore_name) = named_restore(&claim) else { continue };
+        let key = kube::runtime::reflector::ObjectRef::<Restore>::new(&restore_name).within(&ns);
         let restore = ctx.stores.restores.get(&key);
         match unserved(&claim, restore.as_deref()) {
             Some((reason, note)) => {
@@ -399,6 +401,9 @@ pub async fn watch_claims(
         }
     }
 }
+
+/// The PV binder's annotation on a bound claim.
+const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 
 #[cfg(test)]
 mod tests {

@@ -26,8 +26,6 @@ use crate::staging::{self, Outcome};
 
 /// How soon a staging wait looks again (the VolumeSnapshot and PVC are not watched).
 const POLL: chrono::Duration = chrono::Duration::seconds(2);
-/// How soon a run whose staged VolumeSnapshot is still going is looked at again.
-const RELEASE_POLL: chrono::Duration = chrono::Duration::seconds(5);
 
 fn method_name(m: CopyMethod) -> &'static str {
     match m {
@@ -138,30 +136,19 @@ pub(super) async fn apply(
     }
     let over = d.phase.as_ref().or(status.phase.as_ref()).is_some_and(SnapshotPhase::is_terminal);
     if over && held.is_some() {
-        let gone = staging::release(&ctx.client, &ns, &uid).await?;
+        staging::release(&ctx.client, &ns, &uid).await?;
+        let method = obs.policy.as_ref().map(|p| method_name(p.spec.copy_method)).unwrap_or("unknown");
+        ctx.metrics.staging.inc(StagingLabels { namespace: &ns, method, outcome: "released" });
         // A finished pod still holds its PVC (Kubernetes deletes a PVC only once no pod that
         // mounts it exists, finished or not): the mover Job goes too, with its pod, once this
         // terminal status has landed. The result and the stderr tail stay in the status.
         d.delete_job = true;
-        if gone {
-            let method = obs.policy.as_ref().map(|p| method_name(p.spec.copy_method)).unwrap_or("unknown");
-            ctx.metrics.staging.inc(StagingLabels { namespace: &ns, method, outcome: "released" });
-            d.conditions.push(cond(
-                staging::CONDITION,
-                CondStatus::False,
-                staging::RELEASED,
-                "the staged PVC and VolumeSnapshot are deleted",
-            ));
-        } else {
-            // Looked at again until the VolumeSnapshot is gone (touched from the second pass).
-            d.conditions.push(cond(
-                staging::CONDITION,
-                CondStatus::True,
-                staging::RELEASING,
-                format!("VolumeSnapshot {} is deleted and not gone yet", staging::staged_name(&uid)),
-            ));
-            d.requeue_after = Some(d.requeue_after.map_or(RELEASE_POLL, |r| r.min(RELEASE_POLL)));
-        }
+        d.conditions.push(cond(
+            staging::CONDITION,
+            CondStatus::False,
+            staging::RELEASED,
+            "the staged PVC and VolumeSnapshot are deleted",
+        ));
     }
     Ok(())
 }
