@@ -205,11 +205,16 @@ async fn tell_claim(
     }
     let failed = matches!(d.phase, Some(kopiur_api::restore::RestorePhase::Failed));
     let stalled = d.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == crate::conditions::CondStatus::True);
-    let reason = match d.phase {
-        Some(kopiur_api::restore::RestorePhase::Completed) => "Populated",
-        Some(kopiur_api::restore::RestorePhase::Failed) => "PopulateFailed",
-        Some(kopiur_api::restore::RestorePhase::Restoring) => "Populating",
-        _ => "PopulateWaiting",
+    let reason = {
+        use kopiur_api::restore::RestorePhase;
+        match &d.phase {
+            Some(RestorePhase::Completed) => "Populated",
+            Some(RestorePhase::Failed) => "PopulateFailed",
+            Some(RestorePhase::Restoring) => "Populating",
+            Some(RestorePhase::Pending | RestorePhase::Resolving | RestorePhase::Unknown(_)) | None => {
+                "PopulateWaiting"
+            }
+        }
     };
     let note = format!(
         "Restore {}/{}: {} ({})",
