@@ -252,6 +252,10 @@ pub struct SnapshotStatus {
     pub observed_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_recorded_at: Option<Time>,
+    /// When the controller first deleted this run's staged objects (`copyMethod: Snapshot |
+    /// Clone`) and found them not gone; the release bound counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_started_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion: Option<Box<DeletionRecord>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

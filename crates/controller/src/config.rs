@@ -28,6 +28,10 @@ pub struct Config {
     /// [`DEFAULT_RECONCILE_CONCURRENCY`]). Bounded so a start-up over thousands of objects does
     /// not hold one task, request and connection per object at once.
     pub reconcile_concurrency: u16,
+    /// `KOPIUR_STAGING_RELEASE_BOUND_SECONDS`: how long a finished run's staged objects may
+    /// take to go before the run says `Staging=True / ReleaseStuck` and counts in
+    /// `kopiur_staging_left` (default [`crate::staging::DEFAULT_RELEASE_BOUND`]).
+    pub staging_release_bound: std::time::Duration,
     /// Configuration errors found while reading the environment (reported at startup).
     pub errors: Vec<String>,
 }
@@ -90,6 +94,20 @@ pub fn parse_reconcile_concurrency(raw: Option<&str>) -> Result<u16, String> {
     }
 }
 
+pub const STAGING_RELEASE_BOUND_ENV: &str = "KOPIUR_STAGING_RELEASE_BOUND_SECONDS";
+
+/// `KOPIUR_STAGING_RELEASE_BOUND_SECONDS`: unset means the default; anything but a whole
+/// number of seconds from 10 to 86400 is a configuration error.
+pub fn parse_release_bound(raw: Option<&str>) -> Result<std::time::Duration, String> {
+    let Some(raw) = raw.map(str::trim).filter(|r| !r.is_empty()) else {
+        return Ok(crate::staging::DEFAULT_RELEASE_BOUND);
+    };
+    match raw.parse::<u64>() {
+        Ok(n) if (10..=86_400).contains(&n) => Ok(std::time::Duration::from_secs(n)),
+        _ => Err(format!("{STAGING_RELEASE_BOUND_ENV}={raw:?} is not a whole number of seconds between 10 and 86400")),
+    }
+}
+
 fn env_i64(name: &str, default: i64) -> i64 {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default)
 }
@@ -120,7 +138,13 @@ impl Config {
                 errors.push(e);
                 Vec::new()
             });
+        let staging_release_bound = parse_release_bound(std::env::var(STAGING_RELEASE_BOUND_ENV).ok().as_deref())
+            .unwrap_or_else(|e| {
+                errors.push(e);
+                crate::staging::DEFAULT_RELEASE_BOUND
+            });
         Config {
+            staging_release_bound,
             mover_image_pull_policy,
             mover_image_pull_secrets,
             max_concurrent_delete_jobs,
@@ -163,6 +187,17 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_staging_release_bound_is_whole_seconds_in_range() {
+        assert_eq!(parse_release_bound(None), Ok(crate::staging::DEFAULT_RELEASE_BOUND));
+        assert_eq!(parse_release_bound(Some(" ")), Ok(crate::staging::DEFAULT_RELEASE_BOUND));
+        assert_eq!(parse_release_bound(Some("60")), Ok(std::time::Duration::from_secs(60)));
+        for bad in ["5", "86401", "1m", "-3"] {
+            let e = parse_release_bound(Some(bad)).unwrap_err();
+            assert!(e.starts_with("KOPIUR_STAGING_RELEASE_BOUND_SECONDS="), "{e}");
+        }
+    }
 
     /// The runner settings carry the 250 ms debounce (`kube::runtime::controller::Config` has
     /// private fields; its `Debug` is the only window on them).

@@ -93,7 +93,15 @@ const CONTROLLER: &[Rule] = &[
     Rule {
         group: "snapshot.storage.k8s.io",
         resources: &["volumesnapshots"],
-        verbs: &["get", "create", "delete"],
+        verbs: &["get", "create", "delete", "patch"],
+        names: &[],
+    },
+    // A finished run follows its staged VolumeSnapshot's content until it is gone, and nudges
+    // it (one kopiur annotation) when the snapshotter left a deletion for its resync.
+    Rule {
+        group: "snapshot.storage.k8s.io",
+        resources: &["volumesnapshotcontents"],
+        verbs: &["get", "list", "patch"],
         names: &[],
     },
     // A populate (`target.populator`) points its prime's volume at the user's PVC.

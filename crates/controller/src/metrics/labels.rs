@@ -48,13 +48,18 @@ label_set! {
 }
 
 label_set! {
-    /// `namespace`, `method`, `outcome`: CSI staging of backups (`staged`, `failed`, `released`).
+    /// `namespace`, `method`, `outcome`: CSI staging of backups (`staged`, `failed`, `released`, `leaked`).
     pub struct StagingLabels<'a> { pub namespace: &'a str, pub method: &'a str, pub outcome: &'a str }
 }
 
 label_set! {
     /// `namespace`, `outcome`: finished populator Restores (`populated`, `already_bound`, `failed`).
     pub struct PopulateLabels<'a> { pub namespace: &'a str, pub outcome: &'a str }
+}
+
+label_set! {
+    /// `namespace`, `name`: a Snapshot whose staged objects outlived the release bound.
+    pub struct StagingLeftLabels { pub namespace: String, pub name: String }
 }
 
 label_set! {

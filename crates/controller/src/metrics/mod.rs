@@ -54,6 +54,9 @@ pub struct Metrics {
     pub deletions_pending_external: GaugeFamily<RepoLabels>,
     /// Parked run-path Snapshots (Pending, Ready reason RepositoryNotReady) per policy; absent at 0.
     pub snapshot_gated: GaugeFamily<GatedLabels>,
+    /// Snapshots whose staged objects outlived the release bound (`Staging=True /
+    /// ReleaseStuck`), 1 each; absent once they are gone.
+    pub staging_left: GaugeFamily<StagingLeftLabels>,
     /// Per Snapshot (`snapshot::gauges`): size, duration and end time of a Succeeded run.
     pub snapshot_size_bytes: GaugeFamily<SnapshotLabels>,
     pub snapshot_duration_seconds: GaugeFamily<SnapshotLabels>,
@@ -121,7 +124,7 @@ impl Default for Metrics {
             ),
             staging: Counter::new(
                 "kopiur_staging_total",
-                "CSI staging of backups (copyMethod Snapshot or Clone), by outcome: staged (the copy is ready), failed (timeout or refusal), released (its objects deleted). Once every run is over, staged + failed - released is the number of leaked stagings: 0.",
+                "CSI staging of backups (copyMethod Snapshot or Clone), by outcome: staged (the copy is ready), failed (timeout or refusal), released (its objects gone), leaked (its objects still there past the release bound; kopiur keeps releasing them, and counts released once they go). kopiur_staging_left has what is left now.",
             ),
             staging_wait_seconds: Counter::new(
                 "kopiur_staging_wait_seconds_total",
@@ -158,6 +161,10 @@ impl Default for Metrics {
             snapshot_gated: GaugeFamily::new(
                 "kopiur_snapshot_gated",
                 "Snapshots parked on a repository that is not Ready.",
+            ),
+            staging_left: GaugeFamily::new(
+                "kopiur_staging_left",
+                "Finished backups whose staged PVC, VolumeSnapshot or VolumeSnapshotContent is still there past the release bound (Staging=True, reason ReleaseStuck): 1 per Snapshot, absent once they are gone.",
             ),
             snapshot_size_bytes: GaugeFamily::new("kopiur_snapshot_size_bytes", "Size of a Succeeded Snapshot."),
             snapshot_duration_seconds: GaugeFamily::new(
@@ -242,6 +249,7 @@ pub fn metric_names() -> Vec<&'static str> {
         "kopiur_snapshot_deletions_pending_external",
         "kopiur_snapshots_completed_total",
         "kopiur_snapshot_gated",
+        "kopiur_staging_left",
         "kopiur_snapshot_size_bytes",
         "kopiur_snapshot_duration_seconds",
         "kopiur_snapshot_last_success_timestamp_seconds",
@@ -369,8 +377,9 @@ impl Metrics {
         }
         self.deletions_held.render(&mut out);
         self.deletions_pending_external.render(&mut out);
-        let gauges: [&dyn Family; 12] = [
+        let gauges: [&dyn Family; 13] = [
             &self.snapshot_gated,
+            &self.staging_left,
             &self.snapshot_size_bytes,
             &self.snapshot_duration_seconds,
             &self.snapshot_last_success,
@@ -621,6 +630,7 @@ mod tests {
             .replace(BTreeMap::from([(repo("Repository", "t", "r"), 2), (repo("ClusterRepository", "", "c"), 1)]));
         m.deletions_pending_external.replace(BTreeMap::from([(repo("Repository", "t", "r"), 5)]));
         m.snapshot_gated.replace(BTreeMap::from([(GatedLabels { namespace: "t".into(), policy: "p".into() }, 3)]));
+        m.staging_left.replace(BTreeMap::from([(StagingLeftLabels { namespace: "t".into(), name: "s2".into() }, 1)]));
         m.snapshot_size_bytes.replace(BTreeMap::from([(snap("t", "s1", "p"), 42)]));
         m.snapshot_duration_seconds.replace(BTreeMap::from([
             (snap("t", "s1", "p"), 7),
@@ -745,7 +755,7 @@ kopiur_schedule_slots_skipped_total{namespace="t",name="h",reason="expired"} 1
 # HELP kopiur_snapshot_refusals_total Snapshots refused by the controller (terminal without a Job), by reason.
 # TYPE kopiur_snapshot_refusals_total counter
 kopiur_snapshot_refusals_total{namespace="t",name="s",reason="InvalidSpec"} 1
-# HELP kopiur_staging_total CSI staging of backups (copyMethod Snapshot or Clone), by outcome: staged (the copy is ready), failed (timeout or refusal), released (its objects deleted). Once every run is over, staged + failed - released is the number of leaked stagings: 0.
+# HELP kopiur_staging_total CSI staging of backups (copyMethod Snapshot or Clone), by outcome: staged (the copy is ready), failed (timeout or refusal), released (its objects gone), leaked (its objects still there past the release bound; kopiur keeps releasing them, and counts released once they go). kopiur_staging_left has what is left now.
 # TYPE kopiur_staging_total counter
 kopiur_staging_total{namespace="t",method="Snapshot",outcome="staged"} 1
 # HELP kopiur_staging_wait_seconds_total Whole seconds backups waited for their staged copy (from the gate to the staged PVC), by copy method.
@@ -800,6 +810,9 @@ kopiur_snapshot_deletions_pending_external{kind="Repository",namespace="t",name=
 # HELP kopiur_snapshot_gated Snapshots parked on a repository that is not Ready.
 # TYPE kopiur_snapshot_gated gauge
 kopiur_snapshot_gated{namespace="t",policy="p"} 3
+# HELP kopiur_staging_left Finished backups whose staged PVC, VolumeSnapshot or VolumeSnapshotContent is still there past the release bound (Staging=True, reason ReleaseStuck): 1 per Snapshot, absent once they are gone.
+# TYPE kopiur_staging_left gauge
+kopiur_staging_left{namespace="t",name="s2"} 1
 # HELP kopiur_snapshot_size_bytes Size of a Succeeded Snapshot.
 # TYPE kopiur_snapshot_size_bytes gauge
 kopiur_snapshot_size_bytes{namespace="t",name="s1",policy="p"} 42

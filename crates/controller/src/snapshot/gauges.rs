@@ -25,7 +25,7 @@ use kube::{Resource, ResourceExt};
 use super::ctx::PipelineCtx;
 use crate::metrics::Metrics;
 use crate::metrics::labels::{
-    CompletionLabels, GatedLabels, PolicyRepoLabels, RepoLabels, RestoreLabels, SnapshotLabels,
+    CompletionLabels, GatedLabels, PolicyRepoLabels, RepoLabels, RestoreLabels, SnapshotLabels, StagingLeftLabels,
 };
 
 /// How often the gauges are recomputed.
@@ -81,6 +81,20 @@ pub fn gated_series(snapshots: &[Arc<Snapshot>]) -> BTreeMap<GatedLabels, i64> {
     out
 }
 
+/// `kopiur_staging_left` series: Snapshots whose staged objects outlived the release bound
+/// (`Staging=True / ReleaseStuck`), 1 each; no series once they are gone.
+pub fn staging_left_series(snapshots: &[Arc<Snapshot>]) -> BTreeMap<StagingLeftLabels, i64> {
+    snapshots
+        .iter()
+        .filter(|s| {
+            s.status.as_ref().is_some_and(|st| {
+                crate::staging::held(&st.conditions).is_some_and(|c| c.reason == crate::staging::RELEASE_STUCK)
+            })
+        })
+        .map(|s| (StagingLeftLabels { namespace: s.namespace().unwrap_or_default(), name: s.name_any() }, 1))
+        .collect()
+}
+
 /// The result label of a run that reached a terminal phase (Discovered rows are catalog
 /// entries, not runs).
 pub fn result_label(s: &Snapshot) -> Option<&'static str> {
@@ -111,6 +125,7 @@ fn ended_at(s: &Snapshot) -> Option<i64> {
 #[derive(Debug, Default, PartialEq)]
 pub struct SnapshotGauges {
     pub gated: BTreeMap<GatedLabels, i64>,
+    pub staging_left: BTreeMap<StagingLeftLabels, i64>,
     pub size_bytes: BTreeMap<SnapshotLabels, i64>,
     pub duration_seconds: BTreeMap<SnapshotLabels, i64>,
     pub last_success: BTreeMap<SnapshotLabels, i64>,
@@ -120,7 +135,11 @@ pub struct SnapshotGauges {
 }
 
 pub fn compute(snapshots: &[Arc<Snapshot>]) -> SnapshotGauges {
-    let mut g = SnapshotGauges { gated: gated_series(snapshots), ..Default::default() };
+    let mut g = SnapshotGauges {
+        gated: gated_series(snapshots),
+        staging_left: staging_left_series(snapshots),
+        ..Default::default()
+    };
     // Terminal runs per (namespace, policy, repository), for the policy-level gauges.
     let mut runs: BTreeMap<PolicyRepoLabels, Vec<(i64, String, SnapshotPhase)>> = BTreeMap::new();
     for s in snapshots {
@@ -187,6 +206,7 @@ pub fn new_completions(seen: &mut BTreeSet<String>, snapshots: &[Arc<Snapshot>],
 
 fn publish(metrics: &Metrics, g: SnapshotGauges) {
     metrics.snapshot_gated.replace(g.gated);
+    metrics.staging_left.replace(g.staging_left);
     metrics.snapshot_size_bytes.replace(g.size_bytes);
     metrics.snapshot_duration_seconds.replace(g.duration_seconds);
     metrics.snapshot_last_success.replace(g.last_success);

@@ -151,6 +151,9 @@ pub struct RunDecision {
     pub gated: bool,
     /// Delete the backup Job (a wedged mover pod); only once the status write landed.
     pub delete_job: bool,
+    /// `status.releaseStartedAt` to write: a finished run whose staged objects are not gone
+    /// (set by `snapshot::stage`, never by the plan).
+    pub release_started_at: Option<DateTime<Utc>>,
 }
 
 use crate::conditions::{Standing, cond, trio};
@@ -187,6 +190,7 @@ impl RunDecision {
             requeue_after: None,
             gated: false,
             delete_job: false,
+            release_started_at: None,
         }
     }
 }

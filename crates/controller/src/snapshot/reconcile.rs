@@ -189,6 +189,9 @@ fn next_status(
     if d.record_completion.is_some() {
         next.completion_recorded_at = Some(now);
     }
+    if let Some(t) = d.release_started_at {
+        next.release_started_at = Some(t);
+    }
     next.conditions = crate::conditions::merge_conditions(
         &status.conditions,
         &d.conditions,

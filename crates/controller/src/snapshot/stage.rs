@@ -135,22 +135,112 @@ pub(super) async fn apply(
         }
     }
     let over = d.phase.as_ref().or(status.phase.as_ref()).is_some_and(SnapshotPhase::is_terminal);
-    if over && held.is_some() {
-        staging::release(&ctx.client, &ns, &uid).await?;
-        let method = obs.policy.as_ref().map(|p| method_name(p.spec.copy_method)).unwrap_or("unknown");
-        ctx.metrics.staging.inc(StagingLabels { namespace: &ns, method, outcome: "released" });
+    if let Some(held) = held.as_ref().filter(|_| over) {
         // A finished pod still holds its PVC (Kubernetes deletes a PVC only once no pod that
         // mounts it exists, finished or not): the mover Job goes too, with its pod, once this
         // terminal status has landed. The result and the stderr tail stay in the status.
         d.delete_job = true;
-        d.conditions.push(cond(
-            staging::CONDITION,
-            CondStatus::False,
-            staging::RELEASED,
-            "the staged PVC and VolumeSnapshot are deleted",
-        ));
+        let left = staging::release(&ctx.client, &ns, &uid, now).await?;
+        let started = status.release_started_at;
+        let v = release_verdict(&left, &ns, held, started, ctx.config.staging_release_bound, now);
+        if let Some(outcome) = v.outcome {
+            let method = obs.policy.as_ref().map(|p| method_name(p.spec.copy_method)).unwrap_or("unknown");
+            ctx.metrics.staging.inc(StagingLabels { namespace: &ns, method, outcome });
+        }
+        if let Some(note) = v.warning
+            && d.warning.is_none()
+        {
+            d.warning = Some((staging::LEFT_EVENT, note));
+        }
+        d.release_started_at = v.started;
+        if v.look_again {
+            d.requeue_after = Some(d.requeue_after.map_or(RELEASE_POLL, |r| r.min(RELEASE_POLL)));
+        }
+        d.conditions.push(v.condition);
     }
     Ok(())
+}
+
+/// How soon a run whose staged objects are not gone yet is looked at again.
+const RELEASE_POLL: chrono::Duration = chrono::Duration::seconds(5);
+
+/// What one release pass writes (pure).
+#[derive(Debug, PartialEq)]
+pub(super) struct ReleaseVerdict {
+    pub condition: crate::conditions::Cond,
+    /// `status.releaseStartedAt` to write (`None`: leave it).
+    pub started: Option<DateTime<Utc>>,
+    /// The `kopiur_staging_total` outcome this pass counts (on a transition only).
+    pub outcome: Option<&'static str>,
+    /// The Warning Event of a release that outlives the bound (on the transition only).
+    pub warning: Option<String>,
+    pub look_again: bool,
+}
+
+/// The release bound, from the first pass that found something left (pure): within it
+/// `Staging=True / Releasing`; past it `Staging=True / ReleaseStuck`, counted once as
+/// `leaked`, with a Warning naming what is left and the commands that show why; once all is
+/// gone `Staging=False / Released`, counted once as `released`. Nothing is ever left silently.
+pub(super) fn release_verdict(
+    left: &staging::Left,
+    ns: &str,
+    held: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
+    started: Option<DateTime<Utc>>,
+    bound: std::time::Duration,
+    now: DateTime<Utc>,
+) -> ReleaseVerdict {
+    if left.gone() {
+        let took = started.map(|s| (now - s).num_seconds().max(0));
+        let message = match took {
+            Some(t) => format!("the staged PVC and VolumeSnapshot are gone ({t}s after the run ended)"),
+            None => "the staged PVC and VolumeSnapshot are gone".to_string(),
+        };
+        return ReleaseVerdict {
+            condition: cond(staging::CONDITION, CondStatus::False, staging::RELEASED, message),
+            started: None,
+            outcome: Some("released"),
+            warning: None,
+            look_again: false,
+        };
+    }
+    let since = started.unwrap_or(now);
+    let waited = (now - since).to_std().unwrap_or_default();
+    let what = left.describe();
+    if waited > bound {
+        let message = format!(
+            "staged objects not gone {}s after the run ended (bound {}s): {what}; kopiur keeps deleting and nudging them every {}s; see {}",
+            waited.as_secs(),
+            bound.as_secs(),
+            RELEASE_POLL.num_seconds(),
+            left.commands(ns)
+        );
+        let transition = held.reason != staging::RELEASE_STUCK;
+        return ReleaseVerdict {
+            // The message of a stuck release is written once (no churn of a counting clock).
+            condition: cond(
+                staging::CONDITION,
+                CondStatus::True,
+                staging::RELEASE_STUCK,
+                if transition { message.clone() } else { held.message.clone() },
+            ),
+            started: Some(since),
+            outcome: transition.then_some("leaked"),
+            warning: transition.then_some(message),
+            look_again: true,
+        };
+    }
+    ReleaseVerdict {
+        condition: cond(
+            staging::CONDITION,
+            CondStatus::True,
+            staging::RELEASING,
+            format!("deleted, not gone yet (bound {}s): {what}", bound.as_secs()),
+        ),
+        started: Some(since),
+        outcome: None,
+        warning: None,
+        look_again: true,
+    }
 }
 
 /// A Snapshot deleted mid-staging: its staged PVC and VolumeSnapshot go now (their owner
@@ -159,7 +249,97 @@ pub(super) async fn release_on_delete(ctx: &PipelineCtx, snap: &Snapshot) -> Res
     if let Some(status) = &snap.status
         && staging::held(&status.conditions).is_some()
     {
-        staging::release(&ctx.client, &snap.namespace().unwrap_or_default(), &snap.uid().unwrap_or_default()).await?;
+        let (ns, uid) = (snap.namespace().unwrap_or_default(), snap.uid().unwrap_or_default());
+        staging::release(&ctx.client, &ns, &uid, Utc::now()).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::staging::{ContentLeft, Left};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+    fn held(reason: &str, message: &str) -> Condition {
+        Condition {
+            type_: staging::CONDITION.into(),
+            status: "True".into(),
+            reason: reason.into(),
+            message: message.into(),
+            observed_generation: None,
+            last_transition_time: crate::conditions::ktime(Utc::now()),
+        }
+    }
+
+    fn creating() -> Left {
+        Left {
+            claim: None,
+            snapshot: Some("kopiur-stage-u".into()),
+            content: Some(ContentLeft { name: "snapcontent-v".into(), being_created: true }),
+        }
+    }
+
+    const BOUND: std::time::Duration = std::time::Duration::from_secs(60);
+
+    /// issue 30: a release that finds something left is Releasing within the bound, from the
+    /// first pass that found it (its start recorded), and looks again.
+    #[test]
+    fn a_release_not_done_is_releasing_within_the_bound() {
+        let now = Utc::now();
+        let v = release_verdict(&creating(), "app", &held(staging::STAGED, "m"), None, BOUND, now);
+        assert_eq!((v.condition.status, v.condition.reason.as_str()), (CondStatus::True, staging::RELEASING));
+        assert!(v.condition.message.contains("VolumeSnapshot kopiur-stage-u"), "{}", v.condition.message);
+        assert!(v.condition.message.contains("has not answered CreateSnapshot"), "{}", v.condition.message);
+        assert_eq!(v.started, Some(now), "the bound counts from the first pass that found something left");
+        assert_eq!((v.outcome, v.warning.is_some(), v.look_again), (None, false, true));
+        let later = now + chrono::Duration::seconds(60);
+        let v = release_verdict(&creating(), "app", &held(staging::RELEASING, "m"), Some(now), BOUND, later);
+        assert_eq!(v.condition.reason, staging::RELEASING, "exactly at the bound is still within it");
+        assert_eq!(v.started, Some(now), "the start is kept");
+    }
+
+    /// issue 30: past the bound the run says ReleaseStuck, counts `leaked` and warns once, with
+    /// what is left and the commands; it still looks again (the objects are still released).
+    #[test]
+    fn past_the_bound_a_release_is_stuck_counted_once_and_announced() {
+        let start = Utc::now();
+        let now = start + chrono::Duration::seconds(61);
+        let v = release_verdict(&creating(), "app", &held(staging::RELEASING, "m"), Some(start), BOUND, now);
+        assert_eq!((v.condition.status, v.condition.reason.as_str()), (CondStatus::True, staging::RELEASE_STUCK));
+        assert_eq!(v.outcome, Some("leaked"));
+        let note = v.warning.expect("a Warning on the transition");
+        assert!(note.contains("not gone 61s after the run ended (bound 60s)"), "{note}");
+        assert!(note.contains("kubectl -n app describe volumesnapshot kopiur-stage-u"), "{note}");
+        assert!(note.contains("kubectl describe volumesnapshotcontent snapcontent-v"), "{note}");
+        assert!(v.look_again);
+        // The next pass: no second count, no second Event, the message kept as written.
+        let stuck = held(staging::RELEASE_STUCK, &note);
+        let v = release_verdict(&creating(), "app", &stuck, Some(start), BOUND, now + chrono::Duration::seconds(5));
+        assert_eq!((v.outcome, v.warning), (None, None));
+        assert_eq!(v.condition.message, note);
+    }
+
+    /// issue 30: once all is gone, Released (False), counted once as released, whatever came
+    /// before (a stuck release heals).
+    #[test]
+    fn a_release_is_done_only_when_everything_is_gone() {
+        let start = Utc::now();
+        for before in [staging::STAGED, staging::RELEASING, staging::RELEASE_STUCK] {
+            let v = release_verdict(
+                &Left::default(),
+                "app",
+                &held(before, "m"),
+                Some(start),
+                BOUND,
+                start + chrono::Duration::seconds(90),
+            );
+            assert_eq!((v.condition.status, v.condition.reason.as_str()), (CondStatus::False, staging::RELEASED));
+            assert!(v.condition.message.contains("90s after the run ended"), "{}", v.condition.message);
+            assert_eq!((v.outcome, v.look_again), (Some("released"), false));
+        }
+        let claim_only = Left { claim: Some("kopiur-stage-u".into()), ..Left::default() };
+        let v = release_verdict(&claim_only, "app", &held(staging::STAGED, "m"), None, BOUND, start);
+        assert_eq!(v.condition.reason, staging::RELEASING, "a PVC still held is not released");
+    }
 }

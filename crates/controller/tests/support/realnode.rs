@@ -55,6 +55,16 @@ impl NodeStack {
     /// Starts it in a new namespace `<ns_prefix>-…`; the repository's objects go under the
     /// bucket prefix `<ns_prefix>/`; the controller's namespace is `op_ns`.
     pub async fn start(cluster: &kopiur_testenv::realnode::RealCluster, op_ns: &str, ns_prefix: &str) -> Result<Self> {
+        Self::start_with_env(cluster, op_ns, ns_prefix, &[]).await
+    }
+
+    /// [`NodeStack::start`] with more controller environment (`extra_env` after the mover image).
+    pub async fn start_with_env(
+        cluster: &kopiur_testenv::realnode::RealCluster,
+        op_ns: &str,
+        ns_prefix: &str,
+        extra_env: &[(&str, &str)],
+    ) -> Result<Self> {
         use k8s_openapi::api::core::v1::Secret;
         use kube::Api;
         use serde_json::json;
@@ -64,9 +74,9 @@ impl NodeStack {
         let proxy =
             kopiur_testenv::proxy::FaultProxy::start_on(kopiur_testenv::realnode::config::NODE_IP, garage.s3_addr())
                 .await?;
-        let op =
-            kopiur_testenv::operator::Operator::start(cluster.env(), op_ns, &[("KOPIUR_MOVER_IMAGE", MOVER_IMAGE)])
-                .await?;
+        let mut env = vec![("KOPIUR_MOVER_IMAGE", MOVER_IMAGE)];
+        env.extend_from_slice(extra_env);
+        let op = kopiur_testenv::operator::Operator::start(cluster.env(), op_ns, &env).await?;
         let log = op.log_path().to_path_buf();
         let ns = cluster.env().namespace(ns_prefix).await?;
         let secret: Secret = serde_json::from_value(json!({

@@ -16,6 +16,7 @@ const SPEC_ALERTS: &[(&str, &str, &str)] = &[
     ("KopiurBackupConsecutiveFailures", "15m", "warning"),
     ("KopiurLastBackupFailed", "10m", "warning"),
     ("KopiurRestoreFailed", "10m", "warning"),
+    ("KopiurStagedObjectsLeft", "5m", "warning"),
     ("KopiurReconcileErrorsHigh", "15m", "warning"),
     ("KopiurLeaderElectionFlapping", "5m", "warning"),
 ];
@@ -254,6 +255,6 @@ fn promtool_checks_and_unit_tests_pass() {
         );
     }
     assert!(out.ok, "deploy/prometheus/test.sh failed:\n{all}");
-    assert!(all.contains("SUCCESS: 10 rules found"), "promtool check rules:\n{all}");
+    assert!(all.contains("SUCCESS: 11 rules found"), "promtool check rules:\n{all}");
     assert!(!all.contains("FAILED"), "{all}");
 }

@@ -110,6 +110,7 @@ fn controller_env_carries_namespace_lease_and_mover_settings() {
     assert_eq!(env(&c, "KOPIUR_LEASE_NAME")["value"], "kopiur-leader");
     assert_eq!(env(&c, "KOPIUR_MAX_CONCURRENT_DELETE_JOBS")["value"], "0");
     assert_eq!(env(&c, "KOPIUR_RECONCILE_CONCURRENCY")["value"], "8");
+    assert_eq!(env(&c, "KOPIUR_STAGING_RELEASE_BOUND_SECONDS")["value"], "300", "the controller's default bound");
     assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE")["value"], format!("kopiur-mover:{app_version}"));
     assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE_PULL_POLICY")["value"], "IfNotPresent");
     assert!(
@@ -121,6 +122,7 @@ fn controller_env_carries_namespace_lease_and_mover_settings() {
     let c = controller(&render(&[
         "maxConcurrentDeleteJobs=4",
         "reconcileConcurrency=32",
+        "stagingReleaseBoundSeconds=90",
         "mover.image.repository=registry.example/mover",
         "mover.image.tag=v9",
         "mover.image.pullPolicy=Always",
@@ -131,6 +133,7 @@ fn controller_env_carries_namespace_lease_and_mover_settings() {
     assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE_PULL_SECRETS")["value"], "regcred,mirror-cred");
     assert_eq!(env(&c, "KOPIUR_MAX_CONCURRENT_DELETE_JOBS")["value"], "4");
     assert_eq!(env(&c, "KOPIUR_RECONCILE_CONCURRENCY")["value"], "32");
+    assert_eq!(env(&c, "KOPIUR_STAGING_RELEASE_BOUND_SECONDS")["value"], "90");
     assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE")["value"], "registry.example/mover:v9");
     assert_eq!(env(&c, "KOPIUR_MOVER_IMAGE_PULL_POLICY")["value"], "Always");
     assert_eq!(env(&c, "KOPIUR_LEASE_NAME")["value"], "other-lease");
@@ -285,6 +288,7 @@ fn values_schema_rejects_bad_values() {
     rejected(&["maxConcurrentDeleteJobs=many"], "maxConcurrentDeleteJobs");
     rejected(&["reconcileConcurrency=0"], "reconcileConcurrency");
     rejected(&["reconcileConcurrency=2000"], "reconcileConcurrency");
+    rejected(&["stagingReleaseBoundSeconds=5"], "stagingReleaseBoundSeconds");
     rejected(&["unknownTopLevelKey=1"], "unknownTopLevelKey");
     rejected(&["mover.image.pullPolicy=Sometimes"], "pullPolicy");
     rejected(&["mover.imagePullSecrets={Bad_Name}"], "imagePullSecrets");

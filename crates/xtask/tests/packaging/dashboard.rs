@@ -22,6 +22,7 @@ const SPEC_METRICS: &[&str] = &[
     "kopiur_snapshotpolicy_last_backup_success",
     "kopiur_snapshot_consecutive_failures",
     "kopiur_snapshot_gated",
+    "kopiur_staging_left",
     "kopiur_snapshot_refusals_total",
     "kopiur_schedule_snapshots_created_total",
     "kopiur_schedule_slots_skipped_total",
