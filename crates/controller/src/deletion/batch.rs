@@ -64,6 +64,26 @@ pub fn batch_name<'a>(repo_uid: &str, member_uids: impl IntoIterator<Item = &'a 
     format!("snapdel-{}", &sha256_hex(text.as_bytes())[..10])
 }
 
+/// Whether a Job labelled as a batch is one the controller created (pure): in the home
+/// namespace of the repository whose uid its `delete-repo` label names (`home`: that repository's
+/// home namespace, `None` when no such repository is known), named [`batch_name`] of that uid and
+/// its members, and controlled (ownerReference `controller: true`) by that repository's uid.
+/// Labels and annotations are anyone's to write; the namespace is not: a tenant cannot create a
+/// Job in another tenant's namespace or the operator's, so a fake batch neither releases
+/// another namespace's finalizers nor holds a repository's deletions.
+pub fn trusted_batch(
+    job_ns: &str,
+    job_name: &str,
+    owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    repo_uid: &str,
+    members: &[String],
+    home: Option<&str>,
+) -> bool {
+    home == Some(job_ns)
+        && job_name == batch_name(repo_uid, members.iter().map(String::as_str))
+        && owners.iter().any(|o| o.controller == Some(true) && o.uid == repo_uid)
+}
+
 /// Split manifest ids into `snapshot delete` calls of at most `per_call` ids.
 pub fn chunk_ids(ids: &[String], per_call: usize) -> Vec<Vec<String>> {
     ids.chunks(per_call.max(1)).map(<[String]>::to_vec).collect()
@@ -378,6 +398,26 @@ mod tests {
     #[test]
     fn name_is_deterministic_and_order_independent() {
         let a = batch_name("r1", ["b", "a", "c"]);
+        let members: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        let owner = |uid: &str, controller: bool| k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "kopiur.home-operations.com/v1alpha1".into(),
+            kind: "Repository".into(),
+            name: "r".into(),
+            uid: uid.into(),
+            controller: Some(controller),
+            block_owner_deletion: None,
+        };
+        // issue 31 (audit 4.2): only the controller's own batch counts.
+        assert!(trusted_batch("home", &a, &[owner("r1", true)], "r1", &members, Some("home")));
+        assert!(!trusted_batch("tenant", &a, &[owner("r1", true)], "r1", &members, Some("home")), "another namespace");
+        assert!(!trusted_batch("home", &a, &[owner("r1", true)], "r1", &members, None), "an unknown repository");
+        assert!(
+            !trusted_batch("home", "snapdel-x", &[owner("r1", true)], "r1", &members, Some("home")),
+            "a made-up name"
+        );
+        assert!(!trusted_batch("home", &a, &[owner("r1", false)], "r1", &members, Some("home")), "not the controller");
+        assert!(!trusted_batch("home", &a, &[owner("r2", true)], "r1", &members, Some("home")), "another owner");
+        assert!(!trusted_batch("home", &a, &[], "r1", &members, Some("home")), "no owner");
         assert_eq!(a, batch_name("r1", ["c", "b", "a"]));
         assert!(a.starts_with("snapdel-"));
         assert_eq!(a.len(), "snapdel-".len() + 10);

@@ -90,6 +90,16 @@ pub fn breaker_for(ctx: &PipelineCtx, repo: &RepoView, dels: &[Arc<Snapshot>], n
 
 /// Batch Jobs from the store (every repository, for the cluster-wide cap).
 pub fn batch_jobs(ctx: &PipelineCtx) -> Vec<(Arc<Job>, BatchJob)> {
+    // Each known repository's home namespace, by uid: a batch Job counts only there.
+    let mut homes: BTreeMap<String, String> = BTreeMap::new();
+    for r in ctx.stores.repos.state() {
+        let v = RepoView::Namespaced(r);
+        homes.insert(v.uid(), v.home_namespace(&ctx.config.namespace));
+    }
+    for c in ctx.stores.crepos.state() {
+        let v = RepoView::Cluster(c);
+        homes.insert(v.uid(), v.home_namespace(&ctx.config.namespace));
+    }
     ctx.stores
         .jobs
         .state()
@@ -101,6 +111,18 @@ pub fn batch_jobs(ctx: &PipelineCtx) -> Vec<(Arc<Job>, BatchJob)> {
                 .get(annotation::DELETE_MEMBERS)
                 .map(|m| m.split(',').filter(|x| !x.is_empty()).map(str::to_string).collect())
                 .unwrap_or_default();
+            let trusted = batch::trusted_batch(
+                &j.namespace().unwrap_or_default(),
+                &j.name_any(),
+                j.owner_references(),
+                &repo_uid,
+                &members,
+                homes.get(&repo_uid).map(String::as_str),
+            );
+            if !trusted {
+                tracing::debug!(job = %j.name_any(), namespace = ?j.namespace(), "a Job labelled as a batch that the controller did not create: ignored");
+                return None;
+            }
             let b = BatchJob { name: j.name_any(), repo_uid, members, phase: job_phase(&j) };
             Some((j, b))
         })
