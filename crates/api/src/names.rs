@@ -282,6 +282,8 @@ pub mod event {
     pub const SNAPSHOT_SUCCEEDED: &str = "SnapshotSucceeded";
     pub const SNAPSHOT_FAILED: &str = "SnapshotFailed";
     pub const MOVER_POD_WEDGED: &str = "MoverPodWedged";
+    /// A finished run's staged PVC, VolumeSnapshot or content outlived the release bound.
+    pub const STAGED_OBJECTS_LEFT: &str = "StagedObjectsLeft";
     pub const SNAPSHOT_DELETION_HELD: &str = "SnapshotDeletionHeld";
     pub const SNAPSHOT_RETAINED_ON_SCHEDULE_DELETE: &str = "SnapshotRetainedOnScheduleDelete";
     pub const SNAPSHOT_ORPHANED: &str = "SnapshotOrphaned";

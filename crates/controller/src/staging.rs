@@ -44,7 +44,7 @@ pub const RELEASING: &str = "Releasing";
 /// ([`DEFAULT_RELEASE_BOUND`]): counted in `kopiur_staging_left`, alerted, still followed.
 pub const RELEASE_STUCK: &str = "ReleaseStuck";
 /// The Warning Event of a run whose staged objects outlive the bound.
-pub const LEFT_EVENT: &str = "StagedObjectsLeft";
+pub const LEFT_EVENT: &str = kopiur_api::names::event::STAGED_OBJECTS_LEFT;
 /// How long kopiur expects a finished run's staged objects to take to go, unless
 /// `KOPIUR_STAGING_RELEASE_BOUND_SECONDS` says otherwise.
 pub const DEFAULT_RELEASE_BOUND: Duration = Duration::from_secs(300);
