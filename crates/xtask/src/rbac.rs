@@ -149,9 +149,29 @@ const CONTROLLER: &[Rule] = &[
     Rule { group: "events.k8s.io", resources: &["events"], verbs: &["create", "patch"], names: &[] },
 ];
 
+/// The kinds whose status a mover reports to (backup and pin: Snapshot; Restore; Maintenance;
+/// replication). A repository's bootstrap reports through its result ConfigMap and a batch
+/// delete through its exit, so no mover may patch a Repository, ClusterRepository,
+/// SnapshotPolicy or SnapshotSchedule status (issue 31: the mover's ServiceAccount is usable by
+/// any Pod of its namespace).
+const MOVER_REPORTS_TO: &[&str] = &[
+    "snapshots/status",
+    "restores/status",
+    "maintenances/status",
+    "repositoryreplications/status",
+    "snapshotreplications/status",
+];
+
 /// The mover: its target's status and its result ConfigMap. No Secrets, no create, no delete.
 const MOVER: &[Rule] = &[
-    Rule { group: "kopiur.home-operations.com", resources: KIND_STATUS, verbs: &["get", "patch"], names: &[] },
+    Rule { group: "kopiur.home-operations.com", resources: MOVER_REPORTS_TO, verbs: &["get", "patch"], names: &[] },
+    // The uid check of a bootstrap's or batch's target (the repository) before it runs.
+    Rule {
+        group: "kopiur.home-operations.com",
+        resources: &["repositories/status", "clusterrepositories/status"],
+        verbs: &["get"],
+        names: &[],
+    },
     Rule { group: "", resources: &["configmaps"], verbs: &["get", "patch"], names: &[] },
 ];
 
@@ -188,6 +208,20 @@ pub fn render() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mover_patches_only_the_status_it_reports_to() {
+        let y = render();
+        let mover = y.split("---").nth(1).unwrap();
+        for kind in ["repositories", "clusterrepositories", "snapshotpolicies", "snapshotschedules"] {
+            let patchable = mover
+                .split("  - apiGroups")
+                .filter(|rule| rule.contains("\"patch\""))
+                .any(|rule| rule.contains(&format!("\"{kind}/status\"")));
+            assert!(!patchable, "the mover may patch {kind}/status:\n{mover}");
+        }
+        assert!(mover.contains("\"snapshots/status\""), "{mover}");
+    }
 
     #[test]
     fn mover_has_no_secret_access_and_no_create() {
