@@ -73,10 +73,23 @@ fn mover_cluster_role_is_only_status_and_configmaps() {
         let configmaps = g.is_empty() && r == "configmaps";
         assert!((status || configmaps) && (v == "get" || v == "patch") && n.is_empty(), "mover may not {v} {g}/{r}");
     }
+    // Movers report to these kinds' status (issue 31: and only to these; any Pod of the
+    // namespace can use the mover ServiceAccount).
+    let reports_to = ["snapshots", "restores", "maintenances", "repositoryreplications", "snapshotreplications"];
     for p in plurals() {
-        for v in ["get", "patch"] {
-            assert!(mover.contains(&grant(GROUP, &format!("{p}/status"), v)), "mover lacks {v} on {p}/status");
-        }
+        let status = format!("{p}/status");
+        assert!(
+            mover.contains(&grant(GROUP, &status, "get")) || !reports_to.contains(&p.as_str()),
+            "mover lacks get on {status}"
+        );
+        let may_patch = mover.contains(&grant(GROUP, &status, "patch"));
+        assert_eq!(may_patch, reports_to.contains(&p.as_str()), "mover patch on {status}: {may_patch}");
+    }
+    for p in ["repositories", "clusterrepositories"] {
+        assert!(
+            mover.contains(&grant(GROUP, &format!("{p}/status"), "get")),
+            "mover lacks get on {p}/status (the uid check)"
+        );
     }
     for v in ["get", "patch"] {
         assert!(mover.contains(&grant("", "configmaps", v)), "mover lacks {v} on configmaps");
