@@ -19,7 +19,8 @@
 //!    `InvalidArgument`) fails at once, inside the timeout. A VolumeSnapshotClass that does not
 //!    exist fails the run at once with the reason.
 //! 5. The controller killed mid-staging: after it returns, the run succeeds and nothing leaks.
-//! 6. A run that ends by its deadline (`activeDeadlineSeconds: 2`) releases its staging.
+//! 6. A run that ends by its deadline (`activeDeadlineSeconds: 2`, the backend slowed to 5 s a
+//!    request so the mover cannot finish first) releases its staging.
 //! 7. A release kept past the bound (the snapshot-controller stopped as the run ends): the run
 //!    says `Staging=True / ReleaseStuck` only after the bound, with a Warning Event,
 //!    `kopiur_staging_left` 1 and `kopiur_staging_total{outcome="leaked"}` 1, and the shipped
@@ -435,7 +436,11 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     );
     println!("a missing VolumeSnapshotClass: Failed in {:.1} s: {}", asked.elapsed().as_secs_f64(), ready.message);
 
-    // 6. A run that ends by its deadline releases its staging like any other end.
+    // 6. A run that ends by its deadline releases its staging like any other end. The backend
+    // answers each request only after 5 s (slow is not down: the breaker stays closed), so the
+    // 2 s deadline ends the run before its mover can finish; without it a quiet machine backs
+    // the small volume up inside 2 s and the run Succeeds.
+    stack.proxy.set(kopiur_testenv::proxy::Mode::Latency(Duration::from_secs(5)));
     apply(
         &client,
         &ns,
@@ -444,7 +449,9 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
                "spec": {"policyRef": {"name": "p-snapshot"}, "failurePolicy": {"activeDeadlineSeconds": 2}}}),
     )
     .await?;
-    let s = over(&snaps, "s-deadline", &log).await?;
+    let s = over(&snaps, "s-deadline", &log).await;
+    stack.proxy.set(kopiur_testenv::proxy::Mode::Pass);
+    let s = s?;
     let ready = snap_condition(&s, "Ready").context("Ready")?;
     ensure!(snap_phase(&s) == "Failed", "s-deadline is {}: {} {}", snap_phase(&s), ready.reason, ready.message);
     finished(&snaps, "s-deadline", &log).await?;
