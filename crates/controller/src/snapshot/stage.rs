@@ -208,7 +208,7 @@ pub(super) fn release_verdict(
     let what = left.describe();
     if waited > bound {
         let message = format!(
-            "staged objects not gone {}s after the run ended (bound {}s): {what}; kopiur keeps deleting and nudging them every {}s; see {}",
+            "staged objects not gone {}s after the run ended (bound {}s): {what}; kopiur keeps releasing them (a look every {}s, a nudge at most every 10s); see {}",
             waited.as_secs(),
             bound.as_secs(),
             RELEASE_POLL.num_seconds(),
