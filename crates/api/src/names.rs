@@ -30,6 +30,9 @@ pub mod annotation {
     pub const STREAM_EXEC_MOVERS: &str = "kopiur.home-operations.com/stream-exec-movers";
     // Written by the operator on its own objects.
     pub const DELETE_MEMBERS: &str = "kopiur.home-operations.com/delete-members";
+    /// On a failed batch Job, written by the controller: the per-member answer it read from the
+    /// Job's Pod (`kopiur_mover::batch_outcome`).
+    pub const DELETE_OUTCOMES: &str = "kopiur.home-operations.com/delete-outcomes";
     pub const BOOTSTRAP_GENERATION: &str = "kopiur.home-operations.com/bootstrap-generation";
     pub const MAINTENANCE_SLOT: &str = "kopiur.home-operations.com/maintenance-slot";
     pub const REPLICATION_SLOT: &str = "kopiur.home-operations.com/replication-slot";
@@ -132,6 +135,9 @@ pub mod condition {
     pub const REPOSITORY_WRITABLE: &str = "RepositoryWritable";
     pub const SOURCE_PVC_AVAILABLE: &str = "SourcePvcAvailable";
     pub const DELETION_HELD: &str = "DeletionHeld";
+    /// The batch delete found that the kopia manifest the Snapshot names is not its own and
+    /// kept it; the finalizer stays until a human decides.
+    pub const DELETION_REFUSED: &str = "DeletionRefused";
     pub const PINNED: &str = "Pinned";
     // SnapshotSchedule.
     pub const SCHEDULE_RUNNABLE: &str = "ScheduleRunnable";
@@ -274,6 +280,7 @@ pub mod event {
     pub const MASS_DELETION_HELD: &str = "MassDeletionHeld";
     pub const INVALID_MASS_DELETION_ACK: &str = "InvalidMassDeletionAck";
     pub const SNAPSHOT_DELETION_BATCH_FAILED: &str = "SnapshotDeletionBatchFailed";
+    pub const SNAPSHOT_DELETION_REFUSED: &str = "SnapshotDeletionRefused";
     pub const DISCOVERED_SNAPSHOT_UNPLACED: &str = "DiscoveredSnapshotUnplaced";
     pub const MAINTENANCE_NOT_CONFIGURED: &str = "MaintenanceNotConfigured";
     pub const TOO_MANY_INDEX_BLOBS: &str = "TooManyIndexBlobs";

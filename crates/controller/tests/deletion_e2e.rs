@@ -24,7 +24,9 @@
 //! delete fails (a one-shot fault in the audit wrapper) fails its Job, keeps every finalizer,
 //! counts `deletion_batches_total{outcome="failed"}`, emits one `SnapshotDeletionBatchFailed`
 //! and stamps `reverify-requested-at`, then re-batches and drains (T40); editing a schedule's
-//! `onScheduleDelete` reaches its 8 children within 10 s, both ways (T43).
+//! `onScheduleDelete` reaches its 8 children within 10 s, both ways (T43); and a tenant that
+//! forges its own Snapshot's status with another tenant's kopia id and identity, then deletes it,
+//! deletes nothing: the batch refuses it and says so (issue 31).
 //!
 //! Seeding is direct (kopia CLI + API writes, see `support/seed.rs`), so the whole
 //! file runs in a few minutes on 2 cores. Every count is printed.
@@ -345,9 +347,29 @@ async fn tenancy(h: &mut Harness) -> Result<()> {
         seed_snapshots(&client, &faulty, &pin_flaky, items(&fl_names, &flaky_ids, "fl"), 4),
         seed_snapshots(&client, &faulty, &pin_flaky, prop_children, 4),
     )?;
+    // Red team (issue 31): in a ClusterRepository two namespaces share, the victim's backup is
+    // made as kopiur makes it (its Snapshot first, then the manifest tagged with that uid); the
+    // forger copies the victim's kopia id and recorded identity into its own Snapshot's status,
+    // as a Pod with the mover account can, then deletes its Snapshot.
+    let (victim_ns, forger_ns) = futures::try_join!(h.env.namespace("victim"), h.env.namespace("forger"))?;
+    let k_forge = h.kopia_repo("crforge/").await?;
+    let c_forge = h.cluster_repository("tenancy-forge", "crforge/", json!({"list": [victim_ns, forger_ns]})).await?;
+    let pin_forge = RepoPin::of_cluster(&c_forge);
+    let precious = vec!["precious".to_string()];
+    let placeholder = BTreeMap::from([(precious[0].clone(), "0".repeat(32))]);
+    let victim_uids =
+        seed_snapshots(&client, &victim_ns, &pin_forge, items(&precious, &placeholder, "precious"), 1).await?;
+    let victim_id = k_forge.seed_tagged(&precious[0], &victim_uids[&precious[0]]).await?;
+    let real = BTreeMap::from([(precious[0].clone(), victim_id.clone())]);
+    seed_snapshots(&client, &victim_ns, &pin_forge, items(&precious, &real, "precious"), 1).await?;
+    let forged_names = vec!["forged".to_string()];
+    let forged_ids = BTreeMap::from([(forged_names[0].clone(), victim_id.clone())]);
+    let forger_uids =
+        seed_snapshots(&client, &forger_ns, &pin_forge, items(&forged_names, &forged_ids, "forged"), 1).await?;
     let (jobs, recorder) = JobRecorder::spawn(client.clone());
     h.start_operator().await?;
     futures::try_join!(
+        h.wait_cluster_repository_ready("tenancy-forge", Duration::from_secs(120)),
         h.wait_cluster_repository_ready("tenancy-list", Duration::from_secs(120)),
         h.wait_cluster_repository_ready("tenancy-sel", Duration::from_secs(120)),
         h.wait_cluster_repository_ready("tenancy-wave", Duration::from_secs(120)),
@@ -480,9 +502,69 @@ async fn tenancy(h: &mut Harness) -> Result<()> {
         println!("[tenancy selector] the parked deletion drained {:.1}s after the relabel", took.as_secs_f64());
         Ok::<(), anyhow::Error>(())
     };
-    futures::try_join!(list_and_selector, wave, fault)?;
+    let forged = async {
+        let f = Forged { victim_ns: &victim_ns, forger_ns: &forger_ns, k: &k_forge, victim_id: &victim_id };
+        forged_status(h, &jobs, f, &forger_uids).await.context("forged status (issue 31)")
+    };
+    futures::try_join!(list_and_selector, wave, fault, forged)?;
     recorder.abort();
     println!("tenancy e2e total {:.1}s", t0.elapsed().as_secs_f64());
+    Ok(())
+}
+
+struct Forged<'a> {
+    victim_ns: &'a str,
+    forger_ns: &'a str,
+    k: &'a KopiaRepo,
+    victim_id: &'a str,
+}
+
+/// Issue 31: a Snapshot whose status names another tenant's kopia snapshot (its id and even its
+/// recorded identity) is deleted. The batch refuses it (the manifest's `kopiur-uid` tag names the
+/// victim's Snapshot): the victim's data and Snapshot are intact, the forger's Snapshot keeps its
+/// finalizer with `DeletionRefused=True` (Stalled) and one `SnapshotDeletionRefused` Warning, it
+/// is never batched again, and `skip-snapshot-cleanup` lets it go while keeping the data.
+async fn forged_status(h: &Harness, jobs: &JobRecorder, f: Forged<'_>, uids: &BTreeMap<String, String>) -> Result<()> {
+    use kopiur_api::names::{annotation::SKIP_SNAPSHOT_CLEANUP, event::SNAPSHOT_DELETION_REFUSED};
+    let client = &h.client;
+    let forger_uid = uids["forged"].clone();
+    let member: BTreeSet<String> = [forger_uid.clone()].into();
+    let started = Instant::now();
+    delete_set(client, f.forger_ns, "forged").await?;
+    let snaps: Api<Snapshot> = Api::namespaced(client.clone(), f.forger_ns);
+    let message = wait_for("the forged Snapshot DeletionRefused=True", Duration::from_secs(180), &h.log(), || async {
+        let s = snaps.get("forged").await?;
+        Ok(condition(&s, "DeletionRefused").filter(|c| c.status == "True").map(|c| c.message.clone()))
+    })
+    .await?;
+    let refused_after = started.elapsed();
+    ensure!(message.contains("kopiur-uid tag") && message.contains(f.victim_id), "{message}");
+    ensure!(message.contains(&format!("{SKIP_SNAPSHOT_CLEANUP}=true")), "the way out is named: {message}");
+    let s = snaps.get("forged").await?;
+    ensure!(s.finalizers().iter().any(|x| x == FINALIZER), "the refused Snapshot kept its finalizer");
+    ensure!(condition(&s, "Stalled").is_some_and(|c| c.status == "True"), "a refused member is Stalled");
+    ensure!(f.k.list().await?.contains(f.victim_id), "the victim's kopia snapshot was deleted");
+    let victim = Api::<Snapshot>::namespaced(client.clone(), f.victim_ns).get("precious").await?;
+    ensure!(victim.metadata.deletion_timestamp.is_none(), "the victim's Snapshot is not being deleted");
+    let batch = jobs.touching(&member);
+    ensure!(batch.len() == 1 && batch[0].failed && batch[0].namespace == h.op_ns, "one failed batch: {batch:?}");
+    // Past the failed Job's reap (60 s) and a quiet window: never batched again.
+    tokio::time::sleep(Duration::from_secs(80)).await;
+    let batches = jobs.touching(&member).len();
+    ensure!(batches == 1, "the refused member was batched {batches} times");
+    let ev = event_counts_by_uid(client, f.forger_ns, SNAPSHOT_DELETION_REFUSED).await?;
+    ensure!(ev.get(&forger_uid) == Some(&1) && ev.len() == 1, "exactly one SnapshotDeletionRefused: {ev:?}");
+    // The way out the message names: the Snapshot goes, the data stays.
+    let body = json!({"metadata": {"annotations": {SKIP_SNAPSHOT_CLEANUP: "true"}}});
+    snaps.patch("forged", &PatchParams::default(), &Patch::Merge(&body)).await?;
+    let took = wait_set_gone(h, f.forger_ns, "forged", Duration::from_secs(60)).await?;
+    ensure!(f.k.list().await?.contains(f.victim_id), "releasing the refused Snapshot deleted the victim's data");
+    println!(
+        "[forged status] refused {:.1}s after the delete ({message}); one batch, one Warning; released by {SKIP_SNAPSHOT_CLEANUP} in {:.1}s; the victim's {} intact",
+        refused_after.as_secs_f64(),
+        took.as_secs_f64(),
+        f.victim_id
+    );
     Ok(())
 }
 

@@ -123,6 +123,8 @@ fn candidate(m: &M) -> FireCandidate {
         schedule: m.schedule,
         on_schedule_delete: m.on_schedule_delete,
         namespace_allowed: true,
+        source: format!("app@t:/pvc/{}", m.uid),
+        refused: false,
     }
 }
 
@@ -302,11 +304,11 @@ proptest! {
         for (r, n) in sizes.iter().enumerate() {
             let repo = format!("r{r}");
             let members: Vec<FireMember> = (0..*n).map(|i| FireMember {
-                uid: format!("{repo}-u{i}"), snapshot_id: format!("{r:02}{i:030x}"), deletion_timestamp: t((i % 30) as i64),
+                uid: format!("{repo}-u{i}"), snapshot_id: format!("{r:02}{i:030x}"), source: String::new(), deletion_timestamp: t((i % 30) as i64),
             }).collect();
             if running[r] && *n > 0 {
                 // A running Job already lists this repository's first member.
-                jobs.push(BatchJob { name: format!("snapdel-{r}"), repo_uid: repo.clone(), members: vec![members[0].uid.clone()], phase: JobPhase::Running });
+                jobs.push(BatchJob { name: format!("snapdel-{r}"), repo_uid: repo.clone(), members: vec![members[0].uid.clone()], phase: JobPhase::Running, outcomes: Default::default() });
             }
             let mut sorted = members;
             sorted.sort_by(|a, b| (a.deletion_timestamp, &a.uid).cmp(&(b.deletion_timestamp, &b.uid)));
@@ -395,7 +397,7 @@ proptest! {
             }
             let d = next_batches(&[RepoQueue { repo_uid: REPO.into(), fire_set: f }], &jobs, &tuning, now);
             for b in d.create {
-                jobs.push(BatchJob { name: b.name, repo_uid: REPO.into(), members: b.members.iter().map(|m| m.uid.clone()).collect(), phase: JobPhase::Running });
+                jobs.push(BatchJob { name: b.name, repo_uid: REPO.into(), members: b.members.iter().map(|m| m.uid.clone()).collect(), phase: JobPhase::Running, outcomes: Default::default() });
             }
             if live.is_empty() && jobs.is_empty() { break; }
         }

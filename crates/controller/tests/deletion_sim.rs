@@ -355,6 +355,8 @@ impl World {
                     },
                     on_schedule_delete: s.on_schedule_delete,
                     namespace_allowed: true,
+                    source: format!("app@{}:/pvc/{}", s.ns, s.uid),
+                    refused: false,
                 })
                 .collect();
             let ctx = FireContext {
@@ -383,6 +385,7 @@ impl World {
                     repo_uid: spec.repo_uid.clone(),
                     members: spec.members.iter().map(|m| m.uid.clone()).collect(),
                     phase: JobPhase::Running,
+                    outcomes: Default::default(),
                 },
                 ids: spec.members.iter().map(|m| m.snapshot_id.clone()).collect(),
                 chunks: spec.chunks.len(),

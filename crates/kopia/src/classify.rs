@@ -261,6 +261,12 @@ pub fn is_no_snapshots_matched(stderr: &str) -> bool {
     stderr.to_lowercase().contains("no snapshots matched")
 }
 
+/// A kopia manifest id: 32 lowercase hex digits. Anything else `snapshot delete` would read as
+/// a root object id, which can match many snapshots.
+pub fn is_manifest_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// `policy set` / `maintenance set` with nothing to change.
 pub fn is_no_changes_specified(stderr: &str) -> bool {
     stderr.to_lowercase().contains("no changes specified")

@@ -165,6 +165,12 @@ pub fn snapshot_list(source: Option<&str>) -> KopiaCommand {
     }
 }
 
+/// `manifest list --json`: every manifest of the repository (snapshots of every source,
+/// incomplete ones too, policies, maintenance) with its id and labels, in one call.
+pub fn manifest_list() -> KopiaCommand {
+    KopiaCommand::new("manifest list", &["manifest", "list", "--json"])
+}
+
 /// `manifest show <id>`: a snapshot manifest (JSON after `//` comment lines; see
 /// `model::strip_comment_lines`), for its root directory object.
 pub fn manifest_show(id: &str) -> KopiaCommand {

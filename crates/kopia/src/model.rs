@@ -52,6 +52,33 @@ pub struct SnapshotSource {
     pub path: String,
 }
 
+/// One row of `manifest list --json`. A snapshot's labels carry `type: snapshot`, its source
+/// (`username`, `hostname`, `path`) and its tags (`tag:<key>`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct ManifestEntry {
+    pub id: String,
+    #[serde(default, deserialize_with = "null_default")]
+    pub labels: BTreeMap<String, String>,
+}
+
+impl ManifestEntry {
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
+
+    /// `user@host:path` when it is a snapshot manifest.
+    pub fn snapshot_source(&self) -> Option<String> {
+        (self.label("type") == Some("snapshot")).then(|| {
+            format!(
+                "{}@{}:{}",
+                self.label("username").unwrap_or_default(),
+                self.label("hostname").unwrap_or_default(),
+                self.label("path").unwrap_or_default()
+            )
+        })
+    }
+}
+
 /// A snapshot manifest, as printed by `snapshot create --json` (one per line) and
 /// `snapshot list --json` (an array).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]

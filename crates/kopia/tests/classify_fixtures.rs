@@ -65,6 +65,13 @@ fn json_fixtures_parse() {
     assert_eq!(list[0].tag("kopiur-snapshot"), Some("t/s"));
     assert_eq!(list[0].stats.as_ref().unwrap().file_count, 30);
     assert_eq!(list[0].retention_reason, vec!["latest-1"]);
+    let manifests: Vec<model::ManifestEntry> =
+        model::parse("manifest list", &fixture("fs_manifest_list.json")).unwrap();
+    let kinds: Vec<Option<&str>> = manifests.iter().map(|m| m.label("type")).collect();
+    assert_eq!(kinds, [Some("policy"), Some("maintenance"), Some("snapshot")]);
+    assert_eq!(manifests[0].snapshot_source(), None);
+    assert_eq!(manifests[2].snapshot_source().as_deref(), Some("root@vm:/tmp/fixture/src"));
+    assert_eq!(manifests[2].label("tag:kopiur-uid"), Some("abc"));
     let info: MaintenanceInfo = model::parse("maintenance info", &fixture("maintenance_info_never_run.json")).unwrap();
     assert_eq!(info.owner, "kopiur@kopiur.t.r");
     assert_eq!(info.schedule.run_count(), 0);

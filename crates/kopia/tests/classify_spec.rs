@@ -122,6 +122,12 @@ fn special_texts() {
     assert!(classify::is_unchanged("Not saving snapshot because no files have been changed since previous snapshot"));
     assert!(classify::is_no_snapshots_matched("no snapshots matched 0123456789abcdef0123456789abcdef"));
     assert!(classify::is_no_changes_specified("no changes specified"));
+    // Manifest ids are 32 lowercase hex digits; root object ids carry a prefix or are file hashes
+    // of another length, and anything else is no id.
+    assert!(classify::is_manifest_id("3549d9143e3191812b7f52f0a5b6e8d6"));
+    for not in ["k090a63adf22075b6d2c84bddc62809d5", "3549D9143E3191812B7F52F0A5B6E8D6", "3549d914", "", "../../etc"] {
+        assert!(!classify::is_manifest_id(not), "{not}");
+    }
     assert!(classify::is_existing_data("unable to get repository storage: found existing data in storage location"));
     assert_eq!(
         classify::maintenance_owner_mismatch("maintenance must be run by designated user: kopiur@kopiur.media.nas\n"),

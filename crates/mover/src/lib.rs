@@ -1,5 +1,6 @@
 //! The mover: the binary that runs kopia inside Jobs, and the controller<->mover contract
 //! (the versioned work spec, the result documents and the pure Job builder).
+pub mod batch_outcome;
 pub mod job;
 pub mod limits;
 pub mod ops;

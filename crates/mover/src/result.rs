@@ -181,10 +181,14 @@ impl Failure {
 pub struct MemberResult {
     pub uid: String,
     pub snapshot_id: String,
-    /// `deleted`, `alreadyDeleted` or `failed`.
+    /// `deleted`, `alreadyDeleted`, `refused` (kept: the manifest is not this member's) or
+    /// `failed`.
     pub outcome: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A refused member's reason code (`crate::batch_outcome::Refusal`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

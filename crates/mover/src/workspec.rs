@@ -212,6 +212,10 @@ pub struct DeleteMember {
     /// The Snapshot CR's uid.
     pub uid: String,
     pub snapshot_id: String,
+    /// `user@host:path`: the source the controller recorded for the Snapshot
+    /// (`status.resolved.identity`). The manifest must be a snapshot of it; empty refuses.
+    #[serde(default)]
+    pub source: String,
 }
 
 /// Whether bootstrap may create a repository, as the controller computed it.

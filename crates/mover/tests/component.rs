@@ -482,10 +482,14 @@ async fn backup_unchanged_restore() {
     assert_no_secrets(&b);
 }
 
-/// A batch of 250 ids runs exactly one connect, removes all, and treats ids already gone
-/// as success.
+/// A batch verifies every member against the repository before it deletes anything: one
+/// connect and one listing for the whole batch, chunked deletes of the verified ids, ids already
+/// gone released, manifests made outside kopiur (no uid tag) deleted on their recorded source, and
+/// every forged member refused with its kopia data kept: another source's id,
+/// another Snapshot's id under the right source, a root object id, a member with no recorded
+/// source, and a policy manifest's id. The termination message says the same to the controller.
 #[tokio::test]
-async fn delete_batch_of_250() {
+async fn delete_batch_verifies_every_member_before_it_deletes() {
     let b = Bench::new().await;
     assert_eq!(
         b.bootstrap(garage::BUCKET, CreateGate::Allowed { via_reinit_ack: false }, None, false)
@@ -494,46 +498,97 @@ async fn delete_batch_of_250() {
             .outcome,
         BootstrapOutcome::Created
     );
-    // 250 sources in one `snapshot create` call: one manifest each.
+    const N: usize = 40;
+    let direct = b.kopia("maker", Identity::new("app", "t")).await;
+    direct.run_ok(&cmd::policy_keep_forever(&Identity::new("app", "t"))).await.unwrap();
     let root = b.path().join("many");
-    let mut dirs = Vec::new();
-    for i in 0..250 {
+    let mut members = Vec::new();
+    let mut made = Vec::new();
+    for i in 0..N {
         let d = root.join(format!("s{i:03}"));
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(d.join("f"), format!("{i}")).unwrap();
-        dirs.push(d.display().to_string());
+        let uid = format!("uid-{i}");
+        // The last two were made outside kopiur (no uid tag): their recorded source vouches.
+        let tags = if i < N - 2 { vec![("kopiur-uid".into(), uid.clone())] } else { vec![] };
+        let o = cmd::SnapshotCreateOptions { tags, ..Default::default() };
+        let out = direct.run_ok(&cmd::snapshot_create(&d.display().to_string(), &o)).await.unwrap();
+        let m: Vec<SnapshotManifest> = model::parse_stream("snapshot create", &out.stdout).unwrap();
+        members.push(DeleteMember { uid, snapshot_id: m[0].id.clone(), source: format!("app@t:{}", d.display()) });
+        made.push(m[0].clone());
     }
-    let direct = b.kopia("maker", Identity::new("app", "t")).await;
-    direct.run_ok(&cmd::policy_keep_forever(&Identity::new("app", "t"))).await.unwrap();
-    let mut c = cmd::snapshot_create(&dirs[0], &Default::default());
-    c.args.splice(3..3, dirs[1..].iter().cloned());
-    let out = direct.run_ok(&c.with_timeout(Duration::from_secs(600))).await.unwrap();
-    let made: Vec<SnapshotManifest> = model::parse_stream("snapshot create", &out.stdout).unwrap();
-    assert_eq!(made.len(), 250);
+    // Another tenant's backup, which every forged member points at.
+    let victim_dir = b.path().join("victim");
+    std::fs::create_dir_all(&victim_dir).unwrap();
+    std::fs::write(victim_dir.join("precious"), "t1's data").unwrap();
+    let o = cmd::SnapshotCreateOptions {
+        override_source: Some("app@t1:/pvc/victim".into()),
+        tags: vec![("kopiur-uid".into(), "uid-victim".into())],
+        ..Default::default()
+    };
+    let out = direct.run_ok(&cmd::snapshot_create(&victim_dir.display().to_string(), &o)).await.unwrap();
+    let victim: SnapshotManifest = model::parse_stream("snapshot create", &out.stdout).unwrap().remove(0);
+    let victim_root = victim.root_entry.as_ref().unwrap().obj.clone();
+    let manifests = direct.run_ok(&cmd::manifest_list()).await.unwrap();
+    let manifests: Vec<model::ManifestEntry> = model::parse("manifest list", &manifests.stdout).unwrap();
+    let policy_id = manifests.iter().find(|m| m.label("type") == Some("policy")).expect("a policy manifest").id.clone();
+    let forged = |uid: &str, id: &str, source: &str| DeleteMember {
+        uid: uid.into(),
+        snapshot_id: id.into(),
+        source: source.into(),
+    };
+    members.extend([
+        forged("uid-f-other-source", &victim.id, "app@t:/pvc/mine"),
+        forged("uid-f-other-uid", &victim.id, "app@t1:/pvc/victim"),
+        forged("uid-f-root", &victim_root, "app@t1:/pvc/victim"),
+        forged("uid-f-no-source", &victim.id, ""),
+        forged("uid-f-policy", &policy_id, "app@t:/pvc/mine"),
+    ]);
     // Five are deleted out of band first.
     let gone: Vec<String> = made[..5].iter().map(|m| m.id.clone()).collect();
     direct.run_ok(&cmd::snapshot_delete(&gone)).await.unwrap();
 
-    let members = made
-        .iter()
-        .enumerate()
-        .map(|(i, m)| DeleteMember { uid: format!("uid-{i}"), snapshot_id: m.id.clone() })
-        .collect();
+    let uids: Vec<String> = members.iter().map(|m| m.uid.clone()).collect();
     let op =
-        Operation::SnapshotDeleteBatch(SnapshotDeleteBatchOp { members, chunk_size: 50, chunk_timeout_seconds: 300 });
+        Operation::SnapshotDeleteBatch(SnapshotDeleteBatchOp { members, chunk_size: 10, chunk_timeout_seconds: 300 });
     let before = b.audit_lines().len();
-    let r = b.mover(&b.spec(b.backend(garage::BUCKET), Identity::new("kopiur-ops", "kopiur.t.r"), op), &[]).await;
-    assert_eq!(r.exit, 0, "{}", r.stderr);
+    let message = b.path().join("termination-log");
+    let r = b
+        .mover(
+            &b.spec(b.backend(garage::BUCKET), Identity::new("kopiur-ops", "kopiur.t.r"), op),
+            &[("KOPIUR_TERMINATION_LOG", &message.display().to_string())],
+        )
+        .await;
+    assert_eq!(r.exit, 3, "a refused member fails the Job (FailJob), its message names who was released: {}", r.stderr);
     let calls: Vec<String> = b.audit_lines()[before..].to_vec();
     assert_eq!(calls.iter().filter(|l| l.starts_with("repository connect")).count(), 1, "{calls:#?}");
+    assert_eq!(calls.iter().filter(|l| l.starts_with("manifest list")).count(), 1, "{calls:#?}");
+    assert_eq!(calls.iter().filter(|l| l.starts_with("manifest show")).count(), 0, "{calls:#?}");
+    for l in calls.iter().filter(|l| l.starts_with("snapshot delete")) {
+        assert!(!l.contains(&victim.id) && !l.contains(&victim_root) && !l.contains(&policy_id), "{l}");
+    }
     let rep = r.batch();
-    assert_eq!(rep.members.len(), 250);
-    assert_eq!(rep.members.iter().filter(|m| m.outcome == "alreadyDeleted").count(), 5);
-    assert_eq!(rep.members.iter().filter(|m| m.outcome == "deleted").count(), 245);
+    let count = |o: &str| rep.members.iter().filter(|m| m.outcome == o).count();
+    assert_eq!((count("deleted"), count("alreadyDeleted"), count("refused"), count("failed")), (N - 5, 5, 5, 0));
+    let refusal = |uid: &str| rep.members.iter().find(|m| m.uid == uid).and_then(|m| m.refusal.clone());
+    assert_eq!(refusal("uid-f-other-source").as_deref(), Some("other-source"));
+    assert_eq!(refusal("uid-f-other-uid").as_deref(), Some("uid-tag-mismatch"));
+    assert_eq!(refusal("uid-f-root").as_deref(), Some("not-a-manifest-id"));
+    assert_eq!(refusal("uid-f-no-source").as_deref(), Some("no-recorded-identity"));
+    assert_eq!(refusal("uid-f-policy").as_deref(), Some("other-source"));
     eprintln!("delete batch: {} delete calls in {:?}", rep.delete_calls, r.elapsed);
-    let out = direct.run_ok(&cmd::snapshot_list(None)).await.unwrap();
-    let left: Vec<SnapshotManifest> = model::parse("snapshot list", &out.stdout).unwrap();
-    assert!(left.is_empty(), "{} left", left.len());
+    let text = std::fs::read_to_string(&message).unwrap();
+    let said = kopiur_mover::batch_outcome::parse(&text, &uids).expect("a batch message");
+    use kopiur_mover::batch_outcome::MemberOutcome;
+    assert_eq!(said.values().filter(|o| **o == MemberOutcome::Released).count(), N);
+    assert_eq!(said.values().filter(|o| matches!(o, MemberOutcome::Refused(_))).count(), 5);
+    // The victim's backup and the policy are intact; every legitimate member's is gone.
+    let out = direct.run_ok(&cmd::manifest_list()).await.unwrap();
+    let left: Vec<model::ManifestEntry> = model::parse("manifest list", &out.stdout).unwrap();
+    let snapshots: Vec<&str> =
+        left.iter().filter(|m| m.label("type") == Some("snapshot")).map(|m| m.id.as_str()).collect();
+    assert_eq!(snapshots, vec![victim.id.as_str()]);
+    assert!(left.iter().any(|m| m.id == policy_id), "the policy manifest is kept");
     assert_no_secrets(&b);
 }
 

@@ -131,7 +131,11 @@ fn unknown_variant_and_version_are_refused() {
 #[test]
 fn oversized_work_spec_is_refused_with_a_clear_error() {
     let members = (0..3000)
-        .map(|i| DeleteMember { uid: format!("00000000-0000-0000-0000-{i:012}"), snapshot_id: format!("{i:032x}") })
+        .map(|i| DeleteMember {
+            uid: format!("00000000-0000-0000-0000-{i:012}"),
+            snapshot_id: format!("{i:032x}"),
+            source: format!("app@t:/pvc/s{i}"),
+        })
         .collect();
     let ws = spec(Operation::SnapshotDeleteBatch(SnapshotDeleteBatchOp {
         members,
@@ -255,7 +259,7 @@ fn bootstrap_and_batch_variants() {
     assert!(env.iter().any(|e| e.name == "KOPIUR_RESULT_CONFIGMAP"));
 
     let mut i = input(spec(Operation::SnapshotDeleteBatch(SnapshotDeleteBatchOp {
-        members: vec![DeleteMember { uid: "u".into(), snapshot_id: "i".into() }],
+        members: vec![DeleteMember { uid: "u".into(), snapshot_id: "i".into(), source: "app@t:/pvc/s".into() }],
         chunk_size: 50,
         chunk_timeout_seconds: 300,
     })));

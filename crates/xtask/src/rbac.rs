@@ -122,7 +122,13 @@ const CONTROLLER: &[Rule] = &[
     // Which VolumeSnapshotClass a run uses (the requested one, or its driver's default).
     Rule { group: "snapshot.storage.k8s.io", resources: &["volumesnapshotclasses"], verbs: &["list"], names: &[] },
     Rule { group: "storage.k8s.io", resources: &["storageclasses", "csidrivers"], verbs: &["get"], names: &[] },
-    Rule { group: "batch", resources: &["jobs"], verbs: &["get", "list", "watch", "create", "delete"], names: &[] },
+    // patch: the `delete-outcomes` annotation on a failed batch Job.
+    Rule {
+        group: "batch",
+        resources: &["jobs"],
+        verbs: &["get", "list", "watch", "create", "delete", "patch"],
+        names: &[],
+    },
     Rule { group: "", resources: &["configmaps"], verbs: &["get", "create", "patch", "delete"], names: &[] },
     // The wedged mover pod check (docs/design/architecture.md §1.4): one bounded LIST by `job-name`, no watch, no
     // logs, no exec.

@@ -6,6 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::Duration;
 
+use kopiur_mover::batch_outcome::{MemberOutcome, Refusal};
+
 use super::digest::sha256_hex;
 use super::fire_set::{FireMember, FireSet};
 use super::types::Time;
@@ -131,6 +133,9 @@ pub struct BatchJob {
     pub repo_uid: String,
     pub members: Vec<String>,
     pub phase: JobPhase,
+    /// A failed Job's per-member answer (annotation `delete-outcomes`, written by the
+    /// controller from the Job's Pod); empty when none was read.
+    pub outcomes: BTreeMap<String, MemberOutcome>,
 }
 
 /// Every member uid listed by an unreaped batch Job: not eligible for another batch.
@@ -260,39 +265,54 @@ pub enum MemberBatch {
     Running {
         job: String,
     },
-    /// A Complete Job lists it: remove the finalizer, count `deletions_total{deleted}`.
+    /// A Complete Job lists it, or a failed one says it released it (deleted, or already gone):
+    /// remove the finalizer, count `deletions_total{deleted}`.
     Completed {
         job: String,
     },
-    /// A Failed Job lists it: keep the finalizer; it re-batches after the Job is reaped.
+    /// A Failed Job lists it without releasing it: keep the finalizer; it re-batches after the
+    /// Job is reaped.
     Failed {
         job: String,
+    },
+    /// A batch found that the manifest is not this Snapshot's and kept it: keep the finalizer,
+    /// say so (`DeletionRefused`), never batch it again on its own.
+    Refused {
+        job: String,
+        reason: Refusal,
     },
 }
 
 pub fn member_batch(uid: &str, jobs: &[BatchJob]) -> MemberBatch {
-    // A Complete listing is the evidence that releases the member, so it wins over a Running
-    // retry, which wins over a Failed listing not yet reaped.
-    let listing = |want: fn(JobPhase) -> bool| {
-        jobs.iter().find(|j| want(j.phase) && j.members.iter().any(|m| m == uid)).map(|j| j.name.clone())
+    // A release is the evidence that frees the member, so it wins over a Running retry, which
+    // wins over a refusal, which wins over a plain Failed listing not yet reaped.
+    let listing = |want: &dyn Fn(&BatchJob) -> bool| {
+        jobs.iter().find(|j| want(j) && j.members.iter().any(|m| m == uid)).map(|j| j.name.clone())
     };
-    let complete = |p: JobPhase| match p {
+    let released = |j: &BatchJob| match j.phase {
         JobPhase::Complete { .. } => true,
-        JobPhase::Running | JobPhase::Failed { .. } => false,
+        JobPhase::Failed { .. } => j.outcomes.get(uid) == Some(&MemberOutcome::Released),
+        JobPhase::Running => false,
     };
-    let running = |p: JobPhase| match p {
+    let running = |j: &BatchJob| match j.phase {
         JobPhase::Running => true,
         JobPhase::Complete { .. } | JobPhase::Failed { .. } => false,
     };
-    let failed = |p: JobPhase| match p {
+    let failed = |j: &BatchJob| match j.phase {
         JobPhase::Failed { .. } => true,
         JobPhase::Running | JobPhase::Complete { .. } => false,
     };
-    if let Some(job) = listing(complete) {
+    let refusal = jobs.iter().filter(|j| failed(j)).find_map(|j| match j.outcomes.get(uid) {
+        Some(MemberOutcome::Refused(r)) => Some((j.name.clone(), *r)),
+        Some(MemberOutcome::Released) | None => None,
+    });
+    if let Some(job) = listing(&released) {
         MemberBatch::Completed { job }
-    } else if let Some(job) = listing(running) {
+    } else if let Some(job) = listing(&running) {
         MemberBatch::Running { job }
-    } else if let Some(job) = listing(failed) {
+    } else if let Some((job, reason)) = refusal {
+        MemberBatch::Refused { job, reason }
+    } else if let Some(job) = listing(&failed) {
         MemberBatch::Failed { job }
     } else {
         MemberBatch::NotListed
@@ -388,7 +408,12 @@ mod tests {
     }
 
     fn member(i: usize, ts: i64) -> FireMember {
-        FireMember { uid: format!("u{i:04}"), snapshot_id: format!("{i:032x}"), deletion_timestamp: t(ts) }
+        FireMember {
+            uid: format!("u{i:04}"),
+            snapshot_id: format!("{i:032x}"),
+            source: format!("app@t:/pvc/u{i:04}"),
+            deletion_timestamp: t(ts),
+        }
     }
 
     fn queue(repo: &str, members: Vec<FireMember>) -> RepoQueue {
@@ -469,6 +494,7 @@ mod tests {
             repo_uid: "r1".into(),
             members: vec!["z".into()],
             phase: JobPhase::Running,
+            outcomes: BTreeMap::new(),
         };
         let q = [queue("r1", vec![member(1, 0)]), queue("r2", vec![member(2, 0)])];
         let d = next_batches(&q, &[running], &BatchTuning::default(), t(100));
@@ -495,6 +521,7 @@ mod tests {
             repo_uid: "r1".into(),
             members: vec!["u0001".into()],
             phase: JobPhase::Failed { at: t(0) },
+            outcomes: BTreeMap::new(),
         };
         let d =
             next_batches(&[queue("r1", vec![member(1, 0), member(2, 0)])], &[failed], &BatchTuning::default(), t(100));
@@ -519,6 +546,7 @@ mod tests {
             repo_uid: "r".into(),
             members: vec!["a".into(), "b".into()],
             phase: JobPhase::Running,
+            outcomes: BTreeMap::new(),
         };
         assert_eq!(reap(&job, |_| false, &tuning, t(0)), Reap::Keep);
         job.phase = JobPhase::Complete { at: t(0) };
@@ -537,19 +565,53 @@ mod tests {
                 repo_uid: "r".into(),
                 members: vec!["a".into()],
                 phase: JobPhase::Failed { at: t(0) },
+                outcomes: BTreeMap::new(),
             },
             BatchJob {
                 name: "c".into(),
                 repo_uid: "r".into(),
                 members: vec!["b".into()],
                 phase: JobPhase::Complete { at: t(0) },
+                outcomes: BTreeMap::new(),
             },
-            BatchJob { name: "r".into(), repo_uid: "r".into(), members: vec!["c".into()], phase: JobPhase::Running },
+            BatchJob {
+                name: "r".into(),
+                repo_uid: "r".into(),
+                members: vec!["c".into()],
+                phase: JobPhase::Running,
+                outcomes: BTreeMap::new(),
+            },
         ];
         assert_eq!(member_batch("a", &jobs), MemberBatch::Failed { job: "f".into() });
         assert_eq!(member_batch("b", &jobs), MemberBatch::Completed { job: "c".into() });
         assert_eq!(member_batch("c", &jobs), MemberBatch::Running { job: "r".into() });
         assert_eq!(member_batch("d", &jobs), MemberBatch::NotListed);
+    }
+
+    /// A failed batch releases the members its Pod said it released and keeps the refused
+    /// ones; members it did not name (a failed delete, a message cut short) stay held.
+    #[test]
+    fn a_failed_batch_releases_only_what_it_names() {
+        let members: Vec<String> = ["a", "b", "c"].iter().map(|x| x.to_string()).collect();
+        let failed = BatchJob {
+            name: "f".into(),
+            repo_uid: "r".into(),
+            members,
+            phase: JobPhase::Failed { at: t(0) },
+            outcomes: BTreeMap::from([
+                ("a".to_string(), MemberOutcome::Released),
+                ("b".to_string(), MemberOutcome::Refused(Refusal::UidTagMismatch)),
+            ]),
+        };
+        let jobs = vec![failed];
+        assert_eq!(member_batch("a", &jobs), MemberBatch::Completed { job: "f".into() });
+        assert_eq!(member_batch("b", &jobs), MemberBatch::Refused { job: "f".into(), reason: Refusal::UidTagMismatch });
+        assert_eq!(member_batch("c", &jobs), MemberBatch::Failed { job: "f".into() });
+        // An outcome on a Running Job (not possible from the controller, which writes it only on
+        // a failed one) releases nothing.
+        let mut running = jobs[0].clone();
+        running.phase = JobPhase::Running;
+        assert_eq!(member_batch("a", &[running]), MemberBatch::Running { job: "f".into() });
     }
     #[test]
     fn pooling_waits_while_the_flip_backlog_shrinks() {
@@ -601,6 +663,7 @@ mod tests {
                     repo_uid: "r1".into(),
                     members: spec.members.iter().map(|m| m.uid.clone()).collect(),
                     phase: JobPhase::Running,
+                    outcomes: BTreeMap::new(),
                 },
                 t(30),
             ),

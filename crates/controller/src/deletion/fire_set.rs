@@ -38,6 +38,12 @@ pub struct FireCandidate {
     /// ClusterRepository tenancy of the member's namespace (always true for a namespaced
     /// Repository). The repository's own dispatcher is not a consumer; each member is.
     pub namespace_allowed: bool,
+    /// `user@host:path` the controller recorded for it (`status.resolved.identity`); the batch
+    /// mover deletes the manifest only if it is a snapshot of this source.
+    pub source: String,
+    /// A batch already refused its manifest (`DeletionRefused=True`): never batched again
+    /// until a human decides.
+    pub refused: bool,
 }
 
 /// Repository-wide facts for one selection.
@@ -68,6 +74,8 @@ pub enum Exclusion {
     /// The policy was switched away from Delete after the decision.
     NotDestructive,
     ManifestNotKnown,
+    /// A batch found that the manifest is not this Snapshot's and kept it.
+    Refused,
     /// Already listed by an unreaped batch Job.
     InFlight,
     /// (a) Breaker-held: R is tripped and this external member is not acknowledged.
@@ -90,6 +98,8 @@ pub enum Exclusion {
 pub struct FireMember {
     pub uid: String,
     pub snapshot_id: String,
+    /// The recorded source the mover verifies the manifest against.
+    pub source: String,
     pub deletion_timestamp: Time,
 }
 
@@ -135,6 +145,9 @@ pub fn classify(ctx: &FireContext<'_>, c: &FireCandidate) -> Result<String, Excl
         Manifest::Known(id) => id.clone(),
         Manifest::None | Manifest::Unsettled => return Err(Exclusion::ManifestNotKnown),
     };
+    if c.refused {
+        return Err(Exclusion::Refused);
+    }
     if ctx.in_flight.contains(&c.uid) {
         return Err(Exclusion::InFlight);
     }
@@ -173,6 +186,7 @@ pub fn select(ctx: &FireContext<'_>, candidates: &[FireCandidate]) -> FireSet {
             Ok(snapshot_id) => set.members.push(FireMember {
                 uid: c.uid.clone(),
                 snapshot_id,
+                source: c.source.clone(),
                 deletion_timestamp: c.deletion_timestamp,
             }),
             Err(why) => set.excluded.push((c.uid.clone(), why)),
@@ -211,6 +225,8 @@ mod tests {
             schedule: ScheduleLink::NotScheduleOwned,
             on_schedule_delete: OnScheduleDelete::Retain,
             namespace_allowed: true,
+            source: format!("app@t:/pvc/{uid}"),
+            refused: false,
         }
     }
 
@@ -258,6 +274,8 @@ mod tests {
         let uids: Vec<_> = f.members.iter().map(|m| m.uid.as_str()).collect();
         assert_eq!(uids, ["c", "a", "b"]);
         assert!(f.excluded.is_empty());
+        // Each member carries its recorded source, which the batch mover verifies against.
+        assert!(f.members.iter().all(|m| m.source == format!("app@t:/pvc/{}", m.uid)));
     }
 
     #[test]
@@ -317,6 +335,9 @@ mod tests {
         let mut x = cand("x8", 0);
         x.manifest = Manifest::Unsettled;
         cases.push((x, Exclusion::ManifestNotKnown));
+        let mut x = cand("x8r", 0);
+        x.refused = true;
+        cases.push((x, Exclusion::Refused));
         cases.push((cand("flying", 0), Exclusion::InFlight));
         let mut x = cand("x9", 0);
         x.ns_terminating = true;

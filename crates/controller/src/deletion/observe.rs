@@ -83,6 +83,23 @@ pub fn manifest(s: &Snapshot, backup_job_active: bool) -> Manifest {
     }
 }
 
+/// `user@host:path`: the source the controller pinned for the Snapshot on its first reconcile
+/// (`status.resolved.identity`), which the batch mover checks the manifest against. Empty when
+/// none was recorded: the mover then refuses to delete (never a guess).
+pub fn recorded_source(s: &Snapshot) -> String {
+    match s.status.as_ref().and_then(|st| st.resolved.as_ref()).and_then(|r| r.identity.as_ref()) {
+        Some(id) if id.source_path.is_some() => id.to_string(),
+        Some(_) | None => String::new(),
+    }
+}
+
+/// A batch refused to delete its manifest (`DeletionRefused=True`).
+pub fn deletion_refused(s: &Snapshot) -> bool {
+    s.status.as_ref().is_some_and(|st| {
+        st.conditions.iter().any(|c| c.type_ == kopiur_api::names::condition::DELETION_REFUSED && c.status == "True")
+    })
+}
+
 /// The pinned repository uid, if the first reconcile pinned one.
 pub fn pinned_repo_uid(s: &Snapshot) -> Option<String> {
     s.status.as_ref()?.resolved.as_ref()?.repository.as_ref()?.uid.clone()

@@ -28,6 +28,7 @@ use crate::deletion::types::{EventType, Manifest, RepoPresence};
 use crate::error::Error;
 use crate::health::kstatus::{Cond, CondStatus};
 use crate::metrics::labels::DeletionLabels;
+use kopiur_mover::batch_outcome::Refusal;
 
 /// Removes the cleanup finalizer. The release's Events are published only once the patch has
 /// landed: a reconcile of a stale copy (the store lags the release, or another write moved the
@@ -146,6 +147,7 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
             return release(snap, ctx, "deleted", &[]).await;
         }
         MemberBatch::Running { .. } => return Ok(Action::requeue(std::time::Duration::from_secs(30))),
+        MemberBatch::Refused { job, reason } => return refuse(snap, ctx, &job, reason, now).await,
         MemberBatch::Failed { .. } | MemberBatch::NotListed => {}
     }
     let obs = deletion_facts(ctx, snap, deletion_timestamp, now).await?;
@@ -182,7 +184,7 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
     let mut next = status.clone();
     next.phase = Some(SnapshotPhase::Deleting);
     next.deletion = p.record.clone().map(Box::new);
-    let conds = deleting_conditions(&p, obs.tenancy_denied);
+    let conds = deleting_conditions(&p, obs.tenancy_denied, refused_message(snap));
     next.conditions =
         crate::conditions::merge_conditions(&status.conditions, &conds, snap.meta().generation.unwrap_or(0), now);
     let api: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &ns);
@@ -291,7 +293,10 @@ async fn deletion_facts(
 
 /// The conditions of a held or pending deletion: `DeletionHeld` as the plan words it, and
 /// the trio with Ready's reason (held, tenancy, parked on the repository, or pending). Pure.
-fn deleting_conditions(p: &plan::DeletionPlan, tenancy_denied: Option<String>) -> Vec<Cond> {
+fn deleting_conditions(p: &plan::DeletionPlan, tenancy_denied: Option<String>, refused: Option<String>) -> Vec<Cond> {
+    if let Some(message) = refused {
+        return refused_conditions(message);
+    }
     let mut conds: Vec<Cond> = Vec::new();
     if let Some(hc) = &p.held_condition {
         conds.push(Cond {
@@ -316,6 +321,70 @@ fn deleting_conditions(p: &plan::DeletionPlan, tenancy_denied: Option<String>) -
     };
     let ready = Cond { type_: condition::READY, status: CondStatus::False, reason, message };
     conds.extend(deleting_trio(matches!(p.action, plan::Action::Held), ready));
+    conds
+}
+
+/// A batch refused this member's manifest: keep the finalizer and the data, say why and what a
+/// human can do. The Warning is published once, when the condition turns True.
+async fn refuse(
+    snap: &Snapshot,
+    ctx: &PipelineCtx,
+    job: &str,
+    reason: Refusal,
+    now: DateTime<Utc>,
+) -> Result<Action, Error> {
+    let requeue = Ok(Action::requeue(std::time::Duration::from_secs(300)));
+    if observe::deletion_refused(snap) {
+        return requeue;
+    }
+    let ns = snap.namespace().unwrap_or_default();
+    let status = snap.status.clone().unwrap_or_default();
+    let id = status.snapshot.as_ref().and_then(|r| r.kopia_snapshot_id.clone()).unwrap_or_default();
+    let message = refusal_message(&snap.name_any(), &ns, &id, job, reason);
+    let mut next = status.clone();
+    next.phase = Some(SnapshotPhase::Deleting);
+    next.conditions = crate::conditions::merge_conditions(
+        &status.conditions,
+        &refused_conditions(message.clone()),
+        snap.meta().generation.unwrap_or(0),
+        now,
+    );
+    let api: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &ns);
+    crate::status::write_status(&api, snap, &status, &next).await?;
+    ctx.metrics.deletions.inc(DeletionLabels { namespace: &ns, outcome: "refused" });
+    ctx.event(&snap.object_ref(&()), true, kopiur_api::names::event::SNAPSHOT_DELETION_REFUSED, message).await;
+    requeue
+}
+
+pub fn refusal_message(name: &str, ns: &str, id: &str, job: &str, reason: Refusal) -> String {
+    format!(
+        "kopiur kept kopia snapshot {id}: {} (batch Job {job}); nothing was deleted and the finalizer stays. If the record \
+         is wrong, let this Snapshot go and keep the data: kubectl annotate snapshot.kopiur.home-operations.com {name} -n \
+         {ns} {}=true",
+        reason.explain(),
+        annotation::SKIP_SNAPSHOT_CLEANUP
+    )
+}
+
+/// The message of a `DeletionRefused=True` condition, if the Snapshot carries one.
+fn refused_message(snap: &Snapshot) -> Option<String> {
+    let st = snap.status.as_ref()?;
+    st.conditions
+        .iter()
+        .find(|c| c.type_ == condition::DELETION_REFUSED && c.status == "True")
+        .map(|c| c.message.clone())
+}
+
+/// `DeletionRefused=True` and the trio, Stalled: only a human moves a refused member.
+fn refused_conditions(message: String) -> Vec<Cond> {
+    let reason = "DeletionRefused".to_string();
+    let mut conds = vec![Cond {
+        type_: condition::DELETION_REFUSED,
+        status: CondStatus::True,
+        reason: reason.clone(),
+        message: message.clone(),
+    }];
+    conds.extend(deleting_trio(true, Cond { type_: condition::READY, status: CondStatus::False, reason, message }));
     conds
 }
 
@@ -380,6 +449,28 @@ mod tests {
         let mut manual = snap.clone();
         manual.metadata.owner_references = None;
         assert!(matches!(owner(&manual, &client_answering(500)).await, Ok(Owner::NotScheduleOwned)));
+    }
+
+    /// A refused member is Stalled with DeletionRefused, and the message names the id, the
+    /// reason, the Job and the command that lets it go while keeping the data.
+    #[test]
+    fn a_refused_member_is_stalled_and_says_what_a_human_can_do() {
+        let msg = refusal_message("s1", "t2", "3549d9143e3191812b7f52f0a5b6e8d6", "snapdel-x", Refusal::UidTagMismatch);
+        for part in [
+            "3549d9143e3191812b7f52f0a5b6e8d6",
+            "kopiur-uid tag",
+            "snapdel-x",
+            "nothing was deleted",
+            "kubectl annotate snapshot.kopiur.home-operations.com s1 -n t2 kopiur.home-operations.com/skip-snapshot-cleanup=true",
+        ] {
+            assert!(msg.contains(part), "{part}: {msg}");
+        }
+        let conds = refused_conditions(msg.clone());
+        let get = |t: &str| conds.iter().find(|c| c.type_ == t).map(|c| (c.status, c.reason.clone())).unwrap();
+        assert_eq!(get("DeletionRefused"), (CondStatus::True, "DeletionRefused".into()));
+        assert_eq!(get("Stalled"), (CondStatus::True, "DeletionRefused".into()));
+        assert_eq!(get("Reconciling").0, CondStatus::False);
+        assert_eq!(get("Ready").0, CondStatus::False);
     }
 
     #[test]

@@ -123,7 +123,9 @@ pub fn batch_jobs(ctx: &PipelineCtx) -> Vec<(Arc<Job>, BatchJob)> {
                 tracing::debug!(job = %j.name_any(), namespace = ?j.namespace(), "a Job labelled as a batch that the controller did not create: ignored");
                 return None;
             }
-            let b = BatchJob { name: j.name_any(), repo_uid, members, phase: job_phase(&j) };
+            let phase = job_phase(&j);
+            let outcomes = super::batch_outcome::recorded(&j, phase, &members);
+            let b = BatchJob { name: j.name_any(), repo_uid, members, phase, outcomes };
             Some((j, b))
         })
         .collect()
@@ -186,6 +188,8 @@ fn needs_replan(s: &Snapshot, state: &BreakerState) -> bool {
 #[derive(Default)]
 pub struct DispatchMemory {
     counted: HashSet<String>,
+    /// Failed batch Jobs (by uid) whose Pods were already read for a per-member answer.
+    outcomes_read: HashSet<String>,
     /// Per repository uid: the backlog of Held members waiting to flip to Delete.
     flips: std::collections::HashMap<String, batch::FlipBacklog>,
     /// Batch Jobs this dispatcher created that the Job store may not show yet.
@@ -289,6 +293,23 @@ pub async fn pass(
                     }
                 }
             }
+            // A failed batch says which members it released and which it refused: record it on
+            // the Job once, then let its members decide from it.
+            if matches!(b.phase, JobPhase::Failed { .. })
+                && b.outcomes.is_empty()
+                && memory.outcomes_read.insert(job.uid().unwrap_or_else(|| b.name.clone()))
+            {
+                match super::batch_outcome::record(ctx, job, &b.members).await {
+                    Ok(true) => enqueue.extend(
+                        dels.iter()
+                            .filter(|s| s.uid().is_some_and(|u| b.members.contains(&u)))
+                            .map(|s| ObjectRef::from_obj(s.as_ref())),
+                    ),
+                    Ok(false) => {}
+                    // Read once: its members then re-batch and a new Job answers for them.
+                    Err(e) => tracing::warn!(job = %b.name, error = %e, "reading a failed batch's answer failed"),
+                }
+            }
             let holding = |m: &str| dels.iter().any(|s| s.uid().as_deref() == Some(m) && observe::finalizer_present(s));
             if matches!(b.phase, JobPhase::Complete { .. }) {
                 for s in dels.iter().filter(|s| s.uid().is_some_and(|u| b.members.contains(&u))) {
@@ -340,6 +361,8 @@ pub async fn pass(
                     schedule: schedule_link(ctx, s, schedules_warm),
                     on_schedule_delete: observe::on_schedule_delete(s),
                     namespace_allowed: ctx.tenancy_allows(repo, &s.namespace().unwrap_or_default()),
+                    source: observe::recorded_source(s),
+                    refused: observe::deletion_refused(s),
                 })
             })
             .collect();
@@ -368,8 +391,13 @@ pub async fn pass(
             match create_batch(ctx, repo, &spec).await {
                 Ok(()) => {
                     let members = spec.members.iter().map(|m| m.uid.clone()).collect();
-                    let job =
-                        BatchJob { name: spec.name.clone(), repo_uid: uid.clone(), members, phase: JobPhase::Running };
+                    let job = BatchJob {
+                        name: spec.name.clone(),
+                        repo_uid: uid.clone(),
+                        members,
+                        phase: JobPhase::Running,
+                        outcomes: BTreeMap::new(),
+                    };
                     all_jobs.push(job.clone());
                     memory.created.insert(spec.name.clone(), (job, now));
                 }

@@ -284,7 +284,11 @@ pub fn batch_delete_job(
             members: spec
                 .members
                 .iter()
-                .map(|m| DeleteMember { uid: m.uid.clone(), snapshot_id: m.snapshot_id.clone() })
+                .map(|m| DeleteMember {
+                    uid: m.uid.clone(),
+                    snapshot_id: m.snapshot_id.clone(),
+                    source: m.source.clone(),
+                })
                 .collect(),
             chunk_size,
             chunk_timeout_seconds: 300,

@@ -223,7 +223,10 @@ impl KopiaRepo {
     }
 
     /// One `kopia snapshot create` over one tiny distinct directory per name: N manifests,
-    /// one connect. Returns name -> manifest id.
+    /// one connect. Returns name -> manifest id, and records each manifest's source for the
+    /// seeded Snapshots' `status.resolved.identity` (`seed::record_source`). The manifests carry
+    /// no `kopiur-uid` tag (one create call cannot tag each with its own Snapshot's uid), as if
+    /// made outside kopiur: the batch mover deletes them on their recorded source alone.
     pub async fn seed(&self, names: &[String]) -> Result<BTreeMap<String, String>> {
         let src = self.work.join("src");
         for n in names {
@@ -245,6 +248,12 @@ impl KopiaRepo {
             }
             let path = m["source"]["path"].as_str().unwrap_or_default();
             let name = Path::new(path).file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+            crate::support::seed::record_source(
+                &id,
+                m["source"]["userName"].as_str().unwrap_or_default(),
+                m["source"]["host"].as_str().unwrap_or_default(),
+                path,
+            );
             out.insert(name, id);
         }
         for n in names {
@@ -253,6 +262,34 @@ impl KopiaRepo {
             }
         }
         Ok(out)
+    }
+
+    /// One manifest made as a kopiur backup makes it: tagged `kopiur-uid` with the Snapshot's
+    /// uid. Returns its id and records its source like [`KopiaRepo::seed`].
+    pub async fn seed_tagged(&self, name: &str, uid: &str) -> Result<String> {
+        let src = self.work.join("src");
+        let d = src.join(name);
+        std::fs::create_dir_all(&d)?;
+        std::fs::write(d.join("data.txt"), format!("a kopiur backup of {name} in {}\n", self.prefix))?;
+        let args: Vec<String> = vec![
+            "snapshot".into(),
+            "create".into(),
+            name.into(),
+            format!("--tags=kopiur-uid:{uid}"),
+            "--no-progress".into(),
+            "--json".into(),
+        ];
+        let out = self.run(&args, Some(&src)).await.context("kopia snapshot create --tags")?;
+        let m: Value =
+            serde_json::from_str(out.trim()).with_context(|| format!("parsing snapshot create: {out:.200}"))?;
+        let id = m["id"].as_str().context("no id in snapshot create")?.to_string();
+        crate::support::seed::record_source(
+            &id,
+            m["source"]["userName"].as_str().unwrap_or_default(),
+            m["source"]["host"].as_str().unwrap_or_default(),
+            m["source"]["path"].as_str().unwrap_or_default(),
+        );
+        Ok(id)
     }
 
     async fn list_json(&self) -> Result<Vec<Value>> {

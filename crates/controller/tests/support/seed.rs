@@ -138,6 +138,7 @@ pub async fn seed_snapshots_with(
                         json!({"kind": "Repository", "namespace": pin.namespace, "name": pin.name, "uid": pin.uid})
                     },
                     "deletionPolicy": "Delete",
+                    "identity": recorded_identity(&s.kopia_id),
                 },
                 "completionRecordedAt": now,
             }});
@@ -151,6 +152,25 @@ pub async fn seed_snapshots_with(
     .try_collect()
     .await?;
     Ok(results.into_iter().collect())
+}
+
+/// Each seeded kopia manifest's source, by id: what a real backup run records in the Snapshot's
+/// `status.resolved.identity`, and what the batch mover checks the manifest against.
+static SOURCES: std::sync::Mutex<BTreeMap<String, (String, String, String)>> = std::sync::Mutex::new(BTreeMap::new());
+
+pub fn record_source(id: &str, username: &str, hostname: &str, path: &str) {
+    SOURCES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(id.to_string(), (username.to_string(), hostname.to_string(), path.to_string()));
+}
+
+/// `status.resolved.identity` for a seeded id; `null` for an id no seed made (a fake id).
+fn recorded_identity(id: &str) -> Value {
+    match SOURCES.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(id) {
+        Some((u, h, p)) => json!({"username": u, "hostname": h, "sourcePath": p}),
+        None => Value::Null,
+    }
 }
 
 /// Names `prefix-0000` … for `n` seeded Snapshots.
