@@ -32,6 +32,9 @@ pub mod annotation {
     pub const DELETE_MEMBERS: &str = "kopiur.home-operations.com/delete-members";
     /// On a failed batch Job, written by the controller: the per-member answer it read from the
     /// Job's Pod (`kopiur_mover::batch_outcome`).
+    /// On a Namespace, Snapshot or SnapshotPolicy: the namespaces (comma-separated, or `*`) whose
+    /// Restores may read this data (audit finding 2.7).
+    pub const RESTORE_ALLOWED_NAMESPACES: &str = "kopiur.home-operations.com/restore-allowed-namespaces";
     pub const DELETE_OUTCOMES: &str = "kopiur.home-operations.com/delete-outcomes";
     pub const BOOTSTRAP_GENERATION: &str = "kopiur.home-operations.com/bootstrap-generation";
     pub const MAINTENANCE_SLOT: &str = "kopiur.home-operations.com/maintenance-slot";

@@ -17,7 +17,7 @@
 //!    repository the later is `Stalled / IdentityCollision` naming the earlier, and its Snapshot
 //!    parks `Stalled / IdentityCollision`; none of them gets a Job.
 //! 4. **The Restore's readiness gate and credentials pre-check** (docs/design/api-contract.md §9, docs/design/mover.md §1.2): a
-//!    Restore naming an absent Repository is Blocked (`Pending`, `Stalled=True /
+//!    Restore (of a Snapshot whose namespace grants it) naming an absent Repository is Blocked (`Pending`, `Stalled=True /
 //!    RepositoryNotFound`); once the Repository exists and is Ready, the Restore, whose namespace
 //!    has no `kopia` Secret, is `Stalled / MissingCredentialsSecret` with
 //!    `CredentialsAvailable=False` and no Job; a Secret without the password key says so; adding
@@ -374,6 +374,10 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     }))?;
     let xns_uid = rsnaps.create(&pp, &xns).await?.uid();
     xw.wait("xns Failed CrossNamespaceReference", t, failed("CrossNamespaceReference")).await?;
+    // The Restore reads a Snapshot of namespace `ns`, which grants it (issue 31: without the
+    // grant it would be Stalled CrossNamespaceReference).
+    let grant = json!({"metadata": {"annotations": {kopiur_api::names::annotation::RESTORE_ALLOWED_NAMESPACES: rns}}});
+    snaps.patch(&set[1], &PatchParams::default(), &Patch::Merge(&grant)).await?;
     let restores: Api<Restore> = Api::namespaced(h.client.clone(), &rns);
     let rw = PhaseWatch::start(restores.clone(), "rs", restore_state);
     let restore: Restore = serde_json::from_value(json!({

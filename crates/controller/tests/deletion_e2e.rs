@@ -506,7 +506,10 @@ async fn tenancy(h: &mut Harness) -> Result<()> {
         let f = Forged { victim_ns: &victim_ns, forger_ns: &forger_ns, k: &k_forge, victim_id: &victim_id };
         forged_status(h, &jobs, f, &forger_uids).await.context("forged status (issue 31)")
     };
-    futures::try_join!(list_and_selector, wave, fault, forged)?;
+    let restores = async {
+        cross_namespace_restores(h, &victim_ns, &forger_ns).await.context("cross-namespace restores (issue 31)")
+    };
+    futures::try_join!(list_and_selector, wave, fault, forged, restores)?;
     recorder.abort();
     println!("tenancy e2e total {:.1}s", t0.elapsed().as_secs_f64());
     Ok(())
@@ -564,6 +567,87 @@ async fn forged_status(h: &Harness, jobs: &JobRecorder, f: Forged<'_>, uids: &BT
         refused_after.as_secs_f64(),
         took.as_secs_f64(),
         f.victim_id
+    );
+    Ok(())
+}
+
+/// Issue 31: a tenant with rights only in its own namespace tries to restore another
+/// namespace's data three ways (by `snapshotRef`, by `fromPolicy`, by identity) and into another
+/// namespace's PVC: each is Stalled `CrossNamespaceReference` naming the grant, with no Job and
+/// no PVC. Once the owner annotates its Snapshot, the `snapshotRef` Restore is no longer refused.
+async fn cross_namespace_restores(h: &Harness, victim_ns: &str, forger_ns: &str) -> Result<()> {
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use kopiur_api::names::annotation::RESTORE_ALLOWED_NAMESPACES;
+    let client = &h.client;
+    let started = Instant::now();
+    let shared = json!({"kind": "ClusterRepository", "name": "tenancy-forge"});
+    let copy = json!({"pvc": {"name": "stolen", "capacity": "1Gi"}});
+    let attempts = [
+        ("by-ref", json!({"snapshotRef": {"name": "precious", "namespace": victim_ns}}), copy.clone()),
+        ("by-policy", json!({"fromPolicy": {"name": "app", "namespace": victim_ns}}), copy.clone()),
+        ("by-identity", json!({"identity": {"username": "app", "hostname": victim_ns}}), copy.clone()),
+        (
+            "into-theirs",
+            json!({"snapshotRef": {"name": "forged"}}),
+            json!({"pvcRef": {"name": "x", "namespace": victim_ns}}),
+        ),
+    ];
+    for (name, source, target) in &attempts {
+        kopiur_testenv::apply::apply_value(
+            client,
+            forger_ns,
+            &json!({
+                "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Restore",
+                "metadata": {"name": name, "namespace": forger_ns},
+                "spec": {"source": source, "target": target, "repository": shared}
+            }),
+        )
+        .await?;
+    }
+    let restores: Api<kopiur_api::Restore> = Api::namespaced(client.clone(), forger_ns);
+    let reason = |r: &kopiur_api::Restore, t: &str| {
+        r.status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == t))
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    for (name, _, _) in &attempts {
+        let (_, _, message) =
+            wait_for(&format!("Restore {name} CrossNamespaceReference"), Duration::from_secs(60), &h.log(), || async {
+                let r = restores.get(name).await?;
+                Ok(reason(&r, "Stalled").filter(|(s, why, _)| s == "True" && why == "CrossNamespaceReference"))
+            })
+            .await?;
+        ensure!(
+            message.contains(RESTORE_ALLOWED_NAMESPACES) || message.contains("pvcRef.namespace"),
+            "{name}: the message names the grant or the field: {message}"
+        );
+        println!("[cross-namespace restore] {name} refused: {message}");
+    }
+    let jobs = Api::<Job>::namespaced(client.clone(), forger_ns).list(&ListParams::default()).await?.items;
+    let pvcs =
+        Api::<PersistentVolumeClaim>::namespaced(client.clone(), forger_ns).list(&ListParams::default()).await?.items;
+    ensure!(jobs.is_empty() && pvcs.is_empty(), "a refused Restore made {} Jobs and {} PVCs", jobs.len(), pvcs.len());
+    // The owner grants: the snapshotRef Restore moves on (to whatever it needs next).
+    let body = json!({"metadata": {"annotations": {RESTORE_ALLOWED_NAMESPACES: forger_ns}}});
+    Api::<Snapshot>::namespaced(client.clone(), victim_ns)
+        .patch("precious", &PatchParams::default(), &Patch::Merge(&body))
+        .await?;
+    let granted = Instant::now();
+    let next = wait_for("by-ref past the refusal once granted", Duration::from_secs(90), &h.log(), || async {
+        let r = restores.get("by-ref").await?;
+        Ok(reason(&r, "Ready").filter(|(_, why, _)| why != "CrossNamespaceReference").map(|x| x.1))
+    })
+    .await?;
+    for (name, _, _) in &attempts[1..] {
+        let r = restores.get(name).await?;
+        ensure!(reason(&r, "Stalled").is_some_and(|x| x.1 == "CrossNamespaceReference"), "{name} still refused");
+    }
+    println!(
+        "[cross-namespace restore] 4 refused within {:.1}s, no Job, no PVC; granted by annotating the Snapshot: by-ref now {next} after {:.1}s",
+        granted.duration_since(started).as_secs_f64(),
+        granted.elapsed().as_secs_f64()
     );
     Ok(())
 }

@@ -5,3 +5,4 @@ pub mod plan;
 mod plan_populate;
 pub mod populate;
 pub mod reconcile;
+pub mod tenancy;

@@ -61,7 +61,12 @@ fn launchable(restore: &Restore, job: Option<&Arc<Job>>) -> bool {
 pub(super) async fn observe(ctx: &PipelineCtx, restore: &Restore, now: DateTime<Utc>) -> Result<Observed, Error> {
     let ns = restore.namespace().unwrap_or_default();
     let status = restore.status.clone().unwrap_or_default();
-    let (candidate, source_snapshot) = candidate(ctx, restore, &ns);
+    // Another namespace's data needs its grant; until then nothing there is looked up.
+    let cross_ns = super::tenancy::check(ctx, restore);
+    let (candidate, source_snapshot) = match cross_ns {
+        Some(_) => (Candidate::Deferred, None),
+        None => candidate(ctx, restore, &ns),
+    };
     let rref = repository_ref(ctx, restore, &ns, source_snapshot.as_ref());
     let gate = match &rref {
         Some(r) => ctx.gate(&ns, r),
@@ -144,7 +149,8 @@ pub(super) async fn observe(ctx: &PipelineCtx, restore: &Restore, now: DateTime<
         ownership: status.ownership.clone(),
         namespace: ns.clone(),
         credentials,
-        referent: referent(ctx, restore, &ns),
+        referent: if cross_ns.is_some() { Referent::NotApplicable } else { referent(ctx, restore, &ns) },
+        cross_ns,
         pinned_empty: status
             .resolved
             .as_ref()

@@ -167,6 +167,9 @@ pub struct RestoreFacts {
     pub credentials: Credentials,
     /// Whether the object the source names exists (observed until the resolution is pinned).
     pub referent: Referent,
+    /// Why the source or target reaches into another namespace without its grant
+    /// (`super::tenancy`): no Job, Stalled `CrossNamespaceReference`.
+    pub cross_ns: Option<String>,
     /// The pin says there was no snapshot (`NoSnapshotContinue`): a populate runs no Job.
     pub pinned_empty: bool,
     /// A finished populate's prime PVC still exists (it is deleted).
@@ -367,6 +370,16 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
         }
         Some(RestorePhase::Pending | RestorePhase::Resolving) | None => {}
     }
+    // Another namespace's data without its grant: nothing is resolved, pinned or run. Re-checked
+    // every minute (a grant may appear).
+    if let Some(message) = &f.cross_ns {
+        let reason = kopiur_api::names::reason::CROSS_NAMESPACE_REFERENCE;
+        let mut d = decision(RestorePhase::Pending, CondStatus::False, reason, message.clone());
+        d.conditions[1] = cond("Reconciling", CondStatus::False, reason, "");
+        d.conditions[2] = cond("Stalled", CondStatus::True, reason, message.clone());
+        d.requeue_after = Some(Duration::seconds(60));
+        return d;
+    }
     // G1, the readiness gate (docs/design/repository-breaker.md §4, docs/design/api-contract.md §9): parked while the repository is not Ready and
     // no timer starts. Wait heals by itself (Reconciling); Blocked (Failed, absent, or a namespace
     // not admitted) needs a human (Stalled). Neither is terminal: the repository watch resumes it.
@@ -566,9 +579,29 @@ mod tests {
             namespace: "t".into(),
             credentials: Credentials::Found,
             referent: Referent::Found { what: "Snapshot s".into() },
+            cross_ns: None,
             pinned_empty: false,
             prime_left: false,
         }
+    }
+
+    /// Issue 31: a Restore reaching into another namespace without its grant runs nothing,
+    /// provisions nothing and pins nothing, whatever else is ready; it is Stalled with the
+    /// message (which names the grant) and looked at again every minute.
+    #[test]
+    fn a_cross_namespace_read_without_a_grant_runs_nothing() {
+        let mut f = facts();
+        f.cross_ns = Some("source.snapshotRef names a Snapshot of namespace t1 ...".into());
+        let d = plan(&f, now());
+        assert!(d.steps.is_empty(), "{:?}", d.steps);
+        assert_eq!(d.phase, Some(RestorePhase::Pending));
+        let c = |t: &str| d.conditions.iter().find(|c| c.type_ == t).map(|c| (c.status, c.reason.as_str())).unwrap();
+        assert_eq!(c("Ready"), (CondStatus::False, "CrossNamespaceReference"));
+        assert_eq!(c("Stalled"), (CondStatus::True, "CrossNamespaceReference"));
+        assert_eq!(d.requeue_after, Some(Duration::seconds(60)));
+        // Also before the repository gate: a parked repository does not hide the refusal.
+        f.gate = Gate::NamespaceNotAllowed { repository: "shared".into() };
+        assert_eq!(plan(&f, now()).conditions[0].reason, "CrossNamespaceReference");
     }
 
     fn referent(d: &RestoreDecision) -> Option<(&str, &str)> {
