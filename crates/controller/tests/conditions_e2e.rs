@@ -556,10 +556,33 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     let lists = |text: &str| -> std::collections::BTreeMap<String, f64> {
         metrics::sum_by(text, "kopiur_kube_client_requests_total", &[("verb", "list"), ("client", "main")], "kind")
     };
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let before = lists(&h.metrics().await?);
     let secrets: Api<Secret> = Api::namespaced(h.client.clone(), &ns);
     let repos: Api<kopiur_api::Repository> = Api::namespaced(h.client.clone(), &ns);
+    // A repository's catalog listing (its first one after bootstrap, or one a deletion asked
+    // for) lists every Snapshot once, a sync and not a reaction to an event, whenever its Job
+    // finishes, which on a loaded machine can be inside the window (r2 was created moments
+    // ago): wait until every repository here has listed and none has a scan pending.
+    let settled = support::wait_for(
+        "every repository's catalog listed, none pending",
+        Duration::from_secs(180),
+        &h.log(),
+        || async {
+            let mut out = Vec::new();
+            for r in repos.list(&Default::default()).await?.items {
+                let asked = r.annotations().get(kopiur_api::names::annotation::CATALOG_SCAN_REQUESTED_AT).cloned();
+                let c = r.status.as_ref().and_then(|s| s.catalog.clone()).unwrap_or_default();
+                if c.last_refresh_at.is_none() || asked.is_some() && asked != c.scan_request_honored {
+                    return Ok(None);
+                }
+                out.push(r.name_any());
+            }
+            Ok(Some(out))
+        },
+    )
+    .await?;
+    println!("[{:5.1}s] catalogs listed and settled: {settled:?}", started.elapsed().as_secs_f64());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let before = lists(&h.metrics().await?);
     for i in 0..10 {
         let label = json!({"metadata": {"labels": {"events-test": format!("e{i}")}}});
         for s in snaps.list(&Default::default()).await?.items.iter().take(1) {
