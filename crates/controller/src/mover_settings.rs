@@ -401,13 +401,48 @@ pub fn privileged_reasons(s: &MoverSettings, privileged_mode: bool) -> Vec<Strin
             why.push("capabilities.drop without ALL".into());
         }
     }
+    // A Localhost profile can allow anything; only RuntimeDefault is taken without the opt-in.
     for (level, sp) in [("container", c.seccomp_profile.as_ref()), ("pod", p.seccomp_profile.as_ref())] {
-        if sp.is_some_and(|sp| sp.type_ == "Unconfined") {
-            why.push(format!("{level} seccompProfile Unconfined"));
+        if let Some(t) = sp.map(|sp| sp.type_.as_str()).filter(|t| matches!(*t, "Unconfined" | "Localhost")) {
+            why.push(format!("{level} seccompProfile {t}"));
+        }
+    }
+    // The rest of the PSS baseline (audit finding 2.3): SELinux types other than the container
+    // ones and any user or role, AppArmor Unconfined, an unmasked /proc, sysctls, Windows host
+    // processes.
+    for (level, se) in [("container", c.se_linux_options.as_ref()), ("pod", p.se_linux_options.as_ref())] {
+        let Some(o) = se else { continue };
+        if let Some(t) = o.type_.as_deref().filter(|t| !t.is_empty() && !SELINUX_TYPES.contains(t)) {
+            why.push(format!("{level} seLinuxOptions.type {t}"));
+        }
+        for (field, v) in [("user", &o.user), ("role", &o.role)] {
+            if v.as_deref().is_some_and(|v| !v.is_empty()) {
+                why.push(format!("{level} seLinuxOptions.{field}"));
+            }
+        }
+    }
+    for (level, aa) in [("container", c.app_armor_profile.as_ref()), ("pod", p.app_armor_profile.as_ref())] {
+        if aa.is_some_and(|a| a.type_ == "Unconfined") {
+            why.push(format!("{level} appArmorProfile Unconfined"));
+        }
+    }
+    if c.proc_mount.as_deref() == Some("Unmasked") {
+        why.push("procMount: Unmasked".into());
+    }
+    if let Some(sysctls) = p.sysctls.as_ref().filter(|x| !x.is_empty()) {
+        let names: Vec<&str> = sysctls.iter().map(|x| x.name.as_str()).collect();
+        why.push(format!("sysctls: {}", names.join(",")));
+    }
+    for (level, w) in [("container", c.windows_options.as_ref()), ("pod", p.windows_options.as_ref())] {
+        if w.and_then(|w| w.host_process) == Some(true) {
+            why.push(format!("{level} windowsOptions.hostProcess: true"));
         }
     }
     why
 }
+
+/// The SELinux types the PSS baseline profile allows.
+const SELINUX_TYPES: &[&str] = &["container_t", "container_init_t", "container_kvm_t", "container_engine_t"];
 
 impl MoverSettings {
     /// Writes the settings into a Job input. `ttl` is false for Jobs that never get a TTL
@@ -519,7 +554,9 @@ pub mod io {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Capabilities, SeccompProfile};
+    use k8s_openapi::api::core::v1::{
+        AppArmorProfile, Capabilities, SELinuxOptions, SeccompProfile, Sysctl, WindowsSecurityContextOptions,
+    };
 
     fn sc(f: impl FnOnce(&mut SecurityContext)) -> Option<SecurityContext> {
         let mut s = SecurityContext::default();
@@ -610,6 +647,75 @@ mod tests {
                 "container seccompProfile Unconfined",
             ),
         ];
+        // Audit finding 2.3: every other setting outside the PSS baseline, at either level.
+        let pod = |f: fn(&mut PodSecurityContext)| {
+            let mut p = PodSecurityContext::default();
+            f(&mut p);
+            MoverSpec { pod_security_context: Some(p), ..Default::default() }
+        };
+        let container = |f: fn(&mut SecurityContext)| MoverSpec { security_context: sc(f), ..Default::default() };
+        let mut cases = cases;
+        cases.extend([
+            (
+                container(|s| {
+                    s.se_linux_options = Some(SELinuxOptions { type_: Some("spc_t".into()), ..Default::default() })
+                }),
+                "container seLinuxOptions.type spc_t",
+            ),
+            (
+                pod(|p| {
+                    p.se_linux_options = Some(SELinuxOptions { user: Some("system_u".into()), ..Default::default() })
+                }),
+                "pod seLinuxOptions.user",
+            ),
+            (
+                container(|s| {
+                    s.se_linux_options = Some(SELinuxOptions { role: Some("sysadm_r".into()), ..Default::default() })
+                }),
+                "container seLinuxOptions.role",
+            ),
+            (
+                container(|s| {
+                    s.app_armor_profile = Some(AppArmorProfile { type_: "Unconfined".into(), localhost_profile: None })
+                }),
+                "container appArmorProfile Unconfined",
+            ),
+            (
+                pod(|p| {
+                    p.app_armor_profile = Some(AppArmorProfile { type_: "Unconfined".into(), localhost_profile: None })
+                }),
+                "pod appArmorProfile Unconfined",
+            ),
+            (container(|s| s.proc_mount = Some("Unmasked".into())), "procMount: Unmasked"),
+            (
+                pod(|p| p.sysctls = Some(vec![Sysctl { name: "kernel.msgmax".into(), value: "65536".into() }])),
+                "sysctls: kernel.msgmax",
+            ),
+            (
+                pod(|p| {
+                    p.seccomp_profile =
+                        Some(SeccompProfile { type_: "Localhost".into(), localhost_profile: Some("x.json".into()) })
+                }),
+                "pod seccompProfile Localhost",
+            ),
+            (
+                container(|s| {
+                    s.windows_options =
+                        Some(WindowsSecurityContextOptions { host_process: Some(true), ..Default::default() })
+                }),
+                "container windowsOptions.hostProcess: true",
+            ),
+        ]);
+        // The baseline's own SELinux types, RuntimeDefault and a masked /proc stay unprivileged.
+        let fine = MoverSpec {
+            security_context: sc(|s| {
+                s.se_linux_options = Some(SELinuxOptions { type_: Some("container_t".into()), ..Default::default() });
+                s.seccomp_profile = Some(SeccompProfile { type_: "RuntimeDefault".into(), localhost_profile: None });
+                s.proc_mount = Some("Default".into());
+            }),
+            ..Default::default()
+        };
+        assert!(resolve(None, Some(&fine), MoverOp::Other, false).is_ok());
         for (spec, want) in cases {
             let e = resolve(None, Some(&spec), MoverOp::Backup, false).unwrap_err();
             assert_eq!(e.reason, "PrivilegedMoverNotPermitted");
