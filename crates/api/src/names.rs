@@ -35,6 +35,9 @@ pub mod annotation {
     /// On a Namespace, Snapshot or SnapshotPolicy: the namespaces (comma-separated, or `*`) whose
     /// Restores may read this data (audit finding 2.7).
     pub const RESTORE_ALLOWED_NAMESPACES: &str = "kopiur.home-operations.com/restore-allowed-namespaces";
+    /// On a Namespace: the namespaces (comma-separated, or `*`) whose SnapshotPolicies may write
+    /// under this namespace's hostname on a shared repository (audit finding 2.8).
+    pub const IDENTITY_ALLOWED_NAMESPACES: &str = "kopiur.home-operations.com/identity-allowed-namespaces";
     pub const DELETE_OUTCOMES: &str = "kopiur.home-operations.com/delete-outcomes";
     pub const BOOTSTRAP_GENERATION: &str = "kopiur.home-operations.com/bootstrap-generation";
     pub const MAINTENANCE_SLOT: &str = "kopiur.home-operations.com/maintenance-slot";

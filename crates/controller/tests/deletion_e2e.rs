@@ -507,7 +507,8 @@ async fn tenancy(h: &mut Harness) -> Result<()> {
         forged_status(h, &jobs, f, &forger_uids).await.context("forged status (issue 31)")
     };
     let restores = async {
-        cross_namespace_restores(h, &victim_ns, &forger_ns).await.context("cross-namespace restores (issue 31)")
+        cross_namespace_restores(h, &victim_ns, &forger_ns).await.context("cross-namespace restores (issue 31)")?;
+        foreign_hostname_policy(h, &victim_ns, &forger_ns).await.context("a policy under another hostname (issue 31)")
     };
     futures::try_join!(list_and_selector, wave, fault, forged, restores)?;
     recorder.abort();
@@ -649,6 +650,80 @@ async fn cross_namespace_restores(h: &Harness, victim_ns: &str, forger_ns: &str)
         granted.duration_since(started).as_secs_f64(),
         granted.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+/// Issue 31 (audit 2.8): a policy of the forger's namespace that writes under the victim
+/// namespace's hostname on the shared ClusterRepository is Stalled `CrossNamespaceReference`
+/// naming the grant, and its manual Snapshot parks with the same reason and no Job; once the
+/// victim's namespace grants it, the policy is no longer refused.
+async fn foreign_hostname_policy(h: &Harness, victim_ns: &str, forger_ns: &str) -> Result<()> {
+    use k8s_openapi::api::batch::v1::Job;
+    use kopiur_api::names::annotation::IDENTITY_ALLOWED_NAMESPACES;
+    let client = &h.client;
+    let policies: Api<kopiur_api::SnapshotPolicy> = Api::namespaced(client.clone(), forger_ns);
+    // Everything a run needs is there (the repository's Secret, the PVC): only the refusal stops it.
+    h.secret(forger_ns).await?;
+    for obj in [
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": forger_ns},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+        }),
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "SnapshotPolicy",
+            "metadata": {"name": "plant", "namespace": forger_ns},
+            "spec": {"repository": {"kind": "ClusterRepository", "name": "tenancy-forge"}, "copyMethod": "Direct",
+                     "sources": [{"pvc": {"name": "data"}}], "identity": {"hostname": victim_ns}}
+        }),
+        json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+            "metadata": {"name": "plant-1", "namespace": forger_ns},
+            "spec": {"policyRef": {"name": "plant"}}
+        }),
+    ] {
+        kopiur_testenv::apply::apply_value(client, forger_ns, &obj).await?;
+    }
+    let stalled = |conds: &[kopiur_api::shared::status::Condition]| {
+        conds.iter().find(|c| c.type_ == "Stalled" && c.status == "True").map(|c| (c.reason.clone(), c.message.clone()))
+    };
+    let (why, message) = wait_for("the planting policy Stalled", Duration::from_secs(60), &h.log(), || async {
+        let p = policies.get("plant").await?;
+        Ok(p.status.as_ref().and_then(|s| stalled(&s.conditions)).filter(|(r, _)| r == "CrossNamespaceReference"))
+    })
+    .await?;
+    ensure!(message.contains(&format!("{IDENTITY_ALLOWED_NAMESPACES}={forger_ns}")), "{why}: {message}");
+    let snaps: Api<Snapshot> = Api::namespaced(client.clone(), forger_ns);
+    let parked = wait_for("its Snapshot parked CrossNamespaceReference", Duration::from_secs(60), &h.log(), || async {
+        let s = snaps.get("plant-1").await?;
+        Ok(s.status
+            .as_ref()
+            .and_then(|st| st.conditions.iter().find(|c| c.type_ == "Ready").cloned())
+            .filter(|c| c.reason == "CrossNamespaceReference"))
+    })
+    .await;
+    let parked = match parked {
+        Ok(c) => c,
+        Err(e) => {
+            let s = snaps.get("plant-1").await?;
+            println!("[foreign hostname] plant-1 status: {}", serde_json::to_string(&s.status).unwrap_or_default());
+            return Err(e);
+        }
+    };
+    let jobs = Api::<Job>::namespaced(client.clone(), forger_ns).list(&ListParams::default()).await?.items;
+    ensure!(jobs.iter().all(|j| !j.name_any().starts_with("plant")), "a backup Job ran under the victim's hostname");
+    println!("[foreign hostname] policy Stalled: {message}; Snapshot parked: {}", parked.message);
+    // The victim's namespace grants it: the policy is no longer refused for that.
+    let body = json!({"metadata": {"annotations": {IDENTITY_ALLOWED_NAMESPACES: forger_ns}}});
+    Api::<Namespace>::all(client.clone()).patch(victim_ns, &PatchParams::default(), &Patch::Merge(&body)).await?;
+    wait_for("the planting policy no longer CrossNamespaceReference", Duration::from_secs(60), &h.log(), || async {
+        let p = policies.get("plant").await?;
+        let refused =
+            p.status.as_ref().and_then(|s| stalled(&s.conditions)).is_some_and(|(r, _)| r == "CrossNamespaceReference");
+        Ok((!refused).then_some(()))
+    })
+    .await?;
+    println!("[foreign hostname] granted by namespace {victim_ns}: the policy is no longer refused");
     Ok(())
 }
 

@@ -3,4 +3,5 @@
 //! by the Snapshot, SnapshotSchedule and SnapshotPolicy reconcilers, so they live at the crate root.
 pub mod collision;
 pub mod compression;
+pub mod hostname;
 pub mod sources;

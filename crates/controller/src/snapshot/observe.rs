@@ -246,6 +246,14 @@ fn work_spec_state(
             message: format!("SnapshotPolicy {}: {m}", p.name_any()),
         };
     }
+    // A policy writing under another namespace's hostname on a shared repository without its
+    // grant runs nothing (audit 2.8): the same pure rule the policy reconciler stalls on.
+    if let Some(m) = crate::policy_rules::hostname::check(p, &ctx.stores.namespaces) {
+        work_spec = WorkSpecState::MoverRefused {
+            reason: reason::CROSS_NAMESPACE_REFERENCE,
+            message: format!("SnapshotPolicy {}: {m}", p.name_any()),
+        };
+    }
     // R (docs/design/api-contract.md §6.1): a compressor kopia cannot write with parks the run Stalled
     // InvalidSpec, no Job, until the policy names a known one.
     if let Some(m) = crate::policy_rules::compression::unknown_compressor(&p.spec) {

@@ -87,6 +87,7 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
         },
         refused_fork: refused_fork.as_deref(),
         collision: super::collision::collision(&policy, &ctx.stores.policies.state()),
+        foreign_hostname: crate::policy_rules::hostname::check(&policy, &ctx.stores.namespaces),
     };
     let mut conds = super::report::conditions(&policy.spec, &status.conditions, &causes);
     crate::preflight::apply_policy_conditions(&mut conds, &status.conditions, policy.spec.preflight.as_ref());

@@ -16,6 +16,8 @@ pub(super) struct Causes<'a> {
     pub refused_source: Option<&'a str>,
     pub refused_fork: Option<&'a str>,
     pub collision: Option<String>,
+    /// A hostname of another namespace on a shared repository (`policy_rules::hostname`).
+    pub foreign_hostname: Option<String>,
 }
 
 pub(super) fn conditions(spec: &SnapshotPolicySpec, previous: &[Condition], c: &Causes<'_>) -> Vec<Cond> {
@@ -71,6 +73,12 @@ pub(super) fn conditions(spec: &SnapshotPolicySpec, previous: &[Condition], c: &
     match &c.collision {
         Some(m) => stall(&mut conds, super::collision::IDENTITY_COLLISION, m),
         None => lift(&mut conds, previous, super::collision::IDENTITY_COLLISION),
+    }
+    // Another namespace's hostname on a shared repository without its grant (audit 2.8).
+    let xns = kopiur_api::names::reason::CROSS_NAMESPACE_REFERENCE;
+    match &c.foreign_hostname {
+        Some(m) => stall(&mut conds, xns, m),
+        None => lift(&mut conds, previous, xns),
     }
     conds
 }
