@@ -511,6 +511,14 @@ async fn tenancy(h: &mut Harness) -> Result<()> {
         foreign_hostname_policy(h, &victim_ns, &forger_ns).await.context("a policy under another hostname (issue 31)")
     };
     futures::try_join!(list_and_selector, wave, fault, forged, restores)?;
+    // After a failed batch, refusals and forged statuses: no fixture secret anywhere a tenant or
+    // an operator reads.
+    let extra = vec![
+        ("the controller's log".to_string(), std::fs::read_to_string(h.log())?),
+        ("/metrics".to_string(), h.metrics().await?),
+    ];
+    let searched = sweep_for_secrets(&h.client, extra, &[PASSWORD, h.garage.secret_key()]).await?;
+    println!("[secrets sweep] {searched} objects, Events, the controller's log and /metrics: no fixture secret");
     recorder.abort();
     println!("tenancy e2e total {:.1}s", t0.elapsed().as_secs_f64());
     Ok(())

@@ -843,6 +843,14 @@ async fn repository_faults_end_to_end() -> Result<()> {
         eprintln!("{e:#}");
     }
     res?;
+    // After wrong-password, access-denied and outage runs (and a leader kill): no fixture secret
+    // (the passwords, right and wrong, the S3 secret key) in any object, Event, log or /metrics.
+    let mut extra = vec![("b's /metrics".to_string(), b.metrics().await?)];
+    for (who, op) in [("a", &a), ("b", &b)] {
+        extra.push((format!("{who}'s log"), std::fs::read_to_string(op.log_path())?));
+    }
+    let searched = support::sweep_for_secrets(&client, extra, &[PASSWORD, "battery staple", w.g.secret_key()]).await?;
+    w.say(format!("secrets sweep: {searched} documents, no fixture secret"));
     // No graceful shutdown to wait for: the test is over.
     b.kill();
     w.say("done");

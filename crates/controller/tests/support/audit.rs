@@ -150,3 +150,49 @@ pub fn successful_deletes(calls: &[Call]) -> BTreeMap<String, usize> {
     }
     m
 }
+
+/// Issue 31: no secret value of the fixtures in any kopiur object, Job, ConfigMap or Event of any
+/// namespace, nor in the `extra` documents (the controller's log, its `/metrics`). Returns how
+/// many documents were searched.
+pub async fn sweep_for_secrets(
+    client: &kube::Client,
+    extra: Vec<(String, String)>,
+    secrets: &[&str],
+) -> anyhow::Result<usize> {
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::{ConfigMap, Event};
+    use kube::Api;
+    use kube::api::ListParams;
+    let mut docs: Vec<(String, String)> = Vec::new();
+    macro_rules! all {
+        ($($k:ty),*) => {$(
+            for o in Api::<$k>::all(client.clone()).list(&ListParams::default()).await?.items {
+                docs.push((format!("{} {}/{}", stringify!($k), o.metadata.namespace.clone().unwrap_or_default(),
+                    o.metadata.name.clone().unwrap_or_default()), serde_json::to_string(&o)?));
+            }
+        )*};
+    }
+    all!(
+        kopiur_api::Repository,
+        kopiur_api::ClusterRepository,
+        kopiur_api::Snapshot,
+        kopiur_api::SnapshotPolicy,
+        kopiur_api::SnapshotSchedule,
+        kopiur_api::Restore,
+        kopiur_api::Maintenance,
+        Job,
+        ConfigMap,
+        Event
+    );
+    // Searching nothing proves nothing.
+    for (what, text) in &extra {
+        anyhow::ensure!(text.len() > 1000, "{what} is (nearly) empty");
+    }
+    docs.extend(extra);
+    for (what, text) in &docs {
+        for s in secrets {
+            anyhow::ensure!(!text.contains(s), "a fixture secret appears in {what}");
+        }
+    }
+    Ok(docs.len())
+}
