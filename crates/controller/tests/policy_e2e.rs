@@ -117,6 +117,8 @@ async fn seed_policy_snapshots(
             "resolved": {
                 "repository": {"kind": "Repository", "namespace": ns, "name": repo.name_any(), "uid": repo.uid()},
                 "deletionPolicy": "Delete",
+                // The source a real run records; the batch delete checks the manifest against it.
+                "identity": support::seed::recorded_identity(kopia_id),
             },
             "completionRecordedAt": support::rfc3339(end),
         }});

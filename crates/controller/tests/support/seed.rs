@@ -166,7 +166,7 @@ pub fn record_source(id: &str, username: &str, hostname: &str, path: &str) {
 }
 
 /// `status.resolved.identity` for a seeded id; `null` for an id no seed made (a fake id).
-fn recorded_identity(id: &str) -> Value {
+pub fn recorded_identity(id: &str) -> Value {
     match SOURCES.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(id) {
         Some((u, h, p)) => json!({"username": u, "hostname": h, "sourcePath": p}),
         None => Value::Null,
