@@ -459,4 +459,21 @@ impl RepositoryCommonSpec {
 pub struct RepositorySpec {
     #[serde(flatten)]
     pub common: RepositoryCommonSpec,
+    /// Other namespaces whose objects (Snapshots, policies, schedules, Restores, Maintenances,
+    /// replications) may use this Repository, by name. Absent: only its own namespace. A
+    /// consumer of a namespace not listed is parked `NamespaceNotAllowed`, and so are its
+    /// deletions, whose batch Jobs run here with this namespace's credentials.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 256),
+        inner(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))
+    )]
+    pub allowed_namespaces: Vec<String>,
+}
+
+impl RepositorySpec {
+    /// Whether a consumer of namespace `consumer` may use this Repository of namespace `home`.
+    pub fn admits(&self, home: &str, consumer: &str) -> bool {
+        consumer == home || self.allowed_namespaces.iter().any(|n| n == consumer)
+    }
 }

@@ -44,6 +44,7 @@ pub struct Rule {
 
 const REPOS: &[&str] = &["Repository", "ClusterRepository"];
 const CLUSTER: &[&str] = &["ClusterRepository"];
+const NAMESPACED_REPO: &[&str] = &["Repository"];
 const POLICY: &[&str] = &["SnapshotPolicy"];
 const SNAPSHOT: &[&str] = &["Snapshot"];
 const SCHEDULE: &[&str] = &["SnapshotSchedule"];
@@ -250,6 +251,7 @@ pub fn rules() -> Vec<Rule> {
         // Bootstrap ignores it by specification (docs/design/api-contract.md §2.2).
         rule(REPOS, "spec.bootstrap.failurePolicy.podStartupDeadlineSeconds", Inert, REPO_APPLY, "bootstrap"),
         rule(CLUSTER, "spec.allowedNamespaces", Read, GATING, "namespace_allowed"),
+        rule(NAMESPACED_REPO, "spec.allowedNamespaces", Read, GATING, "spec.admits"),
         rule(CLUSTER, "spec.credentialProjection.allowed", Refused, FEATURES, "\"spec.credentialProjection.allowed\""),
     ]);
     mover_spec(&mut v, REPOS, "spec.maintenance.mover");

@@ -69,9 +69,15 @@ impl Gate {
             Gate::NotReady { repository, phase } => {
                 format!("repository {repository} is {phase}; waiting for it to become Ready")
             }
-            Gate::NamespaceNotAllowed { repository } => {
-                format!("this namespace is not in allowedNamespaces of ClusterRepository {repository}")
-            }
+            // A namespaced Repository displays as `namespace/name`.
+            Gate::NamespaceNotAllowed { repository } => match repository.split_once('/') {
+                Some((ns, name)) => format!(
+                    "Repository {repository} belongs to namespace {ns}, which does not list this namespace in its \
+                     spec.allowedNamespaces; its owner can add it (kubectl edit repository.kopiur.home-operations.com \
+                     {name} -n {ns}), or use a Repository of this namespace"
+                ),
+                None => format!("this namespace is not in allowedNamespaces of ClusterRepository {repository}"),
+            },
         }
     }
 }
@@ -100,6 +106,8 @@ pub fn repository_ready(
             let display = format!("{ns}/{}", r.name);
             let obj = repos.get(&ObjectRef::new(&r.name).within(&ns));
             match obj {
+                // Another namespace's Repository admits only the namespaces it lists (audit 2.9).
+                Some(o) if !o.spec.admits(&ns, consumer_ns) => Gate::NamespaceNotAllowed { repository: display },
                 Some(o) => phase_gate(display, o.status.as_ref().and_then(|s| s.phase.as_ref())),
                 None => Gate::NotReady { repository: display, phase: ABSENT.into() },
             }
@@ -161,6 +169,21 @@ pub fn consumer_allowed(
     namespace_labels: Option<&BTreeMap<String, String>>,
 ) -> bool {
     cluster.is_none_or(|c| namespace_allowed(&c.spec.allowed_namespaces, consumer_ns, namespace_labels))
+}
+
+/// Whether a consumer of `consumer_ns` may use `repo`: a ClusterRepository's
+/// `allowedNamespaces`, a Repository's own namespace or its `spec.allowedNamespaces`.
+pub fn repo_admits(
+    repo: &crate::snapshot::ctx::RepoView,
+    consumer_ns: &str,
+    namespace_labels: Option<&BTreeMap<String, String>>,
+) -> bool {
+    match repo {
+        crate::snapshot::ctx::RepoView::Namespaced(r) => {
+            r.spec.admits(r.metadata.namespace.as_deref().unwrap_or_default(), consumer_ns)
+        }
+        crate::snapshot::ctx::RepoView::Cluster(c) => consumer_allowed(Some(c.as_ref()), consumer_ns, namespace_labels),
+    }
 }
 
 /// Whether `allowed` admits namespaces by label: only then does a namespace's relabelling
@@ -394,6 +417,29 @@ mod tests {
             repository_ready(&repos, &crepos, "t", None, &c).readiness(),
             Readiness::Blocked { reason: kopiur_api::names::reason::REPOSITORY_NOT_FOUND }
         );
+    }
+
+    /// Audit 2.9: another namespace's Repository admits only the namespaces it lists; its own
+    /// namespace always. The refusal says whose list and how to change it.
+    #[test]
+    fn a_repository_of_another_namespace_admits_only_its_list() {
+        let (reader, mut writer) = reflector::store::<Repository>();
+        let crepos: Store<ClusterRepository> = reflector::store().0;
+        let repo: Repository = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "r", "namespace": "t1"},
+            "spec": {"backend": {"filesystem": {"path": "/x"}}, "encryption": {"passwordSecretRef": {"name": "p"}},
+                     "allowedNamespaces": ["t3"]},
+            "status": {"phase": "Ready"}
+        }))
+        .unwrap();
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(repo));
+        let r = RepositoryRef { name: "r".into(), kind: RepositoryKind::Repository, namespace: Some("t1".into()) };
+        assert_eq!(repository_ready(&reader, &crepos, "t1", None, &r), Gate::Open, "its own namespace");
+        assert_eq!(repository_ready(&reader, &crepos, "t3", None, &r), Gate::Open, "a listed namespace");
+        let g = repository_ready(&reader, &crepos, "t2", None, &r);
+        assert_eq!(g, Gate::NamespaceNotAllowed { repository: "t1/r".into() });
+        assert!(g.message().contains("spec.allowedNamespaces") && g.message().contains("-n t1"), "{}", g.message());
     }
 
     #[test]

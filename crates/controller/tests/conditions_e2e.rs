@@ -400,7 +400,15 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     ensure!(one_true(&restore_conds(&blocked.object)), "{}", restore_state(&blocked.object));
     println!("[{:5.1}s] Restore blocked: {}", started.elapsed().as_secs_f64(), restore_state(&blocked.object));
     // The repository appears (in another namespace, with another time zone for step 5).
-    h.repository(&ns, "r2", "cond/", json!({"scheduleDefaults": {"timezone": "Europe/Paris"}})).await?;
+    // It admits the Restore's namespace (a Repository serves another namespace only when it
+    // lists it).
+    h.repository(
+        &ns,
+        "r2",
+        "cond/",
+        json!({"scheduleDefaults": {"timezone": "Europe/Paris"}, "allowedNamespaces": [rns]}),
+    )
+    .await?;
     let nocreds = rw
         .wait("Stalled MissingCredentialsSecret", Duration::from_secs(120), |r| {
             ready_reason(&restore_conds(r)).as_deref() == Some("MissingCredentialsSecret")

@@ -1083,8 +1083,13 @@ async fn scenarios(h: &mut Harness) -> Result<()> {
 
     let r_wave = h.repository(&wns, "wave", "wave/", json!({})).await?;
     let r_flap = h.repository(&fns, "flap", "flap/", json!({})).await?;
-    let r_orph = h.repository(&hns, "orph", "orph/", json!({"onNamespaceDelete": "Orphan"})).await?;
-    let r_nsdel = h.repository(&hns, "nsdel", "nsdel/", json!({"onNamespaceDelete": "Delete"})).await?;
+    // Each admits the namespace whose teardown it serves (a Repository serves another namespace
+    // only when it lists it).
+    let r_orph =
+        h.repository(&hns, "orph", "orph/", json!({"onNamespaceDelete": "Orphan", "allowedNamespaces": [ons]})).await?;
+    let r_nsdel = h
+        .repository(&hns, "nsdel", "nsdel/", json!({"onNamespaceDelete": "Delete", "allowedNamespaces": [dns]}))
+        .await?;
     let (p_wave, p_flap, p_orph, p_nsdel) =
         (RepoPin::of(&r_wave), RepoPin::of(&r_flap), RepoPin::of(&r_orph), RepoPin::of(&r_nsdel));
 

@@ -68,15 +68,17 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
     let _guard = env.log_guard();
     let (op, log) = start_operator(env, &op_ns, &[]).await?;
 
-    // The repository, with its own (correct) Secret, in its namespace.
+    // The repository, with its own (correct) Secret, in its namespace, admitting the consumer
+    // namespace (a Repository serves another namespace only when it lists it).
     let repo_ns = env.namespace("wedged-repo").await?;
+    let ns = env.namespace("wedged-app").await?;
     Api::<Secret>::namespaced(client.clone(), &repo_ns)
         .create(&PostParams::default(), &secret(&repo_ns, &g, "KOPIA_PASSWORD", "wedged e2e")?)
         .await?;
-    apply(&client, &repo_ns, repository(&repo_ns, "r", s3_backend(&g, "wedged/"), json!({}))).await?;
+    let admits = json!({"allowedNamespaces": [ns]});
+    apply(&client, &repo_ns, repository(&repo_ns, "r", s3_backend(&g, "wedged/"), admits)).await?;
 
     // The consumer namespace: a copy of the Secret with the password key misspelt.
-    let ns = env.namespace("wedged-app").await?;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     secrets.create(&PostParams::default(), &secret(&ns, &g, "KOPIA_PASWORD", "wedged e2e")?).await?;
     apply(&client, &ns, claim(&ns, "data")).await?;

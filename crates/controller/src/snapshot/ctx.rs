@@ -125,11 +125,7 @@ impl crate::context::Context {
     /// ClusterRepository tenancy of one consumer namespace against `repo` (always true for a
     /// namespaced Repository).
     pub fn tenancy_allows(&self, repo: &RepoView, consumer_ns: &str) -> bool {
-        let cluster = match repo {
-            RepoView::Namespaced(_) => None,
-            RepoView::Cluster(c) => Some(c.as_ref()),
-        };
-        crate::gating::consumer_allowed(cluster, consumer_ns, self.namespace_labels(consumer_ns).as_ref())
+        crate::gating::repo_admits(repo, consumer_ns, self.namespace_labels(consumer_ns).as_ref())
     }
 
     /// Stamps `reverify-requested-at=now` on a repository (the caller checked the spacing).

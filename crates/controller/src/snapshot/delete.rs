@@ -240,9 +240,12 @@ async fn deletion_facts(
     // kept, and it parks NamespaceNotAllowed until the namespace is allowed again (or
     // `skip-snapshot-cleanup` orphans it): never a delete on a guess, never a silent release.
     let tenancy_denied = repo.as_ref().filter(|rv| !ctx.tenancy_allows(rv, &ns)).map(|rv| {
+        let what = match rv {
+            RepoView::Namespaced(_) => format!("spec.allowedNamespaces of Repository {}/{}", rv.namespace().unwrap_or_default(), rv.name()),
+            RepoView::Cluster(_) => format!("allowedNamespaces of ClusterRepository {}", rv.name()),
+        };
         format!(
-            "this namespace is not in allowedNamespaces of ClusterRepository {}; the kopia snapshot is kept and deleted once the namespace is allowed again (annotate {} to release this Snapshot and keep the data)",
-            rv.name(),
+            "this namespace is not in {what}; the kopia snapshot is kept and deleted once the namespace is allowed again (annotate {} to release this Snapshot and keep the data)",
             annotation::SKIP_SNAPSHOT_CLEANUP
         )
     });
