@@ -171,19 +171,11 @@ pub fn consumer_allowed(
     cluster.is_none_or(|c| namespace_allowed(&c.spec.allowed_namespaces, consumer_ns, namespace_labels))
 }
 
-/// Whether a consumer of `consumer_ns` may use `repo`: a ClusterRepository's
-/// `allowedNamespaces`, a Repository's own namespace or its `spec.allowedNamespaces`.
-pub fn repo_admits(
-    repo: &crate::snapshot::ctx::RepoView,
-    consumer_ns: &str,
-    namespace_labels: Option<&BTreeMap<String, String>>,
-) -> bool {
-    match repo {
-        crate::snapshot::ctx::RepoView::Namespaced(r) => {
-            r.spec.admits(r.metadata.namespace.as_deref().unwrap_or_default(), consumer_ns)
-        }
-        crate::snapshot::ctx::RepoView::Cluster(c) => consumer_allowed(Some(c.as_ref()), consumer_ns, namespace_labels),
-    }
+/// Whether an annotation value (a comma-separated list of namespaces, or `*`) grants
+/// `reader`: the grant annotations `restore-allowed-namespaces` and
+/// `identity-allowed-namespaces` share this form.
+pub fn annotation_grants(value: Option<&str>, reader: &str) -> bool {
+    value.is_some_and(|v| v.split(',').map(str::trim).any(|x| x == "*" || x == reader))
 }
 
 /// Whether `allowed` admits namespaces by label: only then does a namespace's relabelling

@@ -38,7 +38,7 @@ pub fn foreign_hostname(p: &SnapshotPolicy, grant: impl Fn(&str) -> Option<Strin
             (RepositoryKind::Repository, n) => format!("Repository {}/{}", n.as_deref().unwrap_or(&ns), r.name),
         })
         .collect();
-    if shared.is_empty() || crate::restore::tenancy::grants(grant(&hostname).as_deref(), &ns) {
+    if shared.is_empty() || crate::gating::annotation_grants(grant(&hostname).as_deref(), &ns) {
         return None;
     }
     Some(format!(

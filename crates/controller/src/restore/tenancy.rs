@@ -14,6 +14,7 @@ use kopiur_api::shared::RepositoryKind;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
+use crate::gating::annotation_grants;
 use crate::snapshot::ctx::PipelineCtx;
 
 /// Where a grant may sit.
@@ -24,17 +25,13 @@ pub enum Site<'a> {
     Policy { namespace: &'a str, name: &'a str },
 }
 
-/// Whether an annotation value grants `reader`.
-pub fn grants(value: Option<&str>, reader: &str) -> bool {
-    value.is_some_and(|v| v.split(',').map(str::trim).any(|x| x == "*" || x == reader))
-}
-
 /// The refusal message, or `None` when the Restore reads and writes only what it may.
 /// `annotation` reads the grant annotation at a site.
 pub fn refusal<'a>(restore: &'a Restore, annotation: impl Fn(Site<'a>) -> Option<String>) -> Option<String> {
     let ns = restore.metadata.namespace.as_deref().unwrap_or_default();
     let granted = |site: Site<'a>, other: &'a str| {
-        grants(annotation(site).as_deref(), ns) || grants(annotation(Site::Namespace(other)).as_deref(), ns)
+        annotation_grants(annotation(site).as_deref(), ns)
+            || annotation_grants(annotation(Site::Namespace(other)).as_deref(), ns)
     };
     if let RestoreTarget::PvcRef(o) = &restore.spec.target
         && let Some(tns) = o.namespace.as_deref().filter(|t| *t != ns)
@@ -77,7 +74,7 @@ pub fn refusal<'a>(restore: &'a Restore, annotation: impl Fn(Site<'a>) -> Option
                 r.kind == RepositoryKind::Repository && r.namespace.as_deref().is_none_or(|x| x == ns)
             });
             let other = Some(i.hostname.as_str()).filter(|h| *h != ns && !own_repository)?;
-            (!grants(annotation(Site::Namespace(other)).as_deref(), ns)).then(|| {
+            (!annotation_grants(annotation(Site::Namespace(other)).as_deref(), ns)).then(|| {
                 format!(
                     "source.identity.hostname is {other}, not this namespace ({ns}), on a repository other namespaces \
                      share; kopiur restores another namespace's identity only when it grants it: kubectl annotate \

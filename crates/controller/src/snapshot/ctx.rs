@@ -122,10 +122,17 @@ impl crate::context::Context {
         }
     }
 
-    /// ClusterRepository tenancy of one consumer namespace against `repo` (always true for a
-    /// namespaced Repository).
+    /// Whether a consumer of `consumer_ns` may use `repo`: a ClusterRepository's
+    /// `allowedNamespaces`, a Repository's own namespace or its `spec.allowedNamespaces`.
     pub fn tenancy_allows(&self, repo: &RepoView, consumer_ns: &str) -> bool {
-        crate::gating::repo_admits(repo, consumer_ns, self.namespace_labels(consumer_ns).as_ref())
+        match repo {
+            RepoView::Namespaced(r) => r.spec.admits(r.metadata.namespace.as_deref().unwrap_or_default(), consumer_ns),
+            RepoView::Cluster(c) => crate::gating::consumer_allowed(
+                Some(c.as_ref()),
+                consumer_ns,
+                self.namespace_labels(consumer_ns).as_ref(),
+            ),
+        }
     }
 
     /// Stamps `reverify-requested-at=now` on a repository (the caller checked the spacing).
