@@ -144,18 +144,33 @@ impl Context {
         crate::mover_rbac::ensure(&self.client, ns, &self.mover_rbac_ready, &self.config.mover_image_pull_secrets).await
     }
 
-    /// Creates a mover Job in `ns` (the mover's RBAC first), idempotent by name: the Job's
-    /// deterministic name is the single-flight lock, so AlreadyExists means done. `true` when
-    /// this call created it (counted in `jobs_created{kind}`).
+    /// Creates a mover Job in `ns` (the mover's RBAC first, the run's own Role after, owned
+    /// by the Job), idempotent by name: the Job's deterministic name is the single-flight
+    /// lock, so AlreadyExists means done. `true` when this call created it (counted in
+    /// `jobs_created{kind}`).
     pub async fn create_mover_job(&self, ns: &str, job: &Job, kind: &str) -> Result<bool, Error> {
         self.ensure_mover_rbac(ns).await?;
-        match kube::Api::<Job>::namespaced(self.client.clone(), ns).create(&Default::default(), job).await {
-            Ok(_) => {
-                self.metrics.jobs_created.inc(JobLabels { op: kind, namespace: ns });
-                Ok(true)
+        let jobs = kube::Api::<Job>::namespaced(self.client.clone(), ns);
+        let (created, live) = match jobs.create(&Default::default(), job).await {
+            Ok(live) => (true, Some(live)),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                (false, jobs.get_opt(&job.metadata.name.clone().unwrap_or_default()).await?)
             }
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-            Err(e) => Err(e.into()),
+            Err(e) => return Err(e.into()),
+        };
+        // The run's one write permission, owned by the Job (also re-applied when the Job was
+        // already there: a controller that stopped between the two calls left it missing).
+        // The rules come from the Job built here; the live Job gives only its uid, and only
+        // when it has the owner this Job names (a look-alike made by someone else gets none).
+        if let Some(live) = live.filter(|l| l.metadata.owner_references == job.metadata.owner_references) {
+            let mut ours = job.clone();
+            ours.metadata.uid = live.metadata.uid;
+            ours.metadata.namespace = Some(ns.to_string());
+            crate::mover_rbac::ensure_run_role(&self.client, &ours).await?;
         }
+        if created {
+            self.metrics.jobs_created.inc(JobLabels { op: kind, namespace: ns });
+        }
+        Ok(created)
     }
 }

@@ -158,6 +158,8 @@ pub async fn run(ctx: Arc<Context>, mut feeds: Feeds) {
     tokio::spawn(crate::resource_phase::run(ctx.metrics.clone(), ctx.stores.replications.clone()));
     // SnapshotReplication is [next]: every object is answered Stalled / FeatureNotImplemented.
     let snapshot_replication = crate::snapshot_replication::wire(&ctx, &mut feeds);
+    // Each run's Role goes when its Job finishes (issue 31).
+    tokio::spawn(crate::mover_rbac::revoke_finished(ctx.client.clone(), feeds.jobs.subscribe()));
     feeds.start();
     futures::join!(repositories, pipeline, maintenance, replication, snapshot_replication);
 }

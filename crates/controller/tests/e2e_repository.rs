@@ -369,6 +369,97 @@ fn repo_uid(r: &Repository) -> String {
 }
 
 /// Sleeps until the wall clock passes `t`.
+/// Issue 31, as a tenant would try it: any Pod of `ns` can use the mover's ServiceAccount. Both
+/// backups of T08 reported Succeeded through it (so each run's own Role granted its one write:
+/// the standing role only reads); once their Jobs finished, their Roles are revoked and the
+/// account can write no kopiur status and no ConfigMap, checked by `kubectl auth can-i`'s
+/// SelfSubjectAccessReview and by real requests, while it still reads.
+async fn mover_account_writes_nothing(
+    env: &TestEnv,
+    admin: &Client,
+    ns: &str,
+    dir: &std::path::Path,
+    snapshot: &str,
+    repository: &str,
+) -> Result<()> {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::api::rbac::v1::Role;
+    let roles: Api<Role> = Api::namespaced(admin.clone(), ns);
+    let lp = kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=kopiur");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left: Vec<String> = roles.list(&lp).await?.items.iter().map(|r| r.name_any()).collect();
+        if left.is_empty() {
+            break;
+        }
+        ensure!(Instant::now() < deadline, "run Roles of finished Jobs still there after 60 s: {left:?}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let kc = env.cp.service_account_kubeconfig(ns, "kopiur-mover", &dir.join("mover.kubeconfig")).await?;
+    let cfg = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kc)?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    let mover = Client::try_from(cfg)?;
+    let ssar: Api<SelfSubjectAccessReview> = Api::all(mover.clone());
+    for (group, resource, name) in [
+        ("kopiur.home-operations.com", "snapshots", snapshot),
+        ("kopiur.home-operations.com", "repositories", repository),
+        ("", "configmaps", "kube-root-ca.crt"),
+    ] {
+        let sub = (resource != "configmaps").then(|| "status".to_string());
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(group.into()),
+                    resource: Some(resource.into()),
+                    subresource: sub.clone(),
+                    name: Some(name.into()),
+                    namespace: Some(ns.into()),
+                    verb: Some("patch".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let out = ssar.create(&PostParams::default(), &review).await?;
+        let allowed = out.status.map(|s| s.allowed).unwrap_or(true);
+        ensure!(!allowed, "kopiur-mover of {ns} may patch {resource}/{} {name}", sub.unwrap_or_default());
+    }
+    let forged = json!({"status": {"snapshot": {"kopiaSnapshotID": "k0123456789abcdef0123456789abcdef"}}});
+    let pp = PatchParams::default();
+    let denied = |r: Result<(), kube::Error>, what: &str| match r {
+        Err(kube::Error::Api(e)) if e.code == 403 => Ok(()),
+        other => Err(anyhow::anyhow!("kopiur-mover of {ns} {what}: {other:?}, not 403")),
+    };
+    let snaps: Api<Snapshot> = Api::namespaced(mover.clone(), ns);
+    ensure!(snaps.get_status(snapshot).await.is_ok(), "kopiur-mover can no longer read {snapshot}'s status");
+    denied(snaps.patch_status(snapshot, &pp, &Patch::Merge(&forged)).await.map(|_| ()), "forged a snapshot id")?;
+    let repos: Api<Repository> = Api::namespaced(mover.clone(), ns);
+    let unpin = json!({"status": {"uniqueId": null}});
+    denied(repos.patch_status(repository, &pp, &Patch::Merge(&unpin)).await.map(|_| ()), "cleared a uniqueId")?;
+    let cms: Api<ConfigMap> = Api::namespaced(mover, ns);
+    let cm = json!({"data": {"x": "y"}});
+    denied(cms.patch("kube-root-ca.crt", &pp, &Patch::Merge(&cm)).await.map(|_| ()), "patched a ConfigMap")?;
+    let id = Api::<Snapshot>::namespaced(admin.clone(), ns)
+        .get_status(snapshot)
+        .await?
+        .status
+        .and_then(|s| s.snapshot)
+        .and_then(|s| s.kopia_snapshot_id);
+    ensure!(id.as_deref().is_some_and(|i| !i.contains("0123456789abcdef")), "the forged id landed: {id:?}");
+    println!(
+        "T08 tenancy: run Roles revoked after their Jobs; kopiur-mover of {ns} may not patch Snapshot, Repository status \
+         or a ConfigMap (can-i no; 3 real requests 403) and still reads"
+    );
+    Ok(())
+}
+
 async fn sleep_until_wall(t: DateTime<Utc>) {
     if let Ok(d) = (t - Utc::now()).to_std() {
         tokio::time::sleep(d).await;
@@ -703,6 +794,7 @@ async fn repository_breaker_end_to_end() -> Result<()> {
             ensure!(js[0].failed_seen.is_none(), "T08: a backup Job failed: {js:?}");
         }
         println!("T08: 0 failed Jobs, 0 Failed Snapshots, 1 parked child Succeeded after recovery");
+        mover_account_writes_nothing(env, &client, &ns, dir.path(), &first_name, "p08").await?;
         Ok::<_, anyhow::Error>(())
     };
 

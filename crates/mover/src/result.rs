@@ -312,8 +312,38 @@ impl KubeSink {
     }
 }
 
+/// How long a write refused with 403 is retried: the run's Role is created right after its
+/// Job, so a mover that reports within its first seconds may come before it.
+const FORBIDDEN_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl ResultSink for KubeSink {
     async fn write(&self, report: &Report) -> anyhow::Result<()> {
+        let started = std::time::Instant::now();
+        loop {
+            match self.write_once(report).await {
+                Err(e) if forbidden(&e) && started.elapsed() < FORBIDDEN_RETRY => {
+                    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                }
+                Err(e) if forbidden(&e) => {
+                    return Err(e.context(format!(
+                        "this run's Role (named after its Job, created by the controller with it) does not let the \
+                         mover's ServiceAccount write its result; see kubectl -n {} get role,rolebinding -l \
+                         app.kubernetes.io/managed-by=kopiur",
+                        self.namespace
+                    )));
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+fn forbidden(e: &anyhow::Error) -> bool {
+    matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 403)
+}
+
+impl KubeSink {
+    async fn write_once(&self, report: &Report) -> anyhow::Result<()> {
         use kube::api::{Api, Patch, PatchParams};
         let pp = PatchParams::default();
         match report {

@@ -36,7 +36,8 @@ const KIND_STATUS: &[&str] = &[
 
 /// The controller: reads every kopiur kind, writes only their status; owns Jobs and result
 /// ConfigMaps; reads (never watches) mover pods; watches Secrets metadata-only (values never reach it); creates the mover's
-/// ServiceAccount and RoleBinding, and may bind only the mover ClusterRole.
+/// ServiceAccount and RoleBinding and each run's Role, and may bind only the mover ClusterRole
+/// (and the run Roles, whose permissions it holds).
 const CONTROLLER: &[Rule] = &[
     Rule { group: "kopiur.home-operations.com", resources: KINDS, verbs: &["get", "list", "watch"], names: &[] },
     Rule {
@@ -139,10 +140,13 @@ const CONTROLLER: &[Rule] = &[
     Rule { group: "", resources: &["secrets"], verbs: &["list", "watch"], names: &[] },
     Rule { group: "", resources: &["namespaces"], verbs: &["get", "list", "watch"], names: &[] },
     Rule { group: "", resources: &["serviceaccounts"], verbs: &["get", "create", "patch"], names: &[] },
+    // The mover's standing RoleBinding, and each run's Role and RoleBinding (one object's
+    // status or result ConfigMap, owned by the run's Job, deleted when it finishes; permissions
+    // the controller holds).
     Rule {
         group: "rbac.authorization.k8s.io",
-        resources: &["rolebindings"],
-        verbs: &["get", "create", "patch"],
+        resources: &["roles", "rolebindings"],
+        verbs: &["get", "create", "patch", "delete"],
         names: &[],
     },
     Rule {
@@ -155,31 +159,24 @@ const CONTROLLER: &[Rule] = &[
     Rule { group: "events.k8s.io", resources: &["events"], verbs: &["create", "patch"], names: &[] },
 ];
 
-/// The kinds whose status a mover reports to (backup and pin: Snapshot; Restore; Maintenance;
-/// replication). A repository's bootstrap reports through its result ConfigMap and a batch
-/// delete through its exit, so no mover may patch a Repository, ClusterRepository,
-/// SnapshotPolicy or SnapshotSchedule status (issue 31: the mover's ServiceAccount is usable by
-/// any Pod of its namespace).
-const MOVER_REPORTS_TO: &[&str] = &[
+/// The kinds whose status a mover reads (its target's uid check before it runs).
+const MOVER_READS: &[&str] = &[
     "snapshots/status",
     "restores/status",
     "maintenances/status",
     "repositoryreplications/status",
     "snapshotreplications/status",
+    "repositories/status",
+    "clusterrepositories/status",
 ];
 
-/// The mover: its target's status and its result ConfigMap. No Secrets, no create, no delete.
-const MOVER: &[Rule] = &[
-    Rule { group: "kopiur.home-operations.com", resources: MOVER_REPORTS_TO, verbs: &["get", "patch"], names: &[] },
-    // The uid check of a bootstrap's or batch's target (the repository) before it runs.
-    Rule {
-        group: "kopiur.home-operations.com",
-        resources: &["repositories/status", "clusterrepositories/status"],
-        verbs: &["get"],
-        names: &[],
-    },
-    Rule { group: "", resources: &["configmaps"], verbs: &["get", "patch"], names: &[] },
-];
+/// The mover's standing role: reads only. Any Pod of a namespace can use the mover's
+/// ServiceAccount (issue 31, audit findings 1.1 and 1.2), so the one write a run needs (its
+/// target's status, or its result ConfigMap) comes from a per-run Role the controller creates
+/// with the Job, names by `resourceNames`, and the Job owns (`mover_rbac::run_role`). No
+/// Secrets, no ConfigMaps, no create, no delete, no patch.
+const MOVER: &[Rule] =
+    &[Rule { group: "kopiur.home-operations.com", resources: MOVER_READS, verbs: &["get"], names: &[] }];
 
 fn list(items: &[&str]) -> String {
     let quoted: Vec<String> = items.iter().map(|i| format!("\"{i}\"")).collect();
@@ -216,16 +213,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_mover_patches_only_the_status_it_reports_to() {
+    fn the_standing_mover_role_only_reads() {
         let y = render();
         let mover = y.split("---").nth(1).unwrap();
-        for kind in ["repositories", "clusterrepositories", "snapshotpolicies", "snapshotschedules"] {
-            let patchable = mover
-                .split("  - apiGroups")
-                .filter(|rule| rule.contains("\"patch\""))
-                .any(|rule| rule.contains(&format!("\"{kind}/status\"")));
-            assert!(!patchable, "the mover may patch {kind}/status:\n{mover}");
+        for verb in ["patch", "update", "create", "delete", "list", "watch"] {
+            assert!(!mover.contains(&format!("\"{verb}\"")), "the mover may {verb}:\n{mover}");
         }
+        assert!(!mover.contains("configmaps"), "{mover}");
         assert!(mover.contains("\"snapshots/status\""), "{mover}");
     }
 

@@ -566,6 +566,52 @@ mod tests {
         assert_eq!(js.ttl_seconds_after_finished, None);
     }
 
+    /// Issue 31: a backup run may write one thing, its own Snapshot's status, through a Role
+    /// named after and owned by its Job; a batch delete (which reports by its exit) gets none.
+    #[test]
+    fn a_run_role_grants_only_its_own_target_status() {
+        let repo: kopiur_api::Repository = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
+            "metadata": {"name": "r", "namespace": "apps", "uid": "u-r"},
+            "spec": {"backend": {"filesystem": {"path": "/repo"}},
+                     "encryption": {"passwordSecretRef": {"name": "pw", "key": "password"}}}
+        }))
+        .unwrap();
+        let rv = RepoView::Namespaced(std::sync::Arc::new(repo));
+        let config = crate::config::Config::from_env();
+        let p = policy(serde_json::json!({}));
+        let r = recipe(&snap(), &p).unwrap();
+        let mut job = backup_job(&snap(), &p, &r, &rv, &config, &MoverFacts::default()).unwrap().job;
+        assert!(crate::mover_rbac::run_role(&job).is_none(), "no Role before the Job has a uid to own it");
+        job.metadata.uid = Some("u-job".into());
+        job.metadata.namespace = Some(snap().metadata.namespace.unwrap());
+        let (role, binding) = crate::mover_rbac::run_role(&job).expect("a backup writes its Snapshot status");
+        let name = job.metadata.name.clone().unwrap();
+        assert_eq!(role.metadata.name.as_deref(), Some(name.as_str()));
+        let owner = &role.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!((owner.kind.as_str(), owner.uid.as_str(), owner.controller), ("Job", "u-job", Some(true)));
+        let rules = role.rules.unwrap();
+        assert_eq!(rules.len(), 1, "{rules:?}");
+        assert_eq!(rules[0].api_groups, Some(vec!["kopiur.home-operations.com".to_string()]));
+        assert_eq!(rules[0].resources, Some(vec!["snapshots/status".to_string()]));
+        assert_eq!(rules[0].resource_names, Some(vec![snap().metadata.name.unwrap()]));
+        assert_eq!(rules[0].verbs, vec!["get".to_string(), "patch".to_string()]);
+        assert_eq!((binding.role_ref.kind.as_str(), binding.role_ref.name.as_str()), ("Role", name.as_str()));
+        let subject = &binding.subjects.unwrap()[0];
+        assert_eq!(subject.name, crate::identity::MOVER_SERVICE_ACCOUNT);
+
+        let spec = crate::deletion::batch::BatchSpec {
+            name: "snapdel-0123456789".into(),
+            repo_uid: "u-r".into(),
+            members: vec![],
+            chunks: vec![vec!["0123456789abcdef0123456789abcdef".into()]],
+        };
+        let mut batch = batch_delete_job(&spec, &rv, &config).unwrap();
+        batch.metadata.uid = Some("u-batch".into());
+        batch.metadata.namespace = Some("apps".into());
+        assert!(crate::mover_rbac::run_role(&batch).is_none(), "a batch delete writes nothing through the API");
+    }
+
     fn work_spec(job: &Job) -> serde_json::Value {
         let env = job.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].env.clone().unwrap();
         let ws = env.iter().find(|e| e.name == "KOPIUR_WORK_SPEC").and_then(|e| e.value.clone()).unwrap();
