@@ -196,6 +196,20 @@ fn pruned_by_admission_policy_exempts_only_the_controller() {
     );
 }
 
+/// Issue 31: an install without Helm gets the same `pruned-by` policy. The plain
+/// `deploy/admission/` file has the chart's policy and binding (rendered with the default
+/// values in `kopiur-system`), field for field but the labels.
+#[test]
+fn plain_deploy_admission_policy_is_the_charts() {
+    let chart = render(&[]);
+    let plain = yaml_docs(&read("deploy/admission/kopiur-pruned-by.yaml"));
+    for kind in ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] {
+        let (c, p) = (one(&chart, kind), one(&plain, kind));
+        assert_eq!(p["spec"], c["spec"], "{kind}: deploy/admission differs from the chart");
+        assert_eq!(p["metadata"]["name"], c["metadata"]["name"], "{kind} name");
+    }
+}
+
 #[test]
 fn metrics_service_selects_the_controller_on_8081() {
     let docs = render(&[]);
