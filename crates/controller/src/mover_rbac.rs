@@ -235,9 +235,17 @@ mod tests {
         let at = |secs: i64| (now - chrono::Duration::seconds(secs)).to_rfc3339();
         let cases = [
             (serde_json::json!([]), false, "running"),
-            (serde_json::json!([{"type": "Complete", "status": "True", "lastTransitionTime": at(5)}]), true, "complete"),
+            (
+                serde_json::json!([{"type": "Complete", "status": "True", "lastTransitionTime": at(5)}]),
+                true,
+                "complete",
+            ),
             (serde_json::json!([{"type": "Failed", "status": "True", "lastTransitionTime": at(5)}]), true, "failed"),
-            (serde_json::json!([{"type": "Failed", "status": "False", "lastTransitionTime": at(5)}]), false, "not failed"),
+            (
+                serde_json::json!([{"type": "Failed", "status": "False", "lastTransitionTime": at(5)}]),
+                false,
+                "not failed",
+            ),
             (
                 serde_json::json!([{"type": "Complete", "status": "True", "lastTransitionTime": at(3600)}]),
                 false,

@@ -103,15 +103,25 @@ pub struct KopiaEnv {
     pub workdir: PathBuf,
     /// Must be absolute: kopia only honours (and cleans) absolute cache paths.
     pub cache_dir: PathBuf,
+    /// Where kopia's config file goes (the workdir unless set): it holds the backend's keys,
+    /// so a mover Job puts it on a memory-backed volume, never on a cache that outlives the run.
+    pub config_dir: PathBuf,
 }
 
 impl KopiaEnv {
     pub fn new(workdir: impl Into<PathBuf>, cache_dir: impl Into<PathBuf>) -> KopiaEnv {
-        KopiaEnv { workdir: workdir.into(), cache_dir: cache_dir.into() }
+        let workdir = workdir.into();
+        KopiaEnv { config_dir: workdir.clone(), workdir, cache_dir: cache_dir.into() }
+    }
+
+    /// The same environment with kopia's config file in `dir`.
+    pub fn with_config_dir(mut self, dir: impl Into<PathBuf>) -> KopiaEnv {
+        self.config_dir = dir.into();
+        self
     }
 
     pub fn config_path(&self) -> PathBuf {
-        self.workdir.join("repository.config")
+        self.config_dir.join("repository.config")
     }
 
     /// Non-secret variables only; the password and backend keys are inherited or added by

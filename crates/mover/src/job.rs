@@ -1,9 +1,10 @@
 //! The pure Job builder the controller (and the CLI) use to launch a mover.
 //!
 //! Everything is computed from the input; nothing reads the cluster. Credentials are
-//! referenced, never copied: the password through `secretKeyRef`, backend credentials
-//! through one `envFrom` per distinct Secret, a replication destination's Secret through
-//! `envFrom` with prefix `KOPIUR_DEST_`.
+//! referenced, never copied, and key by key: the password through `secretKeyRef`, each
+//! credential key the backend reads (`Backend::credential_env_keys`) through an optional
+//! `secretKeyRef` per credential Secret, a replication destination's keys the same way under
+//! the prefix `KOPIUR_DEST_`. No `envFrom`: the rest of a Secret never reaches the mover.
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{
@@ -11,11 +12,10 @@ use k8s_openapi::api::batch::v1::{
     PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvFromSource, EnvVar,
-    EnvVarSource, EphemeralVolumeSource, KeyToPath, PersistentVolumeClaimSpec, PersistentVolumeClaimTemplate,
+    Affinity, Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    EphemeralVolumeSource, KeyToPath, PersistentVolumeClaimSpec, PersistentVolumeClaimTemplate,
     PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements,
-    SeccompProfile, SecretEnvSource, SecretKeySelector, SecurityContext, Toleration, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    SeccompProfile, SecretKeySelector, SecurityContext, Toleration, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -28,6 +28,11 @@ pub const LABEL_OP: &str = "kopiur.home-operations.com/op";
 pub const LABEL_CONNECT_KIND: &str = "kopiur.home-operations.com/connect-kind";
 pub const LABEL_DELETE_REPO: &str = "kopiur.home-operations.com/delete-repo";
 pub const CACHE_MOUNT: &str = "/var/cache/kopia";
+/// kopia's config file (which holds the backend's keys): a memory-backed emptyDir, gone with
+/// the Pod, never the cache (which may be a PVC that outlives the run).
+pub const CONFIG_MOUNT: &str = "/var/run/kopiur";
+/// The config volume's size limit (the file is a few KiB).
+pub const CONFIG_VOLUME_LIMIT: &str = "4Mi";
 /// The only writable path besides the cache: the root filesystem is read-only.
 pub const TMP_MOUNT: &str = "/tmp";
 pub const SOURCE_MOUNT: &str = "/source";
@@ -249,6 +254,18 @@ fn env(name: &str, value: impl Into<String>) -> EnvVar {
     EnvVar { name: name.into(), value: Some(value.into()), value_from: None }
 }
 
+/// `name` from key `key` of Secret `secret`, unset when the Secret has no such key.
+fn secret_key_env(name: String, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name,
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector { name: secret.into(), key: key.into(), optional: Some(true) }),
+            ..Default::default()
+        }),
+    }
+}
+
 fn pvc_volume(name: &str, m: &PvcMount) -> (Volume, VolumeMount) {
     (
         Volume {
@@ -294,7 +311,8 @@ pub fn build_job(input: &JobInput) -> Result<Job, JobError> {
 
     let mut envs = vec![
         env("KOPIUR_WORK_SPEC", spec_json),
-        env("KOPIA_CONFIG_PATH", format!("{CACHE_MOUNT}/repository.config")),
+        env("KOPIA_CONFIG_PATH", format!("{CONFIG_MOUNT}/repository.config")),
+        env("KOPIUR_CONFIG_DIR", CONFIG_MOUNT),
         env("KOPIA_CACHE_DIRECTORY", format!("{CACHE_MOUNT}/cache")),
         env("KOPIA_LOG_DIR", format!("{CACHE_MOUNT}/logs")),
         env("KOPIA_CHECK_FOR_UPDATES", "false"),
@@ -346,22 +364,19 @@ pub fn build_job(input: &JobInput) -> Result<Job, JobError> {
     }
     envs.extend(input.extra_env.iter().cloned());
 
+    // Each known credential key of the backend through its own optional `secretKeyRef`, from
+    // each credential Secret in order (a later Secret's key wins, as with `envFrom`): the
+    // mover's environment gets the keys kopia reads and nothing else the Secret holds.
     let mut seen = std::collections::BTreeSet::new();
-    let mut env_from: Vec<EnvFromSource> = input
-        .env_from_secrets
-        .iter()
-        .filter(|s| seen.insert((*s).clone()))
-        .map(|s| EnvFromSource {
-            secret_ref: Some(SecretEnvSource { name: s.clone(), optional: Some(false) }),
-            ..Default::default()
-        })
-        .collect();
-    if let Some(d) = &input.destination_secret {
-        env_from.push(EnvFromSource {
-            prefix: Some("KOPIUR_DEST_".into()),
-            secret_ref: Some(SecretEnvSource { name: d.clone(), optional: Some(false) }),
-            ..Default::default()
-        });
+    let keys = input.work_spec.repository.backend.credential_env_keys();
+    for secret in input.env_from_secrets.iter().filter(|s| seen.insert((*s).clone())) {
+        envs.extend(keys.iter().map(|k| secret_key_env(k.to_string(), secret, k)));
+    }
+    if let (Some(d), crate::workspec::Operation::Replicate(op)) =
+        (&input.destination_secret, &input.work_spec.operation)
+    {
+        let dest = op.destination.credential_env_keys();
+        envs.extend(dest.iter().map(|k| secret_key_env(format!("KOPIUR_DEST_{k}"), d, k)));
     }
 
     let cache_volume = match &input.cache {
@@ -399,10 +414,19 @@ pub fn build_job(input: &JobInput) -> Result<Job, JobError> {
     };
     let tmp_volume =
         Volume { name: "tmp".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Default::default() };
-    let mut volumes = vec![cache_volume, tmp_volume];
+    let config_volume = Volume {
+        name: "kopia-config".into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".into()),
+            size_limit: Some(Quantity(CONFIG_VOLUME_LIMIT.into())),
+        }),
+        ..Default::default()
+    };
+    let mut volumes = vec![cache_volume, tmp_volume, config_volume];
     let mut mounts = vec![
         VolumeMount { name: "kopia-cache".into(), mount_path: CACHE_MOUNT.into(), ..Default::default() },
         VolumeMount { name: "tmp".into(), mount_path: TMP_MOUNT.into(), ..Default::default() },
+        VolumeMount { name: "kopia-config".into(), mount_path: CONFIG_MOUNT.into(), ..Default::default() },
     ];
     if let Some(parent) = input.restore.as_ref().and_then(|m| std::path::Path::new(&m.mount_path).parent())
         && parent != std::path::Path::new("/")
@@ -452,7 +476,7 @@ pub fn build_job(input: &JobInput) -> Result<Job, JobError> {
         image_pull_policy: input.image_pull_policy.clone(),
         args: None,
         env: Some(envs),
-        env_from: if env_from.is_empty() { None } else { Some(env_from) },
+        env_from: None,
         volume_mounts: Some(mounts),
         resources: input.resources.clone(),
         security_context: Some(container_security_context(input.security_context.as_ref())),

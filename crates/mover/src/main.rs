@@ -92,7 +92,10 @@ async fn run() -> Exit {
         return Exit::Contract;
     }
     let workdir = PathBuf::from(std::env::var("KOPIUR_WORKDIR").unwrap_or_else(|_| "/var/cache/kopia".into()));
-    let env = KopiaEnv::new(&workdir, workdir.join("cache"));
+    let mut env = KopiaEnv::new(&workdir, workdir.join("cache"));
+    if let Some(dir) = std::env::var_os("KOPIUR_CONFIG_DIR") {
+        env = env.with_config_dir(PathBuf::from(dir));
+    }
     let runner = Runner::from_env(Duration::from_secs(spec.command_timeout_seconds.max(1)));
     let job_uid = std::env::var("KOPIUR_JOB_UID").unwrap_or_default();
     let sink = match std::env::var_os("KOPIUR_RESULT_FILE") {

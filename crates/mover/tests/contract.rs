@@ -185,19 +185,38 @@ fn job_shape() {
     assert_eq!(sc.read_only_root_filesystem, Some(true), "the root filesystem is read-only");
     assert_eq!(pod.security_context.as_ref().unwrap().fs_group, Some(65532));
 
-    // One envFrom per distinct Secret, password through secretKeyRef.
-    let ef = c.env_from.as_ref().unwrap();
-    let names: Vec<_> = ef.iter().map(|e| e.secret_ref.as_ref().unwrap().name.clone()).collect();
-    assert_eq!(names, vec!["s3-creds", "repo-pw"]);
+    // No envFrom (issue 31): each S3 key by its own optional secretKeyRef from each distinct
+    // Secret in order, the password through its secretKeyRef.
+    assert!(c.env_from.is_none(), "no Secret reaches the mover whole: {:?}", c.env_from);
     let env = c.env.as_ref().unwrap();
+    let refs: Vec<(String, String, String, Option<bool>)> = env
+        .iter()
+        .filter_map(|e| {
+            let k = e.value_from.as_ref()?.secret_key_ref.as_ref()?;
+            Some((e.name.clone(), k.name.clone(), k.key.clone(), k.optional))
+        })
+        .filter(|(n, ..)| n != "KOPIA_PASSWORD")
+        .collect();
+    let want: Vec<(String, String, String, Option<bool>)> = ["s3-creds", "repo-pw"]
+        .iter()
+        .flat_map(|s| {
+            ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"]
+                .map(|k| (k.to_string(), s.to_string(), k.to_string(), Some(true)))
+        })
+        .collect();
+    assert_eq!(refs, want);
     let pw = env.iter().find(|e| e.name == "KOPIA_PASSWORD").unwrap();
     assert!(pw.value.is_none());
     assert_eq!(pw.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap().name, "repo-pw");
     assert!(env.iter().any(|e| e.name == "KOPIUR_WORK_SPEC"));
     assert!(
         env.iter()
-            .any(|e| e.name == "KOPIA_CONFIG_PATH" && e.value.as_deref() == Some("/var/cache/kopia/repository.config"))
+            .any(|e| e.name == "KOPIA_CONFIG_PATH" && e.value.as_deref() == Some("/var/run/kopiur/repository.config"))
     );
+    // kopia's config (it holds the backend keys) on a memory-backed volume, not the cache.
+    let config = pod.volumes.iter().flatten().find(|v| v.name == "kopia-config").expect("a config volume");
+    assert_eq!(config.empty_dir.as_ref().and_then(|e| e.medium.as_deref()), Some("Memory"));
+    assert!(c.volume_mounts.iter().flatten().any(|m| m.name == "kopia-config" && m.mount_path == "/var/run/kopiur"));
 
     // Cache at /var/cache/kopia; source read-only.
     let mounts = c.volume_mounts.as_ref().unwrap();
@@ -295,7 +314,15 @@ fn referenced() -> Referenced {
     Referenced {
         secrets: BTreeMap::from([
             ("repo-pw".to_string(), m(&[("KOPIA_PASSWORD", SECRETS[2])])),
-            ("s3-creds".to_string(), m(&[("AWS_ACCESS_KEY_ID", SECRETS[0]), ("AWS_SECRET_ACCESS_KEY", SECRETS[1])])),
+            (
+                "s3-creds".to_string(),
+                // An unrelated key beside the backend's: it must not reach the mover.
+                m(&[
+                    ("AWS_ACCESS_KEY_ID", SECRETS[0]),
+                    ("AWS_SECRET_ACCESS_KEY", SECRETS[1]),
+                    ("GITHUB_TOKEN", "ghp-x"),
+                ]),
+            ),
             ("dest-creds".to_string(), m(&[("AWS_ACCESS_KEY_ID", SECRETS[3]), ("AWS_SECRET_ACCESS_KEY", SECRETS[4])])),
         ]),
         config_maps: BTreeMap::from([("s3-ca".to_string(), m(&[("ca.crt", CA_PEM)]))]),
@@ -311,17 +338,19 @@ fn kubelet_view(
     let pod = j.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
     let c = &pod.containers[0];
     let mut env = BTreeMap::new();
-    for e in c.env_from.iter().flatten() {
-        let name = &e.secret_ref.as_ref().expect("envFrom names a Secret").name;
-        let data = r.secrets.get(name).unwrap_or_else(|| panic!("envFrom Secret {name} is not a fixture"));
-        for (k, v) in data {
-            env.insert(format!("{}{k}", e.prefix.clone().unwrap_or_default()), v.clone());
-        }
-    }
+    assert!(c.env_from.is_none(), "no envFrom");
     for e in c.env.iter().flatten() {
         let v = match (&e.value, e.value_from.as_ref().and_then(|f| f.secret_key_ref.as_ref())) {
             (Some(v), _) => v.clone(),
-            (None, Some(k)) => r.secrets[&k.name][&k.key].clone(),
+            (None, Some(k)) => {
+                let data = r.secrets.get(&k.name).unwrap_or_else(|| panic!("Secret {} is not a fixture", k.name));
+                match data.get(&k.key) {
+                    Some(v) => v.clone(),
+                    // The kubelet leaves an optional key that is not there unset.
+                    None if k.optional == Some(true) => continue,
+                    None => panic!("Secret {} has no key {}", k.name, k.key),
+                }
+            }
             (None, None) => continue,
         };
         env.insert(e.name.clone(), v);
@@ -384,11 +413,14 @@ fn no_secret_in_work_spec_or_job() {
         assert_eq!(env.get("KOPIA_PASSWORD").map(String::as_str), Some(SECRETS[2]));
         assert_eq!(env.get("AWS_ACCESS_KEY_ID").map(String::as_str), Some(SECRETS[0]));
         assert_eq!(env.get("AWS_SECRET_ACCESS_KEY").map(String::as_str), Some(SECRETS[1]));
+        assert!(!env.contains_key("GITHUB_TOKEN"), "a key the backend does not read reached the mover");
+        assert!(!env.contains_key("AWS_SESSION_TOKEN"), "an optional key the Secret lacks stays unset");
         assert_eq!(files.get(&ca.path()).map(String::as_str), Some(CA_PEM), "the CA bundle is a mounted file");
         if replicate {
             assert_eq!(env.get("KOPIUR_DEST_AWS_SECRET_ACCESS_KEY").map(String::as_str), Some(SECRETS[4]));
-            let ef = j.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].env_from.clone().unwrap();
-            assert!(ef.iter().any(|e| e.prefix.as_deref() == Some("KOPIUR_DEST_")));
+            let env = j.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].env.clone().unwrap();
+            assert!(env.iter().any(|e| e.name == "KOPIUR_DEST_AWS_ACCESS_KEY_ID"
+                && e.value_from.as_ref().and_then(|f| f.secret_key_ref.as_ref()).is_some()));
         }
         // ...and appear nowhere in what the Job and the work spec say.
         let job_text = serde_json::to_string(&j).unwrap();

@@ -386,13 +386,15 @@ mod job_tests {
             let js = job.spec.clone().unwrap();
             let pod = js.template.spec.clone().unwrap();
             check(&pod, &js);
-            // The destination's Secret still arrives prefixed.
-            let from = pod.containers[0].env_from.clone().unwrap_or_default();
+            // The destination's Secret still arrives prefixed, key by key.
+            let env = pod.containers[0].env.clone().unwrap_or_default();
             assert!(
-                from.iter().any(|e| e.prefix.as_deref() == Some("KOPIUR_DEST_")
-                    && e.secret_ref.as_ref().map(|s| s.name.as_str()) == Some("mirror")),
-                "{name}: {from:?}"
+                env.iter().any(|e| e.name.starts_with("KOPIUR_DEST_")
+                    && e.value_from.as_ref().and_then(|f| f.secret_key_ref.as_ref()).map(|s| s.name.as_str())
+                        == Some("mirror")),
+                "{name}: {env:?}"
             );
+            assert!(pod.containers[0].env_from.is_none(), "{name}: no envFrom");
         }
         for (name, defaults, mover) in mover_rows::privileged() {
             match build(&replication(&mover, mirror()), &mover_rows::repo(&defaults)) {
