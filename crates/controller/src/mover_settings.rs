@@ -61,15 +61,56 @@ pub fn permits_privileged(ns: &Namespace) -> bool {
         == Some("true")
 }
 
-/// Reads the namespace's opt-in; a namespace that cannot be read does not opt in (fail closed).
-pub async fn namespace_permits_privileged(client: &kube::Client, ns: &str) -> bool {
+/// What a namespace says to a privileged mover.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PrivilegeVerdict {
+    /// Opted in (`privileged-movers: "true"`) and no Pod Security level that refuses it.
+    Permitted,
+    /// No opt-in (or the namespace could not be read: fail closed).
+    NotOptedIn,
+    /// The namespace enforces Pod Security `restricted` (label
+    /// `pod-security.kubernetes.io/enforce`): Pod Security Admission refuses every privileged
+    /// mover pod (root, added capabilities), whatever kopiur's opt-in says.
+    PodSecurity(String),
+}
+
+/// The Pod Security Admission label that enforces a level.
+pub const PSA_ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
+
+/// What `ns` says to a privileged mover (pure: read from the Namespace object).
+pub fn privilege_verdict(ns: &Namespace) -> PrivilegeVerdict {
+    let level = ns.metadata.labels.as_ref().and_then(|l| l.get(PSA_ENFORCE_LABEL)).map(String::as_str);
+    if level == Some("restricted") {
+        return PrivilegeVerdict::PodSecurity("restricted".into());
+    }
+    if permits_privileged(ns) { PrivilegeVerdict::Permitted } else { PrivilegeVerdict::NotOptedIn }
+}
+
+/// Reads the namespace's verdict; a namespace that cannot be read does not opt in (fail closed).
+pub async fn namespace_privilege(client: &kube::Client, ns: &str) -> PrivilegeVerdict {
     match kube::Api::<Namespace>::all(client.clone()).get_opt(ns).await {
-        Ok(Some(n)) => permits_privileged(&n),
-        Ok(None) => false,
+        Ok(Some(n)) => privilege_verdict(&n),
+        Ok(None) => PrivilegeVerdict::NotOptedIn,
         Err(e) => {
             tracing::warn!(namespace = ns, error = %e, "reading the namespace for the privileged-movers annotation failed");
-            false
+            PrivilegeVerdict::NotOptedIn
         }
+    }
+}
+
+/// The refusal of a privileged mover in a namespace whose Pod Security level refuses its pod:
+/// no Job is created (its pods would never be admitted), and the message names Pod Security
+/// Admission and the label, since the namespace's kopiur opt-in cannot override it.
+pub fn pod_security_refusal(ns: &str, level: &str) -> Refusal {
+    Refusal {
+        reason: reason::PRIVILEGED_MOVER_NOT_PERMITTED,
+        message: format!(
+            "namespace {ns} enforces the Pod Security Standard \"{level}\" ({PSA_ENFORCE_LABEL}={level}), and Pod \
+             Security Admission refuses a privileged mover pod there (root or added capabilities), whatever the \
+             namespace's kopiur.home-operations.com/privileged-movers annotation says; so no Job is created. Run \
+             the mover as the files' owner instead (mover.securityContext {{runAsUser: <uid>, runAsGroup: <gid>}}, \
+             no privilegedMode), or back this volume up from a namespace whose Pod Security level admits it"
+        ),
     }
 }
 
@@ -824,6 +865,32 @@ mod tests {
         );
         let s = resolve_with(Some(&d(SourceColocationMode::Disabled)), None, MoverOp::Backup, &f).unwrap();
         assert_eq!(s.affinity, None);
+    }
+
+    /// Issue 31: a namespace enforcing Pod Security `restricted` refuses a privileged mover
+    /// whatever kopiur's opt-in says, with a message naming Pod Security Admission and the label;
+    /// `baseline` or no label leaves the opt-in to decide.
+    #[test]
+    fn a_restricted_namespace_refuses_privileged_movers_naming_pod_security() {
+        let ns = |label: Option<&str>, opt_in: bool| -> Namespace {
+            let mut n = Namespace::default();
+            n.metadata.name = Some("apps".into());
+            n.metadata.labels = label.map(|l| [(PSA_ENFORCE_LABEL.to_string(), l.to_string())].into());
+            n.metadata.annotations = opt_in
+                .then(|| [("kopiur.home-operations.com/privileged-movers".to_string(), "true".to_string())].into());
+            n
+        };
+        let restricted = PrivilegeVerdict::PodSecurity("restricted".into());
+        assert_eq!(privilege_verdict(&ns(Some("restricted"), true)), restricted);
+        assert_eq!(privilege_verdict(&ns(Some("restricted"), false)), restricted);
+        assert_eq!(privilege_verdict(&ns(Some("baseline"), true)), PrivilegeVerdict::Permitted);
+        assert_eq!(privilege_verdict(&ns(None, true)), PrivilegeVerdict::Permitted);
+        assert_eq!(privilege_verdict(&ns(None, false)), PrivilegeVerdict::NotOptedIn);
+        let r = pod_security_refusal("apps", "restricted");
+        assert_eq!(r.reason, "PrivilegedMoverNotPermitted");
+        for part in ["Pod Security Admission", "pod-security.kubernetes.io/enforce=restricted", "namespace apps"] {
+            assert!(r.message.contains(part), "{part}: {}", r.message);
+        }
     }
 
     #[test]

@@ -384,12 +384,21 @@ async fn mover(
             mf,
         )
     };
+    use crate::mover_settings::PrivilegeVerdict;
     let mut r = resolve(&mf);
-    if matches!(&r, Err(e) if e.reason == kopiur_api::names::reason::PRIVILEGED_MOVER_NOT_PERMITTED)
-        && crate::mover_settings::namespace_permits_privileged(&ctx.client, &ns).await
+    if let Err(why) = &r
+        && why.reason == kopiur_api::names::reason::PRIVILEGED_MOVER_NOT_PERMITTED
     {
-        mf.privileged_permitted = true;
-        r = resolve(&mf);
+        match crate::mover_settings::namespace_privilege(&ctx.client, &ns).await {
+            PrivilegeVerdict::Permitted => {
+                mf.privileged_permitted = true;
+                r = resolve(&mf);
+            }
+            PrivilegeVerdict::PodSecurity(level) => {
+                r = Err(crate::mover_settings::pod_security_refusal(&ns, &level));
+            }
+            PrivilegeVerdict::NotOptedIn => {}
+        }
     }
     (mf, Some(r))
 }

@@ -188,13 +188,19 @@ async fn build(
         name: crate::mover_settings::cache_claim_name(&p.name_any()),
         owner: super::job::owner_of(p),
     });
+    use crate::mover_settings::PrivilegeVerdict;
     match backup_job(snap, p, r, rv, &ctx.config, &mf) {
-        Err(BuildError::Refused(ref why))
-            if why.reason == kopiur_api::names::reason::PRIVILEGED_MOVER_NOT_PERMITTED
-                && crate::mover_settings::namespace_permits_privileged(&ctx.client, &ns).await =>
-        {
-            mf.privileged_permitted = true;
-            backup_job(snap, p, r, rv, &ctx.config, &mf)
+        Err(BuildError::Refused(why)) if why.reason == kopiur_api::names::reason::PRIVILEGED_MOVER_NOT_PERMITTED => {
+            match crate::mover_settings::namespace_privilege(&ctx.client, &ns).await {
+                PrivilegeVerdict::Permitted => {
+                    mf.privileged_permitted = true;
+                    backup_job(snap, p, r, rv, &ctx.config, &mf)
+                }
+                PrivilegeVerdict::PodSecurity(level) => {
+                    Err(BuildError::Refused(crate::mover_settings::pod_security_refusal(&ns, &level)))
+                }
+                PrivilegeVerdict::NotOptedIn => Err(BuildError::Refused(why)),
+            }
         }
         other => other,
     }
