@@ -833,6 +833,73 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         "privileged movers: backup uid 0 + DAC_READ_SEARCH only; restore uid 0 + CHOWN, FOWNER, DAC_OVERRIDE only"
     );
 
+    // 4c. Pod Security Admission (issue 31): from here on the namespace enforces `restricted`.
+    // The apiserver really refuses a pod outside it (a dry-run root pod); a privileged backup is
+    // refused before any Job, naming PSA, opt-in or not; a default backup, its restore and a
+    // manual maintenance run are admitted and succeed. Sections 5 and 6 (a scheduled backup, a
+    // bootstrap, probes and the batch delete) run under it too.
+    namespaces
+        .patch(
+            &ns,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}),
+            ),
+        )
+        .await?;
+    let root_pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "psa-probe"},
+        "spec": {"containers": [{"name": "c", "image": "localhost/kopiur-testenv-busybox:testenv"}]}
+    }))?;
+    let dry = kube::api::PostParams { dry_run: true, ..Default::default() };
+    let psa = wait_for("Pod Security restricted enforced", Duration::from_secs(30), &log, || async {
+        match Api::<Pod>::namespaced(client.clone(), &ns).create(&dry, &root_pod).await {
+            Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("PodSecurity") => Ok(Some(e.message)),
+            _ => Ok(None),
+        }
+    })
+    .await?;
+    println!("namespace {ns} enforces restricted: {}", psa.chars().take(120).collect::<String>());
+    snapshot(&client, &ns, "privileged-psa", "data-priv").await?;
+    let refused = wait_for("privileged refused under PSA", Duration::from_secs(120), &log, || async {
+        let s = snaps.get("privileged-psa").await?;
+        Ok(condition(&s, "Stalled")
+            .filter(|c| c.status == "True" && c.reason == "PrivilegedMoverNotPermitted")
+            .map(|c| c.message.clone()))
+    })
+    .await?;
+    ensure!(refused.contains("Pod Security Admission"), "the refusal names PSA: {refused}");
+    ensure!(seen.jobs_named("privileged-psa").is_empty(), "no Job for a privileged mover under PSA restricted");
+    snaps.delete("privileged-psa", &DeleteParams::default()).await?;
+    snapshot(&client, &ns, "strict", "plain").await?;
+    let strict = wait_snapshot_done(&snaps, "strict", &log).await?;
+    ensure!(
+        phase(&strict) == "Succeeded",
+        "a default backup under PSA restricted: {} {:?}",
+        phase(&strict),
+        strict.status.as_ref().and_then(|s| s.failure.clone())
+    );
+    restore(&client, &ns, "strict-restored", "strict", Value::Null, &log).await?;
+    let maintenances: Api<kopiur_api::Maintenance> = Api::namespaced(client.clone(), &ns);
+    let requested = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    wait_for("Maintenance r projected", Duration::from_secs(60), &log, || async {
+        Ok(maintenances.get_opt("r").await?.map(|_| ()))
+    })
+    .await?;
+    let body = json!({"metadata": {"annotations": {"kopiur.home-operations.com/run-requested": requested}}});
+    maintenances.patch("r", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&body)).await?;
+    wait_for("the manual maintenance run Succeeded under PSA", Duration::from_secs(300), &log, || async {
+        let m = maintenances.get("r").await?;
+        let run = m.status.as_ref().and_then(|s| s.manual_run.as_ref());
+        let p = run.filter(|r| r.requested_at == requested).map(|r| r.phase.as_str().to_string());
+        ensure!(p.as_deref() != Some("Failed"), "the maintenance run failed: {:?}", m.status);
+        Ok((p.as_deref() == Some("Succeeded")).then_some(()))
+    })
+    .await?;
+    println!(
+        "PSA restricted: a privileged backup refused naming Pod Security Admission, no Job; a default backup, its restore and a maintenance run admitted and Succeeded"
+    );
+
     // 5. The backend cut: Degraded; a scheduled child parks Pending without a Job; one Job on recovery.
     proxy.set(Mode::Refuse);
     let cut = Instant::now();
@@ -953,6 +1020,7 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     );
     let left = seed_repo.list().await?;
     ensure!(ids.values().all(|id| !left.contains(id)), "the 12 manifests are gone from kopia");
+    println!("PSA restricted: the scheduled backup, the bootstrap of seeded and the batch delete ran under it too");
 
     // 7. Every mover ran on the real node, hardened.
     // (The mover of 4a' never started a container: its volume could not be mounted.)
