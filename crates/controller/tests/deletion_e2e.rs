@@ -366,9 +366,23 @@ async fn tenancy(h: &mut Harness) -> Result<()> {
     let forged_ids = BTreeMap::from([(forged_names[0].clone(), victim_id.clone())]);
     let forger_uids =
         seed_snapshots(&client, &forger_ns, &pin_forge, items(&forged_names, &forged_ids, "forged"), 1).await?;
+    // Red team (issue 31, audit 2.9): the victim's own Repository holds a manifest made outside
+    // kopiur (no uid tag: vouched for by its source alone); the forger points a Snapshot of its
+    // namespace at that Repository with the victim's id and source, and a Maintenance at it.
+    let k_vault = h.kopia_repo("nsvault/").await?;
+    let vault_names = vec!["vaulted".to_string()];
+    let vault_ids = k_vault.seed(&vault_names).await?;
+    let r_vault = h.repository(&victim_ns, "vault", "nsvault/", json!({})).await?;
+    let pin_vault = RepoPin::of(&r_vault);
+    seed_snapshots(&client, &victim_ns, &pin_vault, items(&vault_names, &vault_ids, "vaulted"), 1).await?;
+    let borrowed = vec!["borrowed".to_string()];
+    let borrowed_ids = BTreeMap::from([(borrowed[0].clone(), vault_ids[&vault_names[0]].clone())]);
+    let borrowed_uids =
+        seed_snapshots(&client, &forger_ns, &pin_vault, items(&borrowed, &borrowed_ids, "borrowed"), 1).await?;
     let (jobs, recorder) = JobRecorder::spawn(client.clone());
     h.start_operator().await?;
     futures::try_join!(
+        h.wait_repository_ready(&victim_ns, "vault", Duration::from_secs(120)),
         h.wait_cluster_repository_ready("tenancy-forge", Duration::from_secs(120)),
         h.wait_cluster_repository_ready("tenancy-list", Duration::from_secs(120)),
         h.wait_cluster_repository_ready("tenancy-sel", Duration::from_secs(120)),
@@ -510,7 +524,14 @@ async fn tenancy(h: &mut Harness) -> Result<()> {
         cross_namespace_restores(h, &victim_ns, &forger_ns).await.context("cross-namespace restores (issue 31)")?;
         foreign_hostname_policy(h, &victim_ns, &forger_ns).await.context("a policy under another hostname (issue 31)")
     };
-    futures::try_join!(list_and_selector, wave, fault, forged, restores)?;
+    let foreign = async {
+        let f =
+            Foreign { victim_ns: &victim_ns, forger_ns: &forger_ns, k: &k_vault, victim_id: &borrowed_ids["borrowed"] };
+        foreign_repository(h, &jobs, f, &borrowed_uids["borrowed"])
+            .await
+            .context("another namespace's Repository (issue 31)")
+    };
+    futures::try_join!(list_and_selector, wave, fault, forged, restores, foreign)?;
     // After a failed batch, refusals and forged statuses: no fixture secret anywhere a tenant or
     // an operator reads.
     let extra = vec![
@@ -575,6 +596,69 @@ async fn forged_status(h: &Harness, jobs: &JobRecorder, f: Forged<'_>, uids: &BT
         "[forged status] refused {:.1}s after the delete ({message}); one batch, one Warning; released by {SKIP_SNAPSHOT_CLEANUP} in {:.1}s; the victim's {} intact",
         refused_after.as_secs_f64(),
         took.as_secs_f64(),
+        f.victim_id
+    );
+    Ok(())
+}
+
+struct Foreign<'a> {
+    victim_ns: &'a str,
+    forger_ns: &'a str,
+    k: &'a KopiaRepo,
+    victim_id: &'a str,
+}
+
+/// Issue 31 (audit 2.9): the victim's namespaced Repository lists no other namespace. The
+/// forger's Snapshot that names it (carrying the victim's kopia id and source) is deleted: it
+/// parks `NamespaceNotAllowed` with its finalizer, no batch Job runs (a batch would run in the
+/// victim's namespace with the victim's credentials), and the victim's manifest is intact. A
+/// Maintenance of the forger's naming that Repository parks the same way, with no Job.
+async fn foreign_repository(h: &Harness, jobs: &JobRecorder, f: Foreign<'_>, uid: &str) -> Result<()> {
+    use k8s_openapi::api::batch::v1::Job;
+    let client = &h.client;
+    let started = Instant::now();
+    kopiur_testenv::apply::apply_value(
+        client,
+        f.forger_ns,
+        &json!({
+            "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Maintenance",
+            "metadata": {"name": "borrowed-m", "namespace": f.forger_ns},
+            "spec": {"repository": {"name": "vault", "namespace": f.victim_ns},
+                     "schedule": {"quick": {"cron": "* * * * *"}, "full": {"cron": "* * * * *"}}}
+        }),
+    )
+    .await?;
+    delete_set(client, f.forger_ns, "borrowed").await?;
+    let snaps: Api<Snapshot> = Api::namespaced(client.clone(), f.forger_ns);
+    let parked = wait_for("the borrowing Snapshot NamespaceNotAllowed", Duration::from_secs(60), &h.log(), || async {
+        let s = snaps.get("borrowed").await?;
+        Ok((ready_reason(&s).as_deref() == Some("NamespaceNotAllowed")).then_some(s))
+    })
+    .await?;
+    let message = condition(&parked, "Ready").map(|c| c.message.clone()).unwrap_or_default();
+    ensure!(message.contains("spec.allowedNamespaces") && message.contains(f.victim_ns), "{message}");
+    wait_for("the borrowing Maintenance NamespaceNotAllowed", Duration::from_secs(60), &h.log(), || async {
+        let r = maintenance_ready(client, f.forger_ns, "borrowed-m").await?;
+        Ok((r == Some(("False".into(), "NamespaceNotAllowed".into()))).then_some(()))
+    })
+    .await?;
+    // Past a quiet window and a minute slot of the Maintenance: still nothing ran.
+    tokio::time::sleep(Duration::from_secs(65)).await;
+    let s = snaps.get("borrowed").await?;
+    ensure!(s.finalizers().iter().any(|x| x == FINALIZER), "the borrowing Snapshot lost its finalizer");
+    ensure!(jobs.touching(&[uid.to_string()].into()).is_empty(), "a batch Job for the borrowing Snapshot");
+    let by_maintenance = ListParams::default().labels(&format!("{}=borrowed-m", kopiur_api::names::label::MAINTENANCE));
+    for ns in [f.forger_ns, f.victim_ns] {
+        let js = Api::<Job>::namespaced(client.clone(), ns).list(&by_maintenance).await?.items;
+        let names: Vec<String> = js.iter().map(|j| j.name_any()).collect();
+        ensure!(names.is_empty(), "a maintenance Job ran in {ns} for the borrowed Repository: {names:?}");
+    }
+    ensure!(f.k.list().await?.contains(f.victim_id), "the victim's kopia snapshot was deleted");
+    let victim = Api::<Snapshot>::namespaced(client.clone(), f.victim_ns).get("vaulted").await?;
+    ensure!(victim.metadata.deletion_timestamp.is_none(), "the victim's Snapshot is being deleted");
+    println!(
+        "[foreign repository] the borrowing Snapshot and Maintenance parked NamespaceNotAllowed ({message}); after {:.1}s no Job, the victim's {} intact",
+        started.elapsed().as_secs_f64(),
         f.victim_id
     );
     Ok(())
@@ -825,6 +909,40 @@ async fn selector_wave(h: &Harness, jobs: &JobRecorder, w: SelWave<'_>) -> Resul
     ensure!(jobs.touching(&member_uids).is_empty(), "held: a batch Job for a held member");
     ensure!(w.k.list().await? == kopia_start, "held: a kopia snapshot was deleted");
 
+    // Red team (issue 31, audit 4.2): a tenant of one namespace makes Jobs in its own namespace
+    // that look exactly like the controller's batch for 6 of the other namespace's held members
+    // (its name, labels, annotations, a controller ownerReference to the ClusterRepository).
+    // One exits 0 ("6 deleted, release them"), one sleeps (6 more "in flight" for ever).
+    let victims: Vec<String> = w.b_uids.iter().filter(|(n, _)| member(n)).map(|(_, u)| u.clone()).take(12).collect();
+    let fakes = fake_batches(client, w.a, w.pin, [&victims[..6], &victims[6..]]).await?;
+    let fake_jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), w.a);
+    let done_name = fakes[0].clone();
+    wait_for("the exit-0 fake batch Complete", Duration::from_secs(90), &h.log(), || async {
+        let j = fake_jobs.get(&done_name).await?;
+        let conds = j.status.and_then(|s| s.conditions).unwrap_or_default();
+        Ok(conds.iter().any(|c| c.type_ == "Complete" && c.status == "True").then_some(()))
+    })
+    .await?;
+    // Several dispatcher passes (every 2 s) with the fakes in the store.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let l = both().await?;
+    ensure!(l.len() == SEL_WAVE, "a fake batch released held members: {} of {SEL_WAVE} left", l.len());
+    ensure!(bad(&l).is_empty(), "a fake batch changed a held member's DeletionHeld: {:?}", bad(&l).first());
+    ensure!(l.iter().all(|s| s.finalizers().iter().any(|f| f == FINALIZER)), "a held member lost its finalizer");
+    ensure!(w.k.list().await? == kopia_start, "a fake batch: a kopia snapshot was deleted");
+    let fake_keys: BTreeSet<(String, String)> = fakes.iter().map(|n| (w.a.to_string(), n.clone())).collect();
+    let real = |uids: &BTreeSet<String>| -> Vec<SeenJob> {
+        jobs.touching(uids)
+            .into_iter()
+            .filter(|j| !fake_keys.contains(&(j.namespace.clone(), j.name.clone())))
+            .collect()
+    };
+    ensure!(real(&member_uids).is_empty(), "held: a batch Job for a held member beside the fakes");
+    println!(
+        "[selector wave] red team: fake batches {fakes:?} in {} naming 12 of {}'s held members (6 Complete, 6 sleeping): all 30 still held, kopia untouched",
+        w.a, w.b
+    );
+
     // The exact command's value releases the wave.
     h.ack_cluster(&w.pin.name, &v).await?;
     let acked = Instant::now();
@@ -833,7 +951,17 @@ async fn selector_wave(h: &Harness, jobs: &JobRecorder, w: SelWave<'_>) -> Resul
         wait_set_gone(h, w.b, "wb", Duration::from_secs(120))
     )?;
     let drained = acked.elapsed();
-    let wave_jobs = jobs.touching(&member_uids);
+    let wave_jobs = real(&member_uids);
+    // The wave drained while the sleeping fake still "ran": it held nothing.
+    let sleeper = fake_jobs.get(&fakes[1]).await?;
+    ensure!(
+        sleeper.status.as_ref().and_then(|s| s.active).unwrap_or(0) > 0,
+        "the sleeping fake batch was not running during the drain: {:?}",
+        sleeper.status
+    );
+    for n in &fakes {
+        fake_jobs.delete(n, &DeleteParams::background()).await?;
+    }
     let calls = h.audit.since(mark);
     let (connects, deleters) = connects_of_deleters(&calls, &member_ids);
     let deletes = successful_deletes(&calls);
@@ -870,6 +998,35 @@ async fn selector_wave(h: &Harness, jobs: &JobRecorder, w: SelWave<'_>) -> Resul
         ensure!(k.len() == 1 && k[0].metadata.deletion_timestamp.is_none(), "the keeper in {ns} untouched");
     }
     Ok(())
+}
+
+/// Two Jobs in `ns` that look exactly like the controller's batches of `members[0]` and
+/// `members[1]` on the ClusterRepository `pin` (the deterministic name, the labels, the members
+/// annotation, a controller ownerReference to the repository): the first exits 0, the second
+/// sleeps. Returns their names. Only the namespace differs from a real batch.
+async fn fake_batches(client: &Client, ns: &str, pin: &RepoPin, members: [&[String]; 2]) -> Result<Vec<String>> {
+    use kopiur_api::names::{annotation::DELETE_MEMBERS, label};
+    let mut made = Vec::new();
+    for (members, script) in members.into_iter().zip(["exit 0", "sleep 3600"]) {
+        let n = kopiur_controller::deletion::batch::batch_name(&pin.uid, members.iter().map(String::as_str));
+        let job = json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {
+                "name": n, "namespace": ns,
+                "labels": {label::MANAGED_BY: label::MANAGED_BY_VALUE, label::DELETE_REPO: pin.uid,
+                           label::OP: "snapshot-delete-batch"},
+                "annotations": {DELETE_MEMBERS: members.join(",")},
+                "ownerReferences": [{"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "ClusterRepository",
+                                     "name": pin.name, "uid": pin.uid, "controller": true}]
+            },
+            "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [
+                {"name": "mover", "image": "busybox", "command": ["/bin/sh", "-c", script]}
+            ]}}}
+        });
+        kopiur_testenv::apply::apply_value(client, ns, &job).await?;
+        made.push(n);
+    }
+    Ok(made)
 }
 
 /// T40 / docs/design/repository-breaker.md §3.7.1: a batch whose kopia delete fails fails its Job, removes no finalizer and
