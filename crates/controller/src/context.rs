@@ -81,6 +81,9 @@ pub struct Context {
     pub mover_rbac_ready: Mutex<HashSet<String>>,
     /// Last InvalidReinitializeAck value warned per repository uid (process memory).
     pub warned_acks: Mutex<HashMap<String, String>>,
+    /// The process's view of the repository pin ledger (`repository::pins`): location key ->
+    /// recorded pin (None: looked up, nothing recorded).
+    pub pins: Mutex<HashMap<String, Option<String>>>,
     /// Wakes the batch-delete dispatcher (`snapshot::dispatch`) ahead of its tick.
     pub dispatch: tokio::sync::Notify,
     /// The last Ready reason told to each populated claim (by claim uid) in an Event.
@@ -101,6 +104,7 @@ impl Context {
             stores,
             mover_rbac_ready: Mutex::new(HashSet::new()),
             warned_acks: Mutex::new(HashMap::new()),
+            pins: Mutex::new(HashMap::new()),
             dispatch: tokio::sync::Notify::new(),
             populate_told: Mutex::new(HashMap::new()),
         }

@@ -608,6 +608,95 @@ async fn wiped_storage(w: &World, ns: &str) -> Result<BTreeSet<String>> {
     Ok(w.jobs.uids(ns))
 }
 
+/// Issue 31 (audit 4.5): the pin outlives the status. A `uniqueId` cleared or rewritten in
+/// the status is restored from the controller's ledger with one `RepositoryPinRestored` each;
+/// the CR deleted and re-created (a GitOps prune and re-apply) is pinned before its first
+/// connect and comes back Ready on the same repository with no Job that may create; deleted,
+/// its storage wiped and re-created with `create.enabled`, it is never re-created: Failed
+/// `RepositoryReinitializeBlocked` naming the old pin and the exact ack, nothing written. The ack
+/// creates anew once, and the ledger follows (a further re-creation pins the new id).
+async fn recreated(w: &World, ns: &str, op_ns: &str, direct: &str) -> Result<()> {
+    use kopiur_controller::repository::pins;
+    let repos = w.repos(ns);
+    let pin = unique_id(&repos.get("re").await?);
+    ensure!(!pin.is_empty(), "re: pinned once Ready");
+    let restored = |want: String| async move {
+        let repos = w.repos(ns);
+        w.wait(&format!("re: uniqueId back to {want}"), Duration::from_secs(30), || async {
+            Ok((unique_id(&repos.get("re").await?) == want).then_some(()))
+        })
+        .await
+    };
+    // A status that lost its pin, then one rewritten to another repository's id.
+    repos.patch_status("re", &PatchParams::default(), &Patch::Merge(&json!({"status": {"uniqueId": null}}))).await?;
+    restored(pin.clone()).await?;
+    let forged = "0123456789abcdef0123456789abcdef";
+    repos.patch_status("re", &PatchParams::default(), &Patch::Merge(&json!({"status": {"uniqueId": forged}}))).await?;
+    restored(pin.clone()).await?;
+    let n = w
+        .wait("re: two RepositoryPinRestored", Duration::from_secs(10), || async {
+            let n = w.events(ns, "re", pins::EVENT_RESTORED).await?;
+            Ok((n >= 2).then_some(n))
+        })
+        .await?;
+    assert_eq!(n, 2, "one Event per restore");
+    ensure!(phase(&repos.get("re").await?) == "Ready", "re stays Ready through a restored pin");
+    w.say(format!("re: a cleared and a forged uniqueId restored to {pin}"));
+
+    let recreate = || async {
+        repos.delete("re", &kube::api::DeleteParams::foreground()).await?;
+        w.wait("re: deleted", Duration::from_secs(60), || async {
+            Ok(repos.get_opt("re").await?.is_none().then_some(()))
+        })
+        .await?;
+        w.create_repo(ns, "re", direct, "recreate/", Value::Null).await
+    };
+    // Deleted and re-created over intact storage: the same repository, no create allowed.
+    let before = w.jobs.uids(ns);
+    recreate().await?;
+    let r = w.wait_phase(ns, "re", "Ready", Duration::from_secs(120)).await?;
+    assert_eq!(unique_id(&r), pin, "the re-created CR pins the recorded id");
+    let jobs = w.jobs.since(ns, &before);
+    ensure!(
+        !jobs.is_empty() && jobs.iter().all(|j| j.gate.is_empty() || j.gate == "PinnedOnceReady"),
+        "no Job of the re-created CR may create: {jobs:?}"
+    );
+    w.say(format!(
+        "re: re-created over intact storage, Ready on {pin}; gates {:?}",
+        jobs.iter().map(|j| &j.gate).collect::<Vec<_>>()
+    ));
+
+    // Deleted, storage wiped, re-created with create enabled: blocked, nothing written.
+    repos.delete("re", &kube::api::DeleteParams::foreground()).await?;
+    w.wait("re: deleted", Duration::from_secs(60), || async { Ok(repos.get_opt("re").await?.is_none().then_some(())) })
+        .await?;
+    ensure!(w.g.wipe_bucket(w.g.bucket(), "recreate/").await? > 0, "the repository had objects");
+    let before = w.jobs.uids(ns);
+    w.create_repo(ns, "re", direct, "recreate/", Value::Null).await?;
+    let failed = w.wait_phase(ns, "re", "Failed", Duration::from_secs(120)).await?;
+    assert_eq!(cond_status(&failed, "Ready"), ("False", "RepositoryReinitializeBlocked"));
+    let message = condition(&failed, "Ready").map(|c| c.message.clone()).unwrap_or_default();
+    let ack = format!("kubectl annotate repository/re -n {ns} {}={pin} --overwrite", annotation::ALLOW_REINITIALIZE);
+    ensure!(message.contains(&ack), "the exact ack is named: {message}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(w.objects("recreate/").await?, 0, "a re-created CR over wiped storage created nothing");
+    let jobs = w.jobs.since(ns, &before);
+    ensure!(jobs.iter().all(|j| j.gate.is_empty() || j.gate == "PinnedOnceReady"), "no create allowed: {jobs:?}");
+    w.say("re: re-created over wiped storage: blocked, nothing written");
+
+    // The human's ack: created once; the ledger now holds the new id.
+    w.annotate(ns, "re", annotation::ALLOW_REINITIALIZE, &pin).await?;
+    let pin2 = unique_id(&w.wait_phase(ns, "re", "Ready", Duration::from_secs(120)).await?);
+    ensure!(!pin2.is_empty() && pin2 != pin, "a new id: {pin} -> {pin2}");
+    let ledger =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(w.client.clone(), op_ns).get(pins::LEDGER).await?;
+    let loc = format!("s3://{}/recreate/@http://{direct}", w.g.bucket());
+    let entry = ledger.data.unwrap_or_default().get(&pins::key(&loc)).cloned().unwrap_or_default();
+    ensure!(entry.contains(&pin2) && entry.contains(&loc), "the ledger follows the ack: {entry}");
+    w.say(format!("re: acked, re-created {pin} -> {pin2}; the ledger records {pin2}"));
+    Ok(())
+}
+
 /// T16: an outage during a re-bootstrap opens the breaker from the strict connect.
 async fn outage_opens(w: &World, op: &Operator, ns: &str, proxy: &FaultProxy) -> Result<()> {
     proxy.set(Mode::Refuse);
@@ -644,15 +733,16 @@ async fn repository_faults_end_to_end() -> Result<()> {
     w.logs.push(b.log_path().to_path_buf());
     w.say("replica a leads; b started");
 
-    let [ns_alert, ns_pw, ns_wipe, ns_out, ns_idle, ns_nocreate] = [
+    let [ns_alert, ns_pw, ns_wipe, ns_out, ns_idle, ns_nocreate, ns_re] = [
         env.namespace("alert").await?,
         env.namespace("pw").await?,
         env.namespace("wipe").await?,
         env.namespace("out").await?,
         env.namespace("idle").await?,
         env.namespace("nocreate").await?,
+        env.namespace("recreate").await?,
     ];
-    for ns in [&ns_alert, &ns_pw, &ns_wipe, &ns_out, &ns_idle, &ns_nocreate] {
+    for ns in [&ns_alert, &ns_pw, &ns_wipe, &ns_out, &ns_idle, &ns_nocreate, &ns_re] {
         w.create_secret(ns, PASSWORD).await?;
     }
     let nocreate_watch = PhaseWatch::start(w.repos(&ns_nocreate), "nocreate", phase);
@@ -663,6 +753,7 @@ async fn repository_faults_end_to_end() -> Result<()> {
     w.create_repo(&ns_wipe, "wipe", &direct, "wipe/", json!({"probe": {"failureThreshold": 1}})).await?;
     w.create_repo(&ns_out, "out", &out_proxy.endpoint(), "out/", Value::Null).await?;
     w.create_repo(&ns_idle, "idle", &direct, "idle/", Value::Null).await?;
+    w.create_repo(&ns_re, "re", &direct, "recreate/", Value::Null).await?;
     // T14's repository: create disabled from its first version, on an empty prefix.
     let nocreate: Repository = serde_json::from_value(json!({
         "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
@@ -731,16 +822,18 @@ async fn repository_faults_end_to_end() -> Result<()> {
             w.wait_phase(&ns_pw, "pw", "Ready", t),
             w.wait_phase(&ns_wipe, "wipe", "Ready", t),
             w.wait_phase(&ns_out, "out", "Ready", t),
+            w.wait_phase(&ns_re, "re", "Ready", t),
         )?;
-        w.say("four scenario repositories Ready");
+        w.say("five scenario repositories Ready");
 
         // Phase 1, concurrently on separate namespaces, prefixes and proxies.
-        let ((), pw_failed, wipe_blocked, (), nocreate_failed) = tokio::try_join!(
+        let ((), pw_failed, wipe_blocked, (), nocreate_failed, ()) = tokio::try_join!(
             Box::pin(alert_mode(&w, &a, &ns_alert, &alert_proxy)),
             Box::pin(wrong_password(&w, &a, &ns_pw, &pw_watch)),
             Box::pin(wiped_storage(&w, &ns_wipe)),
             Box::pin(outage_opens(&w, &a, &ns_out, &out_proxy)),
             Box::pin(create_disabled(&w, &ns_nocreate, &nocreate_watch)),
+            Box::pin(recreated(&w, &ns_re, &op_ns, &direct)),
         )?;
         let nocreate_mark = nocreate_watch.mark().saturating_sub(1);
         w.say("phase 1 done");

@@ -59,6 +59,8 @@ pub async fn apply<K: RepoObject>(
     crate::features::drop_stale_features_ignored(&mut desired.conditions, &d.conditions);
     crate::health::kstatus::drop_stale_repository_writable(&mut desired.conditions, &d.conditions);
     if current != Some(&desired) {
+        // The ledger first: it is never older than a status.
+        super::pins::record(obj, ctx, desired.unique_id.as_deref()).await?;
         // Unguarded: only the controller writes a repository's status.
         let old = current.cloned().map(|c| obj.status_value(c)).unwrap_or(serde_json::Value::Null);
         let new = obj.status_value(desired);

@@ -8,6 +8,7 @@ pub mod endpoint;
 pub mod mounts;
 pub mod next;
 pub mod observe;
+pub mod pins;
 pub mod validate;
 
 use std::fmt::Debug;
@@ -126,6 +127,7 @@ async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Action, Er
     }
     let now = chrono::Utc::now();
     let (mut facts, listing, ca) = observe::observe_with_ca(obj, ctx).await?;
+    pins::restore(obj, ctx, &mut facts.status.unique_id).await?;
     // The cheap endpoint check (reconcile-time only, at its cadence): a fact for the plan.
     let uid = obj.meta().uid.clone().unwrap_or_default();
     if let Some(answer) = endpoint::observe(&mut facts, &uid, &obj.common().backend, now).await {
