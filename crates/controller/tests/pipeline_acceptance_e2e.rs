@@ -237,6 +237,12 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
     // The chart's admission policy is in force: only the controller may write `pruned-by`, and
     // every stamp this test sees (retention, failed-history) is the controller's own.
     admission::install_pruned_by_policy(&client, &op_ns, &ns).await?;
+    // And the controller's own token writes only kopiur's labelled ConfigMaps (results, the pin
+    // ledger), ServiceAccounts, Roles and RoleBindings (audit 1.4): every run below is under it.
+    let kc = env.state_dir().join("controller-sa.kubeconfig");
+    env.cp.service_account_kubeconfig(&op_ns, admission::CONTROLLER_SA, &kc).await?;
+    let controller = kopiur_testenv::kubeconfig::client(&kc).await?;
+    admission::install_controller_writes_policy(&client, &controller, &op_ns, &ns).await?;
     let w = World { client: client.clone(), ns: ns.clone(), log: op.log_path().to_path_buf(), started };
 
     create_secret(&client, &ns, &g, PASSWORD).await?;

@@ -139,7 +139,11 @@ const CONTROLLER: &[Rule] = &[
     Rule { group: "", resources: &["events"], verbs: &["list"], names: &[] },
     Rule { group: "", resources: &["secrets"], verbs: &["list", "watch"], names: &[] },
     Rule { group: "", resources: &["namespaces"], verbs: &["get", "list", "watch"], names: &[] },
-    Rule { group: "", resources: &["serviceaccounts"], verbs: &["get", "create", "patch"], names: &[] },
+    // The mover's ServiceAccount, applied by name (server-side apply is a patch); `create`
+    // cannot be limited by name. The chart's controller-writes admission policy keeps every
+    // write of the controller to objects labelled managed-by=kopiur.
+    Rule { group: "", resources: &["serviceaccounts"], verbs: &["get", "patch"], names: &["kopiur-mover"] },
+    Rule { group: "", resources: &["serviceaccounts"], verbs: &["create"], names: &[] },
     // The mover's standing RoleBinding, and each run's Role and RoleBinding (one object's
     // status or result ConfigMap, owned by the run's Job, deleted when it finishes; permissions
     // the controller holds).

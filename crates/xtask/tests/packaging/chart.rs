@@ -36,6 +36,16 @@ fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
     v[0]
 }
 
+/// The one object of `kind` whose name ends with `suffix`.
+fn named<'a>(docs: &'a [Value], kind: &str, suffix: &str) -> &'a Value {
+    let v: Vec<&Value> = find(docs, kind)
+        .into_iter()
+        .filter(|d| d["metadata"]["name"].as_str().is_some_and(|n| n.ends_with(suffix)))
+        .collect();
+    assert_eq!(v.len(), 1, "expected exactly one {kind} named *{suffix}, found {}", v.len());
+    v[0]
+}
+
 fn env<'a>(container: &'a Value, name: &str) -> &'a Value {
     container["env"]
         .as_array()
@@ -73,7 +83,7 @@ fn default_render_is_the_operator_without_monitoring_objects() {
     assert!(find(&docs, "ServiceMonitor").is_empty());
     assert!(find(&docs, "PrometheusRule").is_empty());
     assert!(find(&docs, "ConfigMap").is_empty());
-    assert_eq!(find(&docs, "ValidatingAdmissionPolicy").len(), 1, "the pruned-by admission policy is on by default");
+    assert_eq!(find(&docs, "ValidatingAdmissionPolicy").len(), 2, "both admission policies are on by default");
     const CLUSTER_SCOPED: &[&str] =
         &["ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"];
     for d in &docs {
@@ -180,14 +190,14 @@ fn controller_service_account_is_bound() {
 #[test]
 fn pruned_by_admission_policy_exempts_only_the_controller() {
     let docs = render(&["serviceAccount.name=ops"]);
-    let policy = one(&docs, "ValidatingAdmissionPolicy");
+    let policy = named(&docs, "ValidatingAdmissionPolicy", "-pruned-by");
     let conditions = policy["spec"]["matchConditions"].as_array().expect("matchConditions");
     assert_eq!(conditions.len(), 1);
     assert_eq!(conditions[0]["expression"], "request.userInfo.username != 'system:serviceaccount:kopiur-system:ops'");
     assert_eq!(policy["spec"]["failurePolicy"], "Fail");
     assert_eq!(policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"], json!(["snapshots"]));
     assert_eq!(policy["spec"]["matchConstraints"]["resourceRules"][0]["operations"], json!(["CREATE", "UPDATE"]));
-    let binding = one(&docs, "ValidatingAdmissionPolicyBinding");
+    let binding = named(&docs, "ValidatingAdmissionPolicyBinding", "-pruned-by");
     assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
     assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
     let off = render(&["admissionPolicy.enabled=false"]);
@@ -196,18 +206,48 @@ fn pruned_by_admission_policy_exempts_only_the_controller() {
     );
 }
 
-/// Issue 31: an install without Helm gets the same `pruned-by` policy. The plain
+/// Issue 31: an install without Helm gets the same admission policies. Each plain
 /// `deploy/admission/` file has the chart's policy and binding (rendered with the default
 /// values in `kopiur-system`), field for field but the labels.
 #[test]
 fn plain_deploy_admission_policy_is_the_charts() {
     let chart = render(&[]);
-    let plain = yaml_docs(&read("deploy/admission/kopiur-pruned-by.yaml"));
-    for kind in ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] {
-        let (c, p) = (one(&chart, kind), one(&plain, kind));
-        assert_eq!(p["spec"], c["spec"], "{kind}: deploy/admission differs from the chart");
-        assert_eq!(p["metadata"]["name"], c["metadata"]["name"], "{kind} name");
+    for (file, suffix) in
+        [("kopiur-pruned-by.yaml", "-pruned-by"), ("kopiur-controller-writes.yaml", "-controller-writes")]
+    {
+        let plain = yaml_docs(&read(&format!("deploy/admission/{file}")));
+        for kind in ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] {
+            let (c, p) = (named(&chart, kind, suffix), one(&plain, kind));
+            assert_eq!(p["spec"], c["spec"], "{kind}: deploy/admission/{file} differs from the chart");
+            assert_eq!(p["metadata"]["name"], c["metadata"]["name"], "{kind} name");
+        }
     }
+}
+
+/// Audit 1.4: the controller's token writes only kopiur's own ConfigMaps, ServiceAccounts,
+/// Roles and RoleBindings: the policy matches exactly the controller's account, every write
+/// verb, and asks the label of the object before and after.
+#[test]
+fn controller_writes_policy_binds_only_the_controller_to_its_own_objects() {
+    let docs = render(&["serviceAccount.name=ops"]);
+    let policy = named(&docs, "ValidatingAdmissionPolicy", "-controller-writes");
+    assert_eq!(
+        policy["spec"]["matchConditions"],
+        json!([{"name": "the-kopiur-controller",
+                "expression": "request.userInfo.username == 'system:serviceaccount:kopiur-system:ops'"}])
+    );
+    assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+    let rules = &policy["spec"]["matchConstraints"]["resourceRules"];
+    assert_eq!(rules[0]["resources"], json!(["configmaps", "serviceaccounts"]));
+    assert_eq!(rules[1]["resources"], json!(["roles", "rolebindings"]));
+    for r in rules.as_array().expect("rules") {
+        assert_eq!(r["operations"], json!(["CREATE", "UPDATE", "DELETE"]));
+    }
+    let vars = policy["spec"]["variables"].to_string();
+    assert!(vars.contains("app.kubernetes.io/managed-by") && vars.contains("oldObject"), "{vars}");
+    let binding = named(&docs, "ValidatingAdmissionPolicyBinding", "-controller-writes");
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
 }
 
 #[test]
