@@ -96,7 +96,8 @@ fn ensure_promtool() -> Result<()> {
 
 fn test() -> Result<()> {
     let t0 = Instant::now();
-    build_tools(&["etcd", "k8s", "kopia", "garage", "helm", "csi"])?;
+    // The CSI stack is built beside the tests (below): only three real-node binaries need it.
+    build_tools(&["etcd", "k8s", "kopia", "garage", "helm"])?;
     ensure_promtool()?;
     step("Generated files are up to date (cargo xtask gen --check)");
     generate(true)?;
@@ -115,6 +116,15 @@ fn test() -> Result<()> {
             c
         },
         log_dir.join("node-images.log"),
+    )?;
+    let mut csi_tools = testrun::Background::spawn(
+        "CSI tools (testenv/build-tools.sh csi)",
+        {
+            let mut c = Command::new("bash");
+            c.arg(repo_root().join("testenv/build-tools.sh")).arg("csi");
+            c
+        },
+        log_dir.join("csi-tools.log"),
     )?;
     step("Building every test target");
     let out = cargo()
@@ -137,9 +147,13 @@ fn test() -> Result<()> {
         "Environment tiers: component (kopia + Garage) and end-to-end (local control plane); {} binaries, {jobs} at a time",
         env.len()
     ));
-    outcomes.extend(testrun::run_pool(&env, jobs, &log_dir, &mut |b| testrun::node_image_gate(b, &mut node_images))?);
+    outcomes.extend(testrun::run_pool(&env, jobs, &log_dir, &mut |b| {
+        testrun::node_image_gate(b, &mut node_images, &mut csi_tools)
+    })?);
     node_images.wait()?;
     outcomes.push(node_images.outcome());
+    csi_tools.wait()?;
+    outcomes.push(csi_tools.outcome());
     let res = testrun::summarize(&outcomes);
     eprintln!("\ncargo xtask test finished in {:.0?}", t0.elapsed());
     res

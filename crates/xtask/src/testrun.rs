@@ -285,17 +285,29 @@ impl Background {
     }
 }
 
-/// The gate of the real-node binaries: open once the background image build succeeded.
-pub fn node_image_gate(bin: &TestBin, images: &mut Background) -> Result<Gate> {
-    if !NEEDS_NODE_IMAGES.contains(&bin.target.as_str()) {
-        return Ok(Gate::Go);
-    }
-    Ok(match images.poll()? {
+/// The binaries that start the CSI stack (`testenv/build-tools.sh csi`, built in the
+/// background beside the tests: a cold build is minutes of Go the other tiers do not need).
+pub const NEEDS_CSI: &[&str] = &["csi_staging_e2e", "populator_e2e", "real_node_csi"];
+
+/// One background build's answer for a binary that needs it.
+fn background_gate(what: &str, b: &mut Background) -> Result<Gate> {
+    Ok(match b.poll()? {
         None => Gate::Wait,
         Some(true) => Gate::Go,
-        Some(false) => {
-            Gate::Fail(vec![format!("not run: the node images failed to build (see {})", images.log.display())])
-        }
+        Some(false) => Gate::Fail(vec![format!("not run: {what} failed to build (see {})", b.log.display())]),
+    })
+}
+
+/// The gate of the real-node binaries: open once the background image build succeeded, and
+/// for those that start the CSI stack, once its tools are built too.
+pub fn node_image_gate(bin: &TestBin, images: &mut Background, csi: &mut Background) -> Result<Gate> {
+    let t = bin.target.as_str();
+    let images = if NEEDS_NODE_IMAGES.contains(&t) { background_gate("the node images", images)? } else { Gate::Go };
+    let csi = if NEEDS_CSI.contains(&t) { background_gate("the CSI tools", csi)? } else { Gate::Go };
+    Ok(match (images, csi) {
+        (Gate::Fail(why), _) | (_, Gate::Fail(why)) => Gate::Fail(why),
+        (Gate::Wait, _) | (_, Gate::Wait) => Gate::Wait,
+        (Gate::Go, Gate::Go) => Gate::Go,
     })
 }
 
@@ -534,6 +546,30 @@ Error: 1 scenario(s) failed: [\"idle\"]\n\nCaused by:\n    idle objects were wri
         assert_eq!(out.len(), 1);
         assert!(!out[0].ok && out[0].why == vec!["images failed".to_string()]);
         assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn csi_binaries_wait_for_the_csi_tools_and_the_images() {
+        use std::process::Command;
+        let dir = std::env::temp_dir().join(format!("kopiur-gate-{}", std::process::id()));
+        let spawn = |label: &str, script: &str| {
+            let mut c = Command::new("sh");
+            c.args(["-c", script]);
+            Background::spawn(label, c, dir.join(format!("{label}.log"))).unwrap()
+        };
+        let (mut images, mut csi) = (spawn("images", "exit 0"), spawn("csi", "sleep 30"));
+        images.wait().unwrap();
+        assert_eq!(node_image_gate(&bin("real_node_e2e"), &mut images, &mut csi).unwrap(), Gate::Go, "no CSI needed");
+        assert_eq!(node_image_gate(&bin("deletion_e2e"), &mut images, &mut csi).unwrap(), Gate::Go);
+        for t in NEEDS_CSI {
+            assert_eq!(node_image_gate(&bin(t), &mut images, &mut csi).unwrap(), Gate::Wait, "{t} waits for CSI");
+        }
+        let _ = csi.child.kill();
+        csi.wait().unwrap();
+        let g = node_image_gate(&bin("populator_e2e"), &mut images, &mut csi).unwrap();
+        assert!(matches!(&g, Gate::Fail(why) if why[0].contains("the CSI tools failed")), "{g:?}");
+        assert_eq!(node_image_gate(&bin("real_node"), &mut images, &mut csi).unwrap(), Gate::Go);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
