@@ -32,6 +32,9 @@ pub struct Config {
     /// take to go before the run says `Staging=True / ReleaseStuck` and counts in
     /// `kopiur_staging_left` (default [`crate::staging::DEFAULT_RELEASE_BOUND`]).
     pub staging_release_bound: std::time::Duration,
+    /// `KOPIUR_WATCH_NAMESPACES`: the namespaced install mode's namespaces (the operator's own
+    /// included); `None` serves every namespace.
+    pub watch_namespaces: crate::scope::Namespaces,
     /// Configuration errors found while reading the environment (reported at startup).
     pub errors: Vec<String>,
 }
@@ -143,14 +146,22 @@ impl Config {
                 errors.push(e);
                 crate::staging::DEFAULT_RELEASE_BOUND
             });
+        let namespace = std::env::var("KOPIUR_NAMESPACE").unwrap_or_else(|_| "kopiur-system".into());
+        let watch_namespaces =
+            crate::scope::parse(std::env::var(crate::scope::WATCH_NAMESPACES_ENV).ok().as_deref(), &namespace)
+                .unwrap_or_else(|e| {
+                    errors.push(e);
+                    None
+                });
         Config {
+            watch_namespaces,
             staging_release_bound,
             mover_image_pull_policy,
             mover_image_pull_secrets,
             max_concurrent_delete_jobs,
             reconcile_concurrency,
             errors,
-            namespace: std::env::var("KOPIUR_NAMESPACE").unwrap_or_else(|_| "kopiur-system".into()),
+            namespace,
             lease_name: std::env::var("KOPIUR_LEASE_NAME").unwrap_or_else(|_| "kopiur-leader".into()),
             identity: std::env::var("POD_NAME")
                 .or_else(|_| std::env::var("HOSTNAME"))

@@ -33,35 +33,43 @@ pub const MANAGED_JOBS: &str = "app.kubernetes.io/managed-by=kopiur";
 /// One feed per kind (not started) and the crate-root context over their stores.
 pub fn build(client: &Client, config: Config, metrics: Arc<Metrics>) -> (Arc<Context>, Feeds) {
     let all = watcher::Config::default;
+    // Cluster-scoped kinds: every object.
     macro_rules! feed {
         ($k:ty, $wc:expr, $slim:expr) => {
             Feed::<$k>::new(Api::all(client.clone()), $wc, $slim)
         };
     }
+    // Namespaced kinds: the served namespaces (every one, or the namespaced install's list).
+    macro_rules! ns_feed {
+        ($k:ty, $wc:expr, $slim:expr) => {{
+            let (client, namespaces) = (client.clone(), config.watch_namespaces.clone());
+            Feed::<$k>::from_source(Box::new(move |wc| crate::scope::watch::<$k>(client, namespaces, wc)), $wc, $slim)
+        }};
+    }
     // Slimmed as before: the pipeline's own kinds and Maintenance (the stores that grow with a
     // fleet); the others as the apiserver sends them.
-    let (jobs, jobs_s, jobs_y) = feed!(Job, all().labels(MANAGED_JOBS), None);
+    let (jobs, jobs_s, jobs_y) = ns_feed!(Job, all().labels(MANAGED_JOBS), None);
     let (secrets, secrets_s, secrets_y) =
-        feed!(kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>, all(), None);
+        ns_feed!(kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>, all(), None);
     let (namespaces, ns_s, ns_y) =
         feed!(kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>, all(), None);
     let (pvcs, pvcs_s, pvcs_y) =
-        feed!(kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::PersistentVolumeClaim>, all(), None);
-    let (repos, repos_s, repos_y) = feed!(Repository, all(), None);
+        ns_feed!(kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::PersistentVolumeClaim>, all(), None);
+    let (repos, repos_s, repos_y) = ns_feed!(Repository, all(), None);
     let (crepos, crepos_s, crepos_y) = feed!(ClusterRepository, all(), None);
     // Snapshots, the store that grows with a fleet, are read lean (`lean.rs`), then slimmed.
     let snapshot_watch = {
-        let client = client.clone();
-        Box::new(move |wc| crate::lean::snapshot_watch(client, wc))
+        let (client, namespaces) = (client.clone(), config.watch_namespaces.clone());
+        Box::new(move |wc| crate::lean::snapshot_watch(client, namespaces, wc))
     };
     let (snapshots, snaps_s, snaps_y) =
         Feed::<kopiur_api::Snapshot>::from_source(snapshot_watch, all(), Some(crate::heap::slim_snapshot));
-    let (schedules, scheds_s, scheds_y) = feed!(kopiur_api::SnapshotSchedule, all(), Some(crate::heap::slim_object));
-    let (policies, pols_s, pols_y) = feed!(kopiur_api::SnapshotPolicy, all(), Some(crate::heap::slim_object));
-    let (restores, rest_s, rest_y) = feed!(kopiur_api::Restore, all(), None);
-    let (maintenances, maint_s, maint_y) = feed!(kopiur_api::Maintenance, all(), Some(crate::heap::slim_object));
-    let (replications, repl_s, repl_y) = feed!(kopiur_api::RepositoryReplication, all(), None);
-    let (snapshot_replications, srepl_s, srepl_y) = feed!(kopiur_api::SnapshotReplication, all(), None);
+    let (schedules, scheds_s, scheds_y) = ns_feed!(kopiur_api::SnapshotSchedule, all(), Some(crate::heap::slim_object));
+    let (policies, pols_s, pols_y) = ns_feed!(kopiur_api::SnapshotPolicy, all(), Some(crate::heap::slim_object));
+    let (restores, rest_s, rest_y) = ns_feed!(kopiur_api::Restore, all(), None);
+    let (maintenances, maint_s, maint_y) = ns_feed!(kopiur_api::Maintenance, all(), Some(crate::heap::slim_object));
+    let (replications, repl_s, repl_y) = ns_feed!(kopiur_api::RepositoryReplication, all(), None);
+    let (snapshot_replications, srepl_s, srepl_y) = ns_feed!(kopiur_api::SnapshotReplication, all(), None);
     let stores = Stores {
         jobs: jobs_s,
         secrets: secrets_s,

@@ -21,7 +21,7 @@ use kopiur_api::Snapshot;
 use kopiur_api::names::label;
 use kopiur_api::snapshot::{SnapshotSpec, SnapshotStatus};
 use kube::runtime::watcher;
-use kube::{Api, Client, Resource};
+use kube::{Client, Resource};
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
@@ -172,12 +172,13 @@ fn into_snapshot(e: watcher::Event<LeanSnapshot>) -> watcher::Event<Snapshot> {
     }
 }
 
-/// The watch of every Snapshot, read lean, as `Snapshot` events.
+/// The watch of every served Snapshot (`crate::scope`), read lean, as `Snapshot` events.
 pub fn snapshot_watch(
     client: Client,
+    namespaces: crate::scope::Namespaces,
     wc: watcher::Config,
 ) -> futures::stream::BoxStream<'static, Result<watcher::Event<Snapshot>, watcher::Error>> {
-    watcher(Api::<LeanSnapshot>::all(client), wc).map_ok(into_snapshot).boxed()
+    crate::scope::watch::<LeanSnapshot>(client, namespaces, wc).map_ok(into_snapshot).boxed()
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@ pub mod repository;
 pub mod resource_phase;
 pub mod restore;
 pub mod run_job;
+pub mod scope;
 pub mod snapshot;
 pub mod snapshot_policy;
 pub mod snapshot_replication;

@@ -5,6 +5,12 @@
 //! `Pending`, `Stalled / FeatureNotImplemented`, with no Job, and proceeds to Ready once the field
 //! is removed. `copyMethod: Snapshot` and `Clone` on this node, which runs no CSI driver: each
 //! run fails `StagingFailed` with the reason, launches no Job and leaves no staged object.
+//!
+//! Beside it, on an environment of its own, the namespaced install mode (chart value
+//! `watchNamespaces`, audit finding 1.3): under the chart's RBAC for it the controller holds no
+//! ClusterRole that reads Secrets, may read Secrets in its served namespace and nowhere else,
+//! bootstraps a Repository and backs up a PVC there (the kopia snapshot checked with kopia), and
+//! leaves a namespace it does not serve alone.
 mod support;
 
 use std::time::Duration;
@@ -156,5 +162,104 @@ async fn advisory_fields_are_reported_and_gating_fields_refused() -> Result<()> 
         .filter(|n| n.starts_with("kopiur-stage-"))
         .collect();
     ensure!(staged.is_empty(), "staged PVCs left: {staged:?}");
+    Ok(())
+}
+
+/// Audit 1.3: the namespaced install mode installs and backs up with no ClusterRole that reads
+/// Secrets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_namespaced_install_backs_up_without_reading_secrets_cluster_wide() -> Result<()> {
+    use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::PostParams;
+    let mut h = Harness::start().await?;
+    let (apps, other) = futures::try_join!(h.env.namespace("apps"), h.env.namespace("other"))?;
+    h.start_operator_namespaced(&[&apps]).await?;
+    let _guard = h.env.log_guard();
+    let sa = format!("system:serviceaccount:{}:kopiur-controller", h.op_ns);
+
+    // No ClusterRole bound to the controller reads Secrets (or everything).
+    let bindings = Api::<ClusterRoleBinding>::all(h.client.clone()).list(&ListParams::default()).await?.items;
+    let mine: Vec<String> = bindings
+        .iter()
+        .filter(|b| {
+            b.subjects.iter().flatten().any(|s| {
+                s.kind == "ServiceAccount"
+                    && s.name == "kopiur-controller"
+                    && s.namespace.as_deref() == Some(h.op_ns.as_str())
+            })
+        })
+        .map(|b| b.role_ref.name.clone())
+        .collect();
+    ensure!(!mine.is_empty(), "the controller holds its cluster-scoped ClusterRole");
+    let roles: Api<ClusterRole> = Api::all(h.client.clone());
+    for name in &mine {
+        let r = roles.get(name).await?;
+        for rule in r.rules.iter().flatten() {
+            let res = rule.resources.clone().unwrap_or_default();
+            ensure!(
+                !res.iter().any(|x| x == "secrets" || x == "*"),
+                "ClusterRole {name}, bound to {sa}, reads Secrets: {rule:?}"
+            );
+        }
+    }
+    // What the apiserver says (kubectl auth can-i, as the controller's token).
+    let kc = h.env.state_dir().join("namespaced-controller.kubeconfig");
+    h.env.cp.service_account_kubeconfig(&h.op_ns, "kopiur-controller", &kc).await?;
+    let controller = kopiur_testenv::kubeconfig::client(&kc).await?;
+    let can = |ns: &str, verb: &str| {
+        let review: SelfSubjectAccessReview = serde_json::from_value(json!({
+            "spec": {"resourceAttributes": {"namespace": ns, "verb": verb, "resource": "secrets"}}
+        }))
+        .expect("a review");
+        let api: Api<SelfSubjectAccessReview> = Api::all(controller.clone());
+        async move {
+            let r = api.create(&PostParams::default(), &review).await?;
+            Ok::<bool, anyhow::Error>(r.status.is_some_and(|s| s.allowed))
+        }
+    };
+    ensure!(can(&apps, "list").await?, "the controller may list Secrets in its served namespace");
+    ensure!(!can(&other, "list").await?, "the controller may list Secrets in a namespace it does not serve");
+    ensure!(!can("", "list").await?, "the controller may list Secrets cluster-wide");
+    ensure!(!can(&other, "watch").await?, "the controller may watch Secrets in a namespace it does not serve");
+    println!(
+        "[namespaced] ClusterRoles {mine:?}: no Secrets; can-i list secrets: {apps} yes, {other} no, cluster-wide no"
+    );
+
+    // It installs and backs up in its namespace.
+    let k = h.kopia_repo("nsmode/").await?;
+    h.repository(&apps, "r", "nsmode/", json!({})).await?;
+    h.wait_repository_ready(&apps, "r", Duration::from_secs(120)).await?;
+    apply(&h.client, &apps, claim(&apps, "data")).await?;
+    apply(&h.client, &apps, policy(&apps, "p", json!({"name": "r"}), "data", json!({}))).await?;
+    apply(
+        &h.client,
+        &apps,
+        json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+               "metadata": {"name": "s1", "namespace": apps}, "spec": {"policyRef": {"name": "p"}}}),
+    )
+    .await?;
+    let snaps: Api<Snapshot> = Api::namespaced(h.client.clone(), &apps);
+    let id = wait_for("s1 Succeeded", Duration::from_secs(180), &h.log(), || async {
+        let s = snaps.get("s1").await?;
+        if snap_phase(&s) == "Failed" {
+            bail!("s1 failed: {:?}", s.status);
+        }
+        Ok((snap_phase(&s) == "Succeeded")
+            .then(|| s.status.and_then(|st| st.snapshot).and_then(|x| x.kopia_snapshot_id))
+            .flatten())
+    })
+    .await?;
+    ensure!(k.list().await?.contains(&id), "kopia lists the backup {id}");
+    println!("[namespaced] Repository Ready and a backup Succeeded in {apps}: kopia snapshot {id}");
+
+    // A namespace it does not serve is left alone: no status, no Job.
+    h.repository(&other, "r", "nsother/", json!({})).await?;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let r = Api::<Repository>::namespaced(h.client.clone(), &other).get("r").await?;
+    ensure!(r.status.is_none(), "a Repository in {other}, which it does not serve, was reconciled: {:?}", r.status);
+    let jobs = Api::<Job>::namespaced(h.client.clone(), &other).list(&ListParams::default()).await?.items;
+    ensure!(jobs.is_empty(), "a Job in a namespace it does not serve");
+    println!("[namespaced] {other}: not served, untouched after 15 s");
     Ok(())
 }

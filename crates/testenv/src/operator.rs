@@ -37,6 +37,36 @@ impl Operator {
         Operator::launch(env, ns, Some(replica), extra_env).await
     }
 
+    /// The namespaced install mode (chart value `watchNamespaces`): the chart's RBAC for it,
+    /// rendered by `helm template` (a ClusterRole for cluster-scoped kinds only, a Role in each
+    /// of `served` and in `ns`, the leader-election Role), bound to ServiceAccount
+    /// `kopiur-controller`, and the controller told the list (`KOPIUR_WATCH_NAMESPACES`).
+    pub async fn start_namespaced(
+        env: &TestEnv,
+        ns: &str,
+        served: &[&str],
+        extra_env: &[(&str, &str)],
+    ) -> Result<Operator> {
+        let client = env.client().await?;
+        ensure_namespace(&client, ns).await?;
+        let list = served.join(",");
+        let out = Command::new(tools::helm()?)
+            .args(["template", "kopiur"])
+            .arg(repo_root().join("deploy/helm/kopiur"))
+            .args(["--namespace", ns, "--set", &format!("watchNamespaces={{{list}}}")])
+            .args(["--set", "serviceAccount.name=kopiur-controller"])
+            .args(["--show-only", "templates/clusterrole.yaml", "--show-only", "templates/leader-election-role.yaml"])
+            .env("HELM_CACHE_HOME", std::env::temp_dir().join("kopiur-helm-cache"))
+            .env("HELM_CONFIG_HOME", std::env::temp_dir().join("kopiur-helm-config"))
+            .output()
+            .context("running helm template")?;
+        anyhow::ensure!(out.status.success(), "helm template failed: {}", String::from_utf8_lossy(&out.stderr));
+        apply::apply_yaml(&client, ns, &String::from_utf8(out.stdout)?).await.context("applying the chart's RBAC")?;
+        let mut env_vars: Vec<(&str, &str)> = vec![("KOPIUR_WATCH_NAMESPACES", list.as_str())];
+        env_vars.extend_from_slice(extra_env);
+        Operator::spawn(env, ns, None, &env_vars).await
+    }
+
     async fn launch(env: &TestEnv, ns: &str, replica: Option<&str>, extra_env: &[(&str, &str)]) -> Result<Operator> {
         let client = env.client().await?;
         ensure_namespace(&client, ns).await?;
@@ -49,6 +79,12 @@ impl Operator {
             "subjects": [{"kind": "ServiceAccount", "name": "kopiur-controller", "namespace": ns}]
         });
         apply::apply_value(&client, ns, &binding).await?;
+        Operator::spawn(env, ns, replica, extra_env).await
+    }
+
+    /// The controller process under ServiceAccount `kopiur-controller` of `ns` (its RBAC
+    /// already applied).
+    async fn spawn(env: &TestEnv, ns: &str, replica: Option<&str>, extra_env: &[(&str, &str)]) -> Result<Operator> {
         let kc = env
             .cp
             .service_account_kubeconfig(

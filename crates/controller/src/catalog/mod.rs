@@ -279,45 +279,54 @@ pub const LIST_PAGE: u32 = 500;
 /// [`LIST_PAGE`] at a time, so the full objects of a large cluster are never all in memory at
 /// once. The pages form one consistent list (continue tokens); an expired token fails the
 /// whole sync, and a failed listing never expires a row.
-async fn list_existing(client: &Client, scope: &RepoScope) -> Result<Vec<ExistingSnapshot>, kube::Error> {
-    let api = Api::<Snapshot>::all(client.clone());
+/// In the namespaced install mode, one such list per served namespace (`crate::scope`).
+async fn list_existing(
+    client: &Client,
+    namespaces: &crate::scope::Namespaces,
+    scope: &RepoScope,
+) -> Result<Vec<ExistingSnapshot>, kube::Error> {
     let mut out = Vec::new();
-    let mut lp = ListParams::default().limit(LIST_PAGE);
-    loop {
-        let page = api.list(&lp).await?;
-        out.extend(page.items.iter().map(|s| existing(scope, s)));
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => lp = lp.continue_token(&token),
-            None => return Ok(out),
+    for api in crate::scope::apis::<Snapshot>(client, namespaces) {
+        let mut lp = ListParams::default().limit(LIST_PAGE);
+        loop {
+            let page = api.list(&lp).await?;
+            out.extend(page.items.iter().map(|s| existing(scope, s)));
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => lp = lp.continue_token(&token),
+                None => break,
+            }
         }
     }
+    Ok(out)
 }
 
 /// The ids one scan asks the mover to verify: a window of this repository's discovered rows
 /// (by their `repository-uid` label, in any namespace), after `cursor`.
 pub async fn verify_ids(
     client: &Client,
+    namespaces: &crate::scope::Namespaces,
     repository_uid: &str,
     cursor: Option<&str>,
 ) -> Result<Vec<String>, kube::Error> {
     if repository_uid.is_empty() {
         return Ok(Vec::new());
     }
-    let api = Api::<Snapshot>::all(client.clone());
     let selector = format!("{}={},{}={}", label::ORIGIN, origin::DISCOVERED, label::REPOSITORY_UID, repository_uid);
-    let mut lp = ListParams::default().labels(&selector).limit(LIST_PAGE);
     let mut ids = Vec::new();
-    loop {
-        let page = api.list_metadata(&lp).await?;
-        ids.extend(
-            page.items
-                .iter()
-                .filter(|s| s.metadata.deletion_timestamp.is_none())
-                .filter_map(|s| s.metadata.labels.as_ref()?.get(label::SNAPSHOT_ID).cloned()),
-        );
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => lp = lp.continue_token(&token),
-            None => break,
+    for api in crate::scope::apis::<Snapshot>(client, namespaces) {
+        let mut lp = ListParams::default().labels(&selector).limit(LIST_PAGE);
+        loop {
+            let page = api.list_metadata(&lp).await?;
+            ids.extend(
+                page.items
+                    .iter()
+                    .filter(|s| s.metadata.deletion_timestamp.is_none())
+                    .filter_map(|s| s.metadata.labels.as_ref()?.get(label::SNAPSHOT_ID).cloned()),
+            );
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => lp = lp.continue_token(&token),
+                None => break,
+            }
         }
     }
     Ok(plan::verify_window(&ids, cursor, verify_window_size()))
@@ -327,13 +336,14 @@ pub async fn verify_ids(
 /// `verified_absent`: ids the mover checked against its full listing and did not find.
 pub async fn sync(
     client: &Client,
+    namespaces: &crate::scope::Namespaces,
     scope: &RepoScope,
     entries: &[CatalogEntry],
     truncated: bool,
     verified_absent: &BTreeSet<String>,
     now: plan::Time,
 ) -> Result<SyncOutcome, kube::Error> {
-    let existing = list_existing(client, scope).await?;
+    let existing = list_existing(client, namespaces, scope).await?;
     let p = plan::plan_verified(entries, truncated, verified_absent, &existing, scope.bounds, now);
     let mut out = SyncOutcome {
         complete: p.complete,

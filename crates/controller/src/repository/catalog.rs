@@ -149,7 +149,7 @@ pub async fn step<K: RepoObject>(
         Some(_) => {
             let cursor = obj.annotations().get(catalog::VERIFY_CURSOR_ANNOTATION).map(String::as_str);
             let uid = obj.meta().uid.clone().unwrap_or_default();
-            match catalog::verify_ids(&ctx.client, &uid, cursor).await {
+            match catalog::verify_ids(&ctx.client, &ctx.config.watch_namespaces, &uid, cursor).await {
                 Ok(ids) => ids,
                 // Listing the rows failed: this scan checks nothing (and so expires nothing
                 // beyond what a complete listing would).
@@ -264,7 +264,17 @@ async fn fold_listing<K: RepoObject>(
     }
     let scope = scope(obj, d.status.unique_id.clone());
     let absent = verified_absent(r);
-    match catalog::sync(&ctx.client, &scope, &r.snapshots, r.snapshots_truncated, &absent, now).await {
+    match catalog::sync(
+        &ctx.client,
+        &ctx.config.watch_namespaces,
+        &scope,
+        &r.snapshots,
+        r.snapshots_truncated,
+        &absent,
+        now,
+    )
+    .await
+    {
         Ok(o) => {
             tracing::info!(
                 repository = %obj.name_any(), entries = r.snapshots.len(), truncated = r.snapshots_truncated,

@@ -55,6 +55,15 @@ impl Harness {
         Ok(())
     }
 
+    /// Starts the operator in the namespaced install mode, serving `served` (and its own
+    /// namespace) under the chart's RBAC for it (`Operator::start_namespaced`).
+    pub async fn start_operator_namespaced(&mut self, served: &[&str]) -> Result<()> {
+        let wrapper = self.audit.wrapper.display().to_string();
+        let env = [("KOPIUR_MOVER_KOPIA_BINARY", wrapper.as_str())];
+        self.op = Some(Operator::start_namespaced(&self.env, &self.op_ns, served, &env).await?);
+        Ok(())
+    }
+
     /// SIGKILL to the controller's process group (no graceful shutdown, the Lease is not
     /// released), then reaps it.
     pub fn kill_operator(&mut self) {

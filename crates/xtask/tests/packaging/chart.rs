@@ -364,3 +364,57 @@ fn values_schema_is_strict_at_the_top_level() {
         assert!(props.contains_key(k), "values.yaml key {k} is missing from values.schema.json");
     }
 }
+
+/// Audit 1.3, the namespaced install mode: with `watchNamespaces`, no ClusterRole the chart
+/// renders reads Secrets (or any namespaced kind), each served namespace and the release
+/// namespace get the controller's namespaced rules as a Role bound to its ServiceAccount, the
+/// two together grant every resource of the generated controller role (Leases aside, which the
+/// leader-election Role holds), and the controller is told the list.
+#[test]
+fn the_namespaced_install_mode_reads_secrets_only_where_it_serves() {
+    let docs = render(&["watchNamespaces={apps,team-b}", "serviceAccount.name=ops"]);
+    for cr in find(&docs, "ClusterRole") {
+        let text = cr["rules"].to_string();
+        assert!(!text.contains("\"secrets\""), "{} reads Secrets: {text}", cr["metadata"]["name"]);
+        assert!(!text.contains("\"snapshots\"") && !text.contains("\"jobs\""), "{}: {text}", cr["metadata"]["name"]);
+    }
+    let roles: Vec<&Value> =
+        find(&docs, "Role").into_iter().filter(|r| r["metadata"]["name"] == "kopiur-controller").collect();
+    let mut served: Vec<&str> = roles.iter().map(|r| r["metadata"]["namespace"].as_str().unwrap()).collect();
+    served.sort();
+    assert_eq!(served, ["apps", "kopiur-system", "team-b"]);
+    for rb in find(&docs, "RoleBinding").into_iter().filter(|r| r["metadata"]["name"] == "kopiur-controller") {
+        assert_eq!(
+            rb["roleRef"],
+            json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kopiur-controller"})
+        );
+        assert_eq!(rb["subjects"], json!([{"kind": "ServiceAccount", "name": "ops", "namespace": "kopiur-system"}]));
+    }
+    assert_eq!(find(&docs, "RoleBinding").iter().filter(|r| r["metadata"]["name"] == "kopiur-controller").count(), 3);
+    assert!(roles[0]["rules"].to_string().contains("\"secrets\""), "a served namespace's Role reads Secrets");
+    // Nothing lost: every resource the generated controller role names is granted by one side.
+    let generated = yaml_docs(&read("deploy/rbac/kopiur-rbac.yaml"));
+    let controller = generated.iter().find(|d| d["metadata"]["name"] == "kopiur-controller").unwrap();
+    let cluster = named(&docs, "ClusterRole", "-controller-cluster");
+    let granted = |v: &Value| -> std::collections::BTreeSet<String> {
+        v["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r["resources"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()))
+            .collect()
+    };
+    let mut both = granted(cluster);
+    both.extend(granted(roles[0]));
+    let want: std::collections::BTreeSet<String> = granted(controller).into_iter().filter(|r| r != "leases").collect();
+    assert_eq!(both, want);
+    let crb = named(&docs, "ClusterRoleBinding", "-controller-cluster");
+    assert_eq!(crb["roleRef"]["name"], cluster["metadata"]["name"]);
+    let deployment = one(&docs, "Deployment");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(env(container, "KOPIUR_WATCH_NAMESPACES")["value"], "apps,team-b");
+    // The default is cluster-wide: one controller ClusterRole, no namespaced Roles, no list.
+    let default = render(&[]);
+    assert!(find(&default, "Role").iter().all(|r| r["metadata"]["name"] != "kopiur-controller"));
+    assert!(find(&default, "ClusterRole").iter().any(|r| r["metadata"]["name"] == "kopiur-controller"));
+}
