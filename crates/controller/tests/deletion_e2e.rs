@@ -26,7 +26,10 @@
 //! and stamps `reverify-requested-at`, then re-batches and drains (T40); editing a schedule's
 //! `onScheduleDelete` reaches its 8 children within 10 s, both ways (T43); and a tenant that
 //! forges its own Snapshot's status with another tenant's kopia id and identity, then deletes it,
-//! deletes nothing: the batch refuses it and says so (issue 31).
+//! deletes nothing: the batch refuses it and says so (issue 31). Also red team (issue 31): Jobs a
+//! tenant makes to look exactly like the controller's batch for another namespace's held members
+//! release nothing and hold nothing; a Snapshot and a Maintenance naming another namespace's
+//! Repository park `NamespaceNotAllowed` with no Job and that namespace's data intact.
 //!
 //! Seeding is direct (kopia CLI + API writes, see `support/seed.rs`), so the whole
 //! file runs in a few minutes on 2 cores. Every count is printed.

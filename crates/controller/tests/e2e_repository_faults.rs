@@ -65,6 +65,9 @@ const KNOBS: [(&str, &str); 3] = [
 ];
 
 /// A connect Job as first seen on a watch.
+/// The S3 secret key of the access-denied scenario (a value the sweep must never find).
+const WRONG_S3_KEY: &str = "wrong-s3-secret-key-of-the-faults-e2e-7f3a";
+
 #[derive(Clone, Debug)]
 struct JobRec {
     namespace: String,
@@ -165,10 +168,14 @@ impl World {
     }
 
     async fn create_secret(&self, ns: &str, password: &str) -> Result<()> {
+        self.create_secret_with_key(ns, password, self.g.secret_key()).await
+    }
+
+    async fn create_secret_with_key(&self, ns: &str, password: &str, secret_key: &str) -> Result<()> {
         let s: Secret = serde_json::from_value(json!({
             "metadata": {"name": "kopia", "namespace": ns},
             "stringData": {"KOPIA_PASSWORD": password, "AWS_ACCESS_KEY_ID": self.g.access_key(),
-                           "AWS_SECRET_ACCESS_KEY": self.g.secret_key()}
+                           "AWS_SECRET_ACCESS_KEY": secret_key}
         }))?;
         Api::<Secret>::namespaced(self.client.clone(), ns).create(&PostParams::default(), &s).await?;
         Ok(())
@@ -697,6 +704,27 @@ async fn recreated(w: &World, ns: &str, op_ns: &str, direct: &str) -> Result<()>
     Ok(())
 }
 
+/// A wrong S3 secret key: the storage denies access; the repository never turns Ready and says
+/// why (`AccessDenied`), and the wrong key is among the values the end-of-test sweep looks for.
+async fn access_denied(w: &World, ns: &str) -> Result<()> {
+    let repos = w.repos(ns);
+    let r = w
+        .wait("denied: refused by the storage", Duration::from_secs(180), || async {
+            let r = repos.get("denied").await?;
+            let said = serde_json::to_string(&r.status)?.contains("AccessDenied");
+            Ok((said && matches!(phase(&r).as_str(), "Failed" | "Degraded")).then_some(r))
+        })
+        .await?;
+    ensure!(unique_id(&r).is_empty(), "denied: nothing pinned");
+    assert_eq!(w.objects("denied/").await?, 0, "denied: nothing written");
+    w.say(format!(
+        "denied: {} / {:?}",
+        phase(&r),
+        condition(&r, "Ready").map(|c| (c.reason.clone(), c.message.clone()))
+    ));
+    Ok(())
+}
+
 /// T16: an outage during a re-bootstrap opens the breaker from the strict connect.
 async fn outage_opens(w: &World, op: &Operator, ns: &str, proxy: &FaultProxy) -> Result<()> {
     proxy.set(Mode::Refuse);
@@ -733,7 +761,7 @@ async fn repository_faults_end_to_end() -> Result<()> {
     w.logs.push(b.log_path().to_path_buf());
     w.say("replica a leads; b started");
 
-    let [ns_alert, ns_pw, ns_wipe, ns_out, ns_idle, ns_nocreate, ns_re] = [
+    let [ns_alert, ns_pw, ns_wipe, ns_out, ns_idle, ns_nocreate, ns_re, ns_denied] = [
         env.namespace("alert").await?,
         env.namespace("pw").await?,
         env.namespace("wipe").await?,
@@ -741,6 +769,7 @@ async fn repository_faults_end_to_end() -> Result<()> {
         env.namespace("idle").await?,
         env.namespace("nocreate").await?,
         env.namespace("recreate").await?,
+        env.namespace("denied").await?,
     ];
     for ns in [&ns_alert, &ns_pw, &ns_wipe, &ns_out, &ns_idle, &ns_nocreate, &ns_re] {
         w.create_secret(ns, PASSWORD).await?;
@@ -754,6 +783,8 @@ async fn repository_faults_end_to_end() -> Result<()> {
     w.create_repo(&ns_out, "out", &out_proxy.endpoint(), "out/", Value::Null).await?;
     w.create_repo(&ns_idle, "idle", &direct, "idle/", Value::Null).await?;
     w.create_repo(&ns_re, "re", &direct, "recreate/", Value::Null).await?;
+    w.create_secret_with_key(&ns_denied, PASSWORD, WRONG_S3_KEY).await?;
+    w.create_repo(&ns_denied, "denied", &direct, "denied/", Value::Null).await?;
     // T14's repository: create disabled from its first version, on an empty prefix.
     let nocreate: Repository = serde_json::from_value(json!({
         "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
@@ -827,13 +858,14 @@ async fn repository_faults_end_to_end() -> Result<()> {
         w.say("five scenario repositories Ready");
 
         // Phase 1, concurrently on separate namespaces, prefixes and proxies.
-        let ((), pw_failed, wipe_blocked, (), nocreate_failed, ()) = tokio::try_join!(
+        let ((), pw_failed, wipe_blocked, (), nocreate_failed, (), ()) = tokio::try_join!(
             Box::pin(alert_mode(&w, &a, &ns_alert, &alert_proxy)),
             Box::pin(wrong_password(&w, &a, &ns_pw, &pw_watch)),
             Box::pin(wiped_storage(&w, &ns_wipe)),
             Box::pin(outage_opens(&w, &a, &ns_out, &out_proxy)),
             Box::pin(create_disabled(&w, &ns_nocreate, &nocreate_watch)),
             Box::pin(recreated(&w, &ns_re, &op_ns, &direct)),
+            Box::pin(access_denied(&w, &ns_denied)),
         )?;
         let nocreate_mark = nocreate_watch.mark().saturating_sub(1);
         w.say("phase 1 done");
@@ -942,7 +974,9 @@ async fn repository_faults_end_to_end() -> Result<()> {
     for (who, op) in [("a", &a), ("b", &b)] {
         extra.push((format!("{who}'s log"), std::fs::read_to_string(op.log_path())?));
     }
-    let searched = support::sweep_for_secrets(&client, extra, &[PASSWORD, "battery staple", w.g.secret_key()]).await?;
+    let searched =
+        support::sweep_for_secrets(&client, extra, &[PASSWORD, "battery staple", w.g.secret_key(), WRONG_S3_KEY])
+            .await?;
     w.say(format!("secrets sweep: {searched} documents, no fixture secret"));
     // No graceful shutdown to wait for: the test is over.
     b.kill();
