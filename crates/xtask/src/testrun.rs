@@ -232,6 +232,9 @@ pub struct Background {
     log: PathBuf,
     started: Instant,
     result: Option<(bool, Duration)>,
+    /// When it ended, as a watcher thread saw it: the figure is its own run time, not the
+    /// moment a gate happened to ask.
+    ended: std::sync::Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
 impl Background {
@@ -247,7 +250,23 @@ impl Background {
             .spawn()
             .with_context(|| format!("starting {label}"))?;
         eprintln!("==> started {label} in the background (log {})", log.display());
-        Ok(Background { label: label.into(), child, log, started: Instant::now(), result: None })
+        let ended = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let (watch, pid) = (ended.clone(), child.id());
+        std::thread::spawn(move || {
+            // Watches for the exit without reaping it (the owner still collects the status): an
+            // exited, unreaped process is a zombie (`Z` in /proc/<pid>/stat); a gone one ended too.
+            loop {
+                let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|st| st.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()));
+                if matches!(state, None | Some('Z' | 'X')) {
+                    *watch.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        });
+        Ok(Background { label: label.into(), child, log, started: Instant::now(), result: None, ended })
     }
 
     /// `Some(success)` once it has ended (its log is printed the first time).
@@ -270,7 +289,8 @@ impl Background {
     }
 
     fn finish(&mut self, ok: bool) {
-        let elapsed = self.started.elapsed();
+        let ended = *self.ended.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let elapsed = ended.unwrap_or_else(Instant::now).saturating_duration_since(self.started);
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         eprintln!("\n---- {} ({elapsed:.0?}, {}) ----", self.label, if ok { "ok" } else { "FAILED" });
         eprint!("{text}");
@@ -570,6 +590,19 @@ Error: 1 scenario(s) failed: [\"idle\"]\n\nCaused by:\n    idle objects were wri
         assert!(matches!(&g, Gate::Fail(why) if why[0].contains("the CSI tools failed")), "{g:?}");
         assert_eq!(node_image_gate(&bin("real_node"), &mut images, &mut csi).unwrap(), Gate::Go);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_background_build_reports_its_own_run_time_not_when_it_was_asked() {
+        let log = std::env::temp_dir().join(format!("kopiur-bg-{}.log", std::process::id()));
+        let mut c = std::process::Command::new("sh");
+        c.args(["-c", "sleep 1"]);
+        let mut b = Background::spawn("sleep", c, log.clone()).unwrap();
+        std::thread::sleep(Duration::from_secs(3));
+        assert!(b.wait().unwrap());
+        let took = b.outcome().elapsed;
+        assert!(took >= Duration::from_millis(900) && took < Duration::from_millis(2500), "{took:?}");
+        let _ = std::fs::remove_file(log);
     }
 
     #[test]
