@@ -304,6 +304,10 @@ pub mod event {
     pub const INVALID_RUN_REQUEST: &str = "InvalidRunRequest";
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const KUBE_API_ERROR: &str = "KubeApiError";
+    /// The API server refused a call with 403: the controller's RBAC lacks a verb.
+    pub const KUBE_API_FORBIDDEN: &str = "KubeApiForbidden";
+    /// The API server refused a call as invalid (400, 422): retrying the same call cannot help.
+    pub const KUBE_API_REJECTED: &str = "KubeApiRejected";
     pub const WORK_SPEC_TOO_LARGE: &str = "WorkSpecTooLarge";
     pub const WORK_SPEC_INVALID: &str = "WorkSpecInvalid";
     pub const FEATURES_IGNORED: &str = "FeaturesIgnored";

@@ -24,7 +24,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::config::Config;
-use crate::error::Error;
+use crate::error::{ApiStep, Error};
 use crate::gating::{Gate, repository_ready};
 use crate::metrics::Metrics;
 use crate::metrics::labels::JobLabels;
@@ -157,10 +157,13 @@ impl Context {
         let jobs = kube::Api::<Job>::namespaced(self.client.clone(), ns);
         let (created, live) = match jobs.create(&Default::default(), job).await {
             Ok(live) => (true, Some(live)),
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                (false, jobs.get_opt(&job.metadata.name.clone().unwrap_or_default()).await?)
-            }
-            Err(e) => return Err(e.into()),
+            Err(kube::Error::Api(e)) if e.code == 409 => (
+                false,
+                jobs.get_opt(&job.metadata.name.clone().unwrap_or_default())
+                    .await
+                    .step("read the existing mover Job")?,
+            ),
+            Err(e) => return Err(Error::api("create mover Job", e)),
         };
         // The run's one write permission, owned by the Job (also re-applied when the Job was
         // already there: a controller that stopped between the two calls left it missing).

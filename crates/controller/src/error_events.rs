@@ -35,6 +35,10 @@ pub const CAP: usize = 4096;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorReason {
     KubeApiError,
+    /// A 403: the controller's RBAC lacks the verb the message names.
+    KubeApiForbidden,
+    /// A 400 or 422: the API server refuses the request itself.
+    KubeApiRejected,
     WorkSpecTooLarge,
     /// A Job could not be built for another reason (the message says which).
     WorkSpecInvalid,
@@ -47,7 +51,11 @@ pub enum ErrorReason {
 impl ErrorReason {
     pub fn of(err: &Error) -> ErrorReason {
         match err {
-            Error::Kube(_) => ErrorReason::KubeApiError,
+            Error::Api { source, .. } => match crate::error::ApiAnswer::of(source) {
+                crate::error::ApiAnswer::Transient => ErrorReason::KubeApiError,
+                crate::error::ApiAnswer::Forbidden => ErrorReason::KubeApiForbidden,
+                crate::error::ApiAnswer::Rejected => ErrorReason::KubeApiRejected,
+            },
             Error::WorkSpecTooLarge(_) => ErrorReason::WorkSpecTooLarge,
             Error::WorkSpec(_) => ErrorReason::WorkSpecInvalid,
             Error::InvalidSpec(_) => ErrorReason::InvalidSpec,
@@ -58,6 +66,8 @@ impl ErrorReason {
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorReason::KubeApiError => event::KUBE_API_ERROR,
+            ErrorReason::KubeApiForbidden => event::KUBE_API_FORBIDDEN,
+            ErrorReason::KubeApiRejected => event::KUBE_API_REJECTED,
             ErrorReason::WorkSpecTooLarge => event::WORK_SPEC_TOO_LARGE,
             ErrorReason::WorkSpecInvalid => event::WORK_SPEC_INVALID,
             ErrorReason::InvalidSpec => event::INVALID_SPEC,
@@ -147,7 +157,7 @@ pub fn report<K: Resource<DynamicType = ()>>(recorder: &Recorder, obj: &K, err: 
         type_: EventType::Warning,
         reason: reason.as_str().to_string(),
         note: Some(crate::text::truncate(&format!("{}: {err}", err.class().label()), 1024)),
-        action: "Reconcile".into(),
+        action: err.step().unwrap_or("Reconcile").into(),
         secondary: None,
     };
     let (recorder, reference) = (recorder.clone(), obj.object_ref(&()));
@@ -159,24 +169,71 @@ pub fn report<K: Resource<DynamicType = ()>>(recorder: &Recorder, obj: &K, err: 
 }
 
 /// Every controller's error policy: the error as an Event on the object (`report`), counted by
-/// kind and class (`kopiur_controller_reconcile_errors_total`), logged, and the object requeued
-/// after its class's delay.
-pub fn error_policy<K: Resource<DynamicType = ()>>(
-    obj: std::sync::Arc<K>,
-    err: &Error,
-    ctx: std::sync::Arc<Context>,
-) -> Action {
-    on_error(&ctx.recorder, &ctx.metrics, obj.as_ref(), err)
+/// kind and class (`kopiur_controller_reconcile_errors_total`), logged, the object marked
+/// Stalled when a retry cannot heal it ([`stall`]), and requeued after its class's delay.
+pub fn error_policy<K>(obj: std::sync::Arc<K>, err: &Error, ctx: std::sync::Arc<Context>) -> Action
+where
+    K: Resource<DynamicType = ()> + serde::Serialize,
+{
+    on_error(&ctx.client, &ctx.recorder, &ctx.metrics, obj.as_ref(), err)
 }
 
 /// [`error_policy`] for a controller whose context is not the shared one.
-pub fn on_error<K: Resource<DynamicType = ()>>(recorder: &Recorder, metrics: &Metrics, obj: &K, err: &Error) -> Action {
+pub fn on_error<K>(client: &kube::Client, recorder: &Recorder, metrics: &Metrics, obj: &K, err: &Error) -> Action
+where
+    K: Resource<DynamicType = ()> + serde::Serialize,
+{
     report(recorder, obj, err);
+    if err.stalls() {
+        stall(client, obj, err);
+    }
     let class = err.class();
     let kind = K::kind(&());
     metrics.reconcile_errors.inc(ErrorLabels { kind: &kind, class: class.label() });
-    tracing::warn!(%kind, error = %err, class = class.label(), "reconcile failed");
+    tracing::warn!(%kind, error = %err, class = class.label(), step = err.step(), "reconcile failed");
     Action::requeue(class.requeue())
+}
+
+/// The conditions of a Stalled object: Ready=False and Stalled=True with the error's reason and
+/// message, Reconciling=False; every other condition kept. Pure.
+pub fn stalled_conditions(
+    existing: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    err: &Error,
+    generation: i64,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    let message = crate::text::truncate(&err.to_string(), 1024);
+    let desired = crate::conditions::trio(crate::conditions::Standing::Stalled, ErrorReason::of(err).as_str(), message);
+    crate::conditions::merge_conditions(existing, &desired, generation, now)
+}
+
+/// Writes the Stalled conditions onto `obj`'s status (spawned; the error policy is synchronous).
+/// Guarded by the resourceVersion the failed reconcile read: a newer object is reconciled again
+/// anyway. A failure to write (the status verb itself forbidden) leaves the Warning Event.
+fn stall<K>(client: &kube::Client, obj: &K, err: &Error)
+where
+    K: Resource<DynamicType = ()> + serde::Serialize,
+{
+    let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+    let Ok(value) = serde_json::to_value(obj) else { return };
+    let existing: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> =
+        serde_json::from_value(value["status"]["conditions"].clone()).unwrap_or_default();
+    let meta = obj.meta();
+    let generation = meta.generation.unwrap_or_default();
+    let next = stalled_conditions(&existing, err, generation, chrono::Utc::now());
+    let (Some(name), rv) = (meta.name.clone(), meta.resource_version.clone()) else { return };
+    let ar = kube::api::ApiResource::erase::<K>(&());
+    let api: kube::Api<kube::api::DynamicObject> = match meta.namespace.as_deref() {
+        Some(ns) => kube::Api::namespaced_with(client.clone(), ns, &ar),
+        None => kube::Api::all_with(client.clone(), &ar),
+    };
+    let current = serde_json::json!({ "conditions": existing });
+    let next = serde_json::json!({ "conditions": next });
+    rt.spawn(async move {
+        if let Err(e) = crate::status::write_status_value(&api, &name, rv.as_deref(), &current, &next).await {
+            tracing::warn!(err = %e, name, "marking the object Stalled failed");
+        }
+    });
 }
 
 /// The controllers' result streams end here: a successful reconcile clears the object's entry.
@@ -225,8 +282,48 @@ mod tests {
         assert_eq!(ErrorReason::of(&refused("PrivilegedMoverNotPermitted")).as_str(), "PrivilegedMoverNotPermitted");
         assert_eq!(ErrorReason::of(&refused("FeatureNotImplemented")).as_str(), "FeatureNotImplemented");
         assert_eq!(ErrorReason::of(&Error::InvalidSpec("x".into())).as_str(), "InvalidSpec");
-        let kube = Error::Kube(kube::Error::LinesCodecMaxLineLengthExceeded);
+        let kube = Error::Api { step: "list Jobs", source: kube::Error::LinesCodecMaxLineLengthExceeded };
         assert_eq!(ErrorReason::of(&kube).as_str(), "KubeApiError");
+    }
+
+    fn forbidden() -> Error {
+        let status = kube::core::Status::failure(
+            "jobs.batch is forbidden: User \"u\" cannot create resource \"jobs\" in API group \"batch\" in the namespace \"a\"",
+            "Forbidden",
+        )
+        .with_code(403);
+        Error::api("create mover Job", kube::Error::Api(status.boxed()))
+    }
+
+    #[test]
+    fn a_forbidden_step_stalls_the_object_and_keeps_its_other_conditions() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+        let now = chrono::Utc::now();
+        let c = |t: &str, s: &str| Condition {
+            type_: t.into(),
+            status: s.into(),
+            reason: "R".into(),
+            message: String::new(),
+            observed_generation: Some(1),
+            last_transition_time: crate::conditions::ktime(now - chrono::Duration::hours(1)),
+        };
+        let existing = vec![c("Ready", "True"), c("Staging", "True"), c("Stalled", "False")];
+        let err = forbidden();
+        assert_eq!(ErrorReason::of(&err).as_str(), "KubeApiForbidden");
+        assert!(err.stalls());
+        let next = stalled_conditions(&existing, &err, 2, now);
+        let get = |t: &str| next.iter().find(|x| x.type_ == t).cloned().unwrap();
+        assert_eq!((get("Ready").status.as_str(), get("Ready").reason.as_str()), ("False", "KubeApiForbidden"));
+        assert_eq!(get("Stalled").status, "True");
+        assert!(
+            get("Stalled")
+                .message
+                .starts_with("create mover Job: RBAC: the controller may not create jobs.batch in namespace a;")
+        );
+        assert_eq!(get("Reconciling").status, "False");
+        assert_eq!(get("Staging"), existing[1], "a condition the error does not decide is kept");
+        // Transient errors never stall.
+        assert!(!Error::api("list Jobs", kube::Error::LinesCodecMaxLineLengthExceeded).stalls());
     }
 
     #[test]

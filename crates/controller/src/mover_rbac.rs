@@ -19,7 +19,7 @@ use kopiur_mover::workspec::WorkSpec;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 
-use crate::error::Error;
+use crate::error::{ApiStep, Error};
 use crate::identity::{FIELD_MANAGER, MOVER_CLUSTER_ROLE, MOVER_SERVICE_ACCOUNT};
 
 /// Applies the mover ServiceAccount and RoleBinding in `ns` unless `ready` already lists it.
@@ -47,7 +47,10 @@ pub async fn ensure(
             .then(|| pull_secrets.iter().map(|n| LocalObjectReference { name: n.clone() }).collect()),
         ..Default::default()
     };
-    Api::<ServiceAccount>::namespaced(client.clone(), ns).patch(MOVER_SERVICE_ACCOUNT, &pp, &Patch::Apply(&sa)).await?;
+    Api::<ServiceAccount>::namespaced(client.clone(), ns)
+        .patch(MOVER_SERVICE_ACCOUNT, &pp, &Patch::Apply(&sa))
+        .await
+        .step("apply mover ServiceAccount")?;
     let rb = RoleBinding {
         metadata: meta(),
         role_ref: RoleRef {
@@ -62,7 +65,10 @@ pub async fn ensure(
             api_group: None,
         }]),
     };
-    Api::<RoleBinding>::namespaced(client.clone(), ns).patch(MOVER_SERVICE_ACCOUNT, &pp, &Patch::Apply(&rb)).await?;
+    Api::<RoleBinding>::namespaced(client.clone(), ns)
+        .patch(MOVER_SERVICE_ACCOUNT, &pp, &Patch::Apply(&rb))
+        .await
+        .step("apply mover RoleBinding")?;
     if let Ok(mut s) = ready.lock() {
         s.insert(ns.to_string());
     }
@@ -142,8 +148,14 @@ pub async fn ensure_run_role(client: &Client, job: &Job) -> Result<(), Error> {
     let ns = job.metadata.namespace.clone().unwrap_or_default();
     let name = job.metadata.name.clone().unwrap_or_default();
     let pp = PatchParams::apply(FIELD_MANAGER).force();
-    Api::<Role>::namespaced(client.clone(), &ns).patch(&name, &pp, &Patch::Apply(&role)).await?;
-    Api::<RoleBinding>::namespaced(client.clone(), &ns).patch(&name, &pp, &Patch::Apply(&binding)).await?;
+    Api::<Role>::namespaced(client.clone(), &ns)
+        .patch(&name, &pp, &Patch::Apply(&role))
+        .await
+        .step("apply run Role")?;
+    Api::<RoleBinding>::namespaced(client.clone(), &ns)
+        .patch(&name, &pp, &Patch::Apply(&binding))
+        .await
+        .step("apply run RoleBinding")?;
     Ok(())
 }
 
@@ -194,25 +206,25 @@ async fn revoke(client: &Client, ns: &str, name: &str, uid: &str) -> Result<(), 
     let dp = kube::api::DeleteParams { preconditions: None, ..Default::default() };
     let roles = Api::<Role>::namespaced(client.clone(), ns);
     let owned = |m: &ObjectMeta| m.owner_references.iter().flatten().any(|o| o.kind == "Job" && o.uid == uid);
-    if let Some(r) = roles.get_opt(name).await?
+    if let Some(r) = roles.get_opt(name).await.step("read run Role")?
         && owned(&r.metadata)
     {
         let bindings = Api::<RoleBinding>::namespaced(client.clone(), ns);
-        if let Some(b) = bindings.get_opt(name).await?
+        if let Some(b) = bindings.get_opt(name).await.step("read run RoleBinding")?
             && owned(&b.metadata)
         {
-            ignore_gone(bindings.delete(name, &dp).await.map(|_| ()))?;
+            ignore_gone(bindings.delete(name, &dp).await.map(|_| ()), "delete run RoleBinding")?;
         }
-        ignore_gone(roles.delete(name, &dp).await.map(|_| ()))?;
+        ignore_gone(roles.delete(name, &dp).await.map(|_| ()), "delete run Role")?;
         tracing::debug!(namespace = ns, job = name, "run Role revoked");
     }
     Ok(())
 }
 
-fn ignore_gone(r: Result<(), kube::Error>) -> Result<(), Error> {
+fn ignore_gone(r: Result<(), kube::Error>, step: &'static str) -> Result<(), Error> {
     match r {
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        other => other.map_err(Into::into),
+        other => other.step(step),
     }
 }
 

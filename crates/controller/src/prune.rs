@@ -15,11 +15,11 @@ pub async fn stamp_and_delete(api: &Api<Snapshot>, name: &str, value: &str) -> R
     match api.patch(name, &PatchParams::default(), &Patch::Merge(&body)).await {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(Error::api("stamp pruned-by on Snapshot", e)),
     }
     match api.delete(name, &DeleteParams::default()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(Error::api("delete pruned Snapshot", e)),
     }
 }

@@ -100,7 +100,7 @@ async fn reconcile(obj: Arc<SnapshotReplication>, ctx: Arc<GateCtx>) -> Result<A
 }
 
 fn error_policy(obj: Arc<SnapshotReplication>, err: &Error, ctx: Arc<GateCtx>) -> Action {
-    crate::error_events::on_error(&ctx.recorder, &ctx.metrics, obj.as_ref(), err)
+    crate::error_events::on_error(&ctx.client, &ctx.recorder, &ctx.metrics, obj.as_ref(), err)
 }
 
 /// Wires the SnapshotReplication gate over its shared feed; the returned future runs it until

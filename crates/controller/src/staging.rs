@@ -29,7 +29,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::error::Error;
+use crate::error::{ApiStep, Error};
 
 mod release;
 pub use release::{ContentLeft, Left, dynamic_content_name, nudge_due, release, volume_snapshot_content_resource};
@@ -259,13 +259,13 @@ async fn csi_driver(
             "{what} needs a CSI driver, and PVC {name} has no StorageClass (a pre-bound volume); set copyMethod: Direct"
         )));
     };
-    let sc = match Api::<StorageClass>::all(client.clone()).get_opt(&class).await? {
+    let sc = match Api::<StorageClass>::all(client.clone()).get_opt(&class).await.step("read StorageClass")? {
         Some(sc) => sc,
         None => return Ok(Err(format!("{what}: StorageClass {class} of PVC {name} does not exist"))),
     };
     // A name with a `/` (an in-tree or external provisioner's) cannot be a CSIDriver's.
     let csi = !sc.provisioner.contains('/')
-        && Api::<CSIDriver>::all(client.clone()).get_opt(&sc.provisioner).await?.is_some();
+        && Api::<CSIDriver>::all(client.clone()).get_opt(&sc.provisioner).await.step("read CSIDriver")?.is_some();
     if !csi {
         return Ok(Err(format!(
             "{what} needs a CSI driver, and StorageClass {class} of PVC {name} is provisioned by {}, which has no CSIDriver object; set copyMethod: Direct",
@@ -337,10 +337,10 @@ pub async fn prepare(
 ) -> Result<Outcome, Error> {
     let name = staged_name(uid);
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
-    if pvcs.get_opt(&name).await?.is_some() {
+    if pvcs.get_opt(&name).await.step("read staged PVC")?.is_some() {
         return Ok(Outcome::Ready { claim: name });
     }
-    let Some(source) = pvcs.get_opt(source_pvc).await? else {
+    let Some(source) = pvcs.get_opt(source_pvc).await.step("read source PVC")? else {
         return Ok(Outcome::Waiting(format!("source PVC {source_pvc} not found")));
     };
     let driver = match csi_driver(client, &source, method).await? {
@@ -364,7 +364,7 @@ pub async fn prepare(
                             l.items.into_iter().map(|c| serde_json::to_value(c).unwrap_or_default()).collect::<Vec<_>>()
                         }
                         Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Outcome::Refused(no_snapshot_api())),
-                        Err(e) => return Err(e.into()),
+                        Err(e) => return Err(Error::api("list VolumeSnapshotClasses", e)),
                     };
                     let class = match pick_class(class, &classes, &driver) {
                         Ok(c) => c,
@@ -379,11 +379,11 @@ pub async fn prepare(
                             return Ok(Outcome::Waiting(format!("VolumeSnapshot {name} created")));
                         }
                         Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Outcome::Refused(no_snapshot_api())),
-                        Err(e) => return Err(e.into()),
+                        Err(e) => return Err(Error::api("create VolumeSnapshot", e)),
                     }
                 }
                 Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Outcome::Refused(no_snapshot_api())),
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(Error::api("read VolumeSnapshot", e)),
             };
             match snap_state(&vs) {
                 SnapState::Ready { restore_size } => restore_size,
@@ -416,7 +416,7 @@ pub async fn prepare(
         Err(kube::Error::Api(e)) if e.code == 422 || e.code == 400 => {
             return Ok(Outcome::Refused(format!("the staged PVC {name} was refused: {}", e.message)));
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(Error::api("create staged PVC", e)),
     }
     Ok(Outcome::Ready { claim: name })
 }

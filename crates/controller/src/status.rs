@@ -5,7 +5,7 @@
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::Value;
 
-use crate::error::Error;
+use crate::error::{ApiStep, Error};
 
 /// What a status write did. The outcome is explicit because callers act on it differently: a
 /// Job is deleted only after a Failed status [`landed`](StatusWrite::landed); an Event is
@@ -52,7 +52,7 @@ where
     let name = meta.name.as_deref().unwrap_or_default();
     let old = serde_json::to_value(current).unwrap_or_default();
     let new = serde_json::to_value(next).unwrap_or_default();
-    Ok(write_status_value(api, name, meta.resource_version.as_deref(), &old, &new).await?)
+    Ok(write_status_value(api, name, meta.resource_version.as_deref(), &old, &new).await.step("write status")?)
 }
 
 /// The same write over status values already rendered (a kind whose status is reached through

@@ -261,5 +261,115 @@ async fn the_namespaced_install_backs_up_without_reading_secrets_cluster_wide() 
     let jobs = Api::<Job>::namespaced(h.client.clone(), &other).list(&ListParams::default()).await?.items;
     ensure!(jobs.is_empty(), "a Job in a namespace it does not serve");
     println!("[namespaced] {other}: not served, untouched after 15 s");
+
+    forbidden_step_stalls_the_object(&h, &apps).await
+}
+
+/// Issue #32: a Role missing one verb (`create` on Jobs). The Snapshot goes Stalled with the
+/// verb, the resource and the step in its message, a Warning Event `KubeApiForbidden` carries
+/// the step as its action, the error is counted structural (never retried as transient), no
+/// Job appears; once the verb is granted back, the next reconcile runs the backup.
+async fn forbidden_step_stalls_the_object(h: &Harness, apps: &str) -> Result<()> {
+    use anyhow::Context as _;
+    use k8s_openapi::api::rbac::v1::Role;
+    use kube::ResourceExt;
+    use kube::api::PostParams;
+    let roles: Api<Role> = Api::namespaced(h.client.clone(), apps);
+    let has_jobs = |r: &Role| r.rules.iter().flatten().any(|x| x.resources.iter().flatten().any(|y| y == "jobs"));
+    let role = roles
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .find(|r| r.name_any().ends_with("-controller") && has_jobs(r))
+        .context("the controller's Role in the served namespace")?;
+    let mut cut = role.clone();
+    for rule in cut.rules.iter_mut().flatten() {
+        if rule.resources.iter().flatten().any(|y| y == "jobs") {
+            rule.verbs.retain(|v| v != "create" && v != "*");
+        }
+    }
+    roles.replace(&role.name_any(), &PostParams::default(), &cut).await?;
+    let errors = |text: &str, class: &str| {
+        support::metrics::sum(
+            text,
+            "kopiur_controller_reconcile_errors_total",
+            &[("kind", "Snapshot"), ("class", class)],
+        )
+    };
+    let transient_before = errors(&h.metrics().await?, "transient");
+
+    apply(
+        &h.client,
+        apps,
+        json!({"apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Snapshot",
+               "metadata": {"name": "s2", "namespace": apps}, "spec": {"policyRef": {"name": "p"}}}),
+    )
+    .await?;
+    let snaps: Api<Snapshot> = Api::namespaced(h.client.clone(), apps);
+    let want = format!("create mover Job: RBAC: the controller may not create jobs.batch in namespace {apps};");
+    let stalled = wait_for("s2 Stalled by the missing verb", Duration::from_secs(90), &h.log(), || async {
+        let s = snaps.get("s2").await?;
+        Ok(snap_condition(&s, "Stalled").filter(|c| c.status == "True"))
+    })
+    .await?;
+    ensure!(stalled.reason == "KubeApiForbidden", "Stalled reason: {stalled:?}");
+    ensure!(stalled.message.starts_with(&want), "Stalled message: {}", stalled.message);
+    let can_i = format!("kubectl auth can-i create jobs.batch -n {apps} --as=system:serviceaccount:");
+    ensure!(stalled.message.contains(&can_i), "the message gives the check command: {}", stalled.message);
+    let s2 = snaps.get("s2").await?;
+    let ready = snap_condition(&s2, "Ready").context("s2 has Ready")?;
+    ensure!(ready.status == "False" && ready.reason == "KubeApiForbidden", "Ready: {ready:?}");
+    let ev = wait_for("the KubeApiForbidden Event", Duration::from_secs(30), &h.log(), || async {
+        Ok(events_about(&h.client, apps, "s2", "KubeApiForbidden").await?.into_iter().next())
+    })
+    .await?;
+    let note = ev.note.clone().unwrap_or_default();
+    ensure!(ev.type_.as_deref() == Some("Warning"), "{ev:?}");
+    ensure!(ev.action.as_deref() == Some("create mover Job"), "Event action: {:?}", ev.action);
+    ensure!(note.starts_with(&format!("structural: {want}")), "Event note: {note}");
+    println!("[forbidden] s2 Stalled/KubeApiForbidden: {}", stalled.message.lines().next().unwrap_or_default());
+
+    // Not retried as transient: past the 30 s transient requeue nothing changes.
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    let text = h.metrics().await?;
+    let (transient, structural) = (errors(&text, "transient"), errors(&text, "structural"));
+    ensure!(transient == transient_before, "Snapshot transient errors {transient_before} -> {transient}");
+    ensure!(structural >= 1.0, "the forbidden create was not counted structural: {structural}");
+    let s2 = snaps.get("s2").await?;
+    ensure!(snap_condition(&s2, "Stalled").is_some_and(|c| c.status == "True"), "s2 left Stalled: {:?}", s2.status);
+    let jobs = Api::<Job>::namespaced(h.client.clone(), apps).list(&ListParams::default()).await?.items;
+    ensure!(
+        !jobs.iter().any(|j| j.labels().values().any(|v| v == "s2") || j.name_any().contains("s2")),
+        "a Job for s2 exists without the create verb"
+    );
+    println!("[forbidden] 40 s later: still Stalled, {structural} structural and 0 new transient errors, no Job");
+
+    // The verb granted back: the next reconcile (any change to the object) runs the backup.
+    let mut back = roles.get(&role.name_any()).await?;
+    back.rules = role.rules.clone();
+    roles.replace(&role.name_any(), &PostParams::default(), &back).await?;
+    snaps
+        .patch(
+            "s2",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {"test.kopiur/touch": "1"}}})),
+        )
+        .await?;
+    wait_for("s2 Succeeded once the verb is back", Duration::from_secs(180), &h.log(), || async {
+        let s = snaps.get("s2").await?;
+        if snap_phase(&s) == "Failed" {
+            bail!("s2 failed: {:?}", s.status);
+        }
+        Ok((snap_phase(&s) == "Succeeded").then_some(()))
+    })
+    .await?;
+    let s2 = snaps.get("s2").await?;
+    ensure!(
+        snap_condition(&s2, "Stalled").is_none_or(|c| c.status == "False"),
+        "Stalled outlived the fix: {:?}",
+        s2.status
+    );
+    println!("[forbidden] verb granted back: s2 Succeeded, Stalled cleared");
     Ok(())
 }

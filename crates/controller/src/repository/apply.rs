@@ -1,5 +1,6 @@
 //! Apply a decision: one status write (first, so stamps are durable before any Job exists),
 //! Events, counters, then the Job or its cleanup.
+use crate::error::ApiStep;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
@@ -64,7 +65,9 @@ pub async fn apply<K: RepoObject>(
         // Unguarded: only the controller writes a repository's status.
         let old = current.cloned().map(|c| obj.status_value(c)).unwrap_or(serde_json::Value::Null);
         let new = obj.status_value(desired);
-        crate::status::write_status_value(&K::api(ctx.client.clone(), obj), &name, None, &old, &new).await?;
+        crate::status::write_status_value(&K::api(ctx.client.clone(), obj), &name, None, &old, &new)
+            .await
+            .step("patch repository status")?;
     }
 
     // 2. Process memory for once-per-value warnings.
@@ -142,13 +145,13 @@ async fn delete_job<K: RepoObject>(obj: &K, ctx: &Ctx, uid: &str) -> Result<(), 
     match jobs.delete(&name, &dp).await {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(Error::api("delete connect Job", e)),
     }
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
     match cms.delete(&result_configmap_name(&name), &DeleteParams::default()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(Error::api("delete connect result ConfigMap", e)),
     }
 }
 
@@ -337,9 +340,11 @@ async fn launch<K: RepoObject>(
     match cms.create(&PostParams::default(), &cm).await {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 409 => {
-            cms.patch(&cm_name, &PatchParams::default(), &Patch::Merge(&serde_json::json!({"data": null}))).await?;
+            cms.patch(&cm_name, &PatchParams::default(), &Patch::Merge(&serde_json::json!({"data": null})))
+                .await
+                .step("reset connect result ConfigMap")?;
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(Error::api("create connect result ConfigMap", e)),
     }
     // The deterministic name protects against a double launch from a stale store.
     if ctx.create_mover_job(&ns, &job, "bootstrap").await? {

@@ -4,6 +4,7 @@
 //! into another namespace (`CrossNamespaceReference`) and a failed reconcile-time check of
 //! `validate` (`InvalidSpec`, `InvalidSchedule`); an advisory field adds
 //! `FeaturesIgnored=True` to the normal status and one Warning Event per generation.
+use crate::error::ApiStep;
 use std::any::Any;
 
 use chrono::Utc;
@@ -95,7 +96,9 @@ pub async fn refuse<K: RepoObject>(obj: &K, ctx: &Ctx, next: &NextFields) -> Res
         // Unguarded: only the controller writes a repository's status.
         let old = current.map(|c| obj.status_value(c)).unwrap_or(serde_json::Value::Null);
         let new = obj.status_value(desired);
-        crate::status::write_status_value(&K::api(ctx.client.clone(), obj), &obj.name_any(), None, &old, &new).await?;
+        crate::status::write_status_value(&K::api(ctx.client.clone(), obj), &obj.name_any(), None, &old, &new)
+            .await
+            .step("patch repository status")?;
     }
     if !already {
         publish(obj, ctx, reason, &message).await;

@@ -1,5 +1,6 @@
 //! Observe: gather one repository's facts from reflector stores (and, once per finished Job,
 //! its result ConfigMap) into the plain `RepoFacts` the breaker decides over.
+use crate::error::ApiStep;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -145,7 +146,9 @@ pub fn measured_seconds(r: &BootstrapResult, job_uid: &str) -> Option<i64> {
 
 async fn read_result(ctx: &Ctx, ns: &str, job: &str) -> Result<Option<BootstrapResult>, Error> {
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-    let Some(cm) = api.get_opt(&result_configmap_name(job)).await? else { return Ok(None) };
+    let Some(cm) = api.get_opt(&result_configmap_name(job)).await.step("read connect result ConfigMap")? else {
+        return Ok(None);
+    };
     let Some(text) = cm.data.as_ref().and_then(|d| d.get("result.json")) else { return Ok(None) };
     Ok(serde_json::from_str(text).ok())
 }
@@ -257,7 +260,7 @@ pub async fn observe_with_ca<K: RepoObject>(
     ctx: &Ctx,
 ) -> Result<(RepoFacts, Option<CatalogListing>, super::mounts::CaState), Error> {
     let ns = obj.home_namespace(&ctx.config.namespace);
-    let ca = super::mounts::ca_state(&ctx.client, &ns, &obj.common().backend).await?;
+    let ca = super::mounts::ca_state(&ctx.client, &ns, &obj.common().backend).await.step("read CA bundle")?;
     let (mut facts, listing) = observe_inner(obj, ctx).await?;
     match &ca {
         super::mounts::CaState::NotConfigured => {}

@@ -7,6 +7,7 @@
 //! ledger records it. So a lost or changed `uniqueId` is restored (an Event says so), and a
 //! location whose repository is gone keeps the create gate closed until a human acks with the
 //! exact command.
+use crate::error::ApiStep;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kopiur_api::names::label;
 use kopiur_api::shared::Backend;
@@ -106,7 +107,7 @@ pub async fn recorded<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Option<String
     if let Some(v) = cached(ctx, &k) {
         return Ok(v);
     }
-    let cm = api(ctx).get_opt(LEDGER).await?;
+    let cm = api(ctx).get_opt(LEDGER).await.step("read repository pin ledger")?;
     let pin = cm
         .and_then(|c| c.data)
         .and_then(|d| d.get(&k).cloned())
@@ -163,7 +164,7 @@ pub async fn record<K: RepoObject>(obj: &K, ctx: &Ctx, pin: Option<&str>) -> Res
     let entry = Entry { unique_id: pin.to_string(), location: loc, repository: describe(obj) };
     let raw = serde_json::to_string(&entry).unwrap_or_default();
     let cms = api(ctx);
-    if cms.get_opt(LEDGER).await?.is_none() {
+    if cms.get_opt(LEDGER).await.step("read repository pin ledger")?.is_none() {
         let cm: ConfigMap = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": LEDGER, "namespace": ctx.config.namespace,
@@ -173,11 +174,11 @@ pub async fn record<K: RepoObject>(obj: &K, ctx: &Ctx, pin: Option<&str>) -> Res
         match cms.create(&PostParams::default(), &cm).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(Error::api("create repository pin ledger", e)),
         }
     }
     let body = serde_json::json!({"data": {k.clone(): raw}});
-    cms.patch(LEDGER, &PatchParams::default(), &Patch::Merge(&body)).await?;
+    cms.patch(LEDGER, &PatchParams::default(), &Patch::Merge(&body)).await.step("record repository pin")?;
     tracing::info!(repository = %entry.repository, pin = %entry.unique_id, location = %entry.location, "repository pin recorded");
     remember(ctx, &k, Some(pin.to_string()));
     Ok(())

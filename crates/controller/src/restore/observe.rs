@@ -15,7 +15,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::plan::{Candidate, Credentials, Referent, RestoreFacts, TargetState};
 use super::reconcile::CREATED_BY;
-use crate::error::Error;
+use crate::error::{ApiStep, Error};
 use crate::mover_settings::{MoverFacts, MoverSettings, Refusal};
 use crate::snapshot::ctx::{PipelineCtx, RepoView};
 
@@ -345,9 +345,11 @@ async fn job(ctx: &PipelineCtx, restore: &Restore) -> Result<(String, Option<Arc
         .filter(|j| j.owner_references().iter().any(|o| o.uid == uid));
     let phase = restore.status.as_ref().and_then(|s| s.phase.clone());
     let job = match (job, &phase) {
-        (None, Some(RestorePhase::Restoring)) => {
-            Api::<Job>::namespaced(ctx.client.clone(), &ns).get_opt(&job_name).await?.map(Arc::new)
-        }
+        (None, Some(RestorePhase::Restoring)) => Api::<Job>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&job_name)
+            .await
+            .step("read restore Job")?
+            .map(Arc::new),
         (j, _) => j,
     };
     Ok((job_name, job))

@@ -25,7 +25,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use super::reconcile::CREATED_BY;
-use crate::error::Error;
+use crate::error::{ApiStep, Error};
 
 /// The prime PVC's name prefix; the claim's uid follows.
 pub const PRIME_PREFIX: &str = "kopiur-prime-";
@@ -115,7 +115,7 @@ pub async fn observe(client: &Client, restore: &Restore, recorded: Option<(&str,
     let uid = restore.uid().unwrap_or_default();
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     let claim = match recorded {
-        Some((name, prime)) => match pvcs.get_opt(name).await? {
+        Some((name, prime)) => match pvcs.get_opt(name).await.step("read populated claim")? {
             // A claim being deleted is as gone: nothing is bound to it.
             Some(c) if prime_name(&c.uid().unwrap_or_default()) == prime && c.metadata.deletion_timestamp.is_none() => {
                 Some(c)
@@ -128,7 +128,8 @@ pub async fn observe(client: &Client, restore: &Restore, recorded: Option<(&str,
         None => {
             let mut claims: Vec<PersistentVolumeClaim> = pvcs
                 .list(&ListParams::default())
-                .await?
+                .await
+                .step("list claims to populate")?
                 .items
                 .into_iter()
                 .filter(|p| p.metadata.deletion_timestamp.is_none())
@@ -149,10 +150,11 @@ pub async fn observe(client: &Client, restore: &Restore, recorded: Option<(&str,
     let prime = prime_name(&claim_uid);
     let spec = claim.spec.clone().unwrap_or_default();
     if let Some(volume) = spec.volume_name.clone().filter(|v| !v.is_empty()) {
-        let pv = Api::<PersistentVolume>::all(client.clone()).get_opt(&volume).await?;
+        let pv =
+            Api::<PersistentVolume>::all(client.clone()).get_opt(&volume).await.step("read prime PersistentVolume")?;
         let ours = pv.as_ref().is_some_and(|pv| pv.annotations().get(POPULATED_BY) == Some(&uid));
         let state = if ours {
-            let prime_left = pvcs.get_opt(&prime).await?.is_some();
+            let prime_left = pvcs.get_opt(&prime).await.step("read prime claim")?.is_some();
             Populate::Populated { claim: name, volume, prime_left }
         } else {
             Populate::AlreadyBound { claim: name, volume }
@@ -165,7 +167,7 @@ pub async fn observe(client: &Client, restore: &Restore, recorded: Option<(&str,
         );
         return Ok(Observed { state: Populate::Refused { message }, claim: Some(claim), prime: None });
     };
-    let Some(sc) = Api::<StorageClass>::all(client.clone()).get_opt(&class).await? else {
+    let Some(sc) = Api::<StorageClass>::all(client.clone()).get_opt(&class).await.step("read StorageClass")? else {
         let message = format!("PVC {name} names StorageClass {class}, which does not exist");
         return Ok(Observed { state: Populate::Refused { message }, claim: Some(claim), prime: None });
     };
@@ -174,7 +176,7 @@ pub async fn observe(client: &Client, restore: &Restore, recorded: Option<(&str,
         let state = Populate::AwaitingConsumer { claim: name, class };
         return Ok(Observed { state, claim: Some(claim), prime: None });
     }
-    let state = match pvcs.get_opt(&prime).await? {
+    let state = match pvcs.get_opt(&prime).await.step("read prime claim")? {
         None => Prime::Absent,
         Some(p) if p.annotations().get(CREATED_BY) != Some(&uid) => Prime::Foreign,
         Some(p) => match p.spec.as_ref().and_then(|s| s.volume_name.clone()).filter(|v| !v.is_empty()) {
@@ -223,7 +225,7 @@ pub async fn create_prime(client: &Client, restore: &Restore, claim: &Persistent
     match Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns).create(&PostParams::default(), &pvc).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(Error::api("create prime claim", e)),
     }
 }
 
@@ -239,7 +241,7 @@ pub async fn rebind(
     let ns = claim.namespace().unwrap_or_default();
     let claim_uid = claim.uid().unwrap_or_default();
     let prime = prime_name(&claim_uid);
-    let pv = pvs.get(volume).await?;
+    let pv = pvs.get(volume).await.step("read prime PersistentVolume")?;
     let bound_to = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
     let points_at = |name: &str| {
         bound_to.is_some_and(|r| r.namespace.as_deref() == Some(ns.as_str()) && r.name.as_deref() == Some(name))
@@ -254,7 +256,7 @@ pub async fn rebind(
         "spec": {"claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": ns,
                               "name": claim.name_any(), "uid": claim_uid, "resourceVersion": null}}
     });
-    pvs.patch(volume, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    pvs.patch(volume, &PatchParams::default(), &Patch::Merge(&patch)).await.step("rebind PersistentVolume")?;
     Ok(())
 }
 
@@ -264,7 +266,7 @@ pub async fn delete_prime(client: &Client, ns: &str, prime: &str) -> Result<(), 
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(Error::api("delete prime claim", e)),
     }
 }
 
@@ -278,7 +280,9 @@ pub const VOLUME_POPULATOR_NAME: &str = "kopiur-restore";
 pub async fn register(client: &Client) -> Result<bool, Error> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let Some(crd) = crds.get_opt(VOLUME_POPULATOR_CRD).await? else { return Ok(false) };
+    let Some(crd) = crds.get_opt(VOLUME_POPULATOR_CRD).await.step("read VolumePopulator CRD")? else {
+        return Ok(false);
+    };
     let version = crd
         .spec
         .versions
@@ -296,7 +300,9 @@ pub async fn register(client: &Client) -> Result<bool, Error> {
         "metadata": {"name": VOLUME_POPULATOR_NAME, "labels": crate::labels::managed_labels()},
         "sourceKind": {"group": kopiur_api::names::GROUP, "kind": KIND},
     });
-    api.patch(VOLUME_POPULATOR_NAME, &PatchParams::apply("kopiur-controller").force(), &Patch::Apply(&obj)).await?;
+    api.patch(VOLUME_POPULATOR_NAME, &PatchParams::apply("kopiur-controller").force(), &Patch::Apply(&obj))
+        .await
+        .step("apply VolumePopulator")?;
     Ok(true)
 }
 

@@ -260,7 +260,7 @@ async fn create_pvc(ctx: &PipelineCtx, restore: &Restore) -> Result<(), Error> {
     match Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns).create(&PostParams::default(), &pvc).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(Error::api("create restore target PVC", e)),
     }
 }
 

@@ -10,7 +10,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource};
 
-use crate::error::Error;
+use crate::error::{ApiStep, Error};
 
 pub use crate::context::{Stores, StoresSynced};
 
@@ -145,12 +145,14 @@ impl crate::context::Context {
             RepoView::Namespaced(r) => {
                 Api::<Repository>::namespaced(self.client.clone(), &r.metadata.namespace.clone().unwrap_or_default())
                     .patch(&repo.name(), &pp, &Patch::Merge(&body))
-                    .await?;
+                    .await
+                    .step("nudge Repository")?;
             }
             RepoView::Cluster(_) => {
                 Api::<ClusterRepository>::all(self.client.clone())
                     .patch(&repo.name(), &pp, &Patch::Merge(&body))
-                    .await?;
+                    .await
+                    .step("nudge ClusterRepository")?;
             }
         }
         Ok(())

@@ -25,7 +25,7 @@ use crate::deletion::cascade::{self, LiveSchedule, Owner};
 use crate::deletion::observe;
 use crate::deletion::plan::{self, SnapshotDeletionFacts};
 use crate::deletion::types::{EventType, Manifest, RepoPresence};
-use crate::error::Error;
+use crate::error::{ApiStep, Error};
 use crate::health::kstatus::{Cond, CondStatus};
 use crate::metrics::labels::DeletionLabels;
 use kopiur_mover::batch_outcome::Refusal;
@@ -56,7 +56,7 @@ async fn release(
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {
             Ok(Action::requeue(std::time::Duration::from_secs(1)))
         }
-        Err(e) => Err(e.into()),
+        Err(e) => Err(Error::api("remove Snapshot finalizer", e)),
     }
 }
 
@@ -67,7 +67,7 @@ async fn release(
 async fn owner(snap: &Snapshot, client: &kube::Client) -> Result<Owner, Error> {
     let Some((name, uid)) = observe::schedule_owner(snap) else { return Ok(Owner::NotScheduleOwned) };
     let api: Api<kopiur_api::SnapshotSchedule> = Api::namespaced(client.clone(), &snap.namespace().unwrap_or_default());
-    let live = match api.get_opt(&name).await? {
+    let live = match api.get_opt(&name).await.step("read Snapshot owner")? {
         None => LiveSchedule::NotFound,
         Some(s) => {
             LiveSchedule::Found { uid: s.uid().unwrap_or_default(), terminating: s.meta().deletion_timestamp.is_some() }
@@ -174,7 +174,7 @@ pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTim
             match Api::<Job>::namespaced(ctx.client.clone(), &ns).delete(&obs.backup_job_name, &dp).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(Error::api("delete backup Job", e)),
             }
             return Ok(Action::requeue(std::time::Duration::from_secs(5)));
         }
@@ -425,7 +425,8 @@ mod tests {
 
     /// docs/design/mass-deletion.md §5.3: the owning schedule is read by a live GET; a GET that fails (here a
     /// 500, or a 403) is a Transient error returned to the caller (which returns it before
-    /// planning), never a schedule read as gone. Only a 404 means gone.
+    /// planning), never a schedule read as gone. Only a 404 means gone. A 403 is RBAC, re-checked
+    /// on the structural delay, and still an error.
     #[tokio::test]
     async fn an_owner_get_error_is_transient_and_never_read_as_gone() {
         let snap: Snapshot = serde_json::from_value(serde_json::json!({
@@ -436,9 +437,16 @@ mod tests {
             "spec": {}
         }))
         .unwrap();
-        for code in [500, 403, 503] {
+        for (code, class) in [
+            (500, crate::error::RequeueClass::Transient),
+            (403, crate::error::RequeueClass::Structural),
+            (503, crate::error::RequeueClass::Transient),
+        ] {
             match owner(&snap, &client_answering(code)).await {
-                Err(e) => assert_eq!(e.class(), crate::error::RequeueClass::Transient, "{code}: {e}"),
+                Err(e) => {
+                    assert_eq!(e.class(), class, "{code}: {e}");
+                    assert_eq!(e.step(), Some("read Snapshot owner"), "{code}: {e}");
+                }
                 Ok(o) => panic!("{code}: a failed GET was read as {o:?}"),
             }
         }

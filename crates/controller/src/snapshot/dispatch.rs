@@ -21,7 +21,7 @@ use crate::deletion::batch::{self, BatchJob, BatchTuning, JobPhase, Reap, RepoQu
 use crate::deletion::breaker::{self, BreakerState, RepoDeletionFacts};
 use crate::deletion::fire_set::{self, FireCandidate, FireContext, ScheduleLink};
 use crate::deletion::{cascade, observe, types::RepoRef};
-use crate::error::Error;
+use crate::error::{ApiStep, Error};
 use crate::health::kstatus::{Cond, CondStatus};
 use crate::metrics::labels::{DeletionFailureLabels, RepoLabels, RepoOutcomeLabels};
 
@@ -473,11 +473,15 @@ async fn write_repo_status(
     let write = match repo {
         RepoView::Namespaced(r) => {
             let api = Api::<kopiur_api::Repository>::namespaced(ctx.client.clone(), &r.namespace().unwrap_or_default());
-            crate::status::write_status_value(&api, &repo.name(), guard.as_deref(), &before, &after).await?
+            crate::status::write_status_value(&api, &repo.name(), guard.as_deref(), &before, &after)
+                .await
+                .step("patch repository status")?
         }
         RepoView::Cluster(_) => {
             let api = Api::<kopiur_api::ClusterRepository>::all(ctx.client.clone());
-            crate::status::write_status_value(&api, &repo.name(), guard.as_deref(), &before, &after).await?
+            crate::status::write_status_value(&api, &repo.name(), guard.as_deref(), &before, &after)
+                .await
+                .step("patch repository status")?
         }
     };
     // A concurrent status write: the next pass sees the new version and tries again.

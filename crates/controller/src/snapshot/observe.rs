@@ -18,7 +18,7 @@ use super::ctx::{PipelineCtx, RepoView};
 use super::job::{BuildError, Built, Recipe, backup_job, recipe};
 use super::plan::{PolicyState, PreflightState, RunFacts, SourceState, WorkSpecState};
 use super::reconcile::{origin, repository_ref};
-use crate::error::Error;
+use crate::error::{ApiStep, Error};
 
 /// What the run path read: the plan's [`RunFacts`], and what applying it needs.
 pub(super) struct RunObserved {
@@ -119,7 +119,8 @@ async fn job(ctx: &PipelineCtx, snap: &Snapshot) -> Result<(String, Option<Arc<J
     let running = matches!(snap.status.as_ref().and_then(|s| s.phase.as_ref()), Some(SnapshotPhase::Running));
     if job.is_none()
         && running
-        && let Some(j) = Api::<Job>::namespaced(ctx.client.clone(), &ns).get_opt(&job_name).await?
+        && let Some(j) =
+            Api::<Job>::namespaced(ctx.client.clone(), &ns).get_opt(&job_name).await.step("read backup Job")?
     {
         job = Some(Arc::new(j));
     }

@@ -316,7 +316,7 @@ pub async fn reconcile(
                     tracing::info!(snapshot = %snap.name_any(), namespace = %ns, "deleted the finished pin Job to replace it")
                 }
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(crate::error::Error::api("delete finished pin Job", e)),
             }
         }
         (PinStep::Idle, _, _) => {}

@@ -15,7 +15,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::ctx::PipelineCtx;
 use super::plan::{Completion, Step, plan};
-use crate::error::Error;
+use crate::error::{ApiStep, Error};
 use crate::metrics::labels::{KindLabels, ReasonLabels};
 
 /// The repository a Snapshot targets: the pin, else `spec.repository`, else the policy's
@@ -69,7 +69,11 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
         let mut fins = snap.finalizers().to_vec();
         fins.push(finalizer::SNAPSHOT_CLEANUP.to_string());
         let body = serde_json::json!({"metadata": {"finalizers": fins, "resourceVersion": snap.resource_version()}});
-        fresh = Some(api.patch(&snap.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await?);
+        fresh = Some(
+            api.patch(&snap.name_any(), &PatchParams::default(), &Patch::Merge(&body))
+                .await
+                .step("add Snapshot finalizer")?,
+        );
     }
     // The Job first: a lost status write is healed by adopting the Job next time, while a
     // Running status without a Job would read as a lost Job.
@@ -132,7 +136,7 @@ async fn launch(ctx: &PipelineCtx, snap: &Snapshot, b: &super::job::Built) -> Re
                 tracing::info!(snapshot = %name, namespace = %ns, pvc = %pvc.name_any(), "created the policy's kopia cache PVC")
             }
             Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(Error::api("create kopia cache PVC", e)),
         }
     }
     if ctx.create_mover_job(&ns, &b.job, "backup").await? {

@@ -14,7 +14,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::observe::{history_prunes, unreadable};
 use super::plan::{Child, Disposition, Fire, ScheduleDecision};
-use crate::error::Error;
+use crate::error::{ApiStep, Error};
 use crate::metrics::labels::{ReasonLabels, ScheduleLabels};
 use crate::prune::stamp_and_delete;
 use crate::snapshot::ctx::PipelineCtx;
@@ -126,7 +126,7 @@ pub(super) async fn fire(
                 tracing::info!(schedule = %name, child = %c.name, "scheduled Snapshot created")
             }
             Err(kube::Error::Api(e)) if e.code == 409 => {
-                let existing = snaps.get_opt(&c.name).await?;
+                let existing = snaps.get_opt(&c.name).await.step("read schedule child")?;
                 let same = existing.as_ref().is_none_or(|x| {
                     x.spec.policy_ref.as_ref().map(|p| p.name.as_str()) == Some(pname.as_str())
                         && x.spec.source.as_deref() == c.source.as_ref()
@@ -142,7 +142,7 @@ pub(super) async fn fire(
                     ctx.event(&sched.object_ref(&()), true, "ScheduleChildNameCollision", note).await;
                 }
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(Error::api("create schedule child", e)),
         }
     }
     // With a fan-out, `snapshotRef` names the slot's first child (children sort by source).
@@ -178,7 +178,7 @@ pub(super) async fn propagate_on_schedule_delete(
             Ok(_) => {}
             // Gone since the store was read: nothing to stamp.
             Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(Error::api("stamp onScheduleDelete on child", e)),
         }
     }
     Ok(())

@@ -100,7 +100,7 @@ async fn nudge(api: &Api<DynamicObject>, name: &str, now: chrono::DateTime<chron
     match api.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&touch)).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(Error::api("nudge staged object", e)),
     }
 }
 
@@ -129,7 +129,7 @@ pub async fn release(client: &Client, ns: &str, uid: &str, now: chrono::DateTime
             }
         }
         Err(e) if not_found(&e) => {}
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(Error::api("delete staged PVC", e)),
     }
     let vss: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &volume_snapshot_resource());
     let contents: Api<DynamicObject> = Api::all_with(client.clone(), &volume_snapshot_content_resource());
@@ -137,7 +137,7 @@ pub async fn release(client: &Client, ns: &str, uid: &str, now: chrono::DateTime
         Ok(vs) => vs,
         // No snapshot API at all: nothing was ever created.
         Err(e) if not_found(&e) => return Ok(left),
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(Error::api("read staged VolumeSnapshot", e)),
     };
     let asked_before = vs.as_ref().is_some_and(|v| v.metadata.deletion_timestamp.is_some());
     let content = match &vs {
@@ -146,7 +146,7 @@ pub async fn release(client: &Client, ns: &str, uid: &str, now: chrono::DateTime
                 match vss.delete(&name, &DeleteParams::background()).await {
                     Ok(_) => {}
                     Err(e) if not_found(&e) => {}
-                    Err(e) => return Err(e.into()),
+                    Err(e) => return Err(Error::api("delete staged VolumeSnapshot", e)),
                 }
             }
             left.snapshot = Some(name.clone());
@@ -156,7 +156,7 @@ pub async fn release(client: &Client, ns: &str, uid: &str, now: chrono::DateTime
             match contents.get_opt(&content_name).await {
                 Ok(c) => c,
                 Err(e) if not_found(&e) => None,
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(Error::api("read VolumeSnapshotContent", e)),
             }
         }
         // The VolumeSnapshot is gone: a content still pointing at it is looked for by its
@@ -167,7 +167,7 @@ pub async fn release(client: &Client, ns: &str, uid: &str, now: chrono::DateTime
                 r["name"].as_str() == Some(name.as_str()) && r["namespace"].as_str() == Some(ns)
             }),
             Err(e) if not_found(&e) => None,
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(Error::api("list VolumeSnapshotContents", e)),
         },
     };
     if let Some(c) = &content {
