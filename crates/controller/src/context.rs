@@ -2,10 +2,9 @@
 //! metrics, one Event recorder, and one reflector store per watched kind (each fed by one watch,
 //! see `controllers.rs`), with a sync flag per store.
 //!
-//! Every reconciler gets this one context (`repository::Ctx`, `snapshot::ctx::PipelineCtx` and
-//! `maintenance::runtime::RunCtx` are names for it), with the helpers they share: the
-//! repository gate, Secret presence, Events, the mover's RBAC. The helpers that hand out a
-//! repository view (`repository`, `tenancy_allows`, `nudge`) are in `snapshot::ctx`, next to
+//! Every reconciler gets this one context, under this one name, with the helpers they share:
+//! the repository gate, Secret presence, Events, the mover's RBAC. The helpers that hand out a
+//! repository view (`repository`, `tenancy_allows`, `nudge`) are in `repo_view.rs`, next to
 //! `RepoView`.
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};

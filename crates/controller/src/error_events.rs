@@ -23,7 +23,6 @@ use kube::runtime::reflector::ObjectRef;
 
 use crate::context::Context;
 use crate::error::Error;
-use crate::metrics::Metrics;
 use crate::metrics::labels::ErrorLabels;
 
 /// Entries not refreshed for this long are dropped (the longest requeue is 1800 s).
@@ -175,21 +174,13 @@ pub fn error_policy<K>(obj: std::sync::Arc<K>, err: &Error, ctx: std::sync::Arc<
 where
     K: Resource<DynamicType = ()> + serde::Serialize,
 {
-    on_error(&ctx.client, &ctx.recorder, &ctx.metrics, obj.as_ref(), err)
-}
-
-/// [`error_policy`] for a controller whose context is not the shared one.
-pub fn on_error<K>(client: &kube::Client, recorder: &Recorder, metrics: &Metrics, obj: &K, err: &Error) -> Action
-where
-    K: Resource<DynamicType = ()> + serde::Serialize,
-{
-    report(recorder, obj, err);
+    report(&ctx.recorder, obj.as_ref(), err);
     if err.stalls() {
-        stall(client, obj, err);
+        stall(&ctx.client, obj.as_ref(), err);
     }
     let class = err.class();
     let kind = K::kind(&());
-    metrics.reconcile_errors.inc(ErrorLabels { kind: &kind, class: class.label() });
+    ctx.metrics.reconcile_errors.inc(ErrorLabels { kind: &kind, class: class.label() });
     tracing::warn!(%kind, error = %err, class = class.label(), step = err.step(), "reconcile failed");
     Action::requeue(class.requeue())
 }

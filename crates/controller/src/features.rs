@@ -24,7 +24,7 @@ use kopiur_api::shared::backend::FilesystemVolume;
 use kopiur_api::snapshot::SnapshotSpec;
 use kopiur_api::snapshot_policy::{CopyMethod, GroupBy, OnPolicyDelete, PolicyTarget, SnapshotPolicySpec};
 
-use crate::health::kstatus::{Cond, CondStatus};
+use crate::conditions::{Cond, CondStatus};
 
 pub const FEATURES_IGNORED: &str = "FeaturesIgnored";
 pub const NOT_IMPLEMENTED: &str = "NotImplemented";

@@ -58,10 +58,11 @@ const SETTINGS: &str = "crates/controller/src/mover_settings.rs";
 const REPO_APPLY: &str = "crates/controller/src/repository/apply.rs";
 const REPO_OBSERVE: &str = "crates/controller/src/repository/observe.rs";
 const REPO_NEXT: &str = "crates/controller/src/repository/next.rs";
-const MOUNTS: &str = "crates/controller/src/repository/mounts.rs";
+const MOUNTS: &str = "crates/controller/src/mounts.rs";
+const REPO_VIEW: &str = "crates/controller/src/repo_view.rs";
 const CATALOG: &str = "crates/controller/src/repository/catalog.rs";
 const PROJECTION: &str = "crates/controller/src/maintenance/projection.rs";
-const MAINT_COMMON: &str = "crates/controller/src/maintenance/common.rs";
+const MAINT_COMMON: &str = "crates/controller/src/scheduled_run/mod.rs";
 /// The one mover `JobInput` builder: reads a kind's failurePolicy limits (`mover_job::input`).
 const MOVER_JOB: &str = "crates/controller/src/mover_job.rs";
 const MAINT_RECONCILE: &str = "crates/controller/src/maintenance/reconcile.rs";
@@ -133,16 +134,16 @@ fn repository_ref(out: &mut Vec<Rule>, kinds: &'static [&'static str], p: &str) 
 fn backend(out: &mut Vec<Rule>, kinds: &'static [&'static str], p: &str, secret_file: &'static str) {
     let r = |s: &str, class, file, symbol| rule(kinds, &format!("{p}.{s}"), class, file, symbol);
     out.extend([
-        r("s3.bucket", Read, REPO_APPLY, "s.bucket.clone()"),
-        r("s3.endpoint", Read, REPO_APPLY, "s.endpoint.as_deref()"),
-        r("s3.prefix", Read, REPO_APPLY, "s.prefix.clone()"),
-        r("s3.region", Read, REPO_APPLY, "s.region.clone()"),
-        r("s3.tls.disableTls", Read, REPO_APPLY, "tls.disable_tls"),
-        r("s3.tls.insecureSkipVerify", Read, REPO_APPLY, "tls.insecure_skip_verify"),
+        r("s3.bucket", Read, MOUNTS, "s.bucket.clone()"),
+        r("s3.endpoint", Read, MOUNTS, "s.endpoint.as_deref()"),
+        r("s3.prefix", Read, MOUNTS, "s.prefix.clone()"),
+        r("s3.region", Read, MOUNTS, "s.region.clone()"),
+        r("s3.tls.disableTls", Read, MOUNTS, "tls.disable_tls"),
+        r("s3.tls.insecureSkipVerify", Read, MOUNTS, "tls.insecure_skip_verify"),
         r("s3.tls.caBundleRef", Read, MOUNTS, "ca_bundle_ref"),
         r("s3.auth.secretRef.name", Read, secret_file, "secret_ref"),
         r("s3.auth.workloadIdentity", Refused, FEATURES, ".s3.auth.workloadIdentity"),
-        r("filesystem.path", Read, REPO_APPLY, "f.path.clone()"),
+        r("filesystem.path", Read, MOUNTS, "f.path.clone()"),
         r("filesystem.volume.pvc", Read, MOUNTS, "FilesystemVolume::Pvc(p)"),
         r("filesystem.volume.nfs", Refused, FEATURES, ".filesystem.volume.nfs"),
         r("azure", Refused, FEATURES, "Backend::Azure(_)"),
@@ -160,10 +161,10 @@ pub fn rules() -> Vec<Rule> {
     let mut v = Vec::new();
 
     // Repository and ClusterRepository (the shared spec).
-    backend(&mut v, REPOS, "spec.backend", REPO_OBSERVE);
+    backend(&mut v, REPOS, "spec.backend", REPO_VIEW);
     v.extend([
         rule(REPOS, "spec.backend.s3.auth.secretRef.namespace", Refused, REPO_NEXT, "auth.secretRef.namespace"),
-        rule(REPOS, "spec.encryption.passwordSecretRef.name", Read, REPO_OBSERVE, "password_secret_ref.name"),
+        rule(REPOS, "spec.encryption.passwordSecretRef.name", Read, REPO_VIEW, "password_secret_ref.name"),
         rule(REPOS, "spec.encryption.passwordSecretRef.key", Read, REPO_APPLY, "password_secret_ref.key"),
         rule(REPOS, "spec.encryption.passwordSecretRef.namespace", Refused, REPO_NEXT, "passwordSecretRef.namespace"),
         rule(REPOS, "spec.create.enabled", Read, REPO_OBSERVE, "create.enabled"),

@@ -169,11 +169,10 @@ mod tests {
         });
         // The status says the same: no label is left, and both readers answer as before.
         let mut settled = row_with(catalog_labels.clone(), Some("discovered"));
-        let (origin, discovered) =
-            (crate::snapshot::reconcile::origin(&settled), crate::deletion::observe::is_discovered(&settled));
+        let (origin, discovered) = (crate::labels::origin(&settled), crate::deletion::observe::is_discovered(&settled));
         slim_snapshot(&mut settled);
         assert!(settled.metadata.labels.is_none(), "{:?}", settled.metadata.labels);
-        assert_eq!(crate::snapshot::reconcile::origin(&settled), origin);
+        assert_eq!(crate::labels::origin(&settled), origin);
         assert_eq!(crate::deletion::observe::is_discovered(&settled), discovered);
         // No status yet (a row between its create and its status write): the label is the
         // only record of the origin and stays.
@@ -183,7 +182,7 @@ mod tests {
         assert_eq!(kept.len(), 1);
         assert_eq!(kept.get(label::ORIGIN).map(String::as_str), Some("discovered"));
         assert!(crate::deletion::observe::is_discovered(&fresh));
-        assert_eq!(crate::snapshot::reconcile::origin(&fresh), kopiur_api::shared::phase::SnapshotOrigin::Discovered);
+        assert_eq!(crate::labels::origin(&fresh), kopiur_api::shared::phase::SnapshotOrigin::Discovered);
         // A status that disagrees with the label: the label stays, so `is_discovered` (label or
         // status) answers as it did.
         let mut odd = row_with(catalog_labels, Some("manual"));

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use kopiur_api::{ClusterRepository, Repository};
 use kopiur_controller::config::Config;
 use kopiur_controller::metrics::{Metrics, RepoGauge};
-use kopiur_controller::repository::RepoObject;
+use kopiur_controller::repo_view::RepoObject;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 

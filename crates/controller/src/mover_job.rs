@@ -15,8 +15,9 @@ use kopiur_mover::workspec::WorkSpec;
 
 use crate::config::Config;
 use crate::identity::MOVER_SERVICE_ACCOUNT;
+use crate::repo_view::RepoView;
 
-/// The mounts and the kopia backend of one mover Job (built by `repository::mounts::for_job`).
+/// The mounts and the kopia backend of one mover Job (built by `mounts::for_job`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct BackendMounts {
     pub backend: kopiur_kopia::Backend,
@@ -109,6 +110,30 @@ pub fn target_of<K: kube::Resource<DynamicType = ()>>(obj: &K) -> kopiur_mover::
         name: obj.name_any(),
         uid: obj.uid().unwrap_or_default(),
     }
+}
+
+pub fn owner_of<K: kube::Resource<DynamicType = ()>>(obj: &K) -> OwnerReference {
+    OwnerReference {
+        api_version: K::api_version(&()).to_string(),
+        kind: K::kind(&()).to_string(),
+        name: obj.meta().name.clone().unwrap_or_default(),
+        uid: obj.meta().uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(false),
+    }
+}
+
+/// Secrets the mover reads its credentials from: the password Secret and the backend's auth
+/// Secret, both by reference.
+pub fn secrets(repo: &RepoView) -> ((String, String), Vec<String>) {
+    let (pw, auth) = match repo {
+        RepoView::Namespaced(r) => crate::repo_view::secret_names(r.as_ref()),
+        RepoView::Cluster(c) => crate::repo_view::secret_names(c.as_ref()),
+    };
+    let key = repo.common().encryption.password_secret_ref.resolved_key().to_string();
+    let mut env_from = vec![pw.clone()];
+    env_from.extend(auth.filter(|a| *a != pw));
+    ((pw, key), env_from)
 }
 
 #[cfg(test)]

@@ -117,8 +117,8 @@ pub fn pod_security_refusal(ns: &str, level: &str) -> Refusal {
 /// The `MoverPermitted` condition (docs/design/api-contract.md §2.6): False while privileged settings wait for
 /// the namespace's opt-in, True while a run may start with its settings; `None` leaves the
 /// condition as it was (terminal phases, other refusals).
-pub fn permitted_condition(refused: Option<(&str, &str)>, may_start: bool) -> Option<crate::health::kstatus::Cond> {
-    use crate::health::kstatus::{Cond, CondStatus};
+pub fn permitted_condition(refused: Option<(&str, &str)>, may_start: bool) -> Option<crate::conditions::Cond> {
+    use crate::conditions::{Cond, CondStatus};
     let type_ = kopiur_api::names::condition::MOVER_PERMITTED;
     match refused {
         Some((r, m)) if r == reason::PRIVILEGED_MOVER_NOT_PERMITTED => {
@@ -142,8 +142,8 @@ pub fn inherited_condition(
     refused: Option<(&str, &str)>,
     inherited_from: Option<&str>,
     may_start: bool,
-) -> Option<crate::health::kstatus::Cond> {
-    use crate::health::kstatus::{Cond, CondStatus};
+) -> Option<crate::conditions::Cond> {
+    use crate::conditions::{Cond, CondStatus};
     let type_ = kopiur_api::names::condition::SECURITY_CONTEXT_INHERITED;
     match (refused, inherited_from) {
         (Some((r, m)), _) if r == reason::SECURITY_CONTEXT_NOT_INHERITED => {

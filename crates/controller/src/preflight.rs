@@ -18,7 +18,7 @@ use kopiur_api::names::{condition, reason};
 use kopiur_api::repository::{RepositoryPhase, RepositoryStatus};
 use kopiur_api::snapshot_policy::{Preflight, PreflightCheck};
 
-use crate::health::kstatus::{Cond, CondStatus};
+use crate::conditions::{Cond, CondStatus};
 
 /// The root holding the repository's variables.
 pub const REPOSITORY: &str = "repository";

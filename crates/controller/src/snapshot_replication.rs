@@ -15,22 +15,15 @@ use kopiur_api::snapshot_replication::{NOT_IMPLEMENTED_MESSAGE, SnapshotReplicat
 
 use kube::runtime::Controller;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, Resource, ResourceExt};
 
+use crate::conditions::Cond;
 use crate::context::Context;
 use crate::error::Error;
 use crate::features::{FEATURE_NOT_IMPLEMENTED, Gated, NextFields};
 use crate::feeds::Feeds;
-use crate::health::kstatus::Cond;
-use crate::metrics::Metrics;
 use crate::metrics::labels::KindLabels;
-
-struct GateCtx {
-    client: Client,
-    recorder: Recorder,
-    metrics: Arc<Metrics>,
-}
 
 /// The gating verdict every SnapshotReplication gets in this release: the whole kind is one
 /// gating [next] feature (`features::NextFields` with the kind's exact message).
@@ -67,7 +60,7 @@ pub fn needs_event(stored: &[Condition], generation: i64) -> bool {
     })
 }
 
-async fn reconcile(obj: Arc<SnapshotReplication>, ctx: Arc<GateCtx>) -> Result<Action, Error> {
+async fn reconcile(obj: Arc<SnapshotReplication>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconciliations.inc(KindLabels { kind: "SnapshotReplication" });
     let ns = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
@@ -99,22 +92,13 @@ async fn reconcile(obj: Arc<SnapshotReplication>, ctx: Arc<GateCtx>) -> Result<A
     Ok(Action::await_change())
 }
 
-fn error_policy(obj: Arc<SnapshotReplication>, err: &Error, ctx: Arc<GateCtx>) -> Action {
-    crate::error_events::on_error(&ctx.client, &ctx.recorder, &ctx.metrics, obj.as_ref(), err)
-}
-
 /// Wires the SnapshotReplication gate over its shared feed; the returned future runs it until
 /// shutdown.
-pub fn wire(shared: &Context, feeds: &mut Feeds) -> impl Future<Output = ()> + Send + 'static {
-    let ctx = Arc::new(GateCtx {
-        client: shared.client.clone(),
-        recorder: shared.recorder.clone(),
-        metrics: shared.metrics.clone(),
-    });
-    Controller::for_shared_stream(feeds.snapshot_replications.subscribe(), shared.stores.snapshot_replications.clone())
-        .with_config(shared.config.controller_config())
+pub fn wire(ctx: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()> + Send + 'static {
+    Controller::for_shared_stream(feeds.snapshot_replications.subscribe(), ctx.stores.snapshot_replications.clone())
+        .with_config(ctx.config.controller_config())
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, crate::error_events::error_policy, ctx.clone())
         .for_each(crate::error_events::settle)
 }
 

@@ -78,7 +78,7 @@ pub fn owned_by<K: Resource<DynamicType = ()>>(job: &Job, owner: JobOwner) -> Ve
 
 /// Secret → the repositories that reference it (password or auth Secret, by name, in the
 /// repository's home namespace: its own, or the operator's for a ClusterRepository).
-pub fn secret_referrers<K: crate::repository::RepoObject>(
+pub fn secret_referrers<K: crate::repo_view::RepoObject>(
     repos: &[Arc<K>],
     secret_ns: &str,
     secret: &str,
@@ -88,7 +88,7 @@ pub fn secret_referrers<K: crate::repository::RepoObject>(
         .iter()
         .filter(|r| r.home_namespace(operator_ns) == secret_ns)
         .filter(|r| {
-            let (pw, auth) = crate::repository::observe::secret_names(r.as_ref());
+            let (pw, auth) = crate::repo_view::secret_names(r.as_ref());
             pw == secret || auth.as_deref() == Some(secret)
         })
         .map(|r| ObjectRef::from_obj(r.as_ref()))
@@ -108,7 +108,7 @@ pub fn parked_on(snaps: &[Arc<Snapshot>], kind: &str, ns: Option<&str>, name: &s
             let st = s.status.as_ref();
             let waiting = s.meta().deletion_timestamp.is_some()
                 || waiting_phase(st.and_then(|x| x.phase.as_ref()))
-                || crate::snapshot::pin::outstanding(s);
+                || pin_outstanding(s);
             if !waiting {
                 return false;
             }
@@ -255,6 +255,13 @@ pub fn namespace_policies(
         .filter(|x| x.namespace().as_deref() == Some(ns.as_str()))
         .map(|x| ObjectRef::from_obj(x.as_ref()))
         .collect()
+}
+
+/// Whether the Snapshot's pin is not in its desired state yet (the repository watch re-enqueues
+/// such Snapshots, like the ones parked before their backup).
+pub fn pin_outstanding(snap: &Snapshot) -> bool {
+    let applied = snap.status.as_ref().and_then(|s| s.pinned).unwrap_or(false);
+    kube::Resource::meta(snap).deletion_timestamp.is_none() && snap.spec.pin != applied
 }
 
 #[cfg(test)]

@@ -6,9 +6,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{Duration, TimeZone, Utc};
-use kopiur_controller::health::kstatus::Cond;
+use kopiur_controller::conditions::Cond;
 use kopiur_controller::health::plan::{endpoint_check_due, endpoint_watched, record_endpoint_check, spend_return};
 use kopiur_controller::health::*;
+use kopiur_kopia::classify::ErrorClass;
 
 const PIN: &str = "0123456789abcdef0123456789abcdef";
 
@@ -732,13 +733,13 @@ mod death_spiral {
     use super::*;
     use kopiur_api::maintenance::{MaintenanceStatus, RunMode, TakeoverPolicy};
     use kopiur_api::shared::CronSpec;
+    use kopiur_controller::conditions::CondStatus;
     use kopiur_controller::gating::{Gate, MaintenanceGate};
     use kopiur_controller::health::index_blobs::{Maintainers, apply as blob_health, request_quick};
-    use kopiur_controller::health::kstatus::CondStatus;
     use kopiur_controller::health::plan::{fold_check_due, record_fold_check};
-    use kopiur_controller::maintenance::common::{RunJob, RunRequest, Sched};
     use kopiur_controller::maintenance::plan::{MaintFacts, plan as maintenance_plan};
     use kopiur_controller::run_job::JobState as RunState;
+    use kopiur_controller::scheduled_run::{RunJob, RunRequest, Sched};
 
     const MS_PER_BLOB: u64 = 45;
     const POD_START: i64 = 5;

@@ -3,7 +3,10 @@
 use std::collections::BTreeSet;
 
 use chrono::{Duration, TimeZone, Utc};
+use kopiur_api::repository::OnNamespaceDelete;
 use kopiur_api::snapshot::DeletionRecord;
+use kopiur_api::snapshot::{DeletionDecision, OnScheduleDelete};
+use kopiur_api::snapshot_policy::DeletionPolicy;
 use kopiur_controller::deletion::batch::{self, batch_name};
 use kopiur_controller::deletion::breaker::counts;
 use kopiur_controller::deletion::*;

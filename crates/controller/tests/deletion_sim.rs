@@ -9,7 +9,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{Duration, TimeZone, Utc};
 use kopiur_api::repository::MassDeletionAck;
+use kopiur_api::repository::OnNamespaceDelete;
 use kopiur_api::snapshot::DeletionRecord;
+use kopiur_api::snapshot::{DeletionDecision, OnScheduleDelete};
+use kopiur_api::snapshot_policy::DeletionPolicy;
 use kopiur_controller::deletion::batch::{self, MemberBatch, Reap, member_batch, reap};
 use kopiur_controller::deletion::*;
 

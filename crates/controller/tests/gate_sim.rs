@@ -8,9 +8,9 @@ use chrono::{DateTime, Duration, TimeZone, Utc};
 use kopiur_api::maintenance::{MaintenanceStatus, RunMode, TakeoverPolicy};
 use kopiur_api::shared::CronSpec;
 use kopiur_controller::gating::Gate;
-use kopiur_controller::maintenance::common::{RunJob, RunRequest, Sched};
 use kopiur_controller::maintenance::plan::{MaintFacts, plan};
 use kopiur_controller::run_job::JobState;
+use kopiur_controller::scheduled_run::{RunJob, RunRequest, Sched};
 
 fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 7, 17, 6, 0, 30).unwrap()

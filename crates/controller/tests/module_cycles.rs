@@ -507,3 +507,137 @@ fn no_cycle_between_top_level_modules() {
         describe(&left, &rest, &sites)
     );
 }
+
+/// The kind folders: one reconciler each (docs/design/architecture.md, module layering).
+const KINDS: &[&str] = &[
+    "snapshot",
+    "restore",
+    "snapshot_schedule",
+    "snapshot_policy",
+    "maintenance",
+    "replication",
+    "repository",
+    "snapshot_replication",
+];
+
+/// The wiring: the only modules that may name a kind (they start its controller).
+const WIRING: &[&str] = &["controllers", "pipeline"];
+
+/// Every edge into a kind from anything but the wiring: a kind importing another kind, or the
+/// shared layer climbing back up into one.
+fn upward_edges(graph: &Graph, sites: &Sites) -> Vec<String> {
+    let mut out = Vec::new();
+    for (from, tos) in graph {
+        if WIRING.contains(&from.as_str()) {
+            continue;
+        }
+        for to in tos.iter().filter(|t| KINDS.contains(&t.as_str()) && *t != from) {
+            let site = sites.get(&(from.clone(), to.clone())).map(String::as_str).unwrap_or("?");
+            out.push(format!("{from} -> {to} ({site})"));
+        }
+    }
+    out
+}
+
+#[test]
+fn upward_edges_on_a_hand_made_graph() {
+    let g = graph_of(&[
+        ("pipeline", "snapshot"),
+        ("restore", "snapshot"),
+        ("conditions", "repository"),
+        ("snapshot", "conditions"),
+    ]);
+    let found = upward_edges(&g, &Sites::new());
+    assert_eq!(found, vec!["conditions -> repository (?)", "restore -> snapshot (?)"]);
+}
+
+#[test]
+fn kinds_are_leaves_and_the_shared_layer_never_climbs() {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
+    let (graph, sites) = crate_graph(&src);
+    // The scan sees the wiring's edges, or it proves nothing.
+    for kind in ["snapshot", "restore", "repository"] {
+        assert!(
+            WIRING.iter().any(|w| graph.get(*w).is_some_and(|s| s.contains(kind))),
+            "the scan found no wiring edge into {kind}"
+        );
+    }
+    for kind in KINDS {
+        assert!(graph.contains_key(*kind), "kind folder {kind} not found: update KINDS");
+    }
+    let up = upward_edges(&graph, &sites);
+    assert!(
+        up.is_empty(),
+        "imports into a kind from outside the wiring: move what kinds share into the shared layer \
+         (docs/design/architecture.md, module layering):\n{}",
+        up.join("\n")
+    );
+}
+
+/// Lines that give a thing a second name: `pub use` of another top-level module or crate, and
+/// `pub type X = <path>` naming one. A module's facade over its own submodules (`pub use plan::…`)
+/// is not an alias.
+fn alias_lines(code: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut skip_to: Option<String> = None;
+    let lines: Vec<&str> = code.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        let t = l.trim_start();
+        let indent = &l[..l.len() - t.len()];
+        if let Some(close) = &skip_to {
+            if l.trim_end() == close {
+                skip_to = None;
+            }
+            continue;
+        }
+        // A `#[cfg(test)]` module is test code: skipped to its closing brace.
+        if t.starts_with("#[cfg(test)]") {
+            let next = lines.get(i + 1).map(|n| n.trim_start()).unwrap_or_default();
+            if next.starts_with("mod ") || next.starts_with("pub mod ") || next.starts_with("pub(crate) mod ") {
+                skip_to = Some(format!("{indent}}}"));
+            }
+            continue;
+        }
+        let body = ["pub(crate) ", "pub(super) ", "pub "].iter().find_map(|p| t.strip_prefix(p));
+        let Some(body) = body else { continue };
+        let reexport = body
+            .strip_prefix("use ")
+            .is_some_and(|p| p.starts_with("crate::") || p.starts_with("kopiur_") || p.starts_with("super::"));
+        let renamed = body.strip_prefix("type ").and_then(|r| r.split_once(" = ")).is_some_and(|(_, rhs)| {
+            rhs.starts_with("crate::") || rhs.starts_with("super::") || rhs.starts_with("kopiur_")
+        });
+        if reexport || renamed {
+            out.push((i + 1, t.to_string()));
+        }
+    }
+    out
+}
+
+#[test]
+fn alias_scanner_on_hand_made_sources() {
+    let src = "pub use crate::a::B;\npub use plan::{x, y};\npub type Ctx = crate::context::Context;\n\
+               pub type Time = DateTime<Utc>;\npub(crate) use kopiur_api::X;\n#[cfg(test)]\nmod tests {\n    pub use crate::z;\n}\n";
+    let found: Vec<usize> = alias_lines(src).into_iter().map(|(l, _)| l).collect();
+    assert_eq!(found, vec![1, 3, 5]);
+}
+
+#[test]
+fn no_alias_keeps_an_old_name_alive() {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let mut found = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        for (line, l) in alias_lines(&text) {
+            found.push(format!("src/{}:{line}: {l}", f.strip_prefix(&src).unwrap().display()));
+        }
+    }
+    assert!(files.len() > 100, "the scan found only {} files", files.len());
+    assert!(
+        found.is_empty(),
+        "a second name for one thing: import it from its one home instead:\n{}",
+        found.join("\n")
+    );
+}

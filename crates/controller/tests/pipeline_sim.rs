@@ -11,9 +11,10 @@ use kopiur_api::snapshot_schedule::ConcurrencyPolicy;
 use kopiur_controller::gating::Gate;
 use kopiur_controller::run_job::{JobFacts, JobState};
 use kopiur_controller::snapshot::plan::{
-    self as snap, PolicyState, PreflightState, RunFacts, SourceState, Step, Verdict, WorkSpecState,
+    self as snap, PolicyState, PreflightState, RunFacts, SourceState, Step, WorkSpecState,
 };
 use kopiur_controller::snapshot_schedule::plan::{self as sched, ChildSources, Disposition, Pin, ScheduleFacts};
+use kopiur_controller::wedged::Verdict;
 
 const UID: &str = "5d1e3c52-7a8b-4c1d-9e0f-0123456789ab";
 

@@ -11,7 +11,8 @@ use kopiur_api::repository::MassDeletionAck;
 use super::ack::{self, AckOutcome};
 use super::messages;
 use super::pruned_by::PrunedBy;
-use super::types::{Binding, DeletionPolicy, EventType, PlannedCondition, PlannedEvent, RepoRef, Time};
+use super::types::{Binding, EventType, PlannedCondition, PlannedEvent, RepoRef, Time};
+use kopiur_api::snapshot_policy::DeletionPolicy;
 
 /// The schema default of `spec.deletionProtection.threshold`.
 pub const DEFAULT_THRESHOLD: u32 = 10;

@@ -2,7 +2,7 @@
 //! garbage collector deletes its children; each child alone looks like an ordinary deletion.
 //! The guard recognizes "my schedule is gone, replaced or terminating" and, unless the schedule
 //! opted in with `onScheduleDelete: Delete`, keeps the kopia data.
-use super::types::OnScheduleDelete;
+use kopiur_api::snapshot::OnScheduleDelete;
 
 /// What a live GET of the controller-owner schedule says (never the cache: a lagging store
 /// shows a just-deleted schedule alive).

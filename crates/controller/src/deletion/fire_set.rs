@@ -8,7 +8,11 @@ use super::breaker::BreakerState;
 use super::cascade::ScheduleState;
 use super::namespace::{self, NamespaceAxis};
 use super::pruned_by::PrunedBy;
-use super::types::{Binding, DeletionDecision, DeletionPolicy, Manifest, OnNamespaceDelete, OnScheduleDelete, Time};
+use super::types::{Binding, Manifest, Time};
+use kopiur_api::repository::OnNamespaceDelete;
+use kopiur_api::snapshot::DeletionDecision;
+use kopiur_api::snapshot::OnScheduleDelete;
+use kopiur_api::snapshot_policy::DeletionPolicy;
 
 /// What the SnapshotSchedule store says about a member's producing schedule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

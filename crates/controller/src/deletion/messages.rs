@@ -1,8 +1,9 @@
 //! Exact user-facing texts. A human reads these to act, so the held messages carry the whole
 //! release command with the value to copy.
 use super::cascade::ScheduleState;
-use super::types::{RepoRef, RepositoryKind, Time, rfc3339};
+use super::types::{RepoRef, Time, rfc3339};
 use kopiur_api::names::annotation;
+use kopiur_api::shared::RepositoryKind;
 
 /// The value printed in the ack command. Rounded up to the whole second: Kubernetes stamps
 /// second precision anyway, and rounding down could leave the newest held member unapproved.

@@ -1,6 +1,6 @@
 //! The namespace axis: what a namespace teardown does to the Snapshots in it. The default,
 //! Orphan, keeps the kopia data so `kubectl delete ns` is never a silent data-loss event.
-use super::types::OnNamespaceDelete;
+use kopiur_api::repository::OnNamespaceDelete;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NamespaceAxis {

@@ -8,7 +8,9 @@ use kopiur_api::snapshot::{DeletionDecision, DeletionRecord, SnapshotPhase};
 
 use super::breaker::PendingDeletion;
 use super::pruned_by::{self, PrunedBy};
-use super::types::{Binding, DeletionPolicy, Manifest, OnScheduleDelete, Time};
+use super::types::{Binding, Manifest, Time};
+use kopiur_api::snapshot::OnScheduleDelete;
+use kopiur_api::snapshot_policy::DeletionPolicy;
 
 /// Convert an apimachinery timestamp.
 pub fn to_time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Option<Time> {

@@ -9,10 +9,11 @@ use super::cascade::{self, CascadeGuard, Owner, ScheduleState};
 use super::messages;
 use super::namespace::{self, NamespaceAxis};
 use super::pruned_by::{PruneKind, PrunedBy};
-use super::types::{
-    DeletionDecision, DeletionPolicy, EventType, Manifest, OnNamespaceDelete, OnScheduleDelete, PlannedCondition,
-    PlannedEvent, RepoPresence, Time,
-};
+use super::types::{EventType, Manifest, PlannedCondition, PlannedEvent, RepoPresence, Time};
+use kopiur_api::repository::OnNamespaceDelete;
+use kopiur_api::snapshot::DeletionDecision;
+use kopiur_api::snapshot::OnScheduleDelete;
+use kopiur_api::snapshot_policy::DeletionPolicy;
 
 /// How long D4 waits for a running backup to settle.
 pub const WAIT_REQUEUE_SECONDS: i64 = 5;

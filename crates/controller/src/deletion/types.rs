@@ -1,11 +1,7 @@
 //! Plain facts shared by every deletion decision. The reconciler fills them from reflector
 //! stores and the object itself; nothing here reads the clock or the cluster.
 use chrono::{DateTime, Utc};
-
-pub use kopiur_api::repository::OnNamespaceDelete;
-pub use kopiur_api::shared::RepositoryKind;
-pub use kopiur_api::snapshot::{DeletionDecision, OnScheduleDelete};
-pub use kopiur_api::snapshot_policy::DeletionPolicy;
+use kopiur_api::shared::RepositoryKind;
 
 pub type Time = DateTime<Utc>;
 

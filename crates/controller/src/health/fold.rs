@@ -1,12 +1,13 @@
 //! Folding one connect verdict into the breaker state: the transition table's verdict rows.
 use chrono::Duration;
+use kopiur_kopia::classify::ErrorClass;
 
 use super::gate::CreateGate;
 use super::holdoff::{adaptive_deadline, escalated_deadline, strict_retry_holdoff};
 use super::messages;
 use super::types::{
-    Bootstrapped, ConnectKind, ConnectResult, ErrorClass, JobFacts, OnFailure, Phase, ReachState, RepoFacts,
-    RepoStatus, StrictRetry, Terminal, TerminalReason, Time,
+    Bootstrapped, ConnectKind, ConnectResult, JobFacts, OnFailure, Phase, ReachState, RepoFacts, RepoStatus,
+    StrictRetry, Terminal, TerminalReason, Time,
 };
 use super::verdict::{StrictRoute, Verdict, judge, strict_route};
 
@@ -316,7 +317,7 @@ fn fold_strict(
                     // cannot drive a launch loop.
                     to_failed(
                         out,
-                        TerminalReason::Class(super::types::ErrorClass::NotFound),
+                        TerminalReason::Class(kopiur_kopia::classify::ErrorClass::NotFound),
                         format!(
                             "the reinitialize ack allowed creating a repository at {}, but none could be created",
                             facts.id.target

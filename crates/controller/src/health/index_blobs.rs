@@ -7,9 +7,9 @@
 use kopiur_api::names::{condition, event, reason};
 
 use super::fold::{Event, EventType};
-use super::kstatus::{Cond, CondStatus};
 use super::plan::Decision;
 use super::types::{RepoIdentity, RepoKind, Time};
+use crate::conditions::{Cond, CondStatus};
 
 /// The verdict for one reconcile: the condition to render and the Event for a transition.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -3,8 +3,7 @@
 //! Stalled (needs a human).
 use super::types::{Bootstrapped, Phase, Reach, RepoFacts, RepoStatus};
 
-use crate::conditions::cond;
-pub use crate::conditions::{Cond, CondStatus};
+use crate::conditions::{Cond, CondStatus, cond};
 
 /// `RepositoryWritable=False / RepositoryReadOnly` while `spec.mode` is `ReadOnly` (see
 /// docs/design/api-contract.md §4.1: a ReadOnly repository refuses backups, skips maintenance and never creates); absent

@@ -5,11 +5,12 @@ use chrono::{DateTime, Duration, Utc};
 use super::fold::{Effect, Event, EventType, FoldOutcome, fold};
 use super::gate::{AckState, CreateGate, Reopen, ack_state, gate_for, terminal_gate};
 use super::holdoff::{bootstrap_deadline, probe_spacing_seconds};
-use super::kstatus::{Cond, conditions};
+use super::kstatus::conditions;
 use super::types::{
     ConnectKind, Endpoint, EndpointAnswer, EndpointCheck, JobState, Phase, ProbeTrigger, Reach, RepoFacts, RepoStatus,
     Time,
 };
+use crate::conditions::Cond;
 
 /// The one next step.
 #[derive(Clone, Debug, PartialEq, Eq)]

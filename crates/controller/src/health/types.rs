@@ -1,6 +1,7 @@
 //! The plain facts and persisted state the breaker decides over. Everything a decision needs
 //! is here; nothing is read from the clock or the cluster inside the decision code.
 use chrono::{DateTime, Utc};
+use kopiur_kopia::classify::ErrorClass;
 
 pub type Time = DateTime<Utc>;
 
@@ -116,7 +117,6 @@ pub struct Health {
 
 /// The kopia error classes as they reach the controller in a connect result: the kopia
 /// crate's own type (the mover classifies, the controller only reads the label back).
-pub use kopiur_kopia::classify::ErrorClass;
 
 /// The fixed one-line summary of a failed *connect* used in condition messages (kopia's own
 /// text churns). It differs from [`kopiur_kopia::classify::Classification::summary`] only

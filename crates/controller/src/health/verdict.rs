@@ -1,9 +1,10 @@
 //! Connect verdicts: what one bootstrap-shaped connect says about the backend, and how a strict
 //! connect routes (the ADR's narrowing: only transport-shaped failures retry).
 use kopiur_kopia::classify::Classification;
+use kopiur_kopia::classify::ErrorClass;
 use kopiur_kopia::verdict::{ConnectVerdict, verdict_of};
 
-use super::types::{ConnectResult, Endpoint, EndpointAnswer, ErrorClass, Reach, Time, Tuning};
+use super::types::{ConnectResult, Endpoint, EndpointAnswer, Reach, Time, Tuning};
 
 /// The verdict of one connect (rows checked top to bottom).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,11 +1,9 @@
 //! Maintenance: kopia quick and full maintenance for one repository under the ownership lease
-//! (docs/design/pipeline.md §9.2). `plan` decides, `reconcile` observes and applies, `common` holds what the
-//! RepositoryReplication reconciler shares, `runtime` the referent stores.
-pub mod common;
+//! (docs/design/pipeline.md §9.2). `plan` decides, `reconcile` observes and applies; what the
+//! RepositoryReplication reconciler shares is in `crate::scheduled_run`.
 pub mod plan;
 pub mod projection;
 pub mod reconcile;
-pub mod runtime;
 
 use std::sync::Arc;
 
@@ -21,7 +19,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::context::Context;
 use crate::error_events::error_policy;
 use crate::feeds::Feeds;
-use runtime::{ready_reason_is, refers_to};
+use crate::repo_ref::refers_to;
+use crate::scheduled_run::watch::{self, ready_reason_is};
 
 /// Maintenances parked on this repository (Ready reason `RepositoryNotReady`), plus every
 /// Maintenance of it that has work the repository just handed it: a quick run it asked for
@@ -81,13 +80,13 @@ pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()
         // Namespace relabelled -> its Maintenances of a ClusterRepository (selector tenancy).
         .watches_shared_stream(feeds.namespaces.subscribe(), move |n| match seen.lock() {
             Ok(mut seen) => {
-                runtime::relabelled_consumers(&mut seen, &n, &crepos, &s3, |x: &Maintenance| &x.spec.repository)
+                watch::relabelled_consumers(&mut seen, &n, &crepos, &s3, |x: &Maintenance| &x.spec.repository)
             }
             Err(_) => Vec::new(),
         })
         // Secret -> Maintenances waiting for credentials in its namespace.
         .watches_shared_stream(feeds.secrets.subscribe(), move |sec| {
-            runtime::waiting_for_credentials(&s4, sec.namespace().as_deref(), |m: &Maintenance| {
+            watch::waiting_for_credentials(&s4, sec.namespace().as_deref(), |m: &Maintenance| {
                 m.status.as_ref().map(|st| st.conditions.as_slice())
             })
         });

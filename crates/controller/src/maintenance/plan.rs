@@ -8,10 +8,11 @@ use kopiur_api::names::{reason, run_mode};
 use kopiur_api::repository::RepositoryPhase;
 use kopiur_api::shared::phase::ManualRunPhase;
 
-use super::common::{RunJob, RunRequest, Sched, Standing, lease_cond, rfc3339, trio};
+use crate::conditions::Cond;
+use crate::conditions::{Standing, trio};
 use crate::gating::{Gate, MaintenanceGate};
-use crate::health::kstatus::Cond;
 use crate::run_job::JobState;
+use crate::scheduled_run::{RunJob, RunRequest, Sched, lease_cond, rfc3339};
 
 pub struct MaintFacts {
     /// (quick, full), or why a schedule does not parse.
@@ -189,13 +190,8 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
                 t.consecutive_failures += 1;
                 // The Maintenance status carries no failure class: only the wedged verdict
                 // tells a local failure apart here.
-                d.nudge |= crate::snapshot::plan::failure_nudge(
-                    true,
-                    j.wedged().is_some(),
-                    None,
-                    f.reverify_requested_at,
-                    now,
-                );
+                d.nudge |=
+                    crate::repo_view::failure_nudge(true, j.wedged().is_some(), None, f.reverify_requested_at, now);
                 "failed"
             }
         };
@@ -231,7 +227,7 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
     }
 
     let next_at = [q.map(|n| n.at), fl.map(|n| n.at)].into_iter().flatten().min();
-    d.requeue = super::common::until(next_at, now);
+    d.requeue = crate::scheduled_run::until(next_at, now);
     let lease_conds = |st: &MaintenanceStatus| -> (Option<Cond>, Option<Vec<Cond>>) {
         match lease(f, st) {
             None => (None, None),
@@ -327,7 +323,7 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
         }
         let next =
             [st.quick.as_ref(), st.full.as_ref()].into_iter().flatten().filter_map(|t| t.next_scheduled_at).min();
-        d.requeue = super::common::until(next, now);
+        d.requeue = crate::scheduled_run::until(next, now);
         return finish(
             d,
             st,
@@ -399,7 +395,7 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::kstatus::CondStatus;
+    use crate::conditions::CondStatus;
     use chrono::TimeZone;
     use kopiur_api::shared::CronSpec;
 

@@ -17,8 +17,8 @@ use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 
-use crate::health::kstatus::{Cond, CondStatus};
-use crate::repository::RepoObject;
+use crate::conditions::{Cond, CondStatus};
+use crate::repo_view::RepoObject;
 
 pub const FIELD_MANAGER: &str = "kopiur-controller";
 

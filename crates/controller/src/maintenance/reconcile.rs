@@ -15,13 +15,13 @@ use kopiur_mover::workspec::{MaintenanceMode, MaintenanceOp, Operation, Takeover
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 
-use super::common::{self, MoverJob, RunJob, Sched, rfc3339};
 use super::plan::{Launch, MaintFacts, plan};
-use super::runtime::RunCtx;
+use crate::context::Context;
 use crate::error::Error;
 use crate::metrics::labels::{KindLabels, MaintenanceRunLabels};
-use crate::snapshot::ctx::RepoView;
-use crate::snapshot::job::owner_of;
+use crate::mover_job::owner_of;
+use crate::repo_view::RepoView;
+use crate::scheduled_run::{self, MoverJob, RunJob, Sched, rfc3339};
 
 /// (uid, value) pairs already warned about, so a malformed annotation gives one Event.
 fn warned() -> &'static Mutex<HashSet<(String, String)>> {
@@ -30,7 +30,7 @@ fn warned() -> &'static Mutex<HashSet<(String, String)>> {
 }
 
 /// The Jobs this Maintenance owns (label `…/maintenance=<name>`, owner uid).
-pub fn jobs_of(ctx: &RunCtx, m: &Maintenance) -> Vec<RunJob> {
+pub fn jobs_of(ctx: &Context, m: &Maintenance) -> Vec<RunJob> {
     let ns = m.namespace();
     let uid = m.uid().unwrap_or_default();
     let name = m.name_any();
@@ -41,7 +41,7 @@ pub fn jobs_of(ctx: &RunCtx, m: &Maintenance) -> Vec<RunJob> {
         .filter(|j| j.namespace() == ns)
         .filter(|j| j.labels().get(label::MAINTENANCE) == Some(&name))
         .filter(|j| j.owner_references().iter().any(|o| o.uid == uid))
-        .map(|j| common::run_job(j, annotation::MAINTENANCE_SLOT))
+        .map(|j| scheduled_run::run_job(j, annotation::MAINTENANCE_SLOT))
         .collect()
 }
 
@@ -57,7 +57,7 @@ fn lease(m: &Maintenance) -> String {
     })
 }
 
-pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, Error> {
+pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconciliations.inc(KindLabels { kind: "Maintenance" });
     if m.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -70,7 +70,11 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
     let mut d = plan(&obs.facts, now);
     // A gating [next] field (docs/design/api-contract.md §1.9): Stalled FeatureNotImplemented, no Job.
     if let Some(message) = crate::features::maintenance(&m.spec).gating_message() {
-        d.conditions = common::trio(common::Standing::Stalled, crate::features::FEATURE_NOT_IMPLEMENTED, message);
+        d.conditions = crate::conditions::trio(
+            crate::conditions::Standing::Stalled,
+            crate::features::FEATURE_NOT_IMPLEMENTED,
+            message,
+        );
         d.launch = None;
     }
     let reference = m.object_ref(&());
@@ -104,7 +108,7 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<RunCtx>) -> Result<Action, 
     let api = Api::<Maintenance>::namespaced(ctx.client.clone(), &ns);
     if crate::status::write_status(&api, m.as_ref(), &status, &next).await?.landed() {
         // After the failed run is on record: deleting first would lose it if the write lost.
-        common::delete_wedged(&ctx.client, &ctx.stores.jobs, &ns, &d.delete_jobs).await;
+        scheduled_run::delete_wedged(&ctx.client, &ctx.stores.jobs, &ns, &d.delete_jobs).await;
         for r in &d.recorded {
             if let Some(message) = &r.wedged {
                 ctx.event(&reference, true, event::MOVER_POD_WEDGED, message.clone()).await;
@@ -127,7 +131,7 @@ struct Observed {
 /// The repository and its gate, the schedules (in the Maintenance's zone, else the
 /// repository's default), the ownership, the owned Jobs and their pods (listed only for an
 /// active Job), from the stores.
-async fn observe(ctx: &RunCtx, m: &Maintenance, now: chrono::DateTime<Utc>) -> Observed {
+async fn observe(ctx: &Context, m: &Maintenance, now: chrono::DateTime<Utc>) -> Observed {
     let ns = m.namespace().unwrap_or_default();
     let uid = m.uid().unwrap_or_default();
     let status = m.status.clone().unwrap_or_default();
@@ -146,14 +150,14 @@ async fn observe(ctx: &RunCtx, m: &Maintenance, now: chrono::DateTime<Utc>) -> O
     let mut jobs = jobs_of(ctx, m);
     let deadline =
         chrono::Duration::seconds(FailurePolicy::resolved_pod_startup_deadline_seconds(m.spec.failure_policy.as_ref()));
-    let pod_recheck = common::check_pods(&ctx.client, &ctx.stores.jobs, &ns, &mut jobs, deadline, now).await;
+    let pod_recheck = scheduled_run::check_pods(&ctx.client, &ctx.stores.jobs, &ns, &mut jobs, deadline, now).await;
     let facts = MaintFacts {
         schedules,
         status,
         gate,
         read_only: repo.as_ref().is_some_and(RepoView::read_only),
         jobs,
-        request: common::run_request(m.annotations()),
+        request: scheduled_run::run_request(m.annotations()),
         mode: m.annotations().get(annotation::RUN_MODE).cloned(),
         expected_owner: expected_owner.clone(),
         aliases: aliases.clone(),
@@ -172,7 +176,7 @@ async fn observe(ctx: &RunCtx, m: &Maintenance, now: chrono::DateTime<Utc>) -> O
 }
 
 /// Creates the run's Job (idempotent by name).
-async fn launch(ctx: &RunCtx, m: &Maintenance, rv: &RepoView, l: &Launch, obs: &Observed) -> Result<(), Error> {
+async fn launch(ctx: &Context, m: &Maintenance, rv: &RepoView, l: &Launch, obs: &Observed) -> Result<(), Error> {
     let ns = m.namespace().unwrap_or_default();
     let job = maintenance_job(m, &ctx.config, rv, l, &obs.lease, &obs.expected_owner, &obs.aliases, obs.takeover)?;
     if ctx.create_mover_job(&ns, &job, "maintenance").await? {
@@ -206,9 +210,9 @@ fn maintenance_job(
         ),
     ]);
     if let Some(raw) = &l.manual {
-        annotations.insert(common::RUN_REQUESTED_VALUE.to_string(), raw.clone());
+        annotations.insert(scheduled_run::RUN_REQUESTED_VALUE.to_string(), raw.clone());
     }
-    common::build(MoverJob {
+    scheduled_run::build(MoverJob {
         name: kopiur_mover::job::job_name(&format!("{}-{mode}-{}", m.name_any(), l.slot.timestamp())),
         namespace: ns.clone(),
         target: crate::mover_job::target_of(m),
@@ -244,7 +248,7 @@ fn maintenance_job(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::maintenance::common::mover_rows;
+    use crate::scheduled_run::mover_rows;
     use chrono::TimeZone;
     use serde_json::{Value, json};
 

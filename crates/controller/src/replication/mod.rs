@@ -17,7 +17,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::context::Context;
 use crate::error_events::error_policy;
 use crate::feeds::Feeds;
-use crate::maintenance::runtime::{ready_reason_is, refers_to};
+use crate::repo_ref::refers_to;
+use crate::scheduled_run::watch::ready_reason_is;
 
 /// Replications parked on this source (Ready reason `RepositoryNotReady`).
 fn parked(
@@ -67,7 +68,7 @@ pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()
         })
         // Namespace relabelled -> its RepositoryReplications of a ClusterRepository (selector tenancy).
         .watches_shared_stream(feeds.namespaces.subscribe(), move |n| match seen.lock() {
-            Ok(mut seen) => crate::maintenance::runtime::relabelled_consumers(
+            Ok(mut seen) => crate::scheduled_run::watch::relabelled_consumers(
                 &mut seen,
                 &n,
                 &crepos,
@@ -78,7 +79,7 @@ pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()
         })
         // Secret -> replications waiting for credentials in its namespace.
         .watches_shared_stream(feeds.secrets.subscribe(), move |sec| {
-            crate::maintenance::runtime::waiting_for_credentials(
+            crate::scheduled_run::watch::waiting_for_credentials(
                 &s4,
                 sec.namespace().as_deref(),
                 |r: &RepositoryReplication| r.status.as_ref().map(|st| st.conditions.as_slice()),

@@ -7,10 +7,11 @@ use kopiur_api::names::reason;
 use kopiur_api::repository_replication::{ReplicationManualRun, ReplicationPhase, RepositoryReplicationStatus};
 use kopiur_api::shared::phase::ManualRunPhase;
 
+use crate::conditions::Cond;
+use crate::conditions::{Standing, trio};
 use crate::gating::Gate;
-use crate::health::kstatus::Cond;
-use crate::maintenance::common::{RunJob, RunRequest, Sched, Standing, rfc3339, trio, until};
 use crate::run_job::JobState;
+use crate::scheduled_run::{RunJob, RunRequest, Sched, rfc3339, until};
 
 /// Why the destination cannot be used, if it cannot.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -151,7 +152,7 @@ fn plan_inner(f: &ReplFacts, now: DateTime<Utc>) -> ReplDecision {
                 m.completed_at = Some(end);
             }
             d.recorded.push((j.name.clone(), if ok { "succeeded" } else { "failed" }));
-            d.nudge = !ok && d.wedged.is_none() && crate::snapshot::plan::nudge_due(f.reverify_requested_at, now);
+            d.nudge = !ok && d.wedged.is_none() && crate::repo_view::nudge_due(f.reverify_requested_at, now);
         }
     }
 
@@ -268,7 +269,7 @@ fn plan_inner(f: &ReplFacts, now: DateTime<Utc>) -> ReplDecision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::kstatus::CondStatus;
+    use crate::conditions::CondStatus;
     use chrono::TimeZone;
     use kopiur_api::shared::CronSpec;
 

@@ -15,13 +15,13 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 
 use super::plan::{Destination, Launch, ReplFacts, plan};
+use crate::context::Context;
 use crate::error::Error;
-use crate::maintenance::common::{self, MoverJob, RunJob, Sched, rfc3339};
-use crate::maintenance::runtime::RunCtx;
 use crate::metrics::labels::{KindLabels, ReplicationRunLabels};
-use crate::repository::apply::kopia_backend;
-use crate::snapshot::ctx::RepoView;
-use crate::snapshot::job::owner_of;
+use crate::mounts::kopia_backend;
+use crate::mover_job::owner_of;
+use crate::repo_view::RepoView;
+use crate::scheduled_run::{self, MoverJob, RunJob, Sched, rfc3339};
 
 fn warned() -> &'static Mutex<HashSet<(String, String)>> {
     static W: OnceLock<Mutex<HashSet<(String, String)>>> = OnceLock::new();
@@ -29,7 +29,7 @@ fn warned() -> &'static Mutex<HashSet<(String, String)>> {
 }
 
 /// The Jobs this replication owns (label `…/replication=<name>`, owner uid).
-pub fn jobs_of(ctx: &RunCtx, r: &RepositoryReplication) -> Vec<RunJob> {
+pub fn jobs_of(ctx: &Context, r: &RepositoryReplication) -> Vec<RunJob> {
     let ns = r.namespace();
     let uid = r.uid().unwrap_or_default();
     let name = r.name_any();
@@ -40,7 +40,7 @@ pub fn jobs_of(ctx: &RunCtx, r: &RepositoryReplication) -> Vec<RunJob> {
         .filter(|j| j.namespace() == ns)
         .filter(|j| j.labels().get(label::REPLICATION) == Some(&name))
         .filter(|j| j.owner_references().iter().any(|o| o.uid == uid))
-        .map(|j| common::run_job(j, annotation::REPLICATION_SLOT))
+        .map(|j| scheduled_run::run_job(j, annotation::REPLICATION_SLOT))
         .collect()
 }
 
@@ -127,7 +127,7 @@ pub fn destination_verdict(destination: &Backend, ns: &str, source: Option<&Back
         return Destination::NotImplemented(e.to_string().replace("spec.backend", "spec.destination"));
     }
     // Refused rather than ignored: a destination's CA bundle or volume is not mounted yet.
-    if let Some(m) = crate::repository::mounts::destination_refusal(destination) {
+    if let Some(m) = crate::mounts::destination_refusal(destination) {
         return Destination::NotImplemented(m);
     }
     if let Some(m) = destination_secret_namespace(destination, ns) {
@@ -139,7 +139,7 @@ pub fn destination_verdict(destination: &Backend, ns: &str, source: Option<&Back
     }
 }
 
-pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Result<Action, Error> {
+pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconciliations.inc(KindLabels { kind: "RepositoryReplication" });
     if r.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -184,7 +184,7 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
     let api = Api::<RepositoryReplication>::namespaced(ctx.client.clone(), &ns);
     if crate::status::write_status(&api, r.as_ref(), &status, &next).await?.landed() {
         // After the failed run is on record: deleting first would lose it if the write lost.
-        common::delete_wedged(&ctx.client, &ctx.stores.jobs, &ns, &d.delete_jobs).await;
+        scheduled_run::delete_wedged(&ctx.client, &ctx.stores.jobs, &ns, &d.delete_jobs).await;
         if let Some(message) = &d.wedged {
             ctx.event(&reference, true, event::MOVER_POD_WEDGED, message.clone()).await;
         }
@@ -195,7 +195,7 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<RunCtx>) -> Resul
 /// The plan's facts: the schedule (in the source repository's default zone), the
 /// destination's verdict, the Secrets both sides read, the owned Jobs and their pods.
 async fn observe(
-    ctx: &RunCtx,
+    ctx: &Context,
     r: &RepositoryReplication,
     repo: Option<&RepoView>,
     gate: crate::gating::Gate,
@@ -211,7 +211,7 @@ async fn observe(
     // RepositoryReplication has no failurePolicy (docs/design/api-contract.md §11): the default deadline applies.
     let deadline =
         chrono::Duration::seconds(kopiur_api::shared::FailurePolicy::resolved_pod_startup_deadline_seconds(None));
-    let pod_recheck = common::check_pods(&ctx.client, &ctx.stores.jobs, &ns, &mut jobs, deadline, now).await;
+    let pod_recheck = scheduled_run::check_pods(&ctx.client, &ctx.stores.jobs, &ns, &mut jobs, deadline, now).await;
     ReplFacts {
         schedule: Sched::parse(&r.spec.schedule, &uid, repo_tz.as_deref()),
         status: r.status.clone().unwrap_or_default(),
@@ -219,7 +219,7 @@ async fn observe(
         gate,
         destination,
         jobs,
-        request: common::run_request(r.annotations()),
+        request: scheduled_run::run_request(r.annotations()),
         missing_secrets: ctx.missing_secrets(&ns, &secrets),
         reverify_requested_at: repo.and_then(RepoView::reverify_requested_at),
         pod_recheck,
@@ -227,7 +227,7 @@ async fn observe(
 }
 
 /// Creates the run's Job (idempotent by name).
-async fn launch(ctx: &RunCtx, r: &RepositoryReplication, rv: &RepoView, l: &Launch) -> Result<(), Error> {
+async fn launch(ctx: &Context, r: &RepositoryReplication, rv: &RepoView, l: &Launch) -> Result<(), Error> {
     let ns = r.namespace().unwrap_or_default();
     let job = replication_job(r, &ctx.config, rv, l)?;
     if ctx.create_mover_job(&ns, &job, "replication").await? {
@@ -252,10 +252,10 @@ fn replication_job(
         ),
     ]);
     if let Some(raw) = &l.manual {
-        annotations.insert(common::RUN_REQUESTED_VALUE.to_string(), raw.clone());
+        annotations.insert(scheduled_run::RUN_REQUESTED_VALUE.to_string(), raw.clone());
     }
     let sync = r.spec.sync.clone().unwrap_or_default();
-    common::build(MoverJob {
+    scheduled_run::build(MoverJob {
         name: kopiur_mover::job::job_name(&format!("{name}-repl-{}", l.slot.timestamp())),
         namespace: ns.clone(),
         target: crate::mover_job::target_of(r),
@@ -320,7 +320,7 @@ mod tests {
 #[cfg(test)]
 mod job_tests {
     use super::*;
-    use crate::maintenance::common::mover_rows;
+    use crate::scheduled_run::mover_rows;
     use chrono::TimeZone;
     use serde_json::{Value, json};
 
@@ -359,7 +359,7 @@ mod job_tests {
                      "allowedNamespaces": {"all": true}}
         }))
         .unwrap();
-        let lease_host = crate::repository::apply::lease_host(&cluster);
+        let lease_host = crate::repo_view::lease_host(&cluster);
         assert_eq!(lease_host, "kopiur.clusterrepository.shared-repo", "the lease host is sanitized");
         let cluster = RepoView::Cluster(std::sync::Arc::new(cluster));
         for (repo, host) in [(&ns_repo, "kopiur.apps.r".to_string()), (&cluster, lease_host)] {
@@ -410,8 +410,8 @@ mod job_tests {
     #[test]
     fn a_cross_namespace_destination_secret_stalls_the_replication() {
         use super::super::plan::{ReplFacts, plan};
-        use crate::health::kstatus::CondStatus;
-        use crate::maintenance::common::RunRequest;
+        use crate::conditions::CondStatus;
+        use crate::scheduled_run::RunRequest;
         use kopiur_api::names::reason;
         let dest = |ns: Option<&str>| -> Backend {
             let mut v = mirror();

@@ -8,7 +8,6 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kopiur_api::names::annotation;
-use kopiur_api::shared::Backend;
 use kopiur_kopia::cmd::{CacheSizes, CreateOptions, Identity};
 use kopiur_mover::job::{ConnectKind as MoverConnectKind, JobInput, build_job};
 use kopiur_mover::workspec::{
@@ -21,17 +20,17 @@ use kube::{Api, ResourceExt};
 
 use super::observe::{
     ANN_CATALOG_SCAN, ANN_CREATE_GATE, ANN_CREDENTIAL_VERSION, ANN_EARLY_STRICT, ANN_PROBE_KIND, GATE_VIA_ACK,
-    job_name, result_configmap_name, secret_names,
+    job_name, result_configmap_name,
 };
-use super::{Ctx, Error, RepoObject};
+use crate::context::Context;
+use crate::error::Error;
 use crate::health::{ConnectKind, CreateGate, Decision, Effect, EventType, Launch, Plan, RepoFacts};
 use crate::metrics::labels::{RepoOutcomeLabels, TripLabels};
-
-pub use crate::identity::{FIELD_MANAGER, MOVER_CLUSTER_ROLE, MOVER_SERVICE_ACCOUNT};
+use crate::repo_view::{RepoObject, lease_host, secret_names};
 
 pub async fn apply<K: RepoObject>(
     obj: &K,
-    ctx: &Ctx,
+    ctx: &Context,
     facts: &RepoFacts,
     d: Decision,
     cat: super::catalog::CatalogStep,
@@ -133,7 +132,7 @@ fn managed_labels() -> BTreeMap<String, String> {
     BTreeMap::from([(kopiur_mover::job::LABEL_MANAGED_BY.to_string(), "kopiur".to_string())])
 }
 
-async fn delete_job<K: RepoObject>(obj: &K, ctx: &Ctx, uid: &str) -> Result<(), Error> {
+async fn delete_job<K: RepoObject>(obj: &K, ctx: &Context, uid: &str) -> Result<(), Error> {
     let ns = obj.home_namespace(&ctx.config.namespace);
     let name = job_name(obj);
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
@@ -163,66 +162,11 @@ fn mover_gate(g: CreateGate) -> MoverGate {
     }
 }
 
-/// The lease host: `kopiur.` + the owner segments joined with `.`, sanitized.
-pub fn lease_host<K: RepoObject>(obj: &K) -> String {
-    let raw = match K::KIND {
-        crate::health::RepoKind::Repository => {
-            format!("kopiur.{}.{}", obj.namespace().unwrap_or_default(), obj.name_any())
-        }
-        crate::health::RepoKind::ClusterRepository => format!("kopiur.clusterrepository.{}", obj.name_any()),
-    };
-    raw.to_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '-' })
-        .collect()
-}
-
-/// The kopia view of the API backend.
-pub fn kopia_backend(b: &Backend) -> Result<kopiur_kopia::Backend, Error> {
-    match b {
-        Backend::S3(s) => {
-            // Refused, never ignored (docs/design/api-contract.md §1.9): the movers have no workload identity yet.
-            if s.auth.as_ref().is_some_and(|a| a.workload_identity.is_some()) {
-                return Err(Error::InvalidSpec(
-                    "spec.backend.s3.auth.workloadIdentity is not implemented in this release".into(),
-                ));
-            }
-            let tls = s.tls.clone().unwrap_or_default();
-            let (endpoint, plain_http) = match s.endpoint.as_deref() {
-                Some(e) if e.starts_with("http://") => (Some(e.trim_start_matches("http://").to_string()), true),
-                Some(e) => (Some(e.trim_start_matches("https://").to_string()), false),
-                None => (None, false),
-            };
-            Ok(kopiur_kopia::Backend::S3(kopiur_kopia::S3Backend {
-                bucket: s.bucket.clone(),
-                endpoint: endpoint.map(|e| e.trim_end_matches('/').to_string()),
-                prefix: s.prefix.clone(),
-                region: s.region.clone(),
-                disable_tls: plain_http || tls.disable_tls.unwrap_or(false),
-                disable_tls_verification: tls.insecure_skip_verify.unwrap_or(false),
-                root_ca_pem_path: None,
-            }))
-        }
-        Backend::Filesystem(f) => {
-            Ok(kopiur_kopia::Backend::Filesystem(kopiur_kopia::FilesystemBackend { path: f.path.clone() }))
-        }
-        Backend::Azure(_)
-        | Backend::Gcs(_)
-        | Backend::B2(_)
-        | Backend::Sftp(_)
-        | Backend::WebDav(_)
-        | Backend::Rclone(_)
-        | Backend::Gdrive(_) => {
-            Err(Error::InvalidSpec(format!("spec.backend.{} is not implemented in this release", b.key())))
-        }
-    }
-}
-
 /// `list`: the Job also lists snapshots for the catalog, honoring this request token (may be
 /// empty).
 async fn launch<K: RepoObject>(
     obj: &K,
-    ctx: &Ctx,
+    ctx: &Context,
     facts: &RepoFacts,
     l: &Launch,
     list: Option<&str>,
@@ -235,7 +179,7 @@ async fn launch<K: RepoObject>(
 
     let host = lease_host(obj);
     // The repository's own Jobs run in its home namespace, where its PVC and CA live.
-    let mounts = super::mounts::for_job(&common.backend, &ns, &ns)?;
+    let mounts = crate::mounts::for_job(&common.backend, &ns, &ns)?;
     let probe = match l.kind {
         ConnectKind::Strict => false,
         ConnectKind::Probe(_) => true,

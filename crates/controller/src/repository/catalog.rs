@@ -15,9 +15,10 @@ use kube::ResourceExt;
 use kube::runtime::events::{Event as KEvent, EventType as KEventType};
 
 use super::observe::CatalogListing;
-use super::{Ctx, RepoObject};
 use crate::catalog::{self, Bounds, RepoScope, ScanDue, ScanFacts};
+use crate::context::Context;
 use crate::health::{ConnectKind, CreateGate, Decision, Launch, Phase, Plan, ProbeTrigger, RepoFacts, RepoKind};
+use crate::repo_view::RepoObject;
 
 /// What the apply step needs from the catalog.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -120,7 +121,7 @@ fn requeue_by(d: &mut Decision, now: DateTime<Utc>, at: DateTime<Utc>) {
 /// Folds a listing (when a Job is folded now) and decides whether the next Job lists.
 pub async fn step<K: RepoObject>(
     obj: &K,
-    ctx: &Ctx,
+    ctx: &Context,
     facts: &RepoFacts,
     d: &mut Decision,
     listing: Option<CatalogListing>,
@@ -246,7 +247,7 @@ pub fn next_listing(facts: &RepoFacts, d: &mut Decision, sf: &ScanFacts, now: Da
 
 async fn fold_listing<K: RepoObject>(
     obj: &K,
-    ctx: &Ctx,
+    ctx: &Context,
     d: &Decision,
     l: &CatalogListing,
     st: &mut CatalogStatus,
@@ -322,7 +323,7 @@ async fn fold_listing<K: RepoObject>(
 
 /// Moves the rotation cursor to the last id the folded check covered, so the next scan checks
 /// the next window. A lost write only repeats a window.
-async fn advance_verify_cursor<K: RepoObject>(obj: &K, ctx: &Ctx, r: &kopiur_mover::result::BootstrapResult) {
+async fn advance_verify_cursor<K: RepoObject>(obj: &K, ctx: &Context, r: &kopiur_mover::result::BootstrapResult) {
     let Some(through) = r.verified.as_ref().and_then(|v| v.through.clone()) else { return };
     if obj.annotations().get(catalog::VERIFY_CURSOR_ANNOTATION) == Some(&through) {
         return;

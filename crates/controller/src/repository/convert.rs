@@ -6,11 +6,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kopiur_api::repository::{
     HealthStatus, RepositoryPhase, RepositoryStatus, StorageStats, StrictRetry as ApiStrictRetry,
 };
+use kopiur_kopia::classify::ErrorClass;
 
+use crate::conditions::Cond;
 use crate::conditions::merge_conditions;
-use crate::health::kstatus::Cond;
 use crate::health::{
-    Bootstrapped, ErrorClass, Health, Phase, Reach, ReachState, RepoStatus, StrictRetry, Terminal, TerminalReason,
+    Bootstrapped, Health, Phase, Reach, ReachState, RepoStatus, StrictRetry, Terminal, TerminalReason,
 };
 
 pub fn phase_from_api(p: &RepositoryPhase) -> Option<Phase> {
@@ -158,8 +159,8 @@ pub fn from_pure(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conditions::CondStatus;
     use crate::conditions::ktime;
-    use crate::health::kstatus::CondStatus;
     use chrono::TimeZone;
 
     fn c(t: &'static str, s: CondStatus, r: &str) -> Cond {

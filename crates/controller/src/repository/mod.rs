@@ -5,7 +5,6 @@ pub mod apply;
 pub mod catalog;
 pub mod convert;
 pub mod endpoint;
-pub mod mounts;
 pub mod next;
 pub mod observe;
 pub mod pins;
@@ -14,100 +13,18 @@ pub mod validate;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use kopiur_api::repository::{RepositoryCommonSpec, RepositoryStatus};
-use kopiur_api::{ClusterRepository, Repository};
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
-use kube::{Api, Client, Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use crate::error::Error;
 use crate::health::RepoKind;
 use crate::metrics::labels::{KindLabels, RepoOutcomeLabels};
 
-/// What the reconciler needs from either kind.
-pub trait RepoObject:
-    Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Serialize + Send + Sync + 'static
-{
-    const KIND: RepoKind;
-    fn common(&self) -> &RepositoryCommonSpec;
-    fn status_common(&self) -> Option<&RepositoryStatus>;
-    /// Where its Jobs, result ConfigMaps and (defaulted) Secret references live.
-    fn home_namespace(&self, operator_ns: &str) -> String;
-    fn api(client: Client, obj: &Self) -> Api<Self>;
-    /// The `status` object to write, given the common part.
-    fn status_value(&self, common: RepositoryStatus) -> serde_json::Value;
-    fn job_base_name(&self) -> String;
-    /// A ClusterRepository's tenancy gate (where its discovered Snapshots may go).
-    fn allowed_namespaces(&self) -> Option<&kopiur_api::cluster_repository::AllowedNamespaces> {
-        None
-    }
-}
+use crate::context::Context;
+use crate::repo_view::RepoObject;
 
-impl RepoObject for Repository {
-    const KIND: RepoKind = RepoKind::Repository;
-    fn common(&self) -> &RepositoryCommonSpec {
-        &self.spec.common
-    }
-    fn status_common(&self) -> Option<&RepositoryStatus> {
-        self.status.as_ref()
-    }
-    fn home_namespace(&self, _operator_ns: &str) -> String {
-        self.namespace().unwrap_or_default()
-    }
-    fn api(client: Client, obj: &Self) -> Api<Self> {
-        Api::namespaced(client, &obj.namespace().unwrap_or_default())
-    }
-    fn status_value(&self, common: RepositoryStatus) -> serde_json::Value {
-        serde_json::to_value(common).unwrap_or_default()
-    }
-    fn job_base_name(&self) -> String {
-        format!("{}-discovery", self.name_any())
-    }
-}
-
-impl RepoObject for ClusterRepository {
-    const KIND: RepoKind = RepoKind::ClusterRepository;
-    fn common(&self) -> &RepositoryCommonSpec {
-        &self.spec.common
-    }
-    fn status_common(&self) -> Option<&RepositoryStatus> {
-        self.status.as_ref().map(|s| &s.common)
-    }
-    fn home_namespace(&self, operator_ns: &str) -> String {
-        operator_ns.to_string()
-    }
-    fn api(client: Client, _obj: &Self) -> Api<Self> {
-        Api::all(client)
-    }
-    fn status_value(&self, common: RepositoryStatus) -> serde_json::Value {
-        let mut v = serde_json::to_value(common).unwrap_or_default();
-        let allowed = &self.spec.allowed_namespaces;
-        if let Some(m) = v.as_object_mut() {
-            m.insert("allowedNamespacesSummary".into(), allowed.summary().into());
-            match allowed {
-                kopiur_api::cluster_repository::AllowedNamespaces::List(l) => {
-                    m.insert("allowedNamespaceCount".into(), (l.len() as i64).into());
-                }
-                kopiur_api::cluster_repository::AllowedNamespaces::All(_)
-                | kopiur_api::cluster_repository::AllowedNamespaces::Selector(_) => {}
-            }
-        }
-        v
-    }
-    fn job_base_name(&self) -> String {
-        format!("crepo-{}-discovery", self.name_any())
-    }
-    fn allowed_namespaces(&self) -> Option<&kopiur_api::cluster_repository::AllowedNamespaces> {
-        Some(&self.spec.allowed_namespaces)
-    }
-}
-
-/// The Repository and ClusterRepository reconcilers run on the one crate context.
-pub type Ctx = crate::context::Context;
-
-pub async fn reconcile<K: RepoObject>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+pub async fn reconcile<K: RepoObject>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = std::time::Instant::now();
     let kind = K::KIND.as_str();
     ctx.metrics.reconciliations.inc(KindLabels { kind });
@@ -116,7 +33,7 @@ pub async fn reconcile<K: RepoObject>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Acti
     res
 }
 
-async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Action, Error> {
+async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Context) -> Result<Action, Error> {
     if obj.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -143,7 +60,7 @@ async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Action, Er
     let mut decision = crate::health::plan(&facts, now);
     let spent = crate::health::plan::spend_return(&facts.endpoint, &decision);
     decision.conditions.extend(next.advisory_condition());
-    if let mounts::CaState::Missing { message } = &ca {
+    if let crate::mounts::CaState::Missing { message } = &ca {
         missing_ca_bundle(&mut decision, message);
     }
     let cat = catalog::step(obj, ctx, &facts, &mut decision, listing, now).await;
@@ -190,7 +107,7 @@ fn maintainers_of<K: RepoObject>(store: &Store<kopiur_api::Maintenance>, obj: &K
 /// no credential version, so the breaker launched nothing; say why, Stalled, and look again
 /// soon (the ConfigMap is read on every reconcile, so creating it heals within the requeue).
 fn missing_ca_bundle(d: &mut crate::health::Decision, message: &str) {
-    use crate::health::kstatus::{Cond, CondStatus};
+    use crate::conditions::{Cond, CondStatus};
     use kopiur_api::names::reason::MISSING_CA_BUNDLE;
     let set = |type_: &'static str, status: CondStatus, msg: &str| Cond {
         type_,
@@ -198,7 +115,7 @@ fn missing_ca_bundle(d: &mut crate::health::Decision, message: &str) {
         reason: MISSING_CA_BUNDLE.to_string(),
         message: msg.to_string(),
     };
-    let mut out: Vec<crate::health::kstatus::Cond> = Vec::with_capacity(d.conditions.len());
+    let mut out: Vec<crate::conditions::Cond> = Vec::with_capacity(d.conditions.len());
     for c in d.conditions.drain(..) {
         out.push(match CaOverride::of(c.type_) {
             Some(CaOverride::Ready) => set("Ready", CondStatus::False, message),
@@ -243,7 +160,7 @@ impl CaOverride {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::kstatus::{Cond, CondStatus};
+    use crate::conditions::{Cond, CondStatus};
 
     fn c(type_: &'static str, status: CondStatus, reason: &str) -> Cond {
         Cond { type_, status, reason: reason.into(), message: "m".into() }

@@ -16,9 +16,11 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 
-use super::{Ctx, Error, RepoObject};
+use crate::conditions::Cond;
+use crate::context::Context;
+use crate::error::Error;
 use crate::features::{self, FEATURE_NOT_IMPLEMENTED, FEATURES_IGNORED, NextFields};
-use crate::health::kstatus::Cond;
+use crate::repo_view::RepoObject;
 
 /// The [next] fields of either kind.
 pub fn next_fields<K: RepoObject>(obj: &K) -> NextFields {
@@ -73,7 +75,7 @@ pub fn refusal<K: RepoObject>(obj: &K, operator_ns: &str, next: &NextFields) -> 
 /// one status write (phase Pending, Stalled with that reason, `RepositoryWritable` kept in step
 /// with `spec.mode`, nothing else touched), one Warning Event per generation, no Job. `None`
 /// when nothing refuses.
-pub async fn refuse<K: RepoObject>(obj: &K, ctx: &Ctx, next: &NextFields) -> Result<Option<Action>, Error> {
+pub async fn refuse<K: RepoObject>(obj: &K, ctx: &Context, next: &NextFields) -> Result<Option<Action>, Error> {
     let Some((reason, message)) = refusal(obj, &ctx.config.namespace, next) else {
         return Ok(None);
     };
@@ -113,7 +115,7 @@ fn stalled(reason: &str, message: &str) -> Vec<Cond> {
 
 /// The Warning Event for advisory fields, once per generation (decided on the status read
 /// before this reconcile's write).
-pub async fn warn_ignored<K: RepoObject>(obj: &K, ctx: &Ctx, next: &NextFields) {
+pub async fn warn_ignored<K: RepoObject>(obj: &K, ctx: &Context, next: &NextFields) {
     let generation = obj.meta().generation.unwrap_or(0);
     let stored = obj.status_common().map(|s| s.conditions.as_slice()).unwrap_or_default();
     if let Some(note) = next.advisory_event(stored, generation) {
@@ -121,7 +123,7 @@ pub async fn warn_ignored<K: RepoObject>(obj: &K, ctx: &Ctx, next: &NextFields) 
     }
 }
 
-async fn publish<K: RepoObject>(obj: &K, ctx: &Ctx, reason: &str, note: &str) {
+async fn publish<K: RepoObject>(obj: &K, ctx: &Context, reason: &str, note: &str) {
     let ev = Event {
         type_: EventType::Warning,
         reason: reason.to_string(),

@@ -7,16 +7,18 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kopiur_api::names::annotation;
 use kopiur_api::repository::RepositoryMode;
 use kopiur_api::shared::Backend;
+use kopiur_kopia::classify::ErrorClass;
 use kopiur_mover::result::{BootstrapOutcome, BootstrapResult};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
-use super::{Ctx, Error, RepoObject};
+use crate::context::Context;
+use crate::error::Error;
 use crate::health::{
-    ConnectKind, ConnectResult, ErrorClass, JobFacts, JobState, ProbeSettings, ProbeTrigger, RepoFacts, RepoIdentity,
-    SpecFacts,
+    ConnectKind, ConnectResult, JobFacts, JobState, ProbeSettings, ProbeTrigger, RepoFacts, RepoIdentity, SpecFacts,
 };
+use crate::repo_view::{RepoObject, secret_names};
 
 /// Annotations the controller writes on its own bootstrap Jobs.
 pub const ANN_CREDENTIAL_VERSION: &str = "kopiur.home-operations.com/credential-version";
@@ -61,24 +63,6 @@ pub fn target(backend: &Backend) -> String {
     }
 }
 
-/// The Secrets a repository's Jobs read: the password Secret, then the backend auth Secret.
-pub fn secret_names<K: RepoObject>(obj: &K) -> (String, Option<String>) {
-    let c = obj.common();
-    let pw = c.encryption.password_secret_ref.name.clone();
-    let auth = match &c.backend {
-        Backend::S3(s) => s.auth.as_ref().and_then(|a| a.secret_ref.as_ref()).map(|r| r.name.clone()),
-        Backend::Filesystem(_)
-        | Backend::Azure(_)
-        | Backend::Gcs(_)
-        | Backend::B2(_)
-        | Backend::Sftp(_)
-        | Backend::WebDav(_)
-        | Backend::Rclone(_)
-        | Backend::Gdrive(_) => None,
-    };
-    (pw, auth)
-}
-
 fn secret_rv(
     store: &kube::runtime::reflector::Store<PartialObjectMeta<Secret>>,
     ns: &str,
@@ -88,7 +72,7 @@ fn secret_rv(
 }
 
 /// `"<pwRV>/<authRV>"`, or None while a referenced Secret is missing.
-pub fn credential_version<K: RepoObject>(obj: &K, ctx: &Ctx) -> Option<String> {
+pub fn credential_version<K: RepoObject>(obj: &K, ctx: &Context) -> Option<String> {
     let ns = obj.home_namespace(&ctx.config.namespace);
     let (pw, auth) = secret_names(obj);
     let pw_rv = secret_rv(&ctx.stores.secrets, &ns, &pw)?;
@@ -144,7 +128,7 @@ pub fn measured_seconds(r: &BootstrapResult, job_uid: &str) -> Option<i64> {
     (s.is_finite() && s >= 0.0).then(|| (s.ceil() as i64).max(1))
 }
 
-async fn read_result(ctx: &Ctx, ns: &str, job: &str) -> Result<Option<BootstrapResult>, Error> {
+async fn read_result(ctx: &Context, ns: &str, job: &str) -> Result<Option<BootstrapResult>, Error> {
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     let Some(cm) = api.get_opt(&result_configmap_name(job)).await.step("read connect result ConfigMap")? else {
         return Ok(None);
@@ -153,14 +137,14 @@ async fn read_result(ctx: &Ctx, ns: &str, job: &str) -> Result<Option<BootstrapR
     Ok(serde_json::from_str(text).ok())
 }
 
-pub async fn job_facts<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Option<JobFacts>, Error> {
+pub async fn job_facts<K: RepoObject>(obj: &K, ctx: &Context) -> Result<Option<JobFacts>, Error> {
     Ok(job_observation(obj, ctx).await?.0)
 }
 
 /// The Job's facts, plus its catalog listing when the Job lists and is folded now.
 pub async fn job_observation<K: RepoObject>(
     obj: &K,
-    ctx: &Ctx,
+    ctx: &Context,
 ) -> Result<(Option<JobFacts>, Option<CatalogListing>), Error> {
     let ns = obj.home_namespace(&ctx.config.namespace);
     let name = job_name(obj);
@@ -242,12 +226,12 @@ pub fn spec_facts<K: RepoObject>(obj: &K) -> SpecFacts {
     }
 }
 
-pub async fn facts<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<RepoFacts, Error> {
+pub async fn facts<K: RepoObject>(obj: &K, ctx: &Context) -> Result<RepoFacts, Error> {
     Ok(observe(obj, ctx).await?.0)
 }
 
 /// The breaker's facts plus the catalog listing of a Job folded in this reconcile.
-pub async fn observe<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<(RepoFacts, Option<CatalogListing>), Error> {
+pub async fn observe<K: RepoObject>(obj: &K, ctx: &Context) -> Result<(RepoFacts, Option<CatalogListing>), Error> {
     let (facts, listing, _) = observe_with_ca(obj, ctx).await?;
     Ok((facts, listing))
 }
@@ -257,22 +241,22 @@ pub async fn observe<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<(RepoFacts, Op
 /// Secret, and a changed one reconnects strictly.
 pub async fn observe_with_ca<K: RepoObject>(
     obj: &K,
-    ctx: &Ctx,
-) -> Result<(RepoFacts, Option<CatalogListing>, super::mounts::CaState), Error> {
+    ctx: &Context,
+) -> Result<(RepoFacts, Option<CatalogListing>, crate::mounts::CaState), Error> {
     let ns = obj.home_namespace(&ctx.config.namespace);
-    let ca = super::mounts::ca_state(&ctx.client, &ns, &obj.common().backend).await.step("read CA bundle")?;
+    let ca = crate::mounts::ca_state(&ctx.client, &ns, &obj.common().backend).await.step("read CA bundle")?;
     let (mut facts, listing) = observe_inner(obj, ctx).await?;
     match &ca {
-        super::mounts::CaState::NotConfigured => {}
-        super::mounts::CaState::Present { resource_version } => {
+        crate::mounts::CaState::NotConfigured => {}
+        crate::mounts::CaState::Present { resource_version } => {
             facts.credential_version = facts.credential_version.map(|v| format!("{v}/ca:{resource_version}"));
         }
-        super::mounts::CaState::Missing { .. } => facts.credential_version = None,
+        crate::mounts::CaState::Missing { .. } => facts.credential_version = None,
     }
     Ok((facts, listing, ca))
 }
 
-async fn observe_inner<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<(RepoFacts, Option<CatalogListing>), Error> {
+async fn observe_inner<K: RepoObject>(obj: &K, ctx: &Context) -> Result<(RepoFacts, Option<CatalogListing>), Error> {
     let uid = obj.meta().uid.clone().unwrap_or_default();
     let ann = obj.annotations();
     let (job, listing) = job_observation(obj, ctx).await?;

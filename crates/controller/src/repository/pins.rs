@@ -16,8 +16,10 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event as KEvent, EventType as KEventType};
 use serde::{Deserialize, Serialize};
 
-use super::{Ctx, Error, RepoObject};
+use crate::context::Context;
 use crate::deletion::digest::sha256_hex;
+use crate::error::Error;
+use crate::repo_view::RepoObject;
 
 /// The ConfigMap in the operator namespace.
 pub const LEDGER: &str = "kopiur-repository-pins";
@@ -78,17 +80,17 @@ pub fn effective(status_pin: Option<&str>, recorded: Option<&str>) -> Effective 
 
 /// The process's view of the ledger (`Context::pins`). Only the leader writes the ledger, so a
 /// value read or written in this process stays true.
-fn cached(ctx: &Ctx, key: &str) -> Option<Option<String>> {
+fn cached(ctx: &Context, key: &str) -> Option<Option<String>> {
     ctx.pins.lock().ok().and_then(|m| m.get(key).cloned())
 }
 
-fn remember(ctx: &Ctx, key: &str, pin: Option<String>) {
+fn remember(ctx: &Context, key: &str, pin: Option<String>) {
     if let Ok(mut m) = ctx.pins.lock() {
         m.insert(key.to_string(), pin);
     }
 }
 
-fn api(ctx: &Ctx) -> Api<ConfigMap> {
+fn api(ctx: &Context) -> Api<ConfigMap> {
     Api::namespaced(ctx.client.clone(), &ctx.config.namespace)
 }
 
@@ -101,7 +103,7 @@ fn describe<K: RepoObject>(obj: &K) -> String {
 
 /// The recorded pin for `obj`'s location (one GET per location per process; a read error is
 /// an error: deciding without the ledger could reopen the create gate).
-pub async fn recorded<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Option<String>, Error> {
+pub async fn recorded<K: RepoObject>(obj: &K, ctx: &Context) -> Result<Option<String>, Error> {
     let loc = location(&obj.common().backend, &obj.home_namespace(&ctx.config.namespace));
     let k = key(&loc);
     if let Some(v) = cached(ctx, &k) {
@@ -119,7 +121,7 @@ pub async fn recorded<K: RepoObject>(obj: &K, ctx: &Ctx) -> Result<Option<String
 
 /// Replace the facts' pin with the ledger's when they differ, with one Normal Event per
 /// restore naming both values.
-pub async fn restore<K: RepoObject>(obj: &K, ctx: &Ctx, status_pin: &mut Option<String>) -> Result<(), Error> {
+pub async fn restore<K: RepoObject>(obj: &K, ctx: &Context, status_pin: &mut Option<String>) -> Result<(), Error> {
     let recorded = recorded(obj, ctx).await?;
     if let Effective::Restored { pin, was } = effective(status_pin.as_deref(), recorded.as_deref()) {
         let note = match &was {
@@ -154,7 +156,7 @@ pub async fn restore<K: RepoObject>(obj: &K, ctx: &Ctx, status_pin: &mut Option<
 /// Record `pin` for `obj`'s location before a status write carries it: the ledger is always
 /// at least as new as any status. A failed write fails the reconcile (the status is not
 /// written either, and the next attempt tries again).
-pub async fn record<K: RepoObject>(obj: &K, ctx: &Ctx, pin: Option<&str>) -> Result<(), Error> {
+pub async fn record<K: RepoObject>(obj: &K, ctx: &Context, pin: Option<&str>) -> Result<(), Error> {
     let Some(pin) = pin.filter(|p| !p.is_empty()) else { return Ok(()) };
     let loc = location(&obj.common().backend, &obj.home_namespace(&ctx.config.namespace));
     let k = key(&loc);

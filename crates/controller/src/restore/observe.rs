@@ -15,9 +15,10 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::plan::{Candidate, Credentials, Referent, RestoreFacts, TargetState};
 use super::reconcile::CREATED_BY;
+use crate::context::Context;
 use crate::error::{ApiStep, Error};
 use crate::mover_settings::{MoverFacts, MoverSettings, Refusal};
-use crate::snapshot::ctx::{PipelineCtx, RepoView};
+use crate::repo_view::RepoView;
 
 /// What one reconcile read: the plan's [`RestoreFacts`], and what applying its steps needs.
 pub(super) struct Observed {
@@ -58,7 +59,7 @@ fn launchable(restore: &Restore, job: Option<&Arc<Job>>) -> bool {
     matches!(phase, None | Some(RestorePhase::Pending | RestorePhase::Resolving)) && job.is_none()
 }
 
-pub(super) async fn observe(ctx: &PipelineCtx, restore: &Restore, now: DateTime<Utc>) -> Result<Observed, Error> {
+pub(super) async fn observe(ctx: &Context, restore: &Restore, now: DateTime<Utc>) -> Result<Observed, Error> {
     let ns = restore.namespace().unwrap_or_default();
     let status = restore.status.clone().unwrap_or_default();
     // Another namespace's data needs its grant; until then nothing there is looked up.
@@ -165,7 +166,7 @@ pub(super) async fn observe(ctx: &PipelineCtx, restore: &Restore, now: DateTime<
 /// or a filesystem repository whose PVC lives in another namespace
 /// (`RepositoryVolumeNotInNamespace`).
 fn mover_refused(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     restore: &Restore,
     repo: Option<&RepoView>,
     settings: Option<&Result<MoverSettings, Refusal>>,
@@ -178,13 +179,13 @@ fn mover_refused(
         .or_else(|| {
             let rv = repo?;
             let home = rv.home_namespace(&ctx.config.namespace);
-            let r = crate::repository::mounts::for_job(&rv.common().backend, &home, &ns).err()?.refusal();
+            let r = crate::mounts::for_job(&rv.common().backend, &home, &ns).err()?.refusal();
             Some((r.reason, r.message))
         })
 }
 
 /// ReferentAvailable (docs/design/api-contract.md §9): the object the source names, from the stores.
-fn referent(ctx: &PipelineCtx, restore: &Restore, ns: &str) -> Referent {
+fn referent(ctx: &Context, restore: &Restore, ns: &str) -> Referent {
     match &restore.spec.source {
         RestoreSource::SnapshotRef(o) => {
             let sns = o.namespace.clone().unwrap_or_else(|| ns.to_string());
@@ -207,7 +208,7 @@ fn referent(ctx: &PipelineCtx, restore: &Restore, ns: &str) -> Referent {
 }
 
 /// The candidate the source resolves to, with the Snapshot row it came from.
-fn candidate(ctx: &PipelineCtx, restore: &Restore, ns: &str) -> (Candidate, Option<Arc<Snapshot>>) {
+fn candidate(ctx: &Context, restore: &Restore, ns: &str) -> (Candidate, Option<Arc<Snapshot>>) {
     match &restore.spec.source {
         RestoreSource::SnapshotRef(o) => {
             let sns = o.namespace.clone().unwrap_or_else(|| ns.to_string());
@@ -246,7 +247,7 @@ fn candidate(ctx: &PipelineCtx, restore: &Restore, ns: &str) -> (Candidate, Opti
 /// The newest Snapshot of a policy that owns a manifest, at or before `as_of`, skipping
 /// `offset` newer ones.
 fn from_policy(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     ns: &str,
     name: &str,
     as_of: Option<DateTime<Utc>>,
@@ -279,7 +280,7 @@ fn from_policy(
 /// The repository: the pinned one, else the spec's, else the source row's, else (no row yet)
 /// the policy's, which is the one the Restore waits on.
 fn repository_ref(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     restore: &Restore,
     ns: &str,
     source_snapshot: Option<&Arc<Snapshot>>,
@@ -307,7 +308,7 @@ fn repository_ref(
 }
 
 /// The target PVC: to create, ours, someone else's, or missing.
-fn target_state(ctx: &PipelineCtx, restore: &Restore) -> TargetState {
+fn target_state(ctx: &Context, restore: &Restore) -> TargetState {
     let ns = restore.namespace().unwrap_or_default();
     let uid = restore.uid().unwrap_or_default();
     match (&restore.spec.target, target_name(restore)) {
@@ -334,7 +335,7 @@ fn target_state(ctx: &PipelineCtx, restore: &Restore) -> TargetState {
 
 /// The restore Job (owned by this Restore), from the store; while Restoring and absent from
 /// the store, read from the API (a lagging store must not read as a lost Job).
-async fn job(ctx: &PipelineCtx, restore: &Restore) -> Result<(String, Option<Arc<Job>>), Error> {
+async fn job(ctx: &Context, restore: &Restore) -> Result<(String, Option<Arc<Job>>), Error> {
     let ns = restore.namespace().unwrap_or_default();
     let uid = restore.uid().unwrap_or_default();
     let job_name = kopiur_mover::job::job_name(&format!("{}-restore", restore.name_any()));
@@ -359,7 +360,7 @@ async fn job(ctx: &PipelineCtx, restore: &Restore) -> Result<(String, Option<Arc
 /// a launch is possible) and the settings they resolve to; privileged settings read the
 /// namespace's opt-in only when they ask for it.
 async fn mover(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     restore: &Restore,
     rv: &RepoView,
     look: bool,
@@ -406,7 +407,7 @@ async fn mover(
 }
 
 /// The credentials the Job would read (docs/design/mover.md §1.2), while a launch is possible.
-async fn credentials(ctx: &PipelineCtx, ns: &str, rv: &RepoView) -> Credentials {
+async fn credentials(ctx: &Context, ns: &str, rv: &RepoView) -> Credentials {
     let pw = &rv.common().encryption.password_secret_ref;
     let (pw_name, key) = (pw.name.clone(), pw.resolved_key().to_string());
     let missing = ctx.missing_secrets(ns, &rv.secret_names());
@@ -414,12 +415,11 @@ async fn credentials(ctx: &PipelineCtx, ns: &str, rv: &RepoView) -> Credentials 
     match Credentials::observe(missing, (&pw_name, &key), has_key) {
         // The CA bundle the Job mounts from this namespace (docs/design/api-contract.md §7.4, MissingCaBundle);
         // an unreadable ConfigMap refuses nothing on a guess.
-        Credentials::Found => match crate::repository::mounts::ca_state(&ctx.client, ns, &rv.common().backend).await {
-            Ok(crate::repository::mounts::CaState::Missing { message }) => Credentials::MissingCaBundle { message },
-            Ok(
-                crate::repository::mounts::CaState::NotConfigured | crate::repository::mounts::CaState::Present { .. },
-            )
-            | Err(_) => Credentials::Found,
+        Credentials::Found => match crate::mounts::ca_state(&ctx.client, ns, &rv.common().backend).await {
+            Ok(crate::mounts::CaState::Missing { message }) => Credentials::MissingCaBundle { message },
+            Ok(crate::mounts::CaState::NotConfigured | crate::mounts::CaState::Present { .. }) | Err(_) => {
+                Credentials::Found
+            }
         },
         c @ (Credentials::NotChecked
         | Credentials::MissingSecrets { .. }

@@ -7,10 +7,10 @@ use kopiur_api::shared::status::Failure;
 
 use super::plan_populate::{before_populate, populating};
 use super::populate::{Populate, Prime};
+use crate::conditions::{Cond, CondStatus};
 use crate::gating::{Gate, Readiness};
-use crate::health::kstatus::{Cond, CondStatus};
 use crate::run_job::{JobFacts, JobState};
-pub use crate::wedged::Verdict;
+use crate::wedged::Verdict;
 
 /// How soon an active restore Job is looked at again by default.
 pub const AWAIT_REQUEUE_SECONDS: i64 = 300;
@@ -250,7 +250,7 @@ pub(super) fn fail(
 ) -> RestoreDecision {
     let mut d = decision(RestorePhase::Failed, CondStatus::False, reason, message.clone());
     d.failure = Some(f.job.failure.clone().unwrap_or(Failure { message: Some(message), ..Failure::default() }));
-    d.nudge = nudge && crate::snapshot::plan::nudge_due(f.reverify_requested_at, now);
+    d.nudge = nudge && crate::repo_view::nudge_due(f.reverify_requested_at, now);
     d
 }
 

@@ -204,7 +204,7 @@ pub fn prime_claim(restore: &Restore, claim: &PersistentVolumeClaim) -> Persiste
             namespace: claim.namespace(),
             annotations: Some(annotations),
             labels: Some(labels),
-            owner_references: Some(vec![crate::snapshot::job::owner_of(restore)]),
+            owner_references: Some(vec![crate::mover_job::owner_of(restore)]),
             ..Default::default()
         },
         spec: Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {

@@ -21,15 +21,16 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::observe::{Observed, observe, target_name};
 use super::plan::{Candidate, Step, TargetState, plan};
+use crate::context::Context;
 use crate::error::Error;
 use crate::metrics::labels::KindLabels;
-use crate::snapshot::ctx::{PipelineCtx, RepoView};
-use crate::snapshot::job::owner_of;
+use crate::mover_job::owner_of;
+use crate::repo_view::RepoView;
 
 /// Annotation on a PVC this Restore created (its uid), so a rerun recognizes its own target.
 pub const CREATED_BY: &str = "kopiur.home-operations.com/restore-uid";
 
-pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<PipelineCtx>) -> Result<Action, Error> {
+pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconciliations.inc(KindLabels { kind: "Restore" });
     if restore.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -138,7 +139,7 @@ fn pinned(obs: &Observed, resolution: Resolution, now: DateTime<Utc>) -> Restore
 /// The plan's steps, in order: pin, complete with nothing to restore, create the target PVC,
 /// launch the Job (idempotent by name).
 async fn apply_steps(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     restore: &Restore,
     obs: &Observed,
     steps: &[Step],
@@ -191,12 +192,7 @@ async fn apply_steps(
 
 /// An Event on a populate's claim saying where its data stands: waiting (and on what),
 /// populating, bound, or failed; once per claim and reason in this process.
-async fn tell_claim(
-    ctx: &PipelineCtx,
-    restore: &Restore,
-    claim: &PersistentVolumeClaim,
-    d: &super::plan::RestoreDecision,
-) {
+async fn tell_claim(ctx: &Context, restore: &Restore, claim: &PersistentVolumeClaim, d: &super::plan::RestoreDecision) {
     let Some(ready) = d.conditions.iter().find(|c| c.type_ == "Ready") else { return };
     let uid = claim.uid().unwrap_or_default();
     let first = ctx.populate_told.lock().map(|mut m| m.insert(uid, ready.reason.clone()) != Some(ready.reason.clone()));
@@ -245,7 +241,7 @@ fn populate_outcome(
     }
 }
 
-async fn create_pvc(ctx: &PipelineCtx, restore: &Restore) -> Result<(), Error> {
+async fn create_pvc(ctx: &Context, restore: &Restore) -> Result<(), Error> {
     let RestoreTarget::Pvc(p) = &restore.spec.target else { return Ok(()) };
     let ns = restore.namespace().unwrap_or_default();
     let modes: Vec<String> = p.access_modes.iter().map(|m| format!("{m:?}")).collect();
@@ -274,8 +270,7 @@ fn restore_job(
     target: &str,
 ) -> Result<Job, Error> {
     let ns = restore.namespace().unwrap_or_default();
-    let mounts =
-        crate::repository::mounts::for_job(&repo.common().backend, &repo.home_namespace(&config.namespace), &ns)?;
+    let mounts = crate::mounts::for_job(&repo.common().backend, &repo.home_namespace(&config.namespace), &ns)?;
     let target = target.to_string();
     let o = restore.spec.options.clone().unwrap_or_default();
     let (snapshot_id, resolve) = match (&restore.spec.source, pinned.and_then(|p| p.kopia_snapshot_id.clone())) {
@@ -338,7 +333,7 @@ fn restore_job(
             controller_completes: matches!(restore.spec.target, RestoreTarget::Populator(_)),
         }),
     };
-    let ((pw, key), env_from) = crate::snapshot::job::secrets(repo);
+    let ((pw, key), env_from) = crate::mover_job::secrets(repo);
     let input = JobInput {
         restore: Some(PvcMount { claim_name: target, mount_path: RESTORE_MOUNT.into(), read_only: false }),
         ..crate::mover_job::input(

@@ -14,8 +14,8 @@ use kopiur_api::shared::RepositoryKind;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
+use crate::context::Context;
 use crate::gating::annotation_grants;
-use crate::snapshot::ctx::PipelineCtx;
 
 /// Where a grant may sit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,7 +86,7 @@ pub fn refusal<'a>(restore: &'a Restore, annotation: impl Fn(Site<'a>) -> Option
 }
 
 /// [`refusal`] over the controller's stores.
-pub fn check(ctx: &PipelineCtx, restore: &Restore) -> Option<String> {
+pub fn check(ctx: &Context, restore: &Restore) -> Option<String> {
     refusal(restore, |site| match site {
         Site::Namespace(n) => ctx.stores.namespaces.get(&ObjectRef::new(n)).and_then(|o| value(o.annotations())),
         Site::Snapshot { namespace, name } => {

@@ -14,7 +14,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::ctx::PipelineCtx;
+use crate::context::Context;
 use crate::deletion::batch::JobPhase;
 
 /// The outcomes recorded on a failed batch Job; empty for any other Job or when none was read.
@@ -41,7 +41,7 @@ pub fn message_of(job_uid: &str, pods: &[Pod]) -> Option<String> {
 /// Reads the failed Job's Pods and records what they said on the Job. `Ok(true)` when an
 /// answer was recorded; `Ok(false)` when there is none (no Pod left, no batch message): its
 /// members are then simply batched again.
-pub async fn record(ctx: &PipelineCtx, job: &Job, members: &[String]) -> Result<bool, kube::Error> {
+pub async fn record(ctx: &Context, job: &Job, members: &[String]) -> Result<bool, kube::Error> {
     let (Some(ns), Some(uid)) = (job.namespace(), job.uid()) else { return Ok(false) };
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let lp = ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={uid}"));

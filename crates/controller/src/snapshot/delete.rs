@@ -17,8 +17,9 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
-use super::ctx::{PipelineCtx, RepoView};
 use super::dispatch;
+use crate::conditions::{Cond, CondStatus};
+use crate::context::Context;
 use crate::deletion::batch::{self, MemberBatch};
 use crate::deletion::breaker::MemberBreaker;
 use crate::deletion::cascade::{self, LiveSchedule, Owner};
@@ -26,8 +27,8 @@ use crate::deletion::observe;
 use crate::deletion::plan::{self, SnapshotDeletionFacts};
 use crate::deletion::types::{EventType, Manifest, RepoPresence};
 use crate::error::{ApiStep, Error};
-use crate::health::kstatus::{Cond, CondStatus};
 use crate::metrics::labels::DeletionLabels;
+use crate::repo_view::RepoView;
 use kopiur_mover::batch_outcome::Refusal;
 
 /// Removes the cleanup finalizer. The release's Events are published only once the patch has
@@ -36,7 +37,7 @@ use kopiur_mover::batch_outcome::Refusal;
 /// `SnapshotRetainedOnScheduleDelete` per child).
 async fn release(
     snap: &Snapshot,
-    ctx: &PipelineCtx,
+    ctx: &Context,
     outcome: &str,
     events: &[crate::deletion::types::PlannedEvent],
 ) -> Result<Action, Error> {
@@ -79,7 +80,7 @@ async fn owner(snap: &Snapshot, client: &kube::Client) -> Result<Owner, Error> {
 /// Asks for a catalog scan on the repository. Every cascade release re-stamps (one write per
 /// second at most: the value has second precision), so the last release of a wave is always
 /// covered by a scan that starts after it; the repository coalesces the scans themselves.
-async fn request_catalog_scan(ctx: &PipelineCtx, repo: &RepoView, now: DateTime<Utc>) {
+async fn request_catalog_scan(ctx: &Context, repo: &RepoView, now: DateTime<Utc>) {
     let value = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let current = repo.meta().annotations.as_ref().and_then(|a| a.get(annotation::CATALOG_SCAN_REQUESTED_AT));
     if current == Some(&value) {
@@ -125,7 +126,7 @@ pub fn deleting_trio(held: bool, ready: Cond) -> [Cond; 3] {
     ]
 }
 
-pub async fn reconcile_deletion(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Result<Action, Error> {
+pub async fn reconcile_deletion(snap: &Snapshot, ctx: &Context, now: DateTime<Utc>) -> Result<Action, Error> {
     super::stage::release_on_delete(ctx, snap).await?;
     if !observe::finalizer_present(snap) {
         return Ok(Action::await_change());
@@ -215,7 +216,7 @@ struct DeletionObserved {
 /// breaker, the owner (a live schedule GET, only for an external deletion of a known manifest),
 /// the namespace's state, and the records on the Snapshot.
 async fn deletion_facts(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     snap: &Snapshot,
     deletion_timestamp: DateTime<Utc>,
     now: DateTime<Utc>,
@@ -331,7 +332,7 @@ fn deleting_conditions(p: &plan::DeletionPlan, tenancy_denied: Option<String>, r
 /// human can do. The Warning is published once, when the condition turns True.
 async fn refuse(
     snap: &Snapshot,
-    ctx: &PipelineCtx,
+    ctx: &Context,
     job: &str,
     reason: Refusal,
     now: DateTime<Utc>,

@@ -16,14 +16,15 @@ use kube::api::{DeleteParams, PropagationPolicy};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
-use super::ctx::{PipelineCtx, RepoView};
+use crate::conditions::{Cond, CondStatus};
+use crate::context::Context;
 use crate::deletion::batch::{self, BatchJob, BatchTuning, JobPhase, Reap, RepoQueue};
 use crate::deletion::breaker::{self, BreakerState, RepoDeletionFacts};
 use crate::deletion::fire_set::{self, FireCandidate, FireContext, ScheduleLink};
 use crate::deletion::{cascade, observe, types::RepoRef};
 use crate::error::{ApiStep, Error};
-use crate::health::kstatus::{Cond, CondStatus};
 use crate::metrics::labels::{DeletionFailureLabels, RepoLabels, RepoOutcomeLabels};
+use crate::repo_view::RepoView;
 
 /// The repository as the deletion core names it.
 pub fn repo_ref(repo: &RepoView) -> RepoRef {
@@ -34,7 +35,7 @@ pub fn repo_ref(repo: &RepoView) -> RepoRef {
 }
 
 fn status_common(repo: &RepoView) -> Option<&kopiur_api::repository::RepositoryStatus> {
-    use crate::repository::RepoObject;
+    use crate::repo_view::RepoObject;
     match repo {
         RepoView::Namespaced(r) => r.status_common(),
         RepoView::Cluster(c) => c.status_common(),
@@ -42,7 +43,7 @@ fn status_common(repo: &RepoView) -> Option<&kopiur_api::repository::RepositoryS
 }
 
 /// The repository uids an unpinned Snapshot could resolve to (its spec or policy).
-fn resolves(ctx: &PipelineCtx, s: &Snapshot) -> Vec<String> {
+fn resolves(ctx: &Context, s: &Snapshot) -> Vec<String> {
     let ns = s.namespace().unwrap_or_default();
     let policy = s.spec.policy_ref.as_ref().and_then(|pr| {
         let pns = pr.namespace.clone().unwrap_or_else(|| ns.clone());
@@ -58,19 +59,19 @@ fn resolves(ctx: &PipelineCtx, s: &Snapshot) -> Vec<String> {
     refs.iter().filter_map(|r| ctx.repository(&ns, r)).map(|r| r.uid()).collect()
 }
 
-fn policy_default(ctx: &PipelineCtx, s: &Snapshot) -> Option<kopiur_api::snapshot_policy::DeletionPolicy> {
+fn policy_default(ctx: &Context, s: &Snapshot) -> Option<kopiur_api::snapshot_policy::DeletionPolicy> {
     let pr = s.spec.policy_ref.as_ref()?;
     let ns = pr.namespace.clone().or_else(|| s.namespace()).unwrap_or_default();
     ctx.stores.policies.get(&ObjectRef::new(&pr.name).within(&ns)).map(|p| p.spec.default_deletion_policy)
 }
 
 /// Every Snapshot being deleted, from the store (every namespace).
-fn deleting(ctx: &PipelineCtx) -> Vec<Arc<Snapshot>> {
+fn deleting(ctx: &Context) -> Vec<Arc<Snapshot>> {
     ctx.stores.snapshots.state().into_iter().filter(|s| s.meta().deletion_timestamp.is_some()).collect()
 }
 
 /// The breaker for one repository, from one store snapshot.
-pub fn breaker_for(ctx: &PipelineCtx, repo: &RepoView, dels: &[Arc<Snapshot>], now: DateTime<Utc>) -> BreakerState {
+pub fn breaker_for(ctx: &Context, repo: &RepoView, dels: &[Arc<Snapshot>], now: DateTime<Utc>) -> BreakerState {
     let st = status_common(repo);
     let facts = RepoDeletionFacts {
         repo: repo_ref(repo),
@@ -89,7 +90,7 @@ pub fn breaker_for(ctx: &PipelineCtx, repo: &RepoView, dels: &[Arc<Snapshot>], n
 }
 
 /// Batch Jobs from the store (every repository, for the cluster-wide cap).
-pub fn batch_jobs(ctx: &PipelineCtx) -> Vec<(Arc<Job>, BatchJob)> {
+pub fn batch_jobs(ctx: &Context) -> Vec<(Arc<Job>, BatchJob)> {
     // Each known repository's home namespace, by uid: a batch Job counts only there.
     let mut homes: BTreeMap<String, String> = BTreeMap::new();
     for r in ctx.stores.repos.state() {
@@ -148,11 +149,11 @@ fn job_phase(job: &Job) -> JobPhase {
     JobPhase::Running
 }
 
-fn ns_terminating(ctx: &PipelineCtx, ns: &str) -> bool {
+fn ns_terminating(ctx: &Context, ns: &str) -> bool {
     ctx.stores.namespaces.get(&ObjectRef::new(ns)).is_some_and(|n| n.metadata.deletion_timestamp.is_some())
 }
 
-fn schedule_link(ctx: &PipelineCtx, s: &Snapshot, warm: bool) -> ScheduleLink {
+fn schedule_link(ctx: &Context, s: &Snapshot, warm: bool) -> ScheduleLink {
     let Some((name, uid)) = observe::schedule_owner(s) else { return ScheduleLink::NotScheduleOwned };
     if !warm {
         return ScheduleLink::OwnedStoreCold;
@@ -198,7 +199,7 @@ pub struct DispatchMemory {
 
 /// One pass over every repository. Returns Snapshots to enqueue.
 pub async fn pass(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     tuning: &BatchTuning,
     schedules_warm: bool,
     memory: &mut DispatchMemory,
@@ -286,7 +287,7 @@ pub async fn pass(
                     .await;
                     // No member was released; the repository re-probes sooner (behavior
                     // docs/design/repository-breaker.md §3.8, docs/design/mass-deletion.md §6.4). A batch Job reports no failure class: the probe decides.
-                    if crate::snapshot::plan::failure_nudge(true, false, None, repo.reverify_requested_at(), now)
+                    if crate::repo_view::failure_nudge(true, false, None, repo.reverify_requested_at(), now)
                         && let Err(e) = ctx.nudge(repo, now).await
                     {
                         tracing::warn!(repository = %rr.display(), error = %e, "stamping reverify-requested-at failed");
@@ -410,7 +411,7 @@ pub async fn pass(
     enqueue
 }
 
-fn backup_job_active(ctx: &PipelineCtx, s: &Snapshot) -> bool {
+fn backup_job_active(ctx: &Context, s: &Snapshot) -> bool {
     let name = kopiur_mover::job::job_name(&s.name_any());
     let job = ctx.stores.jobs.get(&ObjectRef::new(&name).within(&s.namespace().unwrap_or_default()));
     matches!(crate::run_job::job_state(job.as_deref()), crate::run_job::JobState::Active)
@@ -423,7 +424,7 @@ pub fn repo_object_ref(repo: &RepoView) -> k8s_openapi::api::core::v1::ObjectRef
     }
 }
 
-async fn create_batch(ctx: &PipelineCtx, repo: &RepoView, spec: &batch::BatchSpec) -> Result<(), Error> {
+async fn create_batch(ctx: &Context, repo: &RepoView, spec: &batch::BatchSpec) -> Result<(), Error> {
     let job = super::job::batch_delete_job(spec, repo, &ctx.config).map_err(|e| match e {
         super::job::BuildError::Refused(r) => Error::MoverRefused(r),
         e @ super::job::BuildError::TooLarge(_) => Error::WorkSpecTooLarge(e.to_string()),
@@ -440,7 +441,7 @@ async fn create_batch(ctx: &PipelineCtx, repo: &RepoView, spec: &batch::BatchSpe
 /// `status.deletionProtection` and `MassDeletionHeld`, written only when they change (and
 /// never on a repository that has never seen a deletion and holds nothing).
 async fn write_repo_status(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     repo: &RepoView,
     state: &BreakerState,
     now: DateTime<Utc>,
@@ -497,7 +498,7 @@ async fn write_repo_status(
 }
 
 /// The dispatcher task: a pass every two seconds or when a member asks for one.
-pub async fn run(ctx: Arc<PipelineCtx>, snap_tx: tokio::sync::mpsc::Sender<ObjectRef<Snapshot>>) {
+pub async fn run(ctx: Arc<Context>, snap_tx: tokio::sync::mpsc::Sender<ObjectRef<Snapshot>>) {
     let tuning = BatchTuning { global_cap: ctx.config.max_concurrent_delete_jobs, ..BatchTuning::default() };
     let mut memory = DispatchMemory::default();
     // The stores the passes read. Their flags wake every waiter (crate::synced); the guard only

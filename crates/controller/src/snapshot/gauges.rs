@@ -22,7 +22,7 @@ use kopiur_api::{ClusterRepository, Repository, Restore, Snapshot};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 
-use super::ctx::PipelineCtx;
+use crate::context::Context;
 use crate::metrics::Metrics;
 use crate::metrics::labels::{
     CompletionLabels, GatedLabels, PolicyRepoLabels, RepoLabels, RestoreLabels, SnapshotLabels, StagingLeftLabels,
@@ -297,7 +297,7 @@ pub fn live_phase<K: crate::resource_phase::Phased>(metrics: &Metrics, store: St
 }
 
 /// Recomputes the store-backed gauges every [`PERIOD`] for as long as the pipeline runs.
-pub async fn run(ctx: Arc<PipelineCtx>, restores: Store<Restore>) {
+pub async fn run(ctx: Arc<Context>, restores: Store<Restore>) {
     let (store, metrics) = (ctx.stores.snapshots.clone(), ctx.metrics.clone());
     // No wait for the store's first sync (the Controller's store may not signal it): the
     // gauges are recomputed from whatever it holds, and completions are told apart from

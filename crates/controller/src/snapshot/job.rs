@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kopiur_api::domain::identity::{resolve_identity, source_path};
 use kopiur_api::shared::status::ResolvedIdentity;
 use kopiur_api::snapshot_policy::{CopyMethod, DEFAULT_IGNORE_RULES, SourceKind};
@@ -14,10 +13,12 @@ use kopiur_mover::workspec::{
     DEFAULT_COMMAND_TIMEOUT_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DeleteMember, MAX_WORK_SPEC_BYTES, Operation,
     RepositoryInfo, SCHEMA_VERSION, SnapshotDeleteBatchOp, SnapshotOp, TargetRef, WorkSpec,
 };
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 
-use super::ctx::RepoView;
-use crate::repository::mounts::{BackendMounts, MountError};
+use crate::mounts::MountError;
+use crate::mover_job::BackendMounts;
+use crate::mover_job::{owner_of, secrets};
+use crate::repo_view::RepoView;
 
 /// What the policy resolves to for one Snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,29 +83,17 @@ pub fn recipe(snap: &Snapshot, policy: &SnapshotPolicy) -> Result<Recipe, String
     })
 }
 
-pub fn owner_of<K: Resource<DynamicType = ()>>(obj: &K) -> OwnerReference {
-    OwnerReference {
-        api_version: K::api_version(&()).to_string(),
-        kind: K::kind(&()).to_string(),
-        name: obj.meta().name.clone().unwrap_or_default(),
-        uid: obj.meta().uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(false),
-    }
-}
-
-/// The repository's backend mounts for a mover Job in `job_ns` (`crate::repository::mounts`).
+/// The repository's backend mounts for a mover Job in `job_ns` (`crate::mounts`).
 pub fn backend_mounts(
     repo: &RepoView,
     job_ns: &str,
     config: &crate::config::Config,
 ) -> Result<BackendMounts, BuildError> {
-    crate::repository::mounts::for_job(&repo.common().backend, &repo.home_namespace(&config.namespace), job_ns).map_err(
-        |e| match e {
-            MountError::Invalid(m) => BuildError::Invalid(m),
-            MountError::VolumeNotInNamespace { .. } => BuildError::Refused(e.refusal()),
-        },
-    )
+    crate::mounts::for_job(&repo.common().backend, &repo.home_namespace(&config.namespace), job_ns).map_err(|e| match e
+    {
+        MountError::Invalid(m) => BuildError::Invalid(m),
+        MountError::VolumeNotInNamespace { .. } => BuildError::Refused(e.refusal()),
+    })
 }
 
 pub(crate) fn repository_info(
@@ -123,21 +112,6 @@ pub(crate) fn repository_info(
         cache: CacheSizes::default(),
     })
 }
-
-/// Secrets the mover reads its credentials from: the password Secret and the backend's auth
-/// Secret, both by reference.
-pub(crate) fn secrets(repo: &RepoView) -> ((String, String), Vec<String>) {
-    let (pw, auth) = match repo {
-        RepoView::Namespaced(r) => crate::repository::observe::secret_names(r.as_ref()),
-        RepoView::Cluster(c) => crate::repository::observe::secret_names(c.as_ref()),
-    };
-    let key = repo.common().encryption.password_secret_ref.resolved_key().to_string();
-    let mut env_from = vec![pw.clone()];
-    env_from.extend(auth.filter(|a| *a != pw));
-    ((pw, key), env_from)
-}
-
-pub use crate::mover_job::{mover_env, mover_identity};
 
 pub struct Built {
     pub job: Job,

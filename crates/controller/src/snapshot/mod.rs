@@ -1,7 +1,6 @@
 //! Snapshot: one backup invocation. `plan` decides the run path, `reconcile` observes and
 //! applies it, `delete` runs the `snapshot-cleanup` finalizer, `job` builds the mover Jobs.
 mod batch_outcome;
-pub mod ctx;
 pub mod delete;
 pub mod dispatch;
 pub mod gauges;

@@ -14,11 +14,12 @@ use kopiur_api::{Snapshot, SnapshotPolicy};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
-use super::ctx::{PipelineCtx, RepoView};
 use super::job::{BuildError, Built, Recipe, backup_job, recipe};
 use super::plan::{PolicyState, PreflightState, RunFacts, SourceState, WorkSpecState};
-use super::reconcile::{origin, repository_ref};
+use crate::context::Context;
 use crate::error::{ApiStep, Error};
+use crate::labels::origin;
+use crate::repo_view::RepoView;
 
 /// What the run path read: the plan's [`RunFacts`], and what applying it needs.
 pub(super) struct RunObserved {
@@ -34,7 +35,7 @@ pub(super) struct RunObserved {
     pub job: Option<Arc<Job>>,
 }
 
-pub(super) async fn observe(ctx: &PipelineCtx, snap: &Snapshot, now: DateTime<Utc>) -> Result<RunObserved, Error> {
+pub(super) async fn observe(ctx: &Context, snap: &Snapshot, now: DateTime<Utc>) -> Result<RunObserved, Error> {
     let ns = snap.namespace().unwrap_or_default();
     let status = snap.status.clone().unwrap_or_default();
     let policy = policy_of(ctx, snap);
@@ -112,7 +113,7 @@ pub(super) async fn observe(ctx: &PipelineCtx, snap: &Snapshot, now: DateTime<Ut
 
 /// The backup Job (owned by this Snapshot), from the store; while Running and absent from
 /// the store, read from the API (the store may lag a Job just created).
-async fn job(ctx: &PipelineCtx, snap: &Snapshot) -> Result<(String, Option<Arc<Job>>), Error> {
+async fn job(ctx: &Context, snap: &Snapshot) -> Result<(String, Option<Arc<Job>>), Error> {
     let ns = snap.namespace().unwrap_or_default();
     let job_name = kopiur_mover::job::job_name(&snap.name_any());
     let mut job = ctx.stores.jobs.get(&ObjectRef::new(&job_name).within(&ns));
@@ -155,7 +156,7 @@ fn policy_state(snap: &Snapshot, policy: Option<&SnapshotPolicy>) -> PolicyState
 
 /// Whether the policy refuses every run: a gating [next] field, suspended, an identity
 /// collision, or a compressor kopia cannot write.
-fn policy_refused(ctx: &PipelineCtx, snap: &Snapshot, p: &SnapshotPolicy) -> bool {
+fn policy_refused(ctx: &Context, snap: &Snapshot, p: &SnapshotPolicy) -> bool {
     crate::features::snapshot_refusal(&snap.spec, &p.spec).is_err()
         || p.spec.suspend
         || crate::policy_rules::collision::collision(p, &ctx.stores.policies.state()).is_some()
@@ -166,7 +167,7 @@ fn policy_refused(ctx: &PipelineCtx, snap: &Snapshot, p: &SnapshotPolicy) -> boo
 /// a launch is possible; privileged settings read the namespace's opt-in only when they ask
 /// for it. A `Persistent` cache is one PVC per policy, reused by each of its backups.
 async fn build(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     snap: &Snapshot,
     p: &SnapshotPolicy,
     r: &Recipe,
@@ -187,7 +188,7 @@ async fn build(
     }
     mf.cache_claim = Some(crate::mover_settings::CacheClaim {
         name: crate::mover_settings::cache_claim_name(&p.name_any()),
-        owner: super::job::owner_of(p),
+        owner: crate::mover_job::owner_of(p),
     });
     use crate::mover_settings::PrivilegeVerdict;
     match backup_job(snap, p, r, rv, &ctx.config, &mf) {
@@ -210,7 +211,7 @@ async fn build(
 /// Whether the work spec can become a Job, and the policy-level refusals that park the run
 /// (the last that applies wins, as each overrides the one before).
 fn work_spec_state(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     snap: &Snapshot,
     policy: Option<&SnapshotPolicy>,
     built: Option<&Result<Built, BuildError>>,
@@ -270,7 +271,7 @@ fn work_spec_state(
     work_spec
 }
 
-fn policy_of(ctx: &PipelineCtx, snap: &Snapshot) -> Option<Arc<SnapshotPolicy>> {
+fn policy_of(ctx: &Context, snap: &Snapshot) -> Option<Arc<SnapshotPolicy>> {
     let pr = snap.spec.policy_ref.as_ref()?;
     let ns = pr.namespace.clone().or_else(|| snap.namespace()).unwrap_or_default();
     ctx.stores.policies.get(&ObjectRef::new(&pr.name).within(&ns))
@@ -279,7 +280,7 @@ fn policy_of(ctx: &PipelineCtx, snap: &Snapshot) -> Option<Arc<SnapshotPolicy>> 
 /// The policy's preflight checks, evaluated against the repository's status and its
 /// Maintenances from the stores, and the timeout (`spec.preflight.timeout`; zero = forever).
 fn preflight_facts(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     policy: Option<&SnapshotPolicy>,
     repo: Option<&RepoView>,
     now: DateTime<Utc>,
@@ -341,4 +342,16 @@ fn maintains(m: &kopiur_api::Maintenance, rv: &RepoView) -> bool {
             (RepositoryKind::Repository, RepoView::Cluster(_))
             | (RepositoryKind::ClusterRepository, RepoView::Namespaced(_)) => false,
         }
+}
+
+/// The repository a Snapshot targets: the pin, else `spec.repository`, else the policy's
+/// first repository.
+pub fn repository_ref(snap: &Snapshot, policy: Option<&SnapshotPolicy>) -> Option<RepositoryRef> {
+    if let Some(r) = snap.status.as_ref().and_then(|s| s.resolved.as_ref()).and_then(|r| r.repository.as_ref()) {
+        return Some(RepositoryRef { name: r.name.clone(), kind: r.kind, namespace: r.namespace.clone() });
+    }
+    if let Some(r) = &snap.spec.repository {
+        return Some(r.clone());
+    }
+    policy.and_then(|p| p.spec.target.repositories().first().map(|r| (*r).clone()))
 }

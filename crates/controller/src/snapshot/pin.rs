@@ -40,9 +40,10 @@ use kopiur_mover::workspec::{
 };
 use kube::{Resource, ResourceExt};
 
-use super::ctx::RepoView;
-use super::job::{BuildError, backend_mounts, owner_of, repository_info, secrets};
-use crate::health::kstatus::{Cond, CondStatus};
+use super::job::{BuildError, backend_mounts, repository_info};
+use crate::conditions::{Cond, CondStatus};
+use crate::mover_job::{owner_of, secrets};
+use crate::repo_view::RepoView;
 use crate::run_job::JobState;
 
 /// How often a pin parked at the repository gate is looked at again (the repository watch
@@ -230,13 +231,6 @@ pub fn plan(f: &PinFacts) -> PinDecision {
     d
 }
 
-/// Whether the Snapshot's pin is not in its desired state yet (the repository watch re-enqueues
-/// such Snapshots, like the ones parked before their backup).
-pub fn outstanding(snap: &Snapshot) -> bool {
-    let applied = snap.status.as_ref().and_then(|s| s.pinned).unwrap_or(false);
-    snap.meta().deletion_timestamp.is_none() && snap.spec.pin != applied
-}
-
 /// Writes the decision into the desired status: `pinned`, the `Pinned` condition (added,
 /// updated or removed), and a pin failure cleared once the pin succeeded.
 pub fn apply_to_status(next: &mut SnapshotStatus, d: &PinDecision, generation: i64, now: DateTime<Utc>) {
@@ -256,7 +250,7 @@ pub fn apply_to_status(next: &mut SnapshotStatus, d: &PinDecision, generation: i
 /// Observes the pin Job, plans, and runs the step (create or delete the Job). The caller
 /// writes the decision into the status it is about to write (`apply_to_status`).
 pub async fn reconcile(
-    ctx: &super::ctx::PipelineCtx,
+    ctx: &crate::context::Context,
     snap: &Snapshot,
     repo: Option<&RepoView>,
     gate: &crate::gating::Gate,

@@ -6,15 +6,14 @@ use kopiur_api::names::{condition, reason};
 use kopiur_api::shared::status::Failure;
 use kopiur_api::snapshot::SnapshotPhase;
 
+use crate::conditions::{Cond, CondStatus};
 use crate::gating::{Gate, Readiness};
-use crate::health::kstatus::{Cond, CondStatus};
+use crate::repo_view::{class_nudges, nudge_due};
 use crate::run_job::{JobFacts, JobState};
-pub use crate::wedged::Verdict;
+use crate::wedged::Verdict;
 
 /// How long a missing source PVC may park a Snapshot before it fails.
 pub const SOURCE_MISSING_DEADLINE_SECONDS: i64 = 1800;
-/// Minimum spacing of `reverify-requested-at` stamps by writers.
-pub const REVERIFY_SPACING_SECONDS: i64 = 60;
 /// A Job that completed without the mover's terminal PATCH becoming visible is given this long
 /// for the status event to arrive before it is declared lost.
 pub const RESULT_GRACE_SECONDS: i64 = 120;
@@ -193,33 +192,6 @@ impl RunDecision {
             release_started_at: None,
         }
     }
-}
-
-/// Whether a writer may stamp a new `reverify-requested-at` (spaced by 60 s).
-pub fn nudge_due(current: Option<DateTime<Utc>>, now: DateTime<Utc>) -> bool {
-    current.is_none_or(|t| now - t >= Duration::seconds(REVERIFY_SPACING_SECONDS))
-}
-
-/// Whether a mover failure of this kopia error class says anything about the backend: a file
-/// the mover may not read (`PermissionDenied`) is the source's business and a rejected
-/// certificate (`CertificateError`) is configuration a human fixes; neither nudges. An unknown
-/// class (a Job that reported none) nudges: the probe is the one sensor that decides.
-pub fn class_nudges(class: Option<&str>) -> bool {
-    !matches!(class, Some("PermissionDenied" | "CertificateError"))
-}
-
-/// Whether a recorded mover run stamps the reverify nudge on its repository (docs/design/repository-breaker.md §3.8,
-/// docs/design/repository-breaker.md §3.7.1), the same rule for backup, Maintenance and batch-delete Jobs: it failed, its
-/// pod was not wedged (a node problem, never the backend), its class is not local
-/// (`class_nudges`), and the last stamp is at least 60 s old.
-pub fn failure_nudge(
-    failed: bool,
-    wedged: bool,
-    class: Option<&str>,
-    current: Option<DateTime<Utc>>,
-    now: DateTime<Utc>,
-) -> bool {
-    failed && !wedged && class_nudges(class) && nudge_due(current, now)
 }
 
 /// The run path (spec order): discovered rows, finalizer, one-shot terminal heal, the Job in
@@ -688,18 +660,6 @@ mod tests {
         for class in ["RepositoryUnavailable", "AuthFailure", "Unknown"] {
             assert!(failed(class).nudge, "{class} nudges");
         }
-    }
-
-    #[test]
-    fn one_nudge_rule_for_every_mover_failure() {
-        let t = now();
-        assert!(failure_nudge(true, false, None, None, t), "a failure without a class nudges");
-        assert!(!failure_nudge(false, false, None, None, t), "a success never nudges");
-        assert!(!failure_nudge(true, true, None, None, t), "a wedged pod never nudges");
-        assert!(!failure_nudge(true, false, Some("PermissionDenied"), None, t));
-        assert!(!failure_nudge(true, false, Some("CertificateError"), None, t));
-        assert!(!failure_nudge(true, false, None, Some(t - Duration::seconds(59)), t), "spaced 60 s");
-        assert!(failure_nudge(true, false, None, Some(t - Duration::seconds(60)), t));
     }
 
     #[test]

@@ -3,47 +3,21 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use kopiur_api::names::{event, finalizer, label, reason};
-use kopiur_api::shared::phase::SnapshotOrigin;
+use kopiur_api::Snapshot;
+use kopiur_api::names::{event, finalizer, reason};
+use kopiur_api::shared::RepositoryKind;
 use kopiur_api::shared::status::{ResolvedRepository, Timing};
-use kopiur_api::shared::{RepositoryKind, RepositoryRef};
 use kopiur_api::snapshot::{JobRef, SnapshotPhase, SnapshotResolved};
-use kopiur_api::{Snapshot, SnapshotPolicy};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 
-use super::ctx::PipelineCtx;
 use super::plan::{Completion, Step, plan};
+use crate::context::Context;
 use crate::error::{ApiStep, Error};
 use crate::metrics::labels::{KindLabels, ReasonLabels};
 
-/// The repository a Snapshot targets: the pin, else `spec.repository`, else the policy's
-/// first repository.
-pub fn repository_ref(snap: &Snapshot, policy: Option<&SnapshotPolicy>) -> Option<RepositoryRef> {
-    if let Some(r) = snap.status.as_ref().and_then(|s| s.resolved.as_ref()).and_then(|r| r.repository.as_ref()) {
-        return Some(RepositoryRef { name: r.name.clone(), kind: r.kind, namespace: r.namespace.clone() });
-    }
-    if let Some(r) = &snap.spec.repository {
-        return Some(r.clone());
-    }
-    policy.and_then(|p| p.spec.target.repositories().first().map(|r| (*r).clone()))
-}
-
-pub fn origin(snap: &Snapshot) -> SnapshotOrigin {
-    if let Some(o) = snap.status.as_ref().and_then(|s| s.origin.clone()) {
-        return o;
-    }
-    match snap.labels().get(label::ORIGIN).map(String::as_str) {
-        Some("scheduled") => SnapshotOrigin::Scheduled,
-        Some("discovered") => SnapshotOrigin::Discovered,
-        Some("adopted") => SnapshotOrigin::Adopted,
-        Some("replicated") => SnapshotOrigin::Replicated,
-        Some(_) | None => SnapshotOrigin::Manual,
-    }
-}
-
-pub async fn reconcile(snap: Arc<Snapshot>, ctx: Arc<PipelineCtx>) -> Result<Action, Error> {
+pub async fn reconcile(snap: Arc<Snapshot>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconciliations.inc(KindLabels { kind: "Snapshot" });
     let now = Utc::now();
     if snap.meta().deletion_timestamp.is_some() {
@@ -52,7 +26,7 @@ pub async fn reconcile(snap: Arc<Snapshot>, ctx: Arc<PipelineCtx>) -> Result<Act
     run_path(&snap, &ctx, now).await
 }
 
-async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Result<Action, Error> {
+async fn run_path(snap: &Snapshot, ctx: &Context, now: DateTime<Utc>) -> Result<Action, Error> {
     let ns = snap.namespace().unwrap_or_default();
     let status = snap.status.clone().unwrap_or_default();
     let obs = super::observe::observe(ctx, snap, now).await?;
@@ -123,7 +97,7 @@ async fn run_path(snap: &Snapshot, ctx: &PipelineCtx, now: DateTime<Utc>) -> Res
 
 /// Creates the policy's cache PVC (once, then reused as it is: a PVC's class and size are
 /// not edited in place; delete it to resize) and the backup Job, both idempotent by name.
-async fn launch(ctx: &PipelineCtx, snap: &Snapshot, b: &super::job::Built) -> Result<(), Error> {
+async fn launch(ctx: &Context, snap: &Snapshot, b: &super::job::Built) -> Result<(), Error> {
     let ns = snap.namespace().unwrap_or_default();
     let name = snap.name_any();
     ctx.ensure_mover_rbac(&ns).await?;
@@ -208,7 +182,7 @@ fn next_status(
 /// The Events of this pass, once its status write `written` landed: a discovered row forced
 /// to Retain, the plan's warning, and a completion.
 async fn announce(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     snap: &Snapshot,
     obs: &super::observe::RunObserved,
     d: &super::plan::RunDecision,

@@ -14,13 +14,13 @@ use kopiur_api::snapshot::SnapshotPhase;
 use kopiur_api::snapshot_policy::CopyMethod;
 use kube::ResourceExt;
 
-use super::ctx::PipelineCtx;
 use super::observe::RunObserved;
 use super::plan::{RunDecision, Step, failed_terminal};
+use crate::conditions::CondStatus;
 use crate::conditions::cond;
 use crate::conditions::{Standing, trio};
+use crate::context::Context;
 use crate::error::Error;
-use crate::health::kstatus::CondStatus;
 use crate::metrics::labels::{StagingLabels, StagingMethodLabels};
 use crate::staging::{self, Outcome};
 
@@ -56,7 +56,7 @@ fn fail(obs: &RunObserved, d: &mut RunDecision, message: String, now: DateTime<U
 /// Applies staging to the plan's decision `d` (may hold the launch or fail the run), and
 /// releases the staged objects of a run that is over.
 pub(super) async fn apply(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     snap: &Snapshot,
     obs: &RunObserved,
     d: &mut RunDecision,
@@ -86,7 +86,7 @@ pub(super) async fn apply(
                     method,
                     spec.volume_snapshot_class_name.as_deref(),
                     spec.staging.as_ref(),
-                    &super::job::owner_of(snap),
+                    &crate::mover_job::owner_of(snap),
                 )
                 .await?;
                 let started = DateTime::<Utc>::from_timestamp(since.last_transition_time.0.as_second(), 0);
@@ -245,7 +245,7 @@ pub(super) fn release_verdict(
 
 /// A Snapshot deleted mid-staging: its staged PVC and VolumeSnapshot go now (their owner
 /// reference is only the garbage collector's backstop, once the finalizer is off).
-pub(super) async fn release_on_delete(ctx: &PipelineCtx, snap: &Snapshot) -> Result<(), Error> {
+pub(super) async fn release_on_delete(ctx: &Context, snap: &Snapshot) -> Result<(), Error> {
     if let Some(status) = &snap.status
         && staging::held(&status.conditions).is_some()
     {

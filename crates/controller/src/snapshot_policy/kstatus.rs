@@ -5,8 +5,8 @@
 //! (its repositories becoming Ready), so Reconciling carries Ready's reason.
 use kopiur_api::names::reason;
 
+use crate::conditions::{Cond, CondStatus};
 use crate::gating::{Gate, Readiness};
-use crate::health::kstatus::{Cond, CondStatus};
 
 /// `RepositoriesReady` and `Ready` (plus `Stalled` when a human is needed) from the gate of
 /// each repository the policy targets (docs/design/api-contract.md §6.4, §5 tenancy; the readiness gate of docs/design/repository-breaker.md §4).

@@ -1,6 +1,5 @@
 //! SnapshotPolicy: `plan` selects what GFS retention prunes, `fork` guards the pinned identity,
 //! `reconcile` applies both.
-pub use crate::policy_rules::{collision, compression, sources};
 pub mod fork;
 pub mod kstatus;
 pub mod plan;

@@ -17,19 +17,19 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 
 use super::plan::{Member, RepoMembers, plan};
+use crate::context::Context;
 use crate::error::Error;
 use crate::gating::Gate;
+use crate::labels::origin;
 use crate::metrics::labels::KindLabels;
+use crate::policy_rules::sources::{expand, pvcs_in, uses_selector};
 use crate::prune::stamp_and_delete;
-use crate::snapshot::ctx::PipelineCtx;
-use crate::snapshot::reconcile::origin;
 use crate::snapshot_policy::fork;
-use crate::snapshot_policy::sources::{expand, pvcs_in, uses_selector};
 
 /// The Ready/Stalled reason of a refused identity fork (docs/design/api-contract.md §2.5).
 pub(super) const IDENTITY_WOULD_FORK: &str = "IdentityWouldFork";
 
-pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Result<Action, Error> {
+pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconciliations.inc(KindLabels { kind: "SnapshotPolicy" });
     if policy.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -86,7 +86,7 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
             Some(Ok(_)) | None => None,
         },
         refused_fork: refused_fork.as_deref(),
-        collision: super::collision::collision(&policy, &ctx.stores.policies.state()),
+        collision: crate::policy_rules::collision::collision(&policy, &ctx.stores.policies.state()),
         foreign_hostname: crate::policy_rules::hostname::check(&policy, &ctx.stores.namespaces),
     };
     let mut conds = super::report::conditions(&policy.spec, &status.conditions, &causes);
@@ -113,7 +113,7 @@ pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<PipelineCtx>) -> Re
 /// Each target repository: its resolved reference (when it exists), its summary entry and
 /// its gate.
 fn repositories(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     ns: &str,
     refs: &[kopiur_api::shared::RepositoryRef],
 ) -> (Vec<ResolvedRepository>, Vec<String>, Vec<Gate>) {
@@ -145,7 +145,7 @@ fn repositories(
 /// (docs/design/api-contract.md §2.5). `Ok(Some(message))` when a fork was refused;
 /// `Err(message)` when the identity does not resolve.
 async fn pin_identity(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     policy: &SnapshotPolicy,
     expansion: Option<&Result<crate::policy_rules::sources::Expansion, String>>,
     mine: &[Arc<kopiur_api::Snapshot>],
@@ -208,7 +208,7 @@ async fn pin_identity(
 /// stamped `pruned-by: retention` before its DELETE; `status.retention` counts them. A
 /// suspended policy pauses retention (docs/design/api-contract.md §6.1): counted, nothing pruned.
 async fn retain(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     policy: &SnapshotPolicy,
     mine: &[Arc<kopiur_api::Snapshot>],
     next: &mut kopiur_api::snapshot_policy::SnapshotPolicyStatus,

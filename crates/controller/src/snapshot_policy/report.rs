@@ -3,8 +3,8 @@
 //! collision), each lifted once its cause is gone. Pure.
 use kopiur_api::snapshot_policy::SnapshotPolicySpec;
 
+use crate::conditions::{Cond, CondStatus};
 use crate::gating::Gate;
-use crate::health::kstatus::{Cond, CondStatus};
 use kopiur_api::shared::status::Condition;
 
 /// The causes a reconcile found; `conditions` words them.
@@ -36,7 +36,7 @@ pub(super) fn conditions(spec: &SnapshotPolicySpec, previous: &[Condition], c: &
     conds.extend(super::kstatus::repository_conditions(c.gates));
     // R (docs/design/api-contract.md §6.1): a compressor kopia cannot write with stalls the policy (its Snapshots
     // park with the same reason, no Job) until the name is fixed.
-    if let Some(m) = super::compression::unknown_compressor(spec) {
+    if let Some(m) = crate::policy_rules::compression::unknown_compressor(spec) {
         stall(&mut conds, kopiur_api::names::reason::INVALID_SPEC, &m);
     }
     // A gated source (docs/design/api-contract.md §1.9 gating) overrides Ready and stalls the policy; the
@@ -71,8 +71,8 @@ pub(super) fn conditions(spec: &SnapshotPolicySpec, previous: &[Condition], c: &
     // resolved identity in a shared repository is Stalled and runs nothing; lifted once the
     // other is gone or either identity changes.
     match &c.collision {
-        Some(m) => stall(&mut conds, super::collision::IDENTITY_COLLISION, m),
-        None => lift(&mut conds, previous, super::collision::IDENTITY_COLLISION),
+        Some(m) => stall(&mut conds, crate::policy_rules::collision::IDENTITY_COLLISION, m),
+        None => lift(&mut conds, previous, crate::policy_rules::collision::IDENTITY_COLLISION),
     }
     // Another namespace's hostname on a shared repository without its grant (audit 2.8).
     let xns = kopiur_api::names::reason::CROSS_NAMESPACE_REFERENCE;

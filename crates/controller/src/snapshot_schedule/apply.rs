@@ -14,16 +14,16 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::observe::{history_prunes, unreadable};
 use super::plan::{Child, Disposition, Fire, ScheduleDecision};
+use crate::context::Context;
 use crate::error::{ApiStep, Error};
 use crate::metrics::labels::{ReasonLabels, ScheduleLabels};
+use crate::mover_job::owner_of;
 use crate::prune::stamp_and_delete;
-use crate::snapshot::ctx::PipelineCtx;
-use crate::snapshot::job::owner_of;
 
 /// What the disposition itself asks for: a replaced run deleted, a skipped slot counted and
 /// told, a slot with nothing to back up recorded (so a runOnCreate fire never fires late).
 pub(super) async fn disposition(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     sched: &SnapshotSchedule,
     kids: &[Arc<Snapshot>],
     d: &ScheduleDecision,
@@ -101,7 +101,7 @@ pub(super) fn child_snapshot(
 /// exists is this slot's (idempotent), unless it belongs to another policy or source: a
 /// child-name hash collision, said in an Event rather than left silently unbacked-up.
 pub(super) async fn fire(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     sched: &SnapshotSchedule,
     policy_name: Option<&String>,
     fire: &Fire,
@@ -158,7 +158,7 @@ pub(super) async fn fire(
 /// onScheduleDelete propagation (T43): live children whose stamp differs get the schedule's
 /// value; a child already being deleted keeps the stamp it was deleted under.
 pub(super) async fn propagate_on_schedule_delete(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     sched: &SnapshotSchedule,
     kids: &[Arc<Snapshot>],
 ) -> Result<(), Error> {
@@ -186,7 +186,7 @@ pub(super) async fn propagate_on_schedule_delete(
 
 /// failedJobsHistoryLimit: the older Failed and Unchanged children, stamped and deleted.
 pub(super) async fn prune_history(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     sched: &SnapshotSchedule,
     kids: &[Arc<Snapshot>],
 ) -> Result<(), Error> {

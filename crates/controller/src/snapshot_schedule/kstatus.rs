@@ -6,7 +6,8 @@
 //! object appears (`PolicyNotFound`, `NoSourceMatched`, `NoPolicyMatched`).
 use kopiur_api::names::reason;
 
-use crate::health::kstatus::{Cond, CondStatus};
+use crate::conditions::Standing;
+use crate::conditions::{Cond, CondStatus};
 
 /// The Ready reasons a schedule writes, matched exhaustively by [`ScheduleReason::standing`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,8 +23,6 @@ pub enum ScheduleReason {
     NoSourceMatched,
     NoPolicyMatched,
 }
-
-pub use crate::conditions::Standing;
 
 impl ScheduleReason {
     pub const ALL: [ScheduleReason; 10] = [

@@ -12,11 +12,11 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::plan::{ChildSource, ChildSources, Pin, ScheduleFacts};
+use crate::context::Context;
 use crate::policy_rules::sources::{Expansion, expand, pvcs_in, uses_selector};
-use crate::snapshot::ctx::PipelineCtx;
 
 /// The schedule's children: owned by this schedule's uid.
-pub fn children(ctx: &PipelineCtx, sched: &SnapshotSchedule) -> Vec<Arc<Snapshot>> {
+pub fn children(ctx: &Context, sched: &SnapshotSchedule) -> Vec<Arc<Snapshot>> {
     let ns = sched.namespace().unwrap_or_default();
     let uid = sched.uid().unwrap_or_default();
     ctx.stores
@@ -134,7 +134,7 @@ pub(super) struct Selection {
 /// None while a store it reads has not synced (an unsynced store would match nothing and
 /// consume the slot).
 fn select_policies(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     ns: &str,
     sel: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
 ) -> Option<Selection> {
@@ -253,7 +253,7 @@ pub(super) struct Observed {
 
 /// Observes `sched`; `None` while a store it needs has not synced (an unsynced store would
 /// match nothing and consume the slot: requeue shortly instead).
-pub(super) fn observe(ctx: &PipelineCtx, sched: &SnapshotSchedule, now: DateTime<Utc>) -> Option<Observed> {
+pub(super) fn observe(ctx: &Context, sched: &SnapshotSchedule, now: DateTime<Utc>) -> Option<Observed> {
     let ns = sched.namespace().unwrap_or_default();
     let uid = sched.uid().unwrap_or_default();
     let status = sched.status.clone().unwrap_or_default();

@@ -10,11 +10,11 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 
 use super::{apply, observe, plan, report};
+use crate::context::Context;
 use crate::error::Error;
 use crate::metrics::labels::KindLabels;
-use crate::snapshot::ctx::PipelineCtx;
 
-pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<PipelineCtx>) -> Result<Action, Error> {
+pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconciliations.inc(KindLabels { kind: "SnapshotSchedule" });
     if sched.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());

@@ -10,7 +10,7 @@ use kube::{Resource, ResourceExt};
 
 use super::observe::{MAX_SCHEDULE_FANOUT, Observed, Selection, unreadable};
 use super::plan::Disposition;
-use crate::health::kstatus::{Cond, CondStatus};
+use crate::conditions::{Cond, CondStatus};
 
 /// The kstatus trio (Ready, Reconciling, Stalled) for this disposition: why the schedule
 /// fires, waits, or cannot fire (docs/design/api-contract.md §1.6, §8); Suspended while

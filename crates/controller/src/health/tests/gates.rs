@@ -3,6 +3,7 @@ use super::*;
 use crate::health::fold::EventType;
 use crate::health::gate::{CreateGate, create_gate, gate_for};
 use crate::health::plan::{Plan, plan};
+use kopiur_kopia::classify::ErrorClass;
 
 #[test]
 fn create_gate_table_rows() {

@@ -1,8 +1,8 @@
 //! docs/design/repository-breaker.md §3.10 index-blob health: the condition, the transition Event, and that it decides nothing else.
 use super::*;
+use crate::conditions::CondStatus;
 use crate::health::fold::EventType;
 use crate::health::index_blobs::{apply, index_blob_health};
-use crate::health::kstatus::CondStatus;
 use crate::health::plan::plan;
 
 fn id() -> RepoIdentity {

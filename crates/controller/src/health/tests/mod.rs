@@ -1,8 +1,9 @@
 //! Fixtures shared by the breaker unit tests: a builder over a minimal repository.
 use chrono::{Duration, TimeZone, Utc};
+use kopiur_kopia::classify::ErrorClass;
 
-use super::kstatus::{Cond, CondStatus};
 use super::types::*;
+use crate::conditions::{Cond, CondStatus};
 
 mod endpoint;
 mod gates;

@@ -1,9 +1,10 @@
 //! Probe due time, suspect cadence, restart-safe stamps, reverify nudges, holdoff numbers.
 use chrono::Duration;
+use kopiur_kopia::classify::ErrorClass;
 
 use super::*;
+use crate::conditions::CondStatus;
 use crate::health::holdoff::{probe_spacing_seconds, strict_retry_holdoff};
-use crate::health::kstatus::CondStatus;
 use crate::health::plan::{Plan, plan};
 
 fn launch_kind(p: &Plan) -> Option<ConnectKind> {

@@ -1,5 +1,6 @@
 //! Property tests over arbitrary verdict sequences.
 use chrono::Duration;
+use kopiur_kopia::classify::ErrorClass;
 use proptest::prelude::*;
 
 use super::*;

@@ -2,10 +2,11 @@
 //! verdict (`TimedOut`), distinct from an unreachable backend; a measured connect time becomes
 //! `lastConnectSeconds` and the deadline adapts to it.
 use super::*;
+use crate::conditions::CondStatus::False;
 use crate::health::fold::Effect;
-use crate::health::kstatus::CondStatus::False;
 use crate::health::plan::{Plan, endpoint_watched, fold_check_due, plan, record_fold_check};
 use crate::health::verdict::{Verdict, backend_answered, slow_connect_seconds};
+use kopiur_kopia::classify::ErrorClass;
 
 const KILLED: ConnectResult = ConnectResult::NoResult { deadline_exceeded: true };
 

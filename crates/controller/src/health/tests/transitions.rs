@@ -1,10 +1,11 @@
 //! One test per transition row R1–R17.
 use chrono::Duration;
+use kopiur_kopia::classify::ErrorClass;
 
 use super::*;
+use crate::conditions::CondStatus::{False, True};
 use crate::health::fold::{Effect, EventType};
 use crate::health::gate::CreateGate;
-use crate::health::kstatus::CondStatus::{False, True};
 use crate::health::plan::{Plan, plan};
 
 fn launched(p: &Plan) -> &crate::health::plan::Launch {

@@ -1,5 +1,7 @@
 //! Pieces the Maintenance and RepositoryReplication reconcilers share: pinned cron slots, the
 //! `run-requested` annotation, owned-Job observation, the kstatus trio and the mover Job.
+pub mod watch;
+
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
@@ -16,10 +18,10 @@ use kopiur_mover::workspec::{
 };
 use kube::ResourceExt;
 
+use crate::conditions::{Cond, CondStatus};
 use crate::error::Error;
-use crate::health::kstatus::{Cond, CondStatus};
+use crate::repo_view::RepoView;
 use crate::run_job::JobState;
-use crate::snapshot::ctx::RepoView;
 
 /// One cron tier, parsed for one object (its `H` fields and jitter hash on the uid).
 #[derive(Clone, Debug)]
@@ -213,7 +215,6 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
 }
 
 use crate::conditions::cond;
-pub use crate::conditions::{Standing, trio};
 
 pub fn lease_cond(owned: bool, reason: &str, message: impl Into<String>) -> Cond {
     cond(
@@ -245,11 +246,8 @@ pub struct MoverJob<'a> {
 
 pub fn build(m: MoverJob<'_>) -> Result<Job, Error> {
     let repo = m.repo;
-    let mounts = crate::repository::mounts::for_job(
-        &repo.common().backend,
-        &repo.home_namespace(&m.config.namespace),
-        &m.namespace,
-    )?;
+    let mounts =
+        crate::mounts::for_job(&repo.common().backend, &repo.home_namespace(&m.config.namespace), &m.namespace)?;
     let fp = m.failure_policy;
     let deadline_seconds =
         fp.and_then(|f| f.active_deadline_seconds).unwrap_or(kopiur_mover::job::DEFAULT_ACTIVE_DEADLINE_SECONDS);
@@ -328,7 +326,7 @@ pub mod mover_rows {
     use serde_json::{Value, json};
 
     /// A namespaced Repository `apps/r` with `moverDefaults` (unless null).
-    pub fn repo(defaults: &Value) -> crate::snapshot::ctx::RepoView {
+    pub fn repo(defaults: &Value) -> crate::repo_view::RepoView {
         let mut repo = json!({
             "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
             "metadata": {"name": "r", "namespace": "apps", "uid": "u-r"},
@@ -339,7 +337,7 @@ pub mod mover_rows {
         if !defaults.is_null() {
             repo["spec"]["moverDefaults"] = defaults.clone();
         }
-        crate::snapshot::ctx::RepoView::Namespaced(std::sync::Arc::new(serde_json::from_value(repo).unwrap()))
+        crate::repo_view::RepoView::Namespaced(std::sync::Arc::new(serde_json::from_value(repo).unwrap()))
     }
 }
 
@@ -385,6 +383,7 @@ mod tests {
 
     #[test]
     fn trio_has_exactly_one_true() {
+        use crate::conditions::{Standing, trio};
         for s in [Standing::Ready, Standing::Waiting, Standing::Stalled] {
             let c = trio(s, "R", "m");
             assert_eq!(c.iter().filter(|c| c.status == CondStatus::True).count(), 1);

@@ -11,15 +11,14 @@ use kopiur_api::shared::Backend;
 use kopiur_api::shared::backend::FilesystemVolume;
 use kopiur_mover::job::{ConfigMapFileMount, JobInput, PvcMount};
 
-use super::Error;
+use crate::error::Error;
+use crate::mover_job::BackendMounts;
 use crate::mover_settings::Refusal;
 
 /// Where the CA bundle is mounted in every mover.
 pub const CA_BUNDLE_DIR: &str = "/etc/kopiur/ca";
 /// The file the ConfigMap key appears as.
 pub const CA_BUNDLE_FILE: &str = "ca.crt";
-
-pub use crate::mover_job::BackendMounts;
 
 impl BackendMounts {
     /// Puts the mounts into a Job input (the work spec carries `backend`).
@@ -74,7 +73,7 @@ impl From<MountError> for Error {
 /// The backend's mounts for a mover Job in `job_ns`, of a repository whose home namespace
 /// (where its PVC and CA ConfigMap live) is `home_ns`.
 pub fn for_job(b: &Backend, home_ns: &str, job_ns: &str) -> Result<BackendMounts, MountError> {
-    let mut backend = super::apply::kopia_backend(b).map_err(|e| MountError::Invalid(e.to_string()))?;
+    let mut backend = crate::mounts::kopia_backend(b).map_err(|e| MountError::Invalid(e.to_string()))?;
     let mut out = BackendMounts { backend: backend.clone(), repository_volume: None, ca_bundle: None };
     match b {
         Backend::Filesystem(f) => match &f.volume {
@@ -198,6 +197,47 @@ pub fn ca_state_of(cm: Option<&ConfigMap>, name: &str, key: &str, ns: &str) -> C
         };
     }
     CaState::Present { resource_version: cm.metadata.resource_version.clone().unwrap_or_default() }
+}
+
+/// The kopia view of the API backend.
+pub fn kopia_backend(b: &Backend) -> Result<kopiur_kopia::Backend, Error> {
+    match b {
+        Backend::S3(s) => {
+            // Refused, never ignored (docs/design/api-contract.md §1.9): the movers have no workload identity yet.
+            if s.auth.as_ref().is_some_and(|a| a.workload_identity.is_some()) {
+                return Err(Error::InvalidSpec(
+                    "spec.backend.s3.auth.workloadIdentity is not implemented in this release".into(),
+                ));
+            }
+            let tls = s.tls.clone().unwrap_or_default();
+            let (endpoint, plain_http) = match s.endpoint.as_deref() {
+                Some(e) if e.starts_with("http://") => (Some(e.trim_start_matches("http://").to_string()), true),
+                Some(e) => (Some(e.trim_start_matches("https://").to_string()), false),
+                None => (None, false),
+            };
+            Ok(kopiur_kopia::Backend::S3(kopiur_kopia::S3Backend {
+                bucket: s.bucket.clone(),
+                endpoint: endpoint.map(|e| e.trim_end_matches('/').to_string()),
+                prefix: s.prefix.clone(),
+                region: s.region.clone(),
+                disable_tls: plain_http || tls.disable_tls.unwrap_or(false),
+                disable_tls_verification: tls.insecure_skip_verify.unwrap_or(false),
+                root_ca_pem_path: None,
+            }))
+        }
+        Backend::Filesystem(f) => {
+            Ok(kopiur_kopia::Backend::Filesystem(kopiur_kopia::FilesystemBackend { path: f.path.clone() }))
+        }
+        Backend::Azure(_)
+        | Backend::Gcs(_)
+        | Backend::B2(_)
+        | Backend::Sftp(_)
+        | Backend::WebDav(_)
+        | Backend::Rclone(_)
+        | Backend::Gdrive(_) => {
+            Err(Error::InvalidSpec(format!("spec.backend.{} is not implemented in this release", b.key())))
+        }
+    }
 }
 
 #[cfg(test)]

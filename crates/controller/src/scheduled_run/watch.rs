@@ -1,6 +1,5 @@
-//! Runtime plumbing shared by the Maintenance and RepositoryReplication controllers: their
-//! context over the shared referent stores (owned Jobs, repositories, Secret and Namespace
-//! metadata; one watch per kind, see `crate::controllers`) and the helpers their watch mappers use.
+//! The helpers the Maintenance and RepositoryReplication watch mappers share: which of their
+//! objects a Secret or Namespace event wakes (one watch per kind, see `crate::controllers`).
 
 use k8s_openapi::api::core::v1::Namespace;
 use kopiur_api::ClusterRepository;
@@ -8,15 +7,10 @@ use kopiur_api::shared::{RepositoryKind, RepositoryRef};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-/// The Maintenance and RepositoryReplication reconcilers run on the one crate context.
-pub type RunCtx = crate::context::Context;
-
 /// Whether a consumer's Ready condition carries `reason` (parked consumers are found this way).
 pub fn ready_reason_is(conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition], reason: &str) -> bool {
     conds.iter().any(|c| c.type_ == kopiur_api::names::condition::READY && c.reason == reason)
 }
-
-pub use crate::repo_ref::refers_to;
 
 /// The objects of `ns` in `store` waiting for credentials (Ready reason
 /// `MissingCredentialsSecret`), which a Secret event in `ns` wakes; `conditions` reads an
