@@ -149,7 +149,7 @@ fn main() {
     let state: Vec<Arc<Snapshot>> = store.state();
     let m2 = mark();
     let metrics = Metrics::default();
-    metrics.leader.store(true, Ordering::Relaxed);
+    metrics.leader.set(1);
     kopiur_controller::resource_phase::publish(&metrics, &state);
     report("kopiur_resource_phase series of the Snapshot kind, as before (held)", m2, rows);
     kopiur_controller::snapshot::gauges::live_phase(&metrics, store.clone());

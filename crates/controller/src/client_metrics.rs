@@ -58,7 +58,7 @@ pub async fn client(metrics: Arc<Metrics>, label: &'static str) -> anyhow::Resul
     let config = Config::infer().await?;
     let layer = tower::util::MapRequestLayer::new(move |req: Request<Body>| {
         let (verb, group, kind) = classify(req.method(), req.uri().path(), req.uri().query());
-        metrics.kube_requests.inc(KubeRequestLabels { verb, group: &group, kind: &kind, client: label });
+        metrics.kube_requests.inc(KubeRequestLabels { verb: verb.into(), group, kind, client: label.into() });
         req
     });
     Ok(ClientBuilder::try_from(config)?.with_layer(&layer).build())

@@ -175,7 +175,7 @@ impl Context {
             crate::mover_rbac::ensure_run_role(&self.client, &ours).await?;
         }
         if created {
-            self.metrics.jobs_created.inc(JobLabels { op: kind, namespace: ns });
+            self.metrics.jobs_created.inc(JobLabels { op: kind.into(), namespace: ns.into() });
         }
         Ok(created)
     }

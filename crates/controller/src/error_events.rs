@@ -180,7 +180,7 @@ where
     }
     let class = err.class();
     let kind = K::kind(&());
-    ctx.metrics.reconcile_errors.inc(ErrorLabels { kind: &kind, class: class.label() });
+    ctx.metrics.reconcile_errors.inc(ErrorLabels { kind: kind.to_string(), class: class.label().into() });
     tracing::warn!(%kind, error = %err, class = class.label(), step = err.step(), "reconcile failed");
     Action::requeue(class.requeue())
 }

@@ -24,6 +24,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 
 use crate::metrics::Metrics;
+use crate::metrics::labels::NoLabels;
 
 pub const LEASE_SECONDS: i32 = 15;
 pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
@@ -112,8 +113,8 @@ pub async fn lead(client: Client, namespace: &str, name: &str, identity: &str, m
         tokio::time::sleep(RETRY).await;
     }
     tracing::info!(%identity, lease = %name, "became leader");
-    metrics.leader_transitions.inc(());
-    metrics.leader.store(true, std::sync::atomic::Ordering::Relaxed);
+    metrics.leader_transitions.inc(NoLabels);
+    metrics.leader.set(1);
     let name = name.to_string();
     let identity = identity.to_string();
     tokio::spawn(async move {
@@ -132,7 +133,7 @@ pub async fn lead(client: Client, namespace: &str, name: &str, identity: &str, m
                     std::process::exit(1);
                 }
                 Err(e) => {
-                    metrics.leader_renew_failures.inc(());
+                    metrics.leader_renew_failures.inc(NoLabels);
                     tracing::warn!(error = %e, "Lease renewal failed");
                 }
             }

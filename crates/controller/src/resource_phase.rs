@@ -234,7 +234,7 @@ mod tests {
     #[test]
     fn the_restore_failed_alert_selects_the_exported_series() {
         let m = Metrics::default();
-        m.leader.store(true, std::sync::atomic::Ordering::Relaxed);
+        m.leader.set(1);
         publish(
             &m,
             &[
@@ -275,7 +275,7 @@ mod tests {
     #[test]
     fn a_phase_change_replaces_the_series_and_a_deleted_object_loses_it() {
         let m = Metrics::default();
-        m.leader.store(true, std::sync::atomic::Ordering::Relaxed);
+        m.leader.set(1);
         publish(&m, &[obj::<Restore>("Restore", "r", json!({"phase": "Restoring"}))]);
         publish(&m, &[obj::<Snapshot>("Snapshot", "s", json!({"phase": "Running"}))]);
         publish(&m, &[obj::<Restore>("Restore", "r", json!({"phase": "Failed"}))]);
@@ -292,7 +292,7 @@ mod tests {
         assert!(!out.contains("kind=\"Restore\""), "deleted objects lose their series: {out}");
         assert!(out.contains("kind=\"Snapshot\""));
         // A passive replica renders none of it.
-        m.leader.store(false, std::sync::atomic::Ordering::Relaxed);
+        m.leader.set(0);
         assert!(!m.render(&[]).contains("kopiur_resource_phase{"));
     }
 }

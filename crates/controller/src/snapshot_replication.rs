@@ -61,7 +61,7 @@ pub fn needs_event(stored: &[Condition], generation: i64) -> bool {
 }
 
 async fn reconcile(obj: Arc<SnapshotReplication>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.metrics.reconciliations.inc(KindLabels { kind: "SnapshotReplication" });
+    ctx.metrics.reconciliations.inc(KindLabels { kind: "SnapshotReplication".into() });
     let ns = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
     let generation = obj.meta().generation.unwrap_or(0);

@@ -58,7 +58,7 @@ fn lease(m: &Maintenance) -> String {
 }
 
 pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.metrics.reconciliations.inc(KindLabels { kind: "Maintenance" });
+    ctx.metrics.reconciliations.inc(KindLabels { kind: "Maintenance".into() });
     if m.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -87,7 +87,12 @@ pub async fn reconcile(m: Arc<Maintenance>, ctx: Arc<Context>) -> Result<Action,
     }
     for r in &d.recorded {
         tracing::info!(maintenance = %name, namespace = %ns, job = %r.job, mode = %r.mode, outcome = r.outcome, "maintenance run recorded");
-        let labels = MaintenanceRunLabels { namespace: &ns, name: &name, mode: &r.mode, outcome: r.outcome };
+        let labels = MaintenanceRunLabels {
+            namespace: ns.clone(),
+            name: name.clone(),
+            mode: r.mode.clone(),
+            outcome: r.outcome.into(),
+        };
         ctx.metrics.maintenance_runs.inc(labels);
     }
     // A failed run asks the repository to re-probe sooner (docs/design/repository-breaker.md §3.8); the probe decides.

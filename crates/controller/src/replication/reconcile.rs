@@ -140,7 +140,7 @@ pub fn destination_verdict(destination: &Backend, ns: &str, source: Option<&Back
 }
 
 pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.metrics.reconciliations.inc(KindLabels { kind: "RepositoryReplication" });
+    ctx.metrics.reconciliations.inc(KindLabels { kind: "RepositoryReplication".into() });
     if r.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -164,7 +164,11 @@ pub async fn reconcile(r: Arc<RepositoryReplication>, ctx: Arc<Context>) -> Resu
         tracing::info!(replication = %name, namespace = %ns, job = %job, outcome, "replication run recorded");
         let trigger =
             if facts.jobs.iter().any(|j| &j.name == job && j.manual.is_some()) { "requested" } else { "cron" };
-        ctx.metrics.replication_runs.inc(ReplicationRunLabels { kind: "RepositoryReplication", trigger, outcome });
+        ctx.metrics.replication_runs.inc(ReplicationRunLabels {
+            kind: "RepositoryReplication".into(),
+            trigger: trigger.into(),
+            outcome: outcome.to_string(),
+        });
     }
     if d.nudge
         && let Some(rv) = &repo

@@ -95,12 +95,18 @@ pub async fn apply<K: RepoObject>(
     }
     for e in &d.effects {
         match e {
-            Effect::Trip { probe_kind } => {
-                ctx.metrics.breaker_trips.inc(TripLabels { kind, namespace: &ns_label, name: &name, probe_kind })
-            }
-            Effect::ProbeFailure { outcome } => {
-                ctx.metrics.probe_failures.inc(RepoOutcomeLabels { kind, namespace: &ns_label, name: &name, outcome })
-            }
+            Effect::Trip { probe_kind } => ctx.metrics.breaker_trips.inc(TripLabels {
+                kind: kind.into(),
+                namespace: ns_label.clone(),
+                name: name.clone(),
+                probe_kind: probe_kind.to_string(),
+            }),
+            Effect::ProbeFailure { outcome } => ctx.metrics.probe_failures.inc(RepoOutcomeLabels {
+                kind: kind.into(),
+                namespace: ns_label.clone(),
+                name: name.clone(),
+                outcome: outcome.to_string(),
+            }),
         }
     }
 

@@ -27,9 +27,9 @@ use crate::repo_view::RepoObject;
 pub async fn reconcile<K: RepoObject>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = std::time::Instant::now();
     let kind = K::KIND.as_str();
-    ctx.metrics.reconciliations.inc(KindLabels { kind });
+    ctx.metrics.reconciliations.inc(KindLabels { kind: kind.into() });
     let res = reconcile_inner(obj.as_ref(), &ctx).await;
-    ctx.metrics.observe_duration(KindLabels { kind }, started.elapsed().as_secs_f64());
+    ctx.metrics.observe_duration(KindLabels { kind: kind.into() }, started.elapsed().as_secs_f64());
     res
 }
 
@@ -50,10 +50,10 @@ async fn reconcile_inner<K: RepoObject>(obj: &K, ctx: &Context) -> Result<Action
     if let Some(answer) = endpoint::observe(&mut facts, &uid, &obj.common().backend, now).await {
         let ns = obj.namespace().unwrap_or_default();
         let labels = RepoOutcomeLabels {
-            kind: K::KIND.as_str(),
-            namespace: &ns,
-            name: &obj.name_any(),
-            outcome: answer.label(),
+            kind: K::KIND.as_str().into(),
+            namespace: ns,
+            name: obj.name_any(),
+            outcome: answer.label().into(),
         };
         ctx.metrics.endpoint_checks.inc(labels);
     }

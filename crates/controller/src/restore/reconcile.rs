@@ -31,7 +31,7 @@ use crate::repo_view::RepoView;
 pub const CREATED_BY: &str = "kopiur.home-operations.com/restore-uid";
 
 pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.metrics.reconciliations.inc(KindLabels { kind: "Restore" });
+    ctx.metrics.reconciliations.inc(KindLabels { kind: "Restore".into() });
     if restore.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -90,7 +90,9 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<Context>) -> Result<Actio
         && obs.populate.is_some()
         && let Some(outcome) = populate_outcome(status.phase.as_ref(), &d)
     {
-        ctx.metrics.populates.inc(crate::metrics::labels::PopulateLabels { namespace: &ns, outcome });
+        ctx.metrics
+            .populates
+            .inc(crate::metrics::labels::PopulateLabels { namespace: ns.clone(), outcome: outcome.into() });
     }
     // After the Failed status landed: deleting first would read as a lost Job if the write lost
     // a conflict. A failed delete is retried by the plan's requeue.

@@ -47,7 +47,7 @@ async fn release(
     let api: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &ns);
     match api.patch(&snap.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await {
         Ok(_) => {
-            ctx.metrics.deletions.inc(DeletionLabels { namespace: &ns, outcome });
+            ctx.metrics.deletions.inc(DeletionLabels { namespace: ns.clone(), outcome: outcome.into() });
             let reference = snap.object_ref(&());
             for ev in events {
                 ctx.event(&reference, ev.kind == EventType::Warning, ev.reason, ev.message.clone()).await;
@@ -355,7 +355,7 @@ async fn refuse(
     );
     let api: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &ns);
     crate::status::write_status(&api, snap, &status, &next).await?;
-    ctx.metrics.deletions.inc(DeletionLabels { namespace: &ns, outcome: "refused" });
+    ctx.metrics.deletions.inc(DeletionLabels { namespace: ns.clone(), outcome: "refused".into() });
     ctx.event(&snap.object_ref(&()), true, kopiur_api::names::event::SNAPSHOT_DELETION_REFUSED, message).await;
     requeue
 }

@@ -267,16 +267,16 @@ pub async fn pass(
                 };
                 let ns = rr.namespace.clone().unwrap_or_default();
                 ctx.metrics.deletion_batches.inc(RepoOutcomeLabels {
-                    kind: repo.kind(),
-                    namespace: &ns,
-                    name: &rr.name,
-                    outcome,
+                    kind: repo.kind().into(),
+                    namespace: ns,
+                    name: rr.name.clone(),
+                    outcome: outcome.into(),
                 });
                 if outcome == "failed" {
                     for _ in &b.members {
                         ctx.metrics
                             .deletion_failures
-                            .inc(DeletionFailureLabels { namespace: &job.namespace().unwrap_or_default() });
+                            .inc(DeletionFailureLabels { namespace: job.namespace().unwrap_or_default() });
                     }
                     ctx.event(
                         &repo_object_ref(repo),

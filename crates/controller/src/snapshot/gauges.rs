@@ -25,7 +25,8 @@ use kube::{Resource, ResourceExt};
 use crate::context::Context;
 use crate::metrics::Metrics;
 use crate::metrics::labels::{
-    CompletionLabels, GatedLabels, PolicyRepoLabels, RepoLabels, RestoreLabels, SnapshotLabels, StagingLeftLabels,
+    CompletionLabels, GatedLabels, PhaseRow, PolicyRepoLabels, RepoLabels, RestoreLabels, SnapshotLabels,
+    StagingLeftLabels,
 };
 
 /// How often the gauges are recomputed.
@@ -274,12 +275,12 @@ pub fn restore_durations(restores: &[Arc<Restore>]) -> BTreeMap<RestoreLabels, i
         .collect()
 }
 
-/// Writes kind `K`'s `kopiur_resource_phase` lines from `store` at every scrape (sorted by
+/// Writes kind `K`'s `kopiur_resource_phase` series from `store` at every scrape (sorted by
 /// namespace and name), holding nothing per object between scrapes.
 pub fn live_phase<K: crate::resource_phase::Phased>(metrics: &Metrics, store: Store<K>) {
     metrics.resource_phase_live(
         K::KIND,
-        Box::new(move |out: &mut String| {
+        Box::new(move |emit: &mut dyn FnMut(PhaseRow<'_>)| {
             let objs = store.state();
             let mut rows: Vec<(&str, &str, String)> = objs
                 .iter()
@@ -290,7 +291,7 @@ pub fn live_phase<K: crate::resource_phase::Phased>(metrics: &Metrics, store: St
                 .collect();
             rows.sort_unstable();
             for (ns, name, phase) in rows {
-                crate::metrics::write_phase_line(out, K::KIND, ns, name, &phase);
+                emit(PhaseRow { kind: K::KIND, namespace: ns, name, phase: &phase });
             }
         }),
     );
@@ -316,7 +317,7 @@ pub async fn run(ctx: Arc<Context>, restores: Store<Restore>) {
         tick.tick().await;
         let snapshots = store.state();
         for [ns, policy, result] in new_completions(&mut seen, &snapshots, started) {
-            metrics.snapshots_completed.inc(CompletionLabels { namespace: &ns, policy: &policy, result: &result });
+            metrics.snapshots_completed.inc(CompletionLabels { namespace: ns, policy, result });
         }
         publish(&metrics, compute(&snapshots));
         let repos = repo_catalog(&ctx.stores.repos.state(), &ctx.stores.crepos.state());
@@ -464,7 +465,7 @@ mod tests {
     fn resource_phase_lines_are_written_from_the_store_at_scrape_time() {
         use kube::runtime::watcher::Event;
         let metrics = Metrics::default();
-        metrics.leader.store(true, std::sync::atomic::Ordering::Relaxed);
+        metrics.leader.set(1);
         // A slice published the old way is replaced by the live lines.
         let stale = crate::metrics::labels::PhaseLabels {
             kind: "Snapshot",

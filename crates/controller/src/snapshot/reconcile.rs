@@ -18,7 +18,7 @@ use crate::error::{ApiStep, Error};
 use crate::metrics::labels::{KindLabels, ReasonLabels};
 
 pub async fn reconcile(snap: Arc<Snapshot>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.metrics.reconciliations.inc(KindLabels { kind: "Snapshot" });
+    ctx.metrics.reconciliations.inc(KindLabels { kind: "Snapshot".into() });
     let now = Utc::now();
     if snap.meta().deletion_timestamp.is_some() {
         return super::delete::reconcile_deletion(&snap, &ctx, now).await;
@@ -64,7 +64,7 @@ async fn run_path(snap: &Snapshot, ctx: &Context, now: DateTime<Utc>) -> Result<
         && d.step != Step::Launch
     {
         let reason = d.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()).unwrap_or_default();
-        ctx.metrics.snapshot_refusals.inc(ReasonLabels { namespace: &ns, name: &snap.name_any(), reason: &reason });
+        ctx.metrics.snapshot_refusals.inc(ReasonLabels { namespace: ns.clone(), name: snap.name_any(), reason });
     }
     super::pin::apply_to_status(&mut next, &pin, snap.meta().generation.unwrap_or(0), now);
     let written = crate::status::write_status(&api, fresh.as_ref().unwrap_or(snap), &status, &next).await?.landed();

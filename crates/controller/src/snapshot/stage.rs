@@ -91,14 +91,18 @@ pub(super) async fn apply(
                 .await?;
                 let started = DateTime::<Utc>::from_timestamp(since.last_transition_time.0.as_second(), 0);
                 let waited = started.map(|s| (now - s).to_std().unwrap_or_default()).unwrap_or_default();
-                let labels = |outcome| StagingLabels { namespace: &ns, method: method_name(method), outcome };
+                let labels = |outcome: &str| StagingLabels {
+                    namespace: ns.clone(),
+                    method: method_name(method).into(),
+                    outcome: outcome.into(),
+                };
                 match outcome {
                     Outcome::Ready { claim } => {
                         // Counted on the transition only (a lost status write repeats it once).
                         if since.reason != staging::STAGED {
                             ctx.metrics.staging.inc(labels("staged"));
                             ctx.metrics.staging_wait_seconds.add(
-                                StagingMethodLabels { namespace: &ns, method: method_name(method) },
+                                StagingMethodLabels { namespace: ns.clone(), method: method_name(method).into() },
                                 waited.as_secs(),
                             );
                         }
@@ -145,7 +149,11 @@ pub(super) async fn apply(
         let v = release_verdict(&left, &ns, held, started, ctx.config.staging_release_bound, now);
         if let Some(outcome) = v.outcome {
             let method = obs.policy.as_ref().map(|p| method_name(p.spec.copy_method)).unwrap_or("unknown");
-            ctx.metrics.staging.inc(StagingLabels { namespace: &ns, method, outcome });
+            ctx.metrics.staging.inc(StagingLabels {
+                namespace: ns.clone(),
+                method: method.into(),
+                outcome: outcome.into(),
+            });
         }
         if let Some(note) = v.warning
             && d.warning.is_none()

@@ -30,7 +30,7 @@ use crate::snapshot_policy::fork;
 pub(super) const IDENTITY_WOULD_FORK: &str = "IdentityWouldFork";
 
 pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.metrics.reconciliations.inc(KindLabels { kind: "SnapshotPolicy" });
+    ctx.metrics.reconciliations.inc(KindLabels { kind: "SnapshotPolicy".into() });
     if policy.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }

@@ -42,7 +42,11 @@ pub(super) async fn disposition(
     }
     if let Some(reason) = d.disposition.skip_reason() {
         tracing::info!(schedule = %name, namespace = %ns, reason, "schedule slot skipped");
-        ctx.metrics.schedule_slots_skipped.inc(ReasonLabels { namespace: &ns, name: &name, reason });
+        ctx.metrics.schedule_slots_skipped.inc(ReasonLabels {
+            namespace: ns.clone(),
+            name: name.clone(),
+            reason: reason.into(),
+        });
         if matches!(d.disposition, Disposition::SkipExpired) {
             ctx.event(
                 &reference,
@@ -122,7 +126,9 @@ pub(super) async fn fire(
             .unwrap_or_default();
         match snaps.create(&PostParams::default(), &child_snapshot(sched, c, pname, default_deletion)).await {
             Ok(_) => {
-                ctx.metrics.schedule_snapshots_created.inc(ScheduleLabels { namespace: &ns, name: &name });
+                ctx.metrics
+                    .schedule_snapshots_created
+                    .inc(ScheduleLabels { namespace: ns.clone(), name: name.clone() });
                 tracing::info!(schedule = %name, child = %c.name, "scheduled Snapshot created")
             }
             Err(kube::Error::Api(e)) if e.code == 409 => {

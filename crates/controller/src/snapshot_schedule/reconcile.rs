@@ -15,7 +15,7 @@ use crate::error::Error;
 use crate::metrics::labels::KindLabels;
 
 pub async fn reconcile(sched: Arc<SnapshotSchedule>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.metrics.reconciliations.inc(KindLabels { kind: "SnapshotSchedule" });
+    ctx.metrics.reconciliations.inc(KindLabels { kind: "SnapshotSchedule".into() });
     if sched.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
