@@ -11,7 +11,7 @@ const KNOWN_READS: &[(&str, &str, &str)] = &[
     ("catalog/mod.rs", "ORIGIN", "Snapshots from a paged LIST, not the store"),
     ("catalog/mod.rs", "REPOSITORY_UID", "Snapshots from a paged LIST, not the store"),
     ("catalog/mod.rs", "SNAPSHOT_ID", "Snapshot metadata from a paged LIST, not the store"),
-    ("snapshot/reconcile.rs", "ORIGIN", "a stored Snapshot: kept by slim_snapshot"),
+    ("labels.rs", "ORIGIN", "a stored Snapshot (labels::origin): kept by slim_snapshot"),
     ("deletion/observe.rs", "ORIGIN", "a stored Snapshot: kept by slim_snapshot"),
     ("snapshot/dispatch.rs", "DELETE_REPO", "a batch-delete Job"),
     ("maintenance/reconcile.rs", "MAINTENANCE", "a maintenance Job"),
