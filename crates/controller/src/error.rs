@@ -86,8 +86,8 @@ impl ApiAnswer {
 
 /// A refusal by an admission policy rather than by the API server's own checks.
 pub fn admission_denial(message: &str) -> bool {
-    (message.starts_with("ValidatingAdmissionPolicy '") && message.contains(" denied request"))
-        || (message.starts_with("admission webhook \"") && message.contains(" denied the request"))
+    (message.contains("ValidatingAdmissionPolicy '") && message.contains(" denied request"))
+        || (message.contains("admission webhook \"") && message.contains(" denied the request"))
 }
 
 /// What a 403 from the API server's RBAC says: the verb and resource (`create jobs.batch`), the
@@ -246,10 +246,14 @@ mod tests {
         for code in [404, 408, 409, 429, 500, 503, 504] {
             assert_eq!(class(code, "x"), RequeueClass::Transient, "{code}");
         }
-        let vap = "ValidatingAdmissionPolicy 'p' with binding 'p' denied request: no stamps here";
+        // As the API server words it (captured from policy_e2e).
+        let vap = "snapshots.kopiur.home-operations.com \"old\" is forbidden: ValidatingAdmissionPolicy 'p' \
+                   with binding 'p' denied request: no stamps here";
         assert_eq!(Error::Api { step: "s", source: api(422, "Invalid", vap) }.class(), RequeueClass::Transient);
         assert_eq!(Error::Api { step: "s", source: api(403, "Forbidden", vap) }.class(), RequeueClass::Transient);
         let hook = "admission webhook \"v.example.com\" denied the request: no";
+        assert!(admission_denial(vap) && admission_denial(hook));
+        assert!(!admission_denial(FORBIDDEN));
         assert_eq!(Error::Api { step: "s", source: api(400, "BadRequest", hook) }.class(), RequeueClass::Transient);
         let transport = Error::Api { step: "s", source: kube::Error::LinesCodecMaxLineLengthExceeded };
         assert_eq!(transport.class(), RequeueClass::Transient);
