@@ -247,7 +247,7 @@ mod tests {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         for rules in ["deploy/prometheus/kopiur-rules.yaml", "deploy/helm/kopiur/prometheus/kopiur-rules.yaml"] {
             let text = std::fs::read_to_string(root.join(rules)).unwrap();
-            let v: serde_json::Value = serde_yaml::from_str(&text).unwrap();
+            let v: serde_json::Value = serde_norway::from_str(&text).unwrap();
             let expr = v["groups"]
                 .as_array()
                 .unwrap()

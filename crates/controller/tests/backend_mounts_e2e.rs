@@ -194,7 +194,7 @@ async fn s3_tls_ca_bundle_and_filesystem_pvc_repositories_end_to_end() -> Result
     let example = std::fs::read_to_string(
         kopiur_testenv::controlplane::repo_root().join("deploy/examples/repository-filesystem-pvc.yaml"),
     )?;
-    let mut nas: Value = serde_yaml::from_str(&example)?;
+    let mut nas: Value = serde_norway::from_str(&example)?;
     nas["metadata"]["namespace"] = json!(ns);
     apply(&client, &ns, nas).await?;
     let volume_dir = pvc_dir(env, &client, &ns, "backup-volume", &log).await?;

@@ -101,7 +101,7 @@ impl Operator {
 async fn apply_rbac(client: &Client, op_ns: &str) -> Result<()> {
     let pp = PatchParams::apply(FM).force();
     for doc in rbac::render().split("\n---\n") {
-        let v: Value = serde_yaml::from_str(doc)?;
+        let v: Value = serde_norway::from_str(doc)?;
         let role: ClusterRole = serde_json::from_value(v)?;
         let name = role.metadata.name.clone().context("name")?;
         Api::<ClusterRole>::all(client.clone()).patch(&name, &pp, &Patch::Apply(&role)).await?;

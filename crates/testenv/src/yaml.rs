@@ -5,7 +5,7 @@ use serde::de::DeserializeOwned;
 /// Parses every non-empty document of a multi-document YAML stream.
 pub fn parse_all<T: DeserializeOwned>(text: &str) -> Result<Vec<T>> {
     let mut out = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(text) {
+    for doc in serde_norway::Deserializer::from_str(text) {
         let v: serde_json::Value = serde::Deserialize::deserialize(doc)?;
         if v.is_null() {
             continue;

@@ -18,7 +18,7 @@ pub fn render() -> Result<Vec<(String, String)>> {
         let name = crd.metadata.name.clone().context("generated CRD has no metadata.name")?;
         // Through serde_json::Value so map keys are emitted in sorted, stable order.
         let value = serde_json::to_value(&crd).with_context(|| format!("serializing CRD {name}"))?;
-        let yaml = serde_yaml::to_string(&value).with_context(|| format!("rendering CRD {name} as YAML"))?;
+        let yaml = serde_norway::to_string(&value).with_context(|| format!("rendering CRD {name} as YAML"))?;
         out.push((format!("{name}.yaml"), format!("{HEADER}{yaml}")));
     }
     Ok(out)

@@ -35,15 +35,15 @@ pub fn read(rel: &str) -> String {
 
 /// A YAML file (one document) as JSON.
 pub fn yaml_file(rel: &str) -> Value {
-    let y: serde_yaml::Value = serde_yaml::from_str(&read(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    let y: serde_norway::Value = serde_norway::from_str(&read(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
     serde_json::to_value(y).unwrap_or_else(|e| panic!("{rel} as JSON: {e}"))
 }
 
 /// Every non-empty document of a multi-document YAML stream, as JSON.
 pub fn yaml_docs(text: &str) -> Vec<Value> {
     use serde::Deserialize;
-    serde_yaml::Deserializer::from_str(text)
-        .map(|d| serde_yaml::Value::deserialize(d).expect("valid YAML document"))
+    serde_norway::Deserializer::from_str(text)
+        .map(|d| serde_norway::Value::deserialize(d).expect("valid YAML document"))
         .filter(|v| !v.is_null())
         .map(|v| serde_json::to_value(v).expect("YAML document as JSON"))
         .collect()

@@ -28,9 +28,9 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
 pub fn yaml_docs(path: &Path) -> Vec<Value> {
     use serde::Deserialize;
     let text = std::fs::read_to_string(path).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
+    serde_norway::Deserializer::from_str(&text)
         .map(|doc| {
-            let v = serde_yaml::Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let v = serde_norway::Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             serde_json::to_value(v).unwrap()
         })
         .collect()

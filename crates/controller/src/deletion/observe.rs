@@ -159,7 +159,7 @@ mod tests {
 
     /// Parse a Snapshot the cluster's way: YAML -> JSON value -> typed.
     fn snap(yaml: &str) -> Snapshot {
-        let v: serde_json::Value = serde_yaml::from_str(yaml).unwrap();
+        let v: serde_json::Value = serde_norway::from_str(yaml).unwrap();
         serde_json::from_value(v).unwrap()
     }
 

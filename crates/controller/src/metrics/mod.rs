@@ -473,7 +473,7 @@ mod tests {
         }
         for rules in ["deploy/prometheus/kopiur-rules.yaml", "deploy/helm/kopiur/prometheus/kopiur-rules.yaml"] {
             let text = std::fs::read_to_string(root.join(rules)).unwrap();
-            let v: serde_json::Value = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{rules} parses: {e}"));
+            let v: serde_json::Value = serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{rules} parses: {e}"));
             let mut exprs = Vec::new();
             for g in v["groups"].as_array().expect("rule groups") {
                 for r in g["rules"].as_array().expect("rules") {

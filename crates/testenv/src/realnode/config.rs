@@ -310,14 +310,14 @@ mod tests {
 
     #[test]
     fn kubelet_and_proxy_configs_parse_and_bind_only_the_node_address() {
-        let k: serde_yaml::Value = serde_yaml::from_str(&kubelet_yaml(&layout(), Path::new("/ca.crt"))).unwrap();
+        let k: serde_norway::Value = serde_norway::from_str(&kubelet_yaml(&layout(), Path::new("/ca.crt"))).unwrap();
         assert_eq!(k["address"].as_str(), Some("198.18.0.1"));
         assert_eq!(k["cgroupRoot"].as_str(), Some("/process_api/abc/kopiur-node-1"));
         assert_eq!(k["failCgroupV1"].as_bool(), Some(false));
         assert_eq!(k["cgroupDriver"].as_str(), Some("cgroupfs"));
         assert_eq!(k["imageGCHighThresholdPercent"].as_u64(), Some(100));
         assert_eq!(k["podLogsDir"].as_str(), Some("/state/node/pod-logs"));
-        let p: serde_yaml::Value = serde_yaml::from_str(&kube_proxy_yaml(&layout(), Path::new("/kc"))).unwrap();
+        let p: serde_norway::Value = serde_norway::from_str(&kube_proxy_yaml(&layout(), Path::new("/kc"))).unwrap();
         assert_eq!(p["nodePortAddresses"][0].as_str(), Some("198.18.0.1/32"));
         assert_eq!(p["conntrack"]["maxPerCore"].as_u64(), Some(0));
         assert!(SERVICE_IP.to_string().starts_with("198.18.1."));

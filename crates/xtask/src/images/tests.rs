@@ -414,11 +414,11 @@ fn containerfiles_match_the_xtask_images() {
     }
 }
 
-fn workflow() -> serde_yaml::Value {
-    serde_yaml::from_str(&read_repo(".github/workflows/release.yml")).unwrap()
+fn workflow() -> serde_norway::Value {
+    serde_norway::from_str(&read_repo(".github/workflows/release.yml")).unwrap()
 }
 
-fn steps(job: &serde_yaml::Value) -> Vec<&serde_yaml::Value> {
+fn steps(job: &serde_norway::Value) -> Vec<&serde_norway::Value> {
     job["steps"].as_sequence().expect("steps").iter().collect()
 }
 
@@ -430,7 +430,7 @@ fn release_workflow_builds_signs_and_pins() {
     let wf = workflow();
     let jobs = wf["jobs"].as_mapping().expect("jobs");
     let images = &wf["jobs"]["images"];
-    let builds: Vec<&serde_yaml::Value> = steps(images)
+    let builds: Vec<&serde_norway::Value> = steps(images)
         .into_iter()
         .filter(|s| s["uses"].as_str().is_some_and(|u| u.starts_with("docker/build-push-action@")))
         .collect();
@@ -454,10 +454,10 @@ fn release_workflow_builds_signs_and_pins() {
         );
     }
     assert_eq!(wf["env"]["REGISTRY"].as_str(), Some("${{ vars.REGISTRY }}"));
-    let run_text = |job: &serde_yaml::Value| -> String {
+    let run_text = |job: &serde_norway::Value| -> String {
         steps(job).iter().filter_map(|s| s["run"].as_str()).collect::<Vec<_>>().join("\n")
     };
-    let uses = |job: &serde_yaml::Value| -> Vec<String> {
+    let uses = |job: &serde_norway::Value| -> Vec<String> {
         steps(job).iter().filter_map(|s| s["uses"].as_str()).map(String::from).collect()
     };
     let img_run = run_text(images);

@@ -124,7 +124,7 @@ fn every_alert_has_promtool_tests() {
         if p.extension().and_then(|x| x.to_str()) != Some("yaml") {
             continue;
         }
-        let doc: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        let doc: serde_norway::Value = serde_norway::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
         let doc = serde_json::to_value(doc).unwrap();
         for t in doc["tests"].as_array().into_iter().flatten() {
             for a in t["alert_rule_test"].as_array().into_iter().flatten() {
