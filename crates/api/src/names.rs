@@ -11,8 +11,6 @@ pub const PREFIX: &str = "kopiur.home-operations.com/";
 
 pub mod finalizer {
     pub const SNAPSHOT_CLEANUP: &str = "kopiur.home-operations.com/snapshot-cleanup";
-    pub const SERVER_CLEANUP: &str = "kopiur.home-operations.com/server-cleanup";
-    pub const POLICY_CLEANUP: &str = "kopiur.home-operations.com/policy-cleanup";
 }
 
 pub mod annotation {
@@ -27,7 +25,6 @@ pub mod annotation {
     pub const ALLOW_IDENTITY_CHANGE: &str = "kopiur.home-operations.com/allow-identity-change";
     /// On a Namespace: `"true"` admits privileged movers there.
     pub const PRIVILEGED_MOVERS: &str = "kopiur.home-operations.com/privileged-movers";
-    pub const STREAM_EXEC_MOVERS: &str = "kopiur.home-operations.com/stream-exec-movers";
     // Written by the operator on its own objects.
     pub const DELETE_MEMBERS: &str = "kopiur.home-operations.com/delete-members";
     /// On a failed batch Job, written by the controller: the per-member answer it read from the
@@ -44,12 +41,10 @@ pub mod annotation {
     pub const REPLICATION_SLOT: &str = "kopiur.home-operations.com/replication-slot";
     pub const RUN_TRIGGER: &str = "kopiur.home-operations.com/run-trigger";
     pub const PIN_TARGET: &str = "kopiur.home-operations.com/pin-target";
-    pub const VERIFY_SLOT: &str = "kopiur.home-operations.com/verify-slot";
-    pub const SNAPSHOT_REPLICATION_SLOT: &str = "kopiur.home-operations.com/snapshot-replication-slot";
-    pub const RUN_COUNTED: &str = "kopiur.home-operations.com/run-counted";
-    pub const PROJECTED_FROM: &str = "kopiur.home-operations.com/projected-from";
-    pub const PROJECTED_AT: &str = "kopiur.home-operations.com/projected-at";
-    pub const SERVER_SPEC_HASH: &str = "kopiur.home-operations.com/server-spec-hash";
+    /// On a PersistentVolume a Restore populated: the uid of that Restore.
+    pub const POPULATED_BY: &str = "kopiur.home-operations.com/populated-by";
+    /// On a PersistentVolume a Restore populated: the uid of the claim it was populated for.
+    pub const POPULATED_FOR: &str = "kopiur.home-operations.com/populated-for";
 }
 
 /// Recognized values of the `pruned-by` annotation. Anything else reads as an external delete.
@@ -57,6 +52,7 @@ pub mod pruned_by {
     pub const RETENTION: &str = "retention";
     pub const FAILED_HISTORY: &str = "failed-history";
     pub const REPLACED_RUN: &str = "replaced-run";
+    // Reserved for features not shipped yet: read as external until they are.
     pub const POLICY_CASCADE: &str = "policy-cascade";
     pub const REPLICATION_RETENTION: &str = "replication-retention";
 }
@@ -86,10 +82,6 @@ pub mod label {
     pub const DELETE_REPO: &str = "kopiur.home-operations.com/delete-repo";
     pub const MAINTENANCE: &str = "kopiur.home-operations.com/maintenance";
     pub const REPLICATION: &str = "kopiur.home-operations.com/replication";
-    pub const REPO_POOL: &str = "kopiur.home-operations.com/repo-pool";
-    pub const GROUP: &str = "kopiur.home-operations.com/group";
-    pub const SNAPSHOT_REPLICATION: &str = "kopiur.home-operations.com/snapshot-replication";
-    pub const VERIFY: &str = "kopiur.home-operations.com/verify";
 }
 
 /// Values of `app.kubernetes.io/component`.
@@ -106,7 +98,6 @@ pub mod component {
 pub mod op {
     pub const SNAPSHOT_DELETE_BATCH: &str = "snapshot-delete-batch";
     pub const RESTORE: &str = "restore";
-    pub const RESTORE_TARGET: &str = "restore-target";
 }
 
 /// Values of the `origin` label (and `status.origin` on Snapshots).
@@ -131,7 +122,6 @@ pub mod condition {
     pub const MASS_DELETION_HELD: &str = "MassDeletionHeld";
     pub const MAINTENANCE_CONFIGURED: &str = "MaintenanceConfigured";
     pub const FEATURES_IGNORED: &str = "FeaturesIgnored";
-    pub const SEEDED: &str = "Seeded";
     // SnapshotPolicy.
     pub const REPOSITORIES_READY: &str = "RepositoriesReady";
     // Snapshot.
@@ -182,9 +172,11 @@ pub mod reason {
     pub const LOCKED: &str = "Locked";
     pub const SOURCE_ERROR: &str = "SourceError";
     pub const UNKNOWN: &str = "Unknown";
+    pub const CERTIFICATE_ERROR: &str = "CertificateError";
+    pub const NOT_FOUND: &str = "NotFound";
+    pub const REPOSITORY_UNAVAILABLE: &str = "RepositoryUnavailable";
     pub const MISSING_CREDENTIALS_SECRET: &str = "MissingCredentialsSecret";
     pub const MISSING_CA_BUNDLE: &str = "MissingCaBundle";
-    pub const MISSING_SERVICE_ACCOUNT: &str = "MissingServiceAccount";
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const FEATURE_NOT_IMPLEMENTED: &str = "FeatureNotImplemented";
     /// `inheritSecurityContextFrom` found no pod or no uid to inherit (the run waits).
@@ -196,7 +188,6 @@ pub mod reason {
     pub const CONNECT_FAILED: &str = "ConnectFailed";
     pub const PROBE_DISABLED: &str = "ProbeDisabled";
     pub const FOUND: &str = "Found";
-    pub const PROJECTED: &str = "Projected";
     pub const HEALTHY: &str = "Healthy";
     pub const TOO_MANY_INDEX_BLOBS: &str = "TooManyIndexBlobs";
     pub const THRESHOLD_EXCEEDED: &str = "ThresholdExceeded";
@@ -235,10 +226,17 @@ pub mod reason {
     pub const REPOSITORY_NOT_IN_POLICY: &str = "RepositoryNotInPolicy";
     pub const REPOSITORY_READ_ONLY: &str = "RepositoryReadOnly";
     pub const PRIVILEGED_MOVER_NOT_PERMITTED: &str = "PrivilegedMoverNotPermitted";
-    pub const STREAM_EXEC_NOT_PERMITTED: &str = "StreamExecNotPermitted";
+    /// `MoverPermitted=True`: the mover's settings are permitted in the namespace.
+    pub const MOVER_PERMITTED: &str = "MoverPermitted";
     pub const SOURCE_PVC_MISSING: &str = "SourcePvcMissing";
     pub const SOURCE_PVC_FOUND: &str = "SourcePvcFound";
     pub const MASS_DELETION_BREAKER: &str = "MassDeletionBreaker";
+    /// A deleting Snapshot held by the repository's mass-deletion breaker.
+    pub const DELETION_HELD: &str = "DeletionHeld";
+    /// A deleting Snapshot whose kopia manifest is not its own (see `condition::DELETION_REFUSED`).
+    pub const DELETION_REFUSED: &str = "DeletionRefused";
+    /// The work spec is over its size cap (the `WorkSpecTooLarge` Event says so too).
+    pub const WORK_SPEC_TOO_LARGE: &str = "WorkSpecTooLarge";
     pub const ACKNOWLEDGED: &str = "Acknowledged";
     pub const PINNED: &str = "Pinned";
     pub const PIN_JOB_RUNNING: &str = "PinJobRunning";
@@ -260,14 +258,26 @@ pub mod reason {
     pub const RESTORE_SUCCEEDED: &str = "RestoreSucceeded";
     pub const TARGET_EXISTS: &str = "TargetExists";
     pub const RESTORE_FAILED: &str = "RestoreFailed";
+    // Restore as a volume populator (`target: populator: {}`).
+    pub const WAITING_FOR_CLAIM: &str = "WaitingForClaim";
+    pub const WAITING_FOR_CONSUMER: &str = "WaitingForConsumer";
+    pub const WAITING_FOR_PRIME: &str = "WaitingForPrime";
+    /// The claim was bound before the Restore ran: nothing is restored.
+    pub const TARGET_ALREADY_BOUND: &str = "TargetAlreadyBound";
+    pub const POPULATING: &str = "Populating";
+    pub const BINDING: &str = "Binding";
+    pub const POPULATE_REFUSED: &str = "PopulateRefused";
+    pub const POPULATE_TARGET_GONE: &str = "PopulateTargetGone";
+    pub const POPULATE_PRIME_LOST: &str = "PopulatePrimeLost";
     // Maintenance.
     pub const MAINTENANCE_SCHEDULED: &str = "MaintenanceScheduled";
     pub const MAINTENANCE_YIELDING: &str = "MaintenanceYielding";
     pub const LEASE_HELD_BY_OTHER: &str = "LeaseHeldByOther";
     pub const LEASE_TAKEOVER_PROMPT: &str = "LeaseTakeoverPrompt";
+    /// `LeaseOwned=True`: this Maintenance owns kopia's maintenance.
+    pub const LEASE_OWNED: &str = "LeaseOwned";
     // RepositoryReplication.
     pub const REPLICATED: &str = "Replicated";
-    pub const INVALID_RUN_REQUEST: &str = "InvalidRunRequest";
     pub const SUSPENDED_WITH_PENDING_RUN: &str = "SuspendedWithPendingRun";
     pub const DESTINATION_IS_SOURCE: &str = "DestinationIsSource";
     pub const LAST_RUN_FAILED: &str = "LastRunFailed";
@@ -311,6 +321,14 @@ pub mod event {
     pub const WORK_SPEC_TOO_LARGE: &str = "WorkSpecTooLarge";
     pub const WORK_SPEC_INVALID: &str = "WorkSpecInvalid";
     pub const FEATURES_IGNORED: &str = "FeaturesIgnored";
+    // On a PVC whose `dataSourceRef` names a Restore (the volume populator).
+    pub const RESTORE_NOT_FOUND: &str = "RestoreNotFound";
+    pub const RESTORE_NOT_POPULATOR: &str = "RestoreNotPopulator";
+    pub const RESTORE_ALREADY_RAN: &str = "RestoreAlreadyRan";
+    pub const POPULATE_WAITING: &str = "PopulateWaiting";
+    pub const POPULATING: &str = "Populating";
+    pub const POPULATED: &str = "Populated";
+    pub const POPULATE_FAILED: &str = "PopulateFailed";
 }
 
 /// Reasons carried in the message of the `SnapshotOrphaned` Event.

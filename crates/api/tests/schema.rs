@@ -267,3 +267,17 @@ fn invalid_fixtures_parse_and_name_the_field() {
     assert!(files.len() >= 30, "{} invalid fixtures", files.len());
     assert_eq!(expectations.len(), files.len(), "fixtures must be distinct");
 }
+
+#[test]
+fn snapshot_origins_are_the_origin_vocabulary() {
+    use kopiur_api::shared::phase::SnapshotOrigin;
+    // `status.origin` and the `origin` label carry the same values (names.rs).
+    let vocabulary = [
+        names::origin::SCHEDULED,
+        names::origin::MANUAL,
+        names::origin::DISCOVERED,
+        names::origin::ADOPTED,
+        names::origin::REPLICATED,
+    ];
+    assert_eq!(SnapshotOrigin::KNOWN, vocabulary);
+}

@@ -1,7 +1,7 @@
 //! What the plugin prints, as pure functions of what it read (and the time, passed in), so the
 //! wording and the arithmetic are unit-tested without a cluster.
 use chrono::{DateTime, Utc};
-use kopiur_api::names::annotation;
+use kopiur_api::names::{annotation, condition};
 use kopiur_api::repository::RepositoryStatus;
 use kopiur_api::shared::RepositoryKind;
 use kopiur_api::shared::status::ResolvedRepository;
@@ -194,7 +194,7 @@ pub fn repositories(rows: &[RepoRow], snaps: &[SnapRow], scope: &Scope, now: Dat
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            let reachable = r.condition("BackendReachable").map_or("-".to_string(), |c| c.status.clone());
+            let reachable = r.condition(condition::BACKEND_REACHABLE).map_or("-".to_string(), |c| c.status.clone());
             let snapshots = snapshots_cell(r, snaps);
             vec![
                 r.namespace.clone().unwrap_or_else(|| "(cluster)".into()),

@@ -17,6 +17,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kopiur_api::cluster_repository::ClusterRepositorySpec;
 use kopiur_api::maintenance::MaintenanceSpec;
+use kopiur_api::names::{condition, reason};
 use kopiur_api::repository::RepositoryCommonSpec;
 use kopiur_api::restore::RestoreSpec;
 use kopiur_api::shared::Backend;
@@ -26,9 +27,9 @@ use kopiur_api::snapshot_policy::{CopyMethod, GroupBy, OnPolicyDelete, PolicyTar
 
 use crate::conditions::{Cond, CondStatus};
 
-pub const FEATURES_IGNORED: &str = "FeaturesIgnored";
-pub const NOT_IMPLEMENTED: &str = "NotImplemented";
-pub const FEATURE_NOT_IMPLEMENTED: &str = "FeatureNotImplemented";
+pub const FEATURES_IGNORED: &str = condition::FEATURES_IGNORED;
+pub const NOT_IMPLEMENTED: &str = reason::NOT_IMPLEMENTED;
+pub const FEATURE_NOT_IMPLEMENTED: &str = reason::FEATURE_NOT_IMPLEMENTED;
 
 /// One gating field: its JSON path and the refusal message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,8 +111,8 @@ impl NextFields {
         };
         Some(vec![
             c("Ready", CondStatus::False, &m),
-            c("Reconciling", CondStatus::False, ""),
-            c("Stalled", CondStatus::True, &m),
+            c(condition::RECONCILING, CondStatus::False, ""),
+            c(condition::STALLED, CondStatus::True, &m),
         ])
     }
 }

@@ -6,17 +6,17 @@ pub fn managed_labels() -> std::collections::BTreeMap<String, String> {
 }
 
 pub fn origin(snap: &kopiur_api::Snapshot) -> kopiur_api::shared::phase::SnapshotOrigin {
-    use kopiur_api::names::label;
+    use kopiur_api::names::{label, origin};
     use kopiur_api::shared::phase::SnapshotOrigin;
     use kube::ResourceExt;
     if let Some(o) = snap.status.as_ref().and_then(|s| s.origin.clone()) {
         return o;
     }
     match snap.labels().get(label::ORIGIN).map(String::as_str) {
-        Some("scheduled") => SnapshotOrigin::Scheduled,
-        Some("discovered") => SnapshotOrigin::Discovered,
-        Some("adopted") => SnapshotOrigin::Adopted,
-        Some("replicated") => SnapshotOrigin::Replicated,
+        Some(origin::SCHEDULED) => SnapshotOrigin::Scheduled,
+        Some(origin::DISCOVERED) => SnapshotOrigin::Discovered,
+        Some(origin::ADOPTED) => SnapshotOrigin::Adopted,
+        Some(origin::REPLICATED) => SnapshotOrigin::Replicated,
         Some(_) | None => SnapshotOrigin::Manual,
     }
 }

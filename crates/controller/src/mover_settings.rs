@@ -127,7 +127,7 @@ pub fn permitted_condition(refused: Option<(&str, &str)>, may_start: bool) -> Op
         None if may_start => Some(Cond {
             type_,
             status: CondStatus::True,
-            reason: "MoverPermitted".into(),
+            reason: reason::MOVER_PERMITTED.into(),
             message: "the mover's settings are permitted in this namespace".into(),
         }),
         // Another refusal, or a run that may not start yet: the condition stays as it was.

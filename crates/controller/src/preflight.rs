@@ -329,10 +329,10 @@ pub fn apply_policy_conditions(conds: &mut Vec<Cond>, existing: &[Condition], pr
                 message: message.clone(),
             });
             // A Stalled=False from elsewhere in this pass must not hide the stall.
-            conds.retain(|c| !(c.type_ == "Stalled" && c.status == CondStatus::False));
-            if !conds.iter().any(|c| c.type_ == "Stalled") {
+            conds.retain(|c| !(c.type_ == condition::STALLED && c.status == CondStatus::False));
+            if !conds.iter().any(|c| c.type_ == condition::STALLED) {
                 conds.push(Cond {
-                    type_: "Stalled",
+                    type_: condition::STALLED,
                     status: CondStatus::True,
                     reason: reason::INVALID_PREFLIGHT.into(),
                     message,
@@ -342,11 +342,11 @@ pub fn apply_policy_conditions(conds: &mut Vec<Cond>, existing: &[Condition], pr
         Ok(_) => {
             let stalled_by_us = existing
                 .iter()
-                .any(|c| c.type_ == "Stalled" && c.status == "True" && c.reason == reason::INVALID_PREFLIGHT);
-            if stalled_by_us && !conds.iter().any(|c| c.type_ == "Stalled") {
+                .any(|c| c.type_ == condition::STALLED && c.status == "True" && c.reason == reason::INVALID_PREFLIGHT);
+            if stalled_by_us && !conds.iter().any(|c| c.type_ == condition::STALLED) {
                 let ready = conds.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone());
                 conds.push(Cond {
-                    type_: "Stalled",
+                    type_: condition::STALLED,
                     status: CondStatus::False,
                     reason: ready.unwrap_or_else(|| "PreflightValid".into()),
                     message: String::new(),

@@ -285,7 +285,7 @@ pub fn nudge_due(current: Option<DateTime<Utc>>, now: DateTime<Utc>) -> bool {
 /// certificate (`CertificateError`) is configuration a human fixes; neither nudges. An unknown
 /// class (a Job that reported none) nudges: the probe is the one sensor that decides.
 pub fn class_nudges(class: Option<&str>) -> bool {
-    !matches!(class, Some("PermissionDenied" | "CertificateError"))
+    !matches!(class, Some(kopiur_api::names::reason::PERMISSION_DENIED | kopiur_api::names::reason::CERTIFICATE_ERROR))
 }
 
 /// Whether a recorded mover run stamps the reverify nudge on its repository (docs/design/repository-breaker.md §3.8,

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kopiur_api::names::condition;
 use kopiur_api::shared::status::Condition;
 use kopiur_api::{Maintenance, RepositoryReplication, Restore, Snapshot, SnapshotPolicy, SnapshotSchedule};
 use kube::ResourceExt;
@@ -28,10 +29,10 @@ pub const PERIOD: Duration = Duration::from_secs(5);
 pub fn kstatus_phase(conditions: &[Condition]) -> Option<&'static str> {
     let is_true = |t: &str| conditions.iter().any(|c| c.type_ == t && c.status == "True");
     let ready = conditions.iter().find(|c| c.type_ == "Ready")?;
-    Some(if is_true("Stalled") {
-        "Stalled"
-    } else if is_true("Reconciling") {
-        "Reconciling"
+    Some(if is_true(condition::STALLED) {
+        condition::STALLED
+    } else if is_true(condition::RECONCILING) {
+        condition::RECONCILING
     } else if ready.status == "True" {
         "Ready"
     } else {

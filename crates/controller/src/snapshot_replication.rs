@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kopiur_api::SnapshotReplication;
+use kopiur_api::names::condition;
 use kopiur_api::snapshot_replication::{NOT_IMPLEMENTED_MESSAGE, SnapshotReplicationPhase, SnapshotReplicationStatus};
 
 use kube::runtime::Controller;
@@ -53,7 +54,7 @@ pub fn desired_status(
 /// Event is emitted once per generation, on the write that reports it.
 pub fn needs_event(stored: &[Condition], generation: i64) -> bool {
     !stored.iter().any(|c| {
-        c.type_ == "Stalled"
+        c.type_ == condition::STALLED
             && c.status == "True"
             && c.reason == FEATURE_NOT_IMPLEMENTED
             && c.observed_generation == Some(generation)

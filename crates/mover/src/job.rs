@@ -19,14 +19,15 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kopiur_api::names::label;
 use sha2::{Digest, Sha256};
 
 use crate::workspec::{WorkSpec, WorkSpecError};
 
-pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-pub const LABEL_OP: &str = "kopiur.home-operations.com/op";
+pub const LABEL_MANAGED_BY: &str = label::MANAGED_BY;
+pub const LABEL_OP: &str = label::OP;
 pub const LABEL_CONNECT_KIND: &str = "kopiur.home-operations.com/connect-kind";
-pub const LABEL_DELETE_REPO: &str = "kopiur.home-operations.com/delete-repo";
+pub const LABEL_DELETE_REPO: &str = label::DELETE_REPO;
 pub const CACHE_MOUNT: &str = "/var/cache/kopia";
 /// kopia's config file (which holds the backend's keys): a memory-backed emptyDir, gone with
 /// the Pod, never the cache (which may be a PVC that outlives the run).

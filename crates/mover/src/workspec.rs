@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
+use kopiur_api::names::op;
 use kopiur_kopia::Backend;
 use kopiur_kopia::cmd::{CacheSizes, CreateOptions, Identity, PathPolicy, RestoreOptions, SyncOptions};
 use serde::{Deserialize, Serialize};
@@ -104,8 +105,8 @@ impl Operation {
     pub fn label(&self) -> &'static str {
         match self {
             Operation::Snapshot(_) => "backup",
-            Operation::Restore(_) => "restore",
-            Operation::SnapshotDeleteBatch(_) => "snapshot-delete-batch",
+            Operation::Restore(_) => op::RESTORE,
+            Operation::SnapshotDeleteBatch(_) => op::SNAPSHOT_DELETE_BATCH,
             Operation::BootstrapRepository(_) => "bootstrap",
             Operation::Maintenance(_) => "maintenance",
             Operation::Replicate(_) => "replication",

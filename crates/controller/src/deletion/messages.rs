@@ -2,7 +2,7 @@
 //! release command with the value to copy.
 use super::cascade::ScheduleState;
 use super::types::{RepoRef, Time, rfc3339};
-use kopiur_api::names::annotation;
+use kopiur_api::names::{annotation, orphan_reason};
 use kopiur_api::shared::RepositoryKind;
 
 /// The value printed in the ack command. Rounded up to the whole second: Kubernetes stamps
@@ -93,7 +93,8 @@ pub fn retained_on_schedule_delete(schedule: &str, state: ScheduleState, manifes
 /// Normal `SnapshotOrphaned`, reason `SkipSnapshotCleanup`.
 pub fn orphaned_skip(manifest: Option<&str>) -> String {
     format!(
-        "SkipSnapshotCleanup: {} is set; {} was left in the repository",
+        "{}: {} is set; {} was left in the repository",
+        orphan_reason::SKIP_SNAPSHOT_CLEANUP,
         annotation::SKIP_SNAPSHOT_CLEANUP,
         manifest_phrase(manifest)
     )
@@ -107,8 +108,8 @@ pub fn orphaned_policy(manifest: Option<&str>) -> String {
 /// Normal `SnapshotOrphaned`, reason `RepositoryGone`.
 pub fn orphaned_repository_gone(manifest: Option<&str>) -> String {
     format!(
-        "RepositoryGone: the repository this Snapshot is pinned to no longer exists; {} is kept and can be \
-         rediscovered",
+        "{}: the repository this Snapshot is pinned to no longer exists; {} is kept and can be rediscovered",
+        orphan_reason::REPOSITORY_GONE,
         manifest_phrase(manifest)
     )
 }
@@ -116,8 +117,8 @@ pub fn orphaned_repository_gone(manifest: Option<&str>) -> String {
 /// Normal `SnapshotOrphaned`, reason `NamespaceDeleted`.
 pub fn orphaned_namespace_deleted(manifest: Option<&str>) -> String {
     format!(
-        "NamespaceDeleted: the namespace is being deleted and the repository's onNamespaceDelete is Orphan; {} is \
-         kept",
+        "{}: the namespace is being deleted and the repository's onNamespaceDelete is Orphan; {} is kept",
+        orphan_reason::NAMESPACE_DELETED,
         manifest_phrase(manifest)
     )
 }

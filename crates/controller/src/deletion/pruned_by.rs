@@ -79,7 +79,10 @@ mod tests {
 
     #[test]
     fn missing_unknown_and_near_miss_values_are_external() {
-        for raw in [None, Some(""), Some("Retention"), Some("retention "), Some("user"), Some("policy-cascade")] {
+        for raw in [None, Some(""), Some("Retention"), Some("retention "), Some("user")]
+            .into_iter()
+            .chain([value::POLICY_CASCADE, value::REPLICATION_RETENTION].map(Some))
+        {
             assert_eq!(classify(raw), PrunedBy::External, "{raw:?}");
         }
     }

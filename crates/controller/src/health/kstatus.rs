@@ -1,6 +1,8 @@
 //! Conditions derived from the breaker state: the kstatus trio plus Bootstrapped,
 //! BackendReachable and CredentialsAvailable. Degraded is Reconciling (self-healing), Failed is
 //! Stalled (needs a human).
+use kopiur_api::names::{condition, reason};
+
 use super::types::{Bootstrapped, Phase, Reach, RepoFacts, RepoStatus};
 
 use crate::conditions::{Cond, CondStatus, cond};
@@ -54,12 +56,12 @@ pub fn conditions(facts: &RepoFacts, st: &RepoStatus) -> Vec<Cond> {
     let target = &facts.id.target;
 
     let (ready_reason, ready_msg): (String, String) = match phase {
-        Phase::Ready => ("Connected".into(), format!("connected to {target}")),
+        Phase::Ready => (reason::CONNECTED.into(), format!("connected to {target}")),
         Phase::Pending if creds_missing => (
-            "MissingCredentialsSecret".into(),
+            reason::MISSING_CREDENTIALS_SECRET.into(),
             "a referenced Secret does not exist in the repository's home namespace".into(),
         ),
-        Phase::Pending => ("Bootstrapping".into(), "waiting for the first bootstrap".into()),
+        Phase::Pending => (reason::BOOTSTRAPPING.into(), "waiting for the first bootstrap".into()),
         Phase::Initializing => match (&st.bootstrapped, &st.health.strict_retry) {
             (Some(Bootstrapped::No { reason, message }), Some(r)) => (
                 reason.clone(),
@@ -69,7 +71,7 @@ pub fn conditions(facts: &RepoFacts, st: &RepoStatus) -> Vec<Cond> {
                 ),
             ),
             (Some(Bootstrapped::No { .. }), None) | (Some(Bootstrapped::Yes), _) | (None, _) => {
-                ("Bootstrapping".into(), format!("connecting to {target}"))
+                (reason::BOOTSTRAPPING.into(), format!("connecting to {target}"))
             }
         },
         Phase::Degraded => {
@@ -95,7 +97,7 @@ pub fn conditions(facts: &RepoFacts, st: &RepoStatus) -> Vec<Cond> {
                     ),
                 ),
                 None => (
-                    "BreakerOpen".into(),
+                    reason::BREAKER_OPEN.into(),
                     format!(
                         "circuit breaker open: {} consecutive failed connects to {target}{next}",
                         st.health.consecutive_probe_failures
@@ -105,7 +107,7 @@ pub fn conditions(facts: &RepoFacts, st: &RepoStatus) -> Vec<Cond> {
         }
         Phase::Failed => match &st.terminal {
             Some(t) => (t.reason.reason().to_string(), t.message.clone()),
-            None => ("Unknown".into(), "the repository failed".into()),
+            None => (reason::UNKNOWN.into(), "the repository failed".into()),
         },
     };
 
@@ -114,50 +116,57 @@ pub fn conditions(facts: &RepoFacts, st: &RepoStatus) -> Vec<Cond> {
     match ks {
         Kstatus::Ready => {
             out.push(cond("Ready", CondStatus::True, &ready_reason, ready_msg));
-            out.push(cond("Reconciling", CondStatus::False, "Connected", ""));
-            out.push(cond("Stalled", CondStatus::False, "Connected", ""));
+            out.push(cond(condition::RECONCILING, CondStatus::False, reason::CONNECTED, ""));
+            out.push(cond(condition::STALLED, CondStatus::False, reason::CONNECTED, ""));
         }
         Kstatus::Reconciling => {
             out.push(cond("Ready", CondStatus::False, &ready_reason, ready_msg.clone()));
-            out.push(cond("Reconciling", CondStatus::True, &ready_reason, ready_msg));
-            out.push(cond("Stalled", CondStatus::False, &ready_reason, ""));
+            out.push(cond(condition::RECONCILING, CondStatus::True, &ready_reason, ready_msg));
+            out.push(cond(condition::STALLED, CondStatus::False, &ready_reason, ""));
         }
         Kstatus::Stalled => {
             out.push(cond("Ready", CondStatus::False, &ready_reason, ready_msg.clone()));
-            out.push(cond("Reconciling", CondStatus::False, &ready_reason, ""));
-            out.push(cond("Stalled", CondStatus::True, &ready_reason, ready_msg));
+            out.push(cond(condition::RECONCILING, CondStatus::False, &ready_reason, ""));
+            out.push(cond(condition::STALLED, CondStatus::True, &ready_reason, ready_msg));
         }
     }
 
     match &st.bootstrapped {
-        Some(Bootstrapped::Yes) => out.push(cond("Bootstrapped", CondStatus::True, "Bootstrapped", "uniqueId pinned")),
+        Some(Bootstrapped::Yes) => {
+            out.push(cond(condition::BOOTSTRAPPED, CondStatus::True, reason::BOOTSTRAPPED, "uniqueId pinned"))
+        }
         Some(Bootstrapped::No { reason, message }) => {
-            out.push(cond("Bootstrapped", CondStatus::False, reason, message.clone()))
+            out.push(cond(condition::BOOTSTRAPPED, CondStatus::False, reason, message.clone()))
         }
         None => {}
     }
 
     let reach = match (&st.reach, facts.spec.probe.enabled) {
         (Some(r), _) if r.reach != Reach::Reachable => {
-            Some(cond("BackendReachable", CondStatus::False, r.reach.reason(), r.message.clone()))
+            Some(cond(condition::BACKEND_REACHABLE, CondStatus::False, r.reach.reason(), r.message.clone()))
         }
-        (Some(_), false) | (None, false) => {
-            Some(cond("BackendReachable", CondStatus::Unknown, "ProbeDisabled", "spec.health.probe.enabled is false"))
+        (Some(_), false) | (None, false) => Some(cond(
+            condition::BACKEND_REACHABLE,
+            CondStatus::Unknown,
+            reason::PROBE_DISABLED,
+            "spec.health.probe.enabled is false",
+        )),
+        (Some(r), true) => {
+            Some(cond(condition::BACKEND_REACHABLE, CondStatus::True, reason::REACHABLE, r.message.clone()))
         }
-        (Some(r), true) => Some(cond("BackendReachable", CondStatus::True, "Reachable", r.message.clone())),
         (None, true) => None,
     };
     out.extend(reach);
 
     out.push(if creds_missing {
         cond(
-            "CredentialsAvailable",
+            condition::CREDENTIALS_AVAILABLE,
             CondStatus::False,
-            "MissingCredentialsSecret",
+            reason::MISSING_CREDENTIALS_SECRET,
             "a referenced Secret does not exist in the repository's home namespace",
         )
     } else {
-        cond("CredentialsAvailable", CondStatus::True, "Found", "")
+        cond(condition::CREDENTIALS_AVAILABLE, CondStatus::True, "Found", "")
     });
     out.extend(repository_writable(facts.spec.read_only));
     out

@@ -1,6 +1,7 @@
 //! `plan(facts, now)`: the whole repository decision. Fold a finished Job exactly once, then
 //! decide the one next step: launch a strict or probe connect, wait, or idle until a time.
 use chrono::{DateTime, Duration, Utc};
+use kopiur_api::names::event;
 
 use super::fold::{Effect, Event, EventType, FoldOutcome, fold};
 use super::gate::{AckState, CreateGate, Reopen, ack_state, gate_for, terminal_gate};
@@ -205,7 +206,7 @@ fn ack_events(facts: &RepoFacts, d: &mut Decision) {
                 let pin = facts.status.unique_id.as_deref().unwrap_or("");
                 d.events.push(Event {
                     type_: EventType::Warning,
-                    reason: "InvalidReinitializeAck",
+                    reason: event::INVALID_REINITIALIZE_ACK,
                     note: if pin.is_empty() {
                         format!("allow-reinitialize={value} ignored: no uniqueId is pinned")
                     } else {

@@ -1,6 +1,7 @@
 //! The plain facts and persisted state the breaker decides over. Everything a decision needs
 //! is here; nothing is read from the clock or the cluster inside the decision code.
 use chrono::{DateTime, Utc};
+use kopiur_api::names::reason;
 use kopiur_kopia::classify::ErrorClass;
 
 pub type Time = DateTime<Utc>;
@@ -209,10 +210,10 @@ impl TerminalReason {
     pub fn reason(&self) -> &'static str {
         match self {
             TerminalReason::Class(c) => c.as_str(),
-            TerminalReason::RepositoryNotInitialized => "RepositoryNotInitialized",
-            TerminalReason::RepositoryReinitializeBlocked => "RepositoryReinitializeBlocked",
-            TerminalReason::RepositoryUniqueIdMismatch { .. } => "RepositoryUniqueIdMismatch",
-            TerminalReason::BootstrapJobFailed => "BootstrapJobFailed",
+            TerminalReason::RepositoryNotInitialized => reason::REPOSITORY_NOT_INITIALIZED,
+            TerminalReason::RepositoryReinitializeBlocked => reason::REPOSITORY_REINITIALIZE_BLOCKED,
+            TerminalReason::RepositoryUniqueIdMismatch { .. } => reason::REPOSITORY_UNIQUE_ID_MISMATCH,
+            TerminalReason::BootstrapJobFailed => reason::BOOTSTRAP_JOB_FAILED,
         }
     }
 }
@@ -239,12 +240,12 @@ pub enum Reach {
 impl Reach {
     pub fn reason(self) -> &'static str {
         match self {
-            Reach::Reachable => "Reachable",
-            Reach::BackendUnreachable => "BackendUnreachable",
-            Reach::RepositoryVanished => "RepositoryVanished",
-            Reach::ProbeDeadlineExceeded => "ProbeDeadlineExceeded",
+            Reach::Reachable => reason::REACHABLE,
+            Reach::BackendUnreachable => reason::BACKEND_UNREACHABLE,
+            Reach::RepositoryVanished => reason::REPOSITORY_VANISHED,
+            Reach::ProbeDeadlineExceeded => reason::PROBE_DEADLINE_EXCEEDED,
             Reach::TimedOut => kopiur_api::names::reason::TIMED_OUT,
-            Reach::ConnectFailed => "ConnectFailed",
+            Reach::ConnectFailed => reason::CONNECT_FAILED,
         }
     }
 

@@ -232,7 +232,7 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
         match lease(f, st) {
             None => (None, None),
             Some((true, owner)) => {
-                (Some(lease_cond(true, "LeaseOwned", format!("kopia maintenance owner is {owner}"))), None)
+                (Some(lease_cond(true, reason::LEASE_OWNED, format!("kopia maintenance owner is {owner}"))), None)
             }
             Some((false, owner)) => {
                 let msg = format!("kopia maintenance is owned by {owner}, not {}", f.expected_owner);

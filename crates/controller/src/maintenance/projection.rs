@@ -9,7 +9,7 @@
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
 use kopiur_api::maintenance::{MaintenanceSpec, Ownership};
-use kopiur_api::names::{condition, event, label, reason};
+use kopiur_api::names::{self, condition, event, label, reason};
 use kopiur_api::repository::{RepositoryCommonSpec, RepositoryMode};
 use kopiur_api::shared::{RepositoryKind, RepositoryRef};
 use kopiur_api::{ClusterRepository, Maintenance, Repository};
@@ -260,7 +260,7 @@ async fn apply_one<K: RepoObject>(
             .is_some_and(|(c, (spec, generation))| *spec == want && *generation == c.generation);
         if !unchanged {
             let mut body = serde_json::to_value(m).unwrap_or_default();
-            body["apiVersion"] = "kopiur.home-operations.com/v1alpha1".into();
+            body["apiVersion"] = names::API_VERSION.into();
             body["kind"] = "Maintenance".into();
             if let Some(o) = body.as_object_mut() {
                 o.remove("status");

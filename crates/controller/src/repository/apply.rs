@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kopiur_api::names::annotation;
+use kopiur_api::names::{annotation, constants};
 use kopiur_kopia::cmd::{CacheSizes, CreateOptions, Identity};
 use kopiur_mover::job::{ConnectKind as MoverConnectKind, JobInput, build_job};
 use kopiur_mover::workspec::{
@@ -222,7 +222,8 @@ async fn launch<K: RepoObject>(
     };
 
     let (pw_secret, auth_secret) = secret_names(obj);
-    let pw_key = common.encryption.password_secret_ref.key.clone().unwrap_or_else(|| "KOPIA_PASSWORD".into());
+    let pw_key =
+        common.encryption.password_secret_ref.key.clone().unwrap_or_else(|| constants::DEFAULT_PASSWORD_KEY.into());
     let mut env_from = vec![pw_secret.clone()];
     env_from.extend(auth_secret);
     let mut annotations = BTreeMap::from([

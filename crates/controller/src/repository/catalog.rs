@@ -7,7 +7,7 @@
 //! folded by the breaker like any periodic probe; only a successful connect whose uniqueId
 //! matches the pin reaches the catalog, so a failed connect never expires a row.
 use chrono::{DateTime, Duration, Utc};
-use kopiur_api::names::annotation;
+use kopiur_api::names::{annotation, event};
 use kopiur_api::repository::CatalogStatus;
 use kopiur_api::shared::RepositoryKind;
 use kopiur_mover::result::BootstrapOutcome;
@@ -300,7 +300,7 @@ async fn fold_listing<K: RepoObject>(
                 let hosts: Vec<&str> = o.unplaced.iter().map(String::as_str).collect();
                 let ev = KEvent {
                     type_: KEventType::Warning,
-                    reason: "DiscoveredSnapshotUnplaced".into(),
+                    reason: event::DISCOVERED_SNAPSHOT_UNPLACED.into(),
                     note: Some(crate::text::truncate(
                         &format!(
                             "kopia snapshots of hostname(s) {} have no allowed, existing namespace and no catalog.fallbackNamespace; they were not materialized",

@@ -3,6 +3,7 @@
 //! status is unchanged, so a steady state re-renders byte-identical status and writes nothing.
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kopiur_api::names::{condition, reason};
 use kopiur_api::repository::{
     HealthStatus, RepositoryPhase, RepositoryStatus, StorageStats, StrictRetry as ApiStrictRetry,
 };
@@ -42,10 +43,10 @@ fn cond<'a>(conds: &'a [Condition], t: &str) -> Option<&'a Condition> {
 
 pub fn terminal_reason_from(reason: &str) -> TerminalReason {
     match reason {
-        "RepositoryNotInitialized" => TerminalReason::RepositoryNotInitialized,
-        "RepositoryReinitializeBlocked" => TerminalReason::RepositoryReinitializeBlocked,
-        "RepositoryUniqueIdMismatch" => TerminalReason::RepositoryUniqueIdMismatch { found: String::new() },
-        "BootstrapJobFailed" => TerminalReason::BootstrapJobFailed,
+        reason::REPOSITORY_NOT_INITIALIZED => TerminalReason::RepositoryNotInitialized,
+        reason::REPOSITORY_REINITIALIZE_BLOCKED => TerminalReason::RepositoryReinitializeBlocked,
+        reason::REPOSITORY_UNIQUE_ID_MISMATCH => TerminalReason::RepositoryUniqueIdMismatch { found: String::new() },
+        reason::BOOTSTRAP_JOB_FAILED => TerminalReason::BootstrapJobFailed,
         other => TerminalReason::Class(ErrorClass::from_label(other)),
     }
 }
@@ -63,10 +64,10 @@ pub fn to_pure(st: Option<&RepositoryStatus>) -> RepoStatus {
         }),
         Some(Phase::Pending | Phase::Initializing | Phase::Ready | Phase::Degraded) | None => None,
     };
-    let reach = cond(&st.conditions, "BackendReachable")
+    let reach = cond(&st.conditions, condition::BACKEND_REACHABLE)
         .filter(|c| c.status != "Unknown")
         .and_then(|c| Reach::from_reason(&c.reason).map(|reach| ReachState { reach, message: c.message.clone() }));
-    let bootstrapped = cond(&st.conditions, "Bootstrapped").map(|c| {
+    let bootstrapped = cond(&st.conditions, condition::BOOTSTRAPPED).map(|c| {
         if c.status == "True" {
             Bootstrapped::Yes
         } else {

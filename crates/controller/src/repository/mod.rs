@@ -13,6 +13,7 @@ pub mod validate;
 use std::fmt::Debug;
 use std::sync::Arc;
 
+use kopiur_api::names::condition;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
@@ -119,9 +120,9 @@ fn missing_ca_bundle(d: &mut crate::health::Decision, message: &str) {
     for c in d.conditions.drain(..) {
         out.push(match CaOverride::of(c.type_) {
             Some(CaOverride::Ready) => set("Ready", CondStatus::False, message),
-            Some(CaOverride::Reconciling) => set("Reconciling", CondStatus::False, ""),
-            Some(CaOverride::Stalled) => set("Stalled", CondStatus::True, message),
-            Some(CaOverride::CredentialsAvailable) => set("CredentialsAvailable", CondStatus::False, message),
+            Some(CaOverride::Reconciling) => set(condition::RECONCILING, CondStatus::False, ""),
+            Some(CaOverride::Stalled) => set(condition::STALLED, CondStatus::True, message),
+            Some(CaOverride::CredentialsAvailable) => set(condition::CREDENTIALS_AVAILABLE, CondStatus::False, message),
             // Every other condition (Bootstrapped, BackendReachable, ...) keeps what the plan said.
             None => c,
         });

@@ -8,7 +8,7 @@ use crate::error::ApiStep;
 use std::any::Any;
 
 use chrono::Utc;
-use kopiur_api::names::reason;
+use kopiur_api::names::{condition, event, reason};
 use kopiur_api::repository::RepositoryPhase;
 use kopiur_api::{ClusterRepository, Repository};
 use kube::ResourceExt;
@@ -19,7 +19,7 @@ use kube::runtime::events::{Event, EventType};
 use crate::conditions::Cond;
 use crate::context::Context;
 use crate::error::Error;
-use crate::features::{self, FEATURE_NOT_IMPLEMENTED, FEATURES_IGNORED, NextFields};
+use crate::features::{self, FEATURE_NOT_IMPLEMENTED, NextFields};
 use crate::repo_view::RepoObject;
 
 /// The [next] fields of either kind.
@@ -86,7 +86,10 @@ pub async fn refuse<K: RepoObject>(obj: &K, ctx: &Context, next: &NextFields) ->
     let current = obj.status_common().cloned();
     let mut desired = current.clone().unwrap_or_default();
     let already = desired.conditions.iter().any(|c| {
-        c.type_ == "Stalled" && c.reason == reason && c.observed_generation == Some(generation) && c.message == message
+        c.type_ == condition::STALLED
+            && c.reason == reason
+            && c.observed_generation == Some(generation)
+            && c.message == message
     });
     desired.phase = Some(RepositoryPhase::Pending);
     desired.observed_generation = Some(generation);
@@ -119,7 +122,7 @@ pub async fn warn_ignored<K: RepoObject>(obj: &K, ctx: &Context, next: &NextFiel
     let generation = obj.meta().generation.unwrap_or(0);
     let stored = obj.status_common().map(|s| s.conditions.as_slice()).unwrap_or_default();
     if let Some(note) = next.advisory_event(stored, generation) {
-        publish(obj, ctx, FEATURES_IGNORED, &note).await;
+        publish(obj, ctx, event::FEATURES_IGNORED, &note).await;
     }
 }
 

@@ -2,6 +2,7 @@
 //! parks (never fails) the Restore while its repository is not Ready, and the wait window for
 //! a missing snapshot starts only once the gate has passed.
 use chrono::{DateTime, Duration, Utc};
+use kopiur_api::names::{condition, reason};
 use kopiur_api::restore::{OnMissingSnapshot, RestorePhase};
 use kopiur_api::shared::status::Failure;
 
@@ -229,8 +230,8 @@ pub(super) fn decision(
         phase: Some(phase),
         conditions: vec![
             cond("Ready", ready, reason, m.clone()),
-            cond("Reconciling", reconciling, reason, ""),
-            cond("Stalled", stalled, reason, if stalled == CondStatus::True { m } else { String::new() }),
+            cond(condition::RECONCILING, reconciling, reason, ""),
+            cond(condition::STALLED, stalled, reason, if stalled == CondStatus::True { m } else { String::new() }),
         ],
         steps: vec![],
         wait_started_at: None,
@@ -287,7 +288,7 @@ pub fn plan(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
 fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     match &f.phase {
         Some(RestorePhase::Completed) => {
-            let mut d = decision(RestorePhase::Completed, CondStatus::True, "RestoreSucceeded", "restored");
+            let mut d = decision(RestorePhase::Completed, CondStatus::True, reason::RESTORE_SUCCEEDED, "restored");
             if f.prime_left {
                 // Kubernetes keeps a PVC while any pod that mounted it exists, finished or
                 // not: the Job goes with the prime.
@@ -300,7 +301,7 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
             let msg =
                 f.job.failure.as_ref().and_then(|x| x.message.clone()).unwrap_or_else(|| "the restore failed".into());
             // The reason recorded with the failure (MoverJobLost, MoverPodWedged, ...) stays.
-            let reason = f.job.ready_reason.as_deref().filter(|r| !r.is_empty()).unwrap_or("RestoreFailed");
+            let reason = f.job.ready_reason.as_deref().filter(|r| !r.is_empty()).unwrap_or(reason::RESTORE_FAILED);
             let mut d = decision(RestorePhase::Failed, CondStatus::False, reason, msg);
             // A wedged Job whose delete did not land the first time is deleted again.
             d.delete_job = reason == kopiur_api::names::reason::MOVER_POD_WEDGED && f.job.state == JobState::Active;
@@ -361,10 +362,10 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
                     d
                 }
                 (JobState::Failed { reason }, _) => {
-                    fail("RestoreFailed", format!("the restore Job failed: {reason}"), true, f, now)
+                    fail(reason::RESTORE_FAILED, format!("the restore Job failed: {reason}"), true, f, now)
                 }
                 (JobState::Absent, _) => {
-                    fail("MoverJobLost", "the restore Job vanished before reporting".into(), true, f, now)
+                    fail(reason::MOVER_JOB_LOST, "the restore Job vanished before reporting".into(), true, f, now)
                 }
             };
         }
@@ -375,8 +376,8 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     if let Some(message) = &f.cross_ns {
         let reason = kopiur_api::names::reason::CROSS_NAMESPACE_REFERENCE;
         let mut d = decision(RestorePhase::Pending, CondStatus::False, reason, message.clone());
-        d.conditions[1] = cond("Reconciling", CondStatus::False, reason, "");
-        d.conditions[2] = cond("Stalled", CondStatus::True, reason, message.clone());
+        d.conditions[1] = cond(condition::RECONCILING, CondStatus::False, reason, "");
+        d.conditions[2] = cond(condition::STALLED, CondStatus::True, reason, message.clone());
         d.requeue_after = Some(Duration::seconds(60));
         return d;
     }
@@ -386,14 +387,15 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     match f.gate.readiness() {
         Readiness::Go => {}
         Readiness::Wait => {
-            let mut d = decision(RestorePhase::Pending, CondStatus::False, "RepositoryNotReady", f.gate.message());
+            let mut d =
+                decision(RestorePhase::Pending, CondStatus::False, reason::REPOSITORY_NOT_READY, f.gate.message());
             d.requeue_after = Some(Duration::seconds(300));
             return d;
         }
         Readiness::Blocked { reason } => {
             let mut d = decision(RestorePhase::Pending, CondStatus::False, reason, f.gate.message());
-            d.conditions[1] = cond("Reconciling", CondStatus::False, reason, "");
-            d.conditions[2] = cond("Stalled", CondStatus::True, reason, f.gate.message());
+            d.conditions[1] = cond(condition::RECONCILING, CondStatus::False, reason, "");
+            d.conditions[2] = cond(condition::STALLED, CondStatus::True, reason, f.gate.message());
             d.requeue_after = Some(Duration::seconds(300));
             return d;
         }
@@ -402,7 +404,7 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     match &f.target {
         TargetState::NotImplemented { what } => {
             return fail(
-                "FeatureNotImplemented",
+                reason::FEATURE_NOT_IMPLEMENTED,
                 format!("target.{what} is not implemented in this release"),
                 false,
                 f,
@@ -411,7 +413,7 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
         }
         TargetState::ExistsNotOurs { name } => {
             return fail(
-                "TargetExists",
+                reason::TARGET_EXISTS,
                 format!("PVC {name} already exists and was not created by this Restore"),
                 false,
                 f,
@@ -437,8 +439,8 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     }
     if let Some((reason, message)) = &f.mover_refused {
         let mut d = decision(RestorePhase::Pending, CondStatus::False, reason, message.clone());
-        d.conditions[1] = cond("Reconciling", CondStatus::False, reason, "");
-        d.conditions[2] = cond("Stalled", CondStatus::True, reason, message.clone());
+        d.conditions[1] = cond(condition::RECONCILING, CondStatus::False, reason, "");
+        d.conditions[2] = cond(condition::STALLED, CondStatus::True, reason, message.clone());
         // Re-checked every minute: the namespace's opt-in may appear.
         d.requeue_after = Some(Duration::seconds(60));
         return d;
@@ -452,8 +454,8 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     {
         let reason = f.credentials.reason();
         let mut d = decision(RestorePhase::Pending, CondStatus::False, reason, message.clone());
-        d.conditions[1] = cond("Reconciling", CondStatus::False, reason, "");
-        d.conditions[2] = cond("Stalled", CondStatus::True, reason, message.clone());
+        d.conditions[1] = cond(condition::RECONCILING, CondStatus::False, reason, "");
+        d.conditions[2] = cond(condition::STALLED, CondStatus::True, reason, message.clone());
         d.conditions.push(cond(
             kopiur_api::names::condition::CREDENTIALS_AVAILABLE,
             CondStatus::False,
@@ -476,13 +478,13 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
                     let mut d = decision(
                         RestorePhase::Resolving,
                         CondStatus::False,
-                        "WaitingForSnapshot",
+                        reason::WAITING_FOR_SNAPSHOT,
                         format!("waiting for {what}"),
                     );
                     d.conditions.push(cond(
-                        "Resolved",
+                        condition::RESOLVED,
                         CondStatus::False,
-                        "WaitingForSnapshot",
+                        reason::WAITING_FOR_SNAPSHOT,
                         format!("waiting for {what}"),
                     ));
                     d.wait_started_at = Some(started);
@@ -491,8 +493,13 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
                 }
                 return match f.on_missing {
                     OnMissingSnapshot::Fail => {
-                        let mut d = fail("SnapshotNotFound", format!("{what} does not exist"), false, f, now);
-                        d.conditions.push(cond("Resolved", CondStatus::False, "SnapshotNotFound", what.clone()));
+                        let mut d = fail(reason::SNAPSHOT_NOT_FOUND, format!("{what} does not exist"), false, f, now);
+                        d.conditions.push(cond(
+                            condition::RESOLVED,
+                            CondStatus::False,
+                            reason::SNAPSHOT_NOT_FOUND,
+                            what.clone(),
+                        ));
                         d.wait_started_at = Some(started);
                         d
                     }
@@ -502,12 +509,17 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
                         let populate = matches!(f.target, TargetState::Populate(_));
                         let mut d = if populate {
                             let m = "no snapshot: the PVC gets an empty volume";
-                            decision(RestorePhase::Restoring, CondStatus::False, "Populating", m)
+                            decision(RestorePhase::Restoring, CondStatus::False, reason::POPULATING, m)
                         } else {
                             let m = "no snapshot; target left empty";
-                            decision(RestorePhase::Completed, CondStatus::True, "RestoreSucceeded", m)
+                            decision(RestorePhase::Completed, CondStatus::True, reason::RESTORE_SUCCEEDED, m)
                         };
-                        d.conditions.push(cond("Resolved", CondStatus::True, "NoSnapshotContinue", what.clone()));
+                        d.conditions.push(cond(
+                            condition::RESOLVED,
+                            CondStatus::True,
+                            reason::NO_SNAPSHOT_CONTINUE,
+                            what.clone(),
+                        ));
                         d.steps = match &f.target {
                             TargetState::Populate(Populate::Priming { prime: Prime::Absent, .. }) => {
                                 vec![Step::PinEmpty, Step::CreatePrime]
@@ -538,7 +550,7 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
         JobState::Active | JobState::Complete { .. } | JobState::Failed { .. } => steps.push(Step::AwaitJob),
     }
     let mut d = decision(RestorePhase::Restoring, CondStatus::False, "Restoring", "the restore Job was created");
-    d.conditions.push(cond("Resolved", CondStatus::True, "SnapshotResolved", ""));
+    d.conditions.push(cond(condition::RESOLVED, CondStatus::True, reason::SNAPSHOT_RESOLVED, ""));
     if f.credentials == Credentials::Found {
         d.conditions.push(cond(
             kopiur_api::names::condition::CREDENTIALS_AVAILABLE,

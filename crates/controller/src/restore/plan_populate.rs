@@ -1,6 +1,7 @@
 //! The populate paths of the Restore plan (`target: populator: {}`, docs/controller.md
 //! "Volume populator"): before the launch, and while the populate runs.
 use chrono::{DateTime, Duration, Utc};
+use kopiur_api::names::reason;
 use kopiur_api::restore::RestorePhase;
 
 use super::plan::{RestoreDecision, RestoreFacts, Step, decision, fail};
@@ -18,7 +19,7 @@ pub(super) fn before_populate(f: &RestoreFacts, p: &Populate, now: DateTime<Utc>
     };
     match p {
         Populate::NoClaim => Some(waiting(
-            "WaitingForClaim",
+            reason::WAITING_FOR_CLAIM,
             format!(
                 "no PVC in namespace {} names this Restore in spec.dataSourceRef (apiGroup {}, kind Restore); the populate starts when one does",
                 f.namespace,
@@ -27,14 +28,14 @@ pub(super) fn before_populate(f: &RestoreFacts, p: &Populate, now: DateTime<Utc>
             60,
         )),
         Populate::AwaitingConsumer { claim, class } => Some(waiting(
-            "WaitingForConsumer",
+            reason::WAITING_FOR_CONSUMER,
             format!(
                 "PVC {claim} uses StorageClass {class}, which binds WaitForFirstConsumer: the populate starts once a pod that mounts it is scheduled"
             ),
             60,
         )),
         Populate::Priming { claim, prime: Prime::Foreign, .. } => Some(waiting(
-            "WaitingForPrime",
+            reason::WAITING_FOR_PRIME,
             format!("the prime PVC of an earlier Restore for PVC {claim} is still being removed"),
             10,
         )),
@@ -42,18 +43,19 @@ pub(super) fn before_populate(f: &RestoreFacts, p: &Populate, now: DateTime<Utc>
             let message = format!(
                 "PVC {claim} is already bound to volume {volume}: nothing is restored (a PVC is populated once; to restore again, delete and re-create the PVC with a new Restore)"
             );
-            let mut d = decision(RestorePhase::Completed, CondStatus::True, "TargetAlreadyBound", message.clone());
+            let mut d =
+                decision(RestorePhase::Completed, CondStatus::True, reason::TARGET_ALREADY_BOUND, message.clone());
             d.conditions.push(cond(
                 kopiur_api::names::condition::TARGET_ALREADY_BOUND,
                 CondStatus::True,
-                "TargetAlreadyBound",
+                reason::TARGET_ALREADY_BOUND,
                 message,
             ));
             Some(d)
         }
-        Populate::Refused { message } => Some(fail("PopulateRefused", message.clone(), false, f, now)),
+        Populate::Refused { message } => Some(fail(reason::POPULATE_REFUSED, message.clone(), false, f, now)),
         Populate::ClaimGone { claim } => Some(fail(
-            "PopulateTargetGone",
+            reason::POPULATE_TARGET_GONE,
             format!("PVC {claim} was deleted or re-created before the populate started"),
             false,
             f,
@@ -86,7 +88,7 @@ pub(super) fn populating(f: &RestoreFacts, p: &Populate, now: DateTime<Utc>) -> 
             let mut d = decision(
                 RestorePhase::Completed,
                 CondStatus::True,
-                "RestoreSucceeded",
+                reason::RESTORE_SUCCEEDED,
                 format!("PVC {claim} is bound to volume {volume}, populated by this Restore"),
             );
             if *prime_left {
@@ -97,34 +99,38 @@ pub(super) fn populating(f: &RestoreFacts, p: &Populate, now: DateTime<Utc>) -> 
             Some(d)
         }
         Populate::ClaimGone { claim } => Some(discard(
-            "PopulateTargetGone",
+            reason::POPULATE_TARGET_GONE,
             format!(
                 "PVC {claim} was deleted or re-created before its data was bound; the restored copy was discarded (a new PVC needs a new Restore)"
             ),
         )),
         Populate::AlreadyBound { claim, volume } => Some(discard(
-            "PopulateTargetGone",
+            reason::POPULATE_TARGET_GONE,
             format!(
                 "PVC {claim} was bound to volume {volume} by something else during the populate; the restored copy was discarded"
             ),
         )),
         Populate::Priming { claim, prime: Prime::Bound { volume }, .. } if restored => Some(running(
-            "Binding",
+            reason::BINDING,
             format!("binding the restored volume {volume} to PVC {claim}"),
             Some(Step::Rebind { volume: volume.clone() }),
         )),
         Populate::Priming { claim, prime: Prime::Absent | Prime::Foreign, .. } if restored && !f.pinned_empty => {
             Some(discard(
-                "PopulatePrimeLost",
+                reason::POPULATE_PRIME_LOST,
                 format!("the prime PVC vanished before its volume was bound to PVC {claim}; create a new Restore"),
             ))
         }
-        Populate::Priming { prime: Prime::Absent, .. } if f.pinned_empty => {
-            Some(running("Populating", "no snapshot: the PVC gets an empty volume".into(), Some(Step::CreatePrime)))
-        }
-        Populate::Priming { claim, .. } if restored => {
-            Some(running("Binding", format!("waiting for the prime volume of PVC {claim} to be provisioned"), None))
-        }
+        Populate::Priming { prime: Prime::Absent, .. } if f.pinned_empty => Some(running(
+            reason::POPULATING,
+            "no snapshot: the PVC gets an empty volume".into(),
+            Some(Step::CreatePrime),
+        )),
+        Populate::Priming { claim, .. } if restored => Some(running(
+            reason::BINDING,
+            format!("waiting for the prime volume of PVC {claim} to be provisioned"),
+            None,
+        )),
         Populate::Priming { .. } | Populate::NoClaim | Populate::AwaitingConsumer { .. } | Populate::Refused { .. } => {
             None
         }

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kopiur_api::Restore;
+use kopiur_api::names::{annotation, event};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 
@@ -29,10 +30,6 @@ use crate::error::{ApiStep, Error};
 
 /// The prime PVC's name prefix; the claim's uid follows.
 pub const PRIME_PREFIX: &str = "kopiur-prime-";
-/// On a populated PersistentVolume: the uid of the Restore that populated it.
-pub const POPULATED_BY: &str = "kopiur.home-operations.com/populated-by";
-/// On a populated PersistentVolume: the uid of the claim it was populated for.
-pub const POPULATED_FOR: &str = "kopiur.home-operations.com/populated-for";
 /// The node the scheduler picked for a WaitForFirstConsumer claim.
 pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 /// The Restore kind a `dataSourceRef` names.
@@ -152,7 +149,7 @@ pub async fn observe(client: &Client, restore: &Restore, recorded: Option<(&str,
     if let Some(volume) = spec.volume_name.clone().filter(|v| !v.is_empty()) {
         let pv =
             Api::<PersistentVolume>::all(client.clone()).get_opt(&volume).await.step("read prime PersistentVolume")?;
-        let ours = pv.as_ref().is_some_and(|pv| pv.annotations().get(POPULATED_BY) == Some(&uid));
+        let ours = pv.as_ref().is_some_and(|pv| pv.annotations().get(annotation::POPULATED_BY) == Some(&uid));
         let state = if ours {
             let prime_left = pvcs.get_opt(&prime).await.step("read prime claim")?.is_some();
             Populate::Populated { claim: name, volume, prime_left }
@@ -252,7 +249,8 @@ pub async fn rebind(
         )));
     }
     let patch = serde_json::json!({
-        "metadata": {"annotations": {POPULATED_BY: restore.uid().unwrap_or_default(), POPULATED_FOR: claim_uid}},
+        "metadata": {"annotations": {annotation::POPULATED_BY: restore.uid().unwrap_or_default(),
+                                     annotation::POPULATED_FOR: claim_uid}},
         "spec": {"claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": ns,
                               "name": claim.name_any(), "uid": claim_uid, "resourceVersion": null}}
     });
@@ -331,7 +329,7 @@ pub fn unserved(claim: &PersistentVolumeClaim, restore: Option<&Restore>) -> Opt
     let name = named_restore(claim)?;
     let Some(r) = restore else {
         return Some((
-            "RestoreNotFound",
+            event::RESTORE_NOT_FOUND,
             format!(
                 "spec.dataSourceRef names Restore {ns}/{name}, which does not exist; create it with target: populator: {{}} and this PVC is populated from it (it stays Pending until then)"
             ),
@@ -339,7 +337,7 @@ pub fn unserved(claim: &PersistentVolumeClaim, restore: Option<&Restore>) -> Opt
     };
     if !matches!(r.spec.target, RestoreTarget::Populator(_)) {
         return Some((
-            "RestoreNotPopulator",
+            event::RESTORE_NOT_POPULATOR,
             format!(
                 "Restore {ns}/{name} does not have target: populator: {{}}, so it does not populate PVCs; create a Restore with that target for this PVC"
             ),
@@ -352,7 +350,7 @@ pub fn unserved(claim: &PersistentVolumeClaim, restore: Option<&Restore>) -> Opt
     let mine = served.as_deref() == Some(prime_name(&claim.uid().unwrap_or_default()).as_str());
     if finished && !mine {
         return Some((
-            "RestoreAlreadyRan",
+            event::RESTORE_ALREADY_RAN,
             format!(
                 "Restore {ns}/{name} already ran for another PVC (a Restore populates one PVC, once); create a new Restore and point this PVC's dataSourceRef at it"
             ),

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kopiur_api::Restore;
+use kopiur_api::names::{condition, event, reason};
 use kopiur_api::restore::{Resolution, RestoreResolved, RestoreSource, RestoreTarget, RestoreTargetStatus};
 use kopiur_api::shared::ObjectRef as ApiObjectRef;
 use kopiur_api::shared::status::ResolvedRepository;
@@ -202,15 +203,16 @@ async fn tell_claim(ctx: &Context, restore: &Restore, claim: &PersistentVolumeCl
         return;
     }
     let failed = matches!(d.phase, Some(kopiur_api::restore::RestorePhase::Failed));
-    let stalled = d.conditions.iter().any(|c| c.type_ == "Stalled" && c.status == crate::conditions::CondStatus::True);
+    let stalled =
+        d.conditions.iter().any(|c| c.type_ == condition::STALLED && c.status == crate::conditions::CondStatus::True);
     let reason = {
         use kopiur_api::restore::RestorePhase;
         match &d.phase {
-            Some(RestorePhase::Completed) => "Populated",
-            Some(RestorePhase::Failed) => "PopulateFailed",
-            Some(RestorePhase::Restoring) => "Populating",
+            Some(RestorePhase::Completed) => event::POPULATED,
+            Some(RestorePhase::Failed) => event::POPULATE_FAILED,
+            Some(RestorePhase::Restoring) => event::POPULATING,
             Some(RestorePhase::Pending | RestorePhase::Resolving | RestorePhase::Unknown(_)) | None => {
-                "PopulateWaiting"
+                event::POPULATE_WAITING
             }
         }
     };
@@ -235,7 +237,7 @@ fn populate_outcome(
     }
     let reason = d.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.as_str());
     match &d.phase {
-        Some(RestorePhase::Completed) if reason == Some("TargetAlreadyBound") => Some("already_bound"),
+        Some(RestorePhase::Completed) if reason == Some(reason::TARGET_ALREADY_BOUND) => Some("already_bound"),
         Some(RestorePhase::Completed) => Some("populated"),
         Some(RestorePhase::Failed) => Some("failed"),
         Some(RestorePhase::Pending | RestorePhase::Resolving | RestorePhase::Restoring | RestorePhase::Unknown(_))

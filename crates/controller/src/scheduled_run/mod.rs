@@ -9,6 +9,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kopiur_api::Duration as ApiDuration;
 use kopiur_api::domain::cron::{Cron, NextSlot, effective_timezone, next_slot, parse_timezone};
+use kopiur_api::names::annotation;
 use kopiur_api::shared::{CronSpec, FailurePolicy};
 use kopiur_kopia::cmd::{CacheSizes, Identity};
 use kopiur_mover::job::{JobInput, build_job};
@@ -104,7 +105,7 @@ pub fn run_request(annotations: &BTreeMap<String, String>) -> RunRequest {
 
 /// Annotation on maintenance and replication Jobs: the raw `run-requested` value a manual run
 /// answers.
-pub const RUN_REQUESTED_VALUE: &str = "kopiur.home-operations.com/run-requested";
+pub const RUN_REQUESTED_VALUE: &str = annotation::RUN_REQUESTED;
 
 /// One of this object's Jobs as the plans see it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,7 +9,7 @@
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use kopiur_api::Snapshot;
-use kopiur_api::names::{annotation, condition, finalizer};
+use kopiur_api::names::{annotation, condition, finalizer, reason};
 use kopiur_api::shared::RepositoryRef;
 use kopiur_api::snapshot::SnapshotPhase;
 use kube::api::{DeleteParams, Patch, PatchParams, PropagationPolicy};
@@ -311,12 +311,13 @@ fn deleting_conditions(p: &plan::DeletionPlan, tenancy_denied: Option<String>, r
         });
     }
     let (reason, message) = match (&p.action, p.parked_on_repository, tenancy_denied) {
-        (plan::Action::Held, _, _) => {
-            ("DeletionHeld".to_string(), "the deletion is held by the repository's mass-deletion breaker".to_string())
-        }
+        (plan::Action::Held, _, _) => (
+            reason::DELETION_HELD.to_string(),
+            "the deletion is held by the repository's mass-deletion breaker".to_string(),
+        ),
         (_, _, Some(denied)) => (kopiur_api::names::reason::NAMESPACE_NOT_ALLOWED.to_string(), denied),
         (_, true, None) => (
-            "RepositoryNotReady".to_string(),
+            reason::REPOSITORY_NOT_READY.to_string(),
             "the kopia snapshot is deleted once the repository is Ready again".to_string(),
         ),
         (_, false, None) => {
@@ -381,7 +382,7 @@ fn refused_message(snap: &Snapshot) -> Option<String> {
 
 /// `DeletionRefused=True` and the trio, Stalled: only a human moves a refused member.
 fn refused_conditions(message: String) -> Vec<Cond> {
-    let reason = "DeletionRefused".to_string();
+    let reason = reason::DELETION_REFUSED.to_string();
     let mut conds = vec![Cond {
         type_: condition::DELETION_REFUSED,
         status: CondStatus::True,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use kopiur_api::Snapshot;
-use kopiur_api::names::{annotation, condition, label};
+use kopiur_api::names::{annotation, condition, label, op};
 use kopiur_api::snapshot::DeletionDecision;
 use kube::api::{DeleteParams, PropagationPolicy};
 use kube::runtime::reflector::ObjectRef;
@@ -432,7 +432,7 @@ async fn create_batch(ctx: &Context, repo: &RepoView, spec: &batch::BatchSpec) -
     })?;
     let ns = repo.home_namespace(&ctx.config.namespace);
     // The deterministic member-set name is the single-flight lock.
-    if ctx.create_mover_job(&ns, &job, "snapshot-delete-batch").await? {
+    if ctx.create_mover_job(&ns, &job, op::SNAPSHOT_DELETE_BATCH).await? {
         tracing::info!(job = %spec.name, members = spec.members.len(), "batch delete Job created");
     }
     Ok(())

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use kopiur_api::names::{condition, reason};
 use kopiur_api::repository::RepositoryStatus;
 use kopiur_api::snapshot::SnapshotPhase;
 use kopiur_api::{ClusterRepository, Repository, Restore, Snapshot};
@@ -68,7 +69,7 @@ pub fn is_parked(s: &Snapshot) -> bool {
     }
     s.status
         .as_ref()
-        .map(|st| st.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == "RepositoryNotReady"))
+        .map(|st| st.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == reason::REPOSITORY_NOT_READY))
         .unwrap_or(false)
 }
 
@@ -238,7 +239,7 @@ fn add_repo(g: &mut RepoCatalogGauges, key: RepoLabels, st: Option<&RepositorySt
     if let Some(n) = st.catalog.as_ref().and_then(|c| c.discovered_backup_count) {
         g.discovered.insert(key.clone(), n);
     }
-    if let Some(c) = st.conditions.iter().find(|c| c.type_ == "MaintenanceConfigured") {
+    if let Some(c) = st.conditions.iter().find(|c| c.type_ == condition::MAINTENANCE_CONFIGURED) {
         g.maintenance_configured.insert(key, i64::from(c.status == "True"));
     }
 }

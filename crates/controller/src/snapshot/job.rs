@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
 use kopiur_api::domain::identity::{resolve_identity, source_path};
+use kopiur_api::names;
 use kopiur_api::shared::status::ResolvedIdentity;
 use kopiur_api::snapshot_policy::{CopyMethod, DEFAULT_IGNORE_RULES, SourceKind};
 use kopiur_api::{Snapshot, SnapshotPolicy};
@@ -244,7 +245,7 @@ pub fn batch_delete_job(
     let work = WorkSpec {
         schema_version: SCHEMA_VERSION,
         target_ref: TargetRef {
-            api_version: "kopiur.home-operations.com/v1alpha1".into(),
+            api_version: names::API_VERSION.into(),
             kind: repo.kind().to_string(),
             namespace: repo.namespace(),
             name: repo.name(),

@@ -237,7 +237,7 @@ fn work_spec_state(
     // in flight finishes. Resumes when spec.suspend is false.
     if p.spec.suspend {
         work_spec = WorkSpecState::MoverRefused {
-            reason: "PolicySuspended",
+            reason: reason::POLICY_SUSPENDED,
             message: format!(
                 "SnapshotPolicy {} is suspended (spec.suspend); this Snapshot waits until it is not",
                 p.name_any()

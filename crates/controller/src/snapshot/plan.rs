@@ -285,7 +285,7 @@ fn plan_inner(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
         Some(SnapshotPhase::Succeeded) => {
             let mut d = RunDecision::new(
                 Some(SnapshotPhase::Succeeded),
-                done("SnapshotCreated", "the backup completed"),
+                done(reason::SNAPSHOT_CREATED, "the backup completed"),
                 Step::Idle,
             );
             d.record_completion = (!f.completion_recorded).then_some(Completion::Succeeded);
@@ -294,7 +294,10 @@ fn plan_inner(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
         Some(SnapshotPhase::Unchanged) => {
             let mut d = RunDecision::new(
                 Some(SnapshotPhase::Unchanged),
-                done("SnapshotUnchanged", "the source was identical to the previous snapshot; no manifest written"),
+                done(
+                    reason::SNAPSHOT_UNCHANGED,
+                    "the source was identical to the previous snapshot; no manifest written",
+                ),
                 Step::Idle,
             );
             d.record_completion = (!f.completion_recorded).then_some(Completion::Unchanged);
@@ -303,7 +306,7 @@ fn plan_inner(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
         Some(SnapshotPhase::Failed) => {
             // Keep the reason the failure was recorded with (PreflightTimeout, SourcePvcMissing,
             // MoverJobLost, ...); a Failed phase without one reads SnapshotFailed.
-            let reason = f.job.ready_reason.as_deref().filter(|r| !r.is_empty()).unwrap_or("SnapshotFailed");
+            let reason = f.job.ready_reason.as_deref().filter(|r| !r.is_empty()).unwrap_or(reason::SNAPSHOT_FAILED);
             let msg =
                 f.job.failure.as_ref().and_then(|x| x.message.clone()).unwrap_or_else(|| "the backup failed".into());
             // Failed is written together with completionRecordedAt by the controller; a Failed
@@ -361,14 +364,14 @@ fn running(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
         },
         JobState::Failed { reason } => {
             let failure = f.job.failure.clone().unwrap_or_else(|| Failure {
-                kopia_error_class: Some("Unknown".into()),
+                kopia_error_class: Some(reason::UNKNOWN.into()),
                 message: Some(format!("the backup Job failed: {reason}")),
                 ..Failure::default()
             });
             // A file the mover may not read is the source's business, never the backend's: its
             // own reason, and no reverify nudge (it must not move the repository breaker).
-            let denied = failure.kopia_error_class.as_deref() == Some("PermissionDenied");
-            let reason = if denied { reason::PERMISSION_DENIED } else { "SnapshotFailed" };
+            let denied = failure.kopia_error_class.as_deref() == Some(reason::PERMISSION_DENIED);
+            let reason = if denied { reason::PERMISSION_DENIED } else { reason::SNAPSHOT_FAILED };
             let nudge = class_nudges(failure.kopia_error_class.as_deref());
             failed_terminal(f, reason, failure, nudge, now)
         }
@@ -384,19 +387,19 @@ fn running(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
                 return d;
             }
             let failure = Failure {
-                kopia_error_class: Some("Unknown".into()),
+                kopia_error_class: Some(reason::UNKNOWN.into()),
                 message: Some("the mover Job completed without reporting a result".into()),
                 ..Failure::default()
             };
-            failed_terminal(f, "MoverJobLost", failure, true, now)
+            failed_terminal(f, reason::MOVER_JOB_LOST, failure, true, now)
         }
         JobState::Absent => {
             let failure = Failure {
-                kopia_error_class: Some("Unknown".into()),
+                kopia_error_class: Some(reason::UNKNOWN.into()),
                 message: Some("the backup Job vanished before the mover reported a result".into()),
                 ..Failure::default()
             };
-            failed_terminal(f, "MoverJobLost", failure, true, now)
+            failed_terminal(f, reason::MOVER_JOB_LOST, failure, true, now)
         }
     }
 }

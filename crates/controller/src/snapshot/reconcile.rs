@@ -209,10 +209,10 @@ async fn announce(
     match d.record_completion.filter(|_| written) {
         Some(Completion::Succeeded) => {
             let id = next.snapshot.as_ref().and_then(|s| s.kopia_snapshot_id.clone()).unwrap_or_default();
-            ctx.event(&reference, false, "SnapshotSucceeded", format!("kopia snapshot {id} created")).await;
+            ctx.event(&reference, false, event::SNAPSHOT_SUCCEEDED, format!("kopia snapshot {id} created")).await;
         }
         Some(Completion::Unchanged) => {
-            ctx.event(&reference, false, "SnapshotSucceeded", "source unchanged; no new manifest".into()).await;
+            ctx.event(&reference, false, event::SNAPSHOT_SUCCEEDED, "source unchanged; no new manifest".into()).await;
         }
         Some(Completion::Failed) => {
             let msg = next.failure.as_ref().and_then(|f| f.message.clone()).unwrap_or_default();

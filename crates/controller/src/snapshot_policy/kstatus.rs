@@ -3,7 +3,7 @@
 //! Reconciling and Stalled is True. Stalled wins (a human or a spec change is needed); else
 //! Ready True is the steady state; else the policy waits on something that heals by itself
 //! (its repositories becoming Ready), so Reconciling carries Ready's reason.
-use kopiur_api::names::reason;
+use kopiur_api::names::{condition, reason};
 
 use crate::conditions::{Cond, CondStatus};
 use crate::gating::{Gate, Readiness};
@@ -21,7 +21,7 @@ pub fn repository_conditions(gates: &[Gate]) -> Vec<Cond> {
     if blocked.is_empty() {
         return vec![
             Cond {
-                type_: "RepositoriesReady",
+                type_: condition::REPOSITORIES_READY,
                 status: CondStatus::True,
                 reason: reason::REPOSITORY_READY.into(),
                 message: String::new(),
@@ -43,7 +43,7 @@ pub fn repository_conditions(gates: &[Gate]) -> Vec<Cond> {
     };
     let mut out = vec![
         Cond {
-            type_: "RepositoriesReady",
+            type_: condition::REPOSITORIES_READY,
             status: CondStatus::False,
             reason: reason::REPOSITORY_NOT_READY.into(),
             message: message.clone(),
@@ -51,16 +51,16 @@ pub fn repository_conditions(gates: &[Gate]) -> Vec<Cond> {
         Cond { type_: "Ready", status: CondStatus::False, reason: ready_reason.into(), message: message.clone() },
     ];
     if stalled {
-        out.push(Cond { type_: "Stalled", status: CondStatus::True, reason: ready_reason.into(), message });
+        out.push(Cond { type_: condition::STALLED, status: CondStatus::True, reason: ready_reason.into(), message });
     }
     out
 }
 
 pub fn complete_trio(conds: &mut Vec<Cond>) {
     let find = |conds: &[Cond], t: &str| conds.iter().find(|c| c.type_ == t).cloned();
-    let stalled = find(conds, "Stalled").filter(|c| c.status == CondStatus::True);
+    let stalled = find(conds, condition::STALLED).filter(|c| c.status == CondStatus::True);
     let ready = find(conds, "Ready");
-    conds.retain(|c| c.type_ != "Reconciling");
+    conds.retain(|c| c.type_ != condition::RECONCILING);
     let set = |conds: &mut Vec<Cond>, c: Cond| {
         conds.retain(|x| x.type_ != c.type_);
         conds.push(c);
@@ -78,27 +78,43 @@ pub fn complete_trio(conds: &mut Vec<Cond>) {
             );
             set(
                 conds,
-                Cond { type_: "Reconciling", status: CondStatus::False, reason: s.reason, message: String::new() },
+                Cond {
+                    type_: condition::RECONCILING,
+                    status: CondStatus::False,
+                    reason: s.reason,
+                    message: String::new(),
+                },
             );
         }
         (None, Some(r)) if r.status == CondStatus::True => {
             set(
                 conds,
                 Cond {
-                    type_: "Reconciling",
+                    type_: condition::RECONCILING,
                     status: CondStatus::False,
                     reason: r.reason.clone(),
                     message: String::new(),
                 },
             );
-            set(conds, Cond { type_: "Stalled", status: CondStatus::False, reason: r.reason, message: String::new() });
+            set(
+                conds,
+                Cond { type_: condition::STALLED, status: CondStatus::False, reason: r.reason, message: String::new() },
+            );
         }
         (None, Some(r)) => {
             set(
                 conds,
-                Cond { type_: "Reconciling", status: CondStatus::True, reason: r.reason.clone(), message: r.message },
+                Cond {
+                    type_: condition::RECONCILING,
+                    status: CondStatus::True,
+                    reason: r.reason.clone(),
+                    message: r.message,
+                },
             );
-            set(conds, Cond { type_: "Stalled", status: CondStatus::False, reason: r.reason, message: String::new() });
+            set(
+                conds,
+                Cond { type_: condition::STALLED, status: CondStatus::False, reason: r.reason, message: String::new() },
+            );
         }
         // No verdict at all (never the case after a reconcile): nothing to complete.
         (None, None) => {}

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use chrono::Utc;
 use kopiur_api::SnapshotPolicy;
 use kopiur_api::domain::identity::resolve_identity;
-use kopiur_api::names::{annotation, pruned_by};
+use kopiur_api::names::{annotation, pruned_by, reason};
 use kopiur_api::shared::status::{ResolvedRepository, ResolvedSource};
 use kopiur_api::snapshot::SnapshotPhase;
 use kopiur_api::snapshot_policy::{LastSuccessfulSnapshot, PolicyResolved, RetentionStatus};
@@ -27,7 +27,7 @@ use crate::prune::stamp_and_delete;
 use crate::snapshot_policy::fork;
 
 /// The Ready/Stalled reason of a refused identity fork (docs/design/api-contract.md §2.5).
-pub(super) const IDENTITY_WOULD_FORK: &str = "IdentityWouldFork";
+pub(super) const IDENTITY_WOULD_FORK: &str = reason::IDENTITY_WOULD_FORK;
 
 pub async fn reconcile(policy: Arc<SnapshotPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconciliations.inc(KindLabels { kind: "SnapshotPolicy".into() });
@@ -125,7 +125,7 @@ fn repositories(
         let phase = match &gate {
             Gate::Open => "Ready".to_string(),
             Gate::NotReady { phase, .. } => phase.clone(),
-            Gate::NamespaceNotAllowed { .. } => "NamespaceNotAllowed".to_string(),
+            Gate::NamespaceNotAllowed { .. } => reason::NAMESPACE_NOT_ALLOWED.to_string(),
         };
         summary.push(format!("{} ({phase})", r.name));
         gates.push(gate);

@@ -1,6 +1,7 @@
 //! The SnapshotPolicy conditions: the repositories' gates, then each override that stalls
 //! the policy (an unknown compressor, a gated source, a refused identity fork, an identity
 //! collision), each lifted once its cause is gone. Pure.
+use kopiur_api::names::{condition, reason};
 use kopiur_api::snapshot_policy::SnapshotPolicySpec;
 
 use crate::conditions::{Cond, CondStatus};
@@ -24,7 +25,7 @@ pub(super) fn conditions(spec: &SnapshotPolicySpec, previous: &[Condition], c: &
     let mut conds = Vec::new();
     if let Some(e) = &c.invalid_identity {
         conds.push(Cond {
-            type_: "Stalled",
+            type_: condition::STALLED,
             status: CondStatus::True,
             reason: "InvalidIdentity".into(),
             message: e.clone(),
@@ -47,19 +48,19 @@ pub(super) fn conditions(spec: &SnapshotPolicySpec, previous: &[Condition], c: &
             conds.push(Cond {
                 type_: "Ready",
                 status: CondStatus::False,
-                reason: "FeatureNotImplemented".into(),
+                reason: reason::FEATURE_NOT_IMPLEMENTED.into(),
                 message: m.to_string(),
             });
-            if conds.iter().all(|c| c.type_ != "Stalled") {
+            if conds.iter().all(|c| c.type_ != condition::STALLED) {
                 conds.push(Cond {
-                    type_: "Stalled",
+                    type_: condition::STALLED,
                     status: CondStatus::True,
-                    reason: "FeatureNotImplemented".into(),
+                    reason: reason::FEATURE_NOT_IMPLEMENTED.into(),
                     message: m.to_string(),
                 });
             }
         }
-        None => lift(&mut conds, previous, "FeatureNotImplemented"),
+        None => lift(&mut conds, previous, reason::FEATURE_NOT_IMPLEMENTED),
     }
     // A refused fork overrides Ready and stalls the policy until the spec is reverted or the
     // fork acknowledged; the stall is lifted then.
@@ -85,8 +86,8 @@ pub(super) fn conditions(spec: &SnapshotPolicySpec, previous: &[Condition], c: &
 
 /// Ready=False and Stalled=True with `reason`, replacing whatever Ready and Stalled said.
 fn stall(conds: &mut Vec<Cond>, reason: &str, message: &str) {
-    conds.retain(|c| c.type_ != "Ready" && c.type_ != "Stalled");
-    for (type_, status) in [("Ready", CondStatus::False), ("Stalled", CondStatus::True)] {
+    conds.retain(|c| c.type_ != "Ready" && c.type_ != condition::STALLED);
+    for (type_, status) in [("Ready", CondStatus::False), (condition::STALLED, CondStatus::True)] {
         conds.push(Cond { type_, status, reason: reason.into(), message: message.to_string() });
     }
 }
@@ -94,10 +95,10 @@ fn stall(conds: &mut Vec<Cond>, reason: &str, message: &str) {
 /// A stall with `reason` that the previous status carried, lifted (Stalled=False/Ready)
 /// unless another cause stalls the policy now.
 fn lift(conds: &mut Vec<Cond>, previous: &[Condition], reason: &str) {
-    let was = previous.iter().any(|c| c.type_ == "Stalled" && c.reason == reason);
-    if was && conds.iter().all(|c| c.type_ != "Stalled") {
+    let was = previous.iter().any(|c| c.type_ == condition::STALLED && c.reason == reason);
+    if was && conds.iter().all(|c| c.type_ != condition::STALLED) {
         conds.push(Cond {
-            type_: "Stalled",
+            type_: condition::STALLED,
             status: CondStatus::False,
             reason: "Ready".into(),
             message: String::new(),

@@ -3,7 +3,7 @@
 //! DELETE stamped `pruned-by` first). Every function here needs the client.
 use std::sync::Arc;
 
-use kopiur_api::names::pruned_by;
+use kopiur_api::names::{event, pruned_by};
 use kopiur_api::shared::status::NameRef;
 use kopiur_api::snapshot::SnapshotSpec;
 use kopiur_api::snapshot_schedule::{ScheduleRecord, SnapshotScheduleStatus};
@@ -51,7 +51,7 @@ pub(super) async fn disposition(
             ctx.event(
                 &reference,
                 false,
-                "ScheduleSlotSkipped",
+                event::SCHEDULE_SLOT_SKIPPED,
                 "the slot passed its startingDeadlineSeconds; re-pinned to the next slot".into(),
             )
             .await;
@@ -59,8 +59,13 @@ pub(super) async fn disposition(
     }
     if let Disposition::SkipNoSource { message, run_on_create_slot } = &d.disposition {
         tracing::info!(schedule = %name, namespace = %ns, %message, "schedule slot created no child");
-        ctx.event(&reference, false, "ScheduleSlotSkipped", format!("{message}; no Snapshot created for this slot"))
-            .await;
+        ctx.event(
+            &reference,
+            false,
+            event::SCHEDULE_SLOT_SKIPPED,
+            format!("{message}; no Snapshot created for this slot"),
+        )
+        .await;
         // The runOnCreate fire happened, with nothing to back up: never fire it late.
         if let Some(slot) = run_on_create_slot {
             next.last_schedule = Some(ScheduleRecord {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use kopiur_api::domain::cron::{Cron, effective_timezone};
+use kopiur_api::names::reason;
 use kopiur_api::snapshot::SnapshotPhase;
 use kopiur_api::snapshot_schedule::ScheduleTarget;
 use kopiur_api::{Snapshot, SnapshotPolicy, SnapshotSchedule};
@@ -185,7 +186,7 @@ fn select_policies(
         return Some(Selection {
             sources: ChildSources::None { message: message.clone() },
             policies,
-            problem: Some(("FanoutTooLarge".into(), message.clone())),
+            problem: Some((reason::FANOUT_TOO_LARGE.into(), message.clone())),
             capped: Some(message),
             repo_tz,
         });
@@ -226,7 +227,7 @@ fn select_policies(
                 format!("no matched policy has a source to back up ({})", skipped.join("; ")),
             )
         } else {
-            ("Scheduled".to_string(), format!("policies {}; skipped: {}", names.join(", "), skipped.join("; ")))
+            (reason::SCHEDULED.to_string(), format!("policies {}; skipped: {}", names.join(", "), skipped.join("; ")))
         }
     });
     Some(Selection { sources: ChildSources::Selected(selected), policies, problem, capped: None, repo_tz })

@@ -301,9 +301,9 @@ pub fn plan(f: &ScheduleFacts, now: DateTime<Utc>) -> ScheduleDecision {
 /// The labels of a scheduled child (docs/design/api-contract.md §1.7, §13): its origin, schedule and policy, and
 /// `app.kubernetes.io/managed-by: kopiur` like everything else kopiur creates.
 pub fn child_labels(schedule: &str, policy: &str) -> std::collections::BTreeMap<String, String> {
-    use kopiur_api::names::label;
+    use kopiur_api::names::{label, origin};
     std::collections::BTreeMap::from([
-        (label::ORIGIN.to_string(), "scheduled".to_string()),
+        (label::ORIGIN.to_string(), origin::SCHEDULED.to_string()),
         (label::SCHEDULE.to_string(), schedule.to_string()),
         (label::CONFIG.to_string(), policy.to_string()),
         (label::MANAGED_BY.to_string(), label::MANAGED_BY_VALUE.to_string()),

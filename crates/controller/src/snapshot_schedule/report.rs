@@ -2,6 +2,7 @@
 //! from its children. Pure: from the observation and the plan's disposition only.
 use std::sync::Arc;
 
+use kopiur_api::names::{condition, reason};
 use kopiur_api::shared::status::NameRef;
 use kopiur_api::snapshot::SnapshotPhase;
 use kopiur_api::snapshot_schedule::ScheduleRecord;
@@ -25,9 +26,11 @@ pub(super) fn ready(obs: &Observed, sched: &SnapshotSchedule, disposition: &Disp
         _ if obs.cross_ns.is_some() => {
             (kopiur_api::names::reason::CROSS_NAMESPACE_REFERENCE.to_string(), obs.cross_ns.clone().unwrap_or_default())
         }
-        _ if obs.suspended.is_some() => ("PolicySuspended".to_string(), obs.suspended.clone().unwrap_or_default()),
+        _ if obs.suspended.is_some() => {
+            (reason::POLICY_SUSPENDED.to_string(), obs.suspended.clone().unwrap_or_default())
+        }
         (Some(p), Some(_), Some(Err(m))) => {
-            ("FeatureNotImplemented".to_string(), format!("SnapshotPolicy {p}: {m}; slots create no child"))
+            (reason::FEATURE_NOT_IMPLEMENTED.to_string(), format!("SnapshotPolicy {p}: {m}; slots create no child"))
         }
         (Some(p), Some(_), Some(Ok(e))) if e.sources.is_empty() => (
             "NoSourceMatched".to_string(),
@@ -36,14 +39,15 @@ pub(super) fn ready(obs: &Observed, sched: &SnapshotSchedule, disposition: &Disp
                 e.empty_message(&ns).unwrap_or_default()
             ),
         ),
-        (Some(_), Some(_), _) => ("Scheduled".to_string(), format!("next slot pinned for {cron}")),
-        (Some(p), None, _) => {
-            ("PolicyNotFound".to_string(), format!("SnapshotPolicy {p} does not exist; children park until it does"))
-        }
+        (Some(_), Some(_), _) => (reason::SCHEDULED.to_string(), format!("next slot pinned for {cron}")),
+        (Some(p), None, _) => (
+            reason::POLICY_NOT_FOUND.to_string(),
+            format!("SnapshotPolicy {p} does not exist; children park until it does"),
+        ),
         (None, _, _) => match obs.selection.as_ref().and_then(|x| x.problem.clone()) {
             Some(p) => p,
             None => (
-                "Scheduled".to_string(),
+                reason::SCHEDULED.to_string(),
                 format!(
                     "next slot pinned for {cron}; policies {}",
                     obs.selection
@@ -88,13 +92,13 @@ pub(super) fn conditions(obs: &Observed, sched: &SnapshotSchedule) -> Vec<Cond> 
 fn selection_conditions(sel: &Selection) -> [Cond; 2] {
     let capped = match &sel.capped {
         Some(m) => Cond {
-            type_: "FanoutCapped",
+            type_: condition::FANOUT_CAPPED,
             status: CondStatus::True,
-            reason: "FanoutTooLarge".into(),
+            reason: reason::FANOUT_TOO_LARGE.into(),
             message: m.clone(),
         },
         None => Cond {
-            type_: "FanoutCapped",
+            type_: condition::FANOUT_CAPPED,
             status: CondStatus::False,
             reason: "WithinCap".into(),
             message: format!("at most {MAX_SCHEDULE_FANOUT} (policy x repository) pairs"),
@@ -102,13 +106,13 @@ fn selection_conditions(sel: &Selection) -> [Cond; 2] {
     };
     let tz = match &sel.repo_tz {
         Err(m) => Cond {
-            type_: "TimezoneDefaultAmbiguous",
+            type_: condition::TIMEZONE_DEFAULT_AMBIGUOUS,
             status: CondStatus::True,
             reason: kopiur_api::names::reason::REPOSITORY_DEFAULTS_DISAGREE.into(),
             message: m.clone(),
         },
         Ok(_) => Cond {
-            type_: "TimezoneDefaultAmbiguous",
+            type_: condition::TIMEZONE_DEFAULT_AMBIGUOUS,
             status: CondStatus::False,
             reason: "RepositoriesAgree".into(),
             message: String::new(),

@@ -1,5 +1,6 @@
 //! `Maintenance`: the maintenance lease (take over or yield) and `maintenance run`.
 use chrono::Utc;
+use kopiur_api::names::reason;
 use kopiur_kopia::classify;
 use kopiur_kopia::cmd;
 use kopiur_kopia::model::{self, MaintenanceInfo};
@@ -25,9 +26,9 @@ impl<S: ResultSink> Ctx<S> {
         let take_over = match (ours, alias, op.takeover_policy) {
             (true, _, _) => false,
             (false, true, _) | (false, false, TakeoverPolicy::Force) => true,
-            (false, false, TakeoverPolicy::Never) => return self.yielded(&owner, "LeaseHeldByOther").await,
+            (false, false, TakeoverPolicy::Never) => return self.yielded(&owner, reason::LEASE_HELD_BY_OTHER).await,
             (false, false, TakeoverPolicy::PromptCondition) => {
-                return self.yielded(&owner, "LeaseTakeoverPrompt").await;
+                return self.yielded(&owner, reason::LEASE_TAKEOVER_PROMPT).await;
             }
         };
         if take_over && let Err(e) = self.policy(cmd::maintenance_set_owner("me")).await {
@@ -44,7 +45,7 @@ impl<S: ResultSink> Ctx<S> {
             Ok(o) => o,
             Err(e) => {
                 if let Some(o) = classify::maintenance_owner_mismatch(&e.stderr_tail().join("\n")) {
-                    return self.yielded(&o, "LeaseHeldByOther").await;
+                    return self.yielded(&o, reason::LEASE_HELD_BY_OTHER).await;
                 }
                 return self.fail(&e).await;
             }

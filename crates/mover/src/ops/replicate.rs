@@ -1,5 +1,6 @@
 //! `Replicate`: `repository sync-to` the destination, with its credentials.
 use chrono::Utc;
+use kopiur_api::names::constants;
 use kopiur_kopia::Output;
 use kopiur_kopia::cmd;
 use serde_json::json;
@@ -38,6 +39,8 @@ impl<S: ResultSink> Ctx<S> {
 
 /// `KOPIUR_DEST_X=v` -> `X=v`.
 pub fn dest_env(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
-    vars.filter_map(|(k, v)| k.strip_prefix("KOPIUR_DEST_").filter(|s| !s.is_empty()).map(|s| (s.to_string(), v)))
-        .collect()
+    vars.filter_map(|(k, v)| {
+        k.strip_prefix(constants::DESTINATION_ENV_PREFIX).filter(|s| !s.is_empty()).map(|s| (s.to_string(), v))
+    })
+    .collect()
 }

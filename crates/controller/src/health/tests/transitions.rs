@@ -279,7 +279,7 @@ fn r12_pinned_not_initialized_on_strict_is_terminal_never_create() {
             "kubectl annotate repository/r -n t kopiur.home-operations.com/allow-reinitialize={PIN} --overwrite"
         )));
         assert!(!ready.message.contains("spec.create.enabled"), "{}", ready.message);
-        assert!(reasons(&d.events).contains(&"RepositoryReinitializeBlocked"));
+        assert!(reasons(&d.events).contains(&kopiur_api::names::event::REPOSITORY_REINITIALIZE_BLOCKED));
         assert_kstatus(&d.conditions, False, False, True);
         assert_eq!(d.status.health.strict_retry, None);
     }

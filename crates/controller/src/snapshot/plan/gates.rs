@@ -2,6 +2,7 @@
 //! checks, the source volume, Secrets, the policy and the work spec): each either parks or
 //! fails the run with its reason, or lets it through to the next. Pure.
 use chrono::{DateTime, Utc};
+use kopiur_api::names::{condition, event, reason};
 
 use super::*;
 
@@ -73,14 +74,14 @@ pub(super) fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
     match &f.policy {
         PolicyState::Known => {}
         PolicyState::NotFound { name } => {
-            let mut d = pending("PolicyNotFound", format!("SnapshotPolicy {name} does not exist"));
+            let mut d = pending(reason::POLICY_NOT_FOUND, format!("SnapshotPolicy {name} does not exist"));
             d.requeue_after = Some(Duration::seconds(PARKED_REQUEUE_SECONDS));
             return d;
         }
         PolicyState::NoPolicyRef => {
             let failure =
                 Failure { message: Some("spec.policyRef is required to run a backup".into()), ..Failure::default() };
-            return failed_terminal(f, "InvalidSpec", failure, false, now);
+            return failed_terminal(f, reason::INVALID_SPEC, failure, false, now);
         }
         PolicyState::Refused { reason, message } => {
             let failure = Failure { message: Some(message.clone()), ..Failure::default() };
@@ -105,7 +106,7 @@ pub(super) fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
         Gate::NamespaceNotAllowed { .. } => {
             let mut d = RunDecision::new(
                 Some(SnapshotPhase::Pending),
-                stalled("NamespaceNotAllowed", f.gate.message()),
+                stalled(reason::NAMESPACE_NOT_ALLOWED, f.gate.message()),
                 Step::Idle,
             );
             d.requeue_after = Some(Duration::seconds(PARKED_REQUEUE_SECONDS));
@@ -160,15 +161,15 @@ pub(super) fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
                     message: Some(format!("source PVC {pvc} has been missing since {}", since.to_rfc3339())),
                     ..Failure::default()
                 };
-                let mut d = failed_terminal(f, "SourcePvcMissing", failure, false, now);
+                let mut d = failed_terminal(f, reason::SOURCE_PVC_MISSING, failure, false, now);
                 d.source_missing_since = Some(since);
                 return d;
             }
-            let mut d = pending("SourcePvcMissing", format!("source PVC {pvc} does not exist"));
+            let mut d = pending(reason::SOURCE_PVC_MISSING, format!("source PVC {pvc} does not exist"));
             d.conditions.push(cond(
-                "SourcePvcAvailable",
+                condition::SOURCE_PVC_AVAILABLE,
                 CondStatus::False,
-                "SourcePvcMissing",
+                reason::SOURCE_PVC_MISSING,
                 format!("PVC {pvc} not found"),
             ));
             d.source_missing_since = Some(since);
@@ -182,8 +183,8 @@ pub(super) fn gates(f: &RunFacts, now: DateTime<Utc>) -> RunDecision {
             let msg = format!(
                 "the work spec is {bytes} bytes, over the 102400-byte cap; reduce sources, tags or ignore rules"
             );
-            let mut d = pending("WorkSpecTooLarge", msg.clone());
-            d.warning = Some(("WorkSpecTooLarge", msg));
+            let mut d = pending(reason::WORK_SPEC_TOO_LARGE, msg.clone());
+            d.warning = Some((event::WORK_SPEC_TOO_LARGE, msg));
             d.requeue_after = Some(Duration::seconds(300));
             return d;
         }
