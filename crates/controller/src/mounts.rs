@@ -75,8 +75,8 @@ impl From<MountError> for Error {
 pub fn for_job(b: &Backend, home_ns: &str, job_ns: &str) -> Result<BackendMounts, MountError> {
     let mut backend = crate::mounts::kopia_backend(b).map_err(|e| MountError::Invalid(e.to_string()))?;
     let mut out = BackendMounts { backend: backend.clone(), repository_volume: None, ca_bundle: None };
-    match b {
-        Backend::Filesystem(f) => match &f.volume {
+    if let Some(f) = b.filesystem() {
+        match &f.volume {
             None => {}
             Some(FilesystemVolume::Pvc(p)) => {
                 if home_ns != job_ns {
@@ -94,29 +94,20 @@ pub fn for_job(b: &Backend, home_ns: &str, job_ns: &str) -> Result<BackendMounts
                     "spec.backend.filesystem.volume.nfs is not implemented in this release".into(),
                 ));
             }
-        },
-        Backend::S3(s) => {
-            if let Some(r) = s.tls.as_ref().and_then(|t| t.ca_bundle_ref.as_ref()) {
-                let m = ConfigMapFileMount {
-                    config_map_name: r.config_map_name.clone(),
-                    key: r.key.clone(),
-                    dir: CA_BUNDLE_DIR.into(),
-                    file: CA_BUNDLE_FILE.into(),
-                };
-                if let kopiur_kopia::Backend::S3(k) = &mut backend {
-                    k.root_ca_pem_path = Some(m.path());
-                }
-                out.ca_bundle = Some(m);
-                out.backend = backend;
-            }
         }
-        Backend::Azure(_)
-        | Backend::Gcs(_)
-        | Backend::B2(_)
-        | Backend::Sftp(_)
-        | Backend::WebDav(_)
-        | Backend::Rclone(_)
-        | Backend::Gdrive(_) => {}
+    }
+    if let Some(r) = ca_bundle_ref(b) {
+        let m = ConfigMapFileMount {
+            config_map_name: r.config_map_name.clone(),
+            key: r.key.clone(),
+            dir: CA_BUNDLE_DIR.into(),
+            file: CA_BUNDLE_FILE.into(),
+        };
+        if let kopiur_kopia::Backend::S3(k) = &mut backend {
+            k.root_ca_pem_path = Some(m.path());
+        }
+        out.ca_bundle = Some(m);
+        out.backend = backend;
     }
     Ok(out)
 }
@@ -124,39 +115,23 @@ pub fn for_job(b: &Backend, home_ns: &str, job_ns: &str) -> Result<BackendMounts
 /// A replication destination's mounts are not built yet: a destination that needs one (a CA
 /// bundle or a volume) is refused with this message instead of being synced without it.
 pub fn destination_refusal(b: &Backend) -> Option<String> {
-    match b {
-        Backend::S3(s) if s.tls.as_ref().is_some_and(|t| t.ca_bundle_ref.is_some()) => Some(
+    if ca_bundle_ref(b).is_some() {
+        Some(
             "spec.destination.s3.tls.caBundleRef is not implemented for replication destinations in this release"
                 .into(),
-        ),
-        Backend::Filesystem(f) if f.volume.is_some() => Some(
+        )
+    } else if b.filesystem().is_some_and(|f| f.volume.is_some()) {
+        Some(
             "spec.destination.filesystem.volume is not implemented for replication destinations in this release".into(),
-        ),
-        Backend::S3(_)
-        | Backend::Filesystem(_)
-        | Backend::Azure(_)
-        | Backend::Gcs(_)
-        | Backend::B2(_)
-        | Backend::Sftp(_)
-        | Backend::WebDav(_)
-        | Backend::Rclone(_)
-        | Backend::Gdrive(_) => None,
+        )
+    } else {
+        None
     }
 }
 
 /// The CA bundle reference of an S3 backend, if any.
 pub fn ca_bundle_ref(b: &Backend) -> Option<&kopiur_api::shared::ConfigMapKeyRef> {
-    match b {
-        Backend::S3(s) => s.tls.as_ref().and_then(|t| t.ca_bundle_ref.as_ref()),
-        Backend::Filesystem(_)
-        | Backend::Azure(_)
-        | Backend::Gcs(_)
-        | Backend::B2(_)
-        | Backend::Sftp(_)
-        | Backend::WebDav(_)
-        | Backend::Rclone(_)
-        | Backend::Gdrive(_) => None,
-    }
+    b.s3()?.tls.as_ref()?.ca_bundle_ref.as_ref()
 }
 
 /// The CA bundle as the repository sees it in one namespace.

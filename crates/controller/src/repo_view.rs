@@ -9,7 +9,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kopiur_api::repository::{RepositoryCommonSpec, RepositoryStatus};
-use kopiur_api::shared::{Backend, RepositoryRef};
+use kopiur_api::shared::RepositoryRef;
 use kopiur_api::{ClusterRepository, Repository};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
@@ -258,17 +258,7 @@ pub fn lease_host<K: RepoObject>(obj: &K) -> String {
 pub fn secret_names<K: RepoObject>(obj: &K) -> (String, Option<String>) {
     let c = obj.common();
     let pw = c.encryption.password_secret_ref.name.clone();
-    let auth = match &c.backend {
-        Backend::S3(s) => s.auth.as_ref().and_then(|a| a.secret_ref.as_ref()).map(|r| r.name.clone()),
-        Backend::Filesystem(_)
-        | Backend::Azure(_)
-        | Backend::Gcs(_)
-        | Backend::B2(_)
-        | Backend::Sftp(_)
-        | Backend::WebDav(_)
-        | Backend::Rclone(_)
-        | Backend::Gdrive(_) => None,
-    };
+    let auth = c.backend.s3().and_then(|s| s.auth.as_ref()?.secret_ref.as_ref()).map(|r| r.name.clone());
     (pw, auth)
 }
 

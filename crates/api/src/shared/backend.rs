@@ -239,6 +239,37 @@ impl Backend {
         }
     }
 
+    /// The S3 part, for code that reads an S3-only field (TLS, auth, endpoint); code that
+    /// decides something for every backend matches exhaustively instead.
+    pub fn s3(&self) -> Option<&S3Backend> {
+        match self {
+            Self::S3(b) => Some(b),
+            Self::Azure(_)
+            | Self::Gcs(_)
+            | Self::B2(_)
+            | Self::Filesystem(_)
+            | Self::Sftp(_)
+            | Self::WebDav(_)
+            | Self::Rclone(_)
+            | Self::Gdrive(_) => None,
+        }
+    }
+
+    /// The filesystem part, for code that reads a filesystem-only field (its volume).
+    pub fn filesystem(&self) -> Option<&FilesystemBackend> {
+        match self {
+            Self::Filesystem(b) => Some(b),
+            Self::S3(_)
+            | Self::Azure(_)
+            | Self::Gcs(_)
+            | Self::B2(_)
+            | Self::Sftp(_)
+            | Self::WebDav(_)
+            | Self::Rclone(_)
+            | Self::Gdrive(_) => None,
+        }
+    }
+
     /// Two backends with the same key are the same storage (replication refuses them).
     pub fn same_target_key(&self) -> String {
         fn opt(v: &Option<String>) -> &str {
@@ -261,6 +292,33 @@ impl Backend {
             Self::WebDav(b) => format!("webDav|{}", b.url),
             Self::Rclone(b) => format!("rclone|{}", b.remote_path),
             Self::Gdrive(b) => format!("gdrive|{}", b.folder_id),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_accessors_project_one_variant() {
+        let s3 = Backend::S3(S3Backend {
+            bucket: "b".into(),
+            prefix: None,
+            endpoint: None,
+            region: None,
+            tls: None,
+            auth: None,
+        });
+        let fs = Backend::Filesystem(FilesystemBackend { path: "/r".into(), volume: None });
+        let gcs = Backend::Gcs(GcsBackend { bucket: "g".into(), prefix: None, auth: None });
+        assert_eq!(s3.s3().map(|b| b.bucket.as_str()), Some("b"));
+        assert_eq!(fs.filesystem().map(|f| f.path.as_str()), Some("/r"));
+        for b in [&fs, &gcs] {
+            assert!(b.s3().is_none(), "{}", b.key());
+        }
+        for b in [&s3, &gcs] {
+            assert!(b.filesystem().is_none(), "{}", b.key());
         }
     }
 }

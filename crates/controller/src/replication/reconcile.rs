@@ -96,24 +96,13 @@ pub fn same_target(a: &Backend, b: &Backend) -> bool {
 
 /// The destination's credentials Secret, if it names one.
 fn destination_secret(b: &Backend) -> Option<String> {
-    match b {
-        Backend::S3(s) => s.auth.as_ref().and_then(|a| a.secret_ref.as_ref()).map(|r| r.name.clone()),
-        Backend::Filesystem(_)
-        | Backend::Azure(_)
-        | Backend::Gcs(_)
-        | Backend::B2(_)
-        | Backend::Sftp(_)
-        | Backend::WebDav(_)
-        | Backend::Rclone(_)
-        | Backend::Gdrive(_) => None,
-    }
+    b.s3()?.auth.as_ref()?.secret_ref.as_ref().map(|r| r.name.clone())
 }
 
 /// X (docs/design/api-contract.md §11): the destination's Secret lives in this CR's namespace; Some(message)
 /// when `auth.secretRef.namespace` names another one.
 fn destination_secret_namespace(b: &Backend, ns: &str) -> Option<String> {
-    let Backend::S3(s) = b else { return None };
-    let other = s.auth.as_ref()?.secret_ref.as_ref()?.namespace.as_deref().filter(|n| *n != ns)?;
+    let other = b.s3()?.auth.as_ref()?.secret_ref.as_ref()?.namespace.as_deref().filter(|n| *n != ns)?;
     Some(format!(
         "spec.destination.s3.auth.secretRef.namespace is {other}, but the replication mover runs in {ns} and reads \
          the destination's Secret only from there; put the Secret in {ns} and remove the namespace"

@@ -39,40 +39,29 @@ pub struct Target {
 
 /// The endpoint of a backend, when it has one the controller can ask.
 pub fn target(backend: &Backend) -> Option<Target> {
-    match backend {
-        Backend::S3(s) => {
-            let raw = s.endpoint.as_deref()?.trim();
-            let tls_off = s.tls.as_ref().and_then(|t| t.disable_tls).unwrap_or(false);
-            let (rest, tls) = if let Some(r) = raw.strip_prefix("http://") {
-                (r, false)
-            } else if let Some(r) = raw.strip_prefix("https://") {
-                (r, !tls_off)
-            } else {
-                (raw, !tls_off)
-            };
-            let authority = rest.split('/').next().unwrap_or("").trim();
-            if authority.is_empty() {
-                return None;
-            }
-            let (host, has_port) = split_host(authority);
-            let authority = if has_port {
-                authority.to_string()
-            } else if tls {
-                format!("{authority}:443")
-            } else {
-                format!("{authority}:80")
-            };
-            Some(Target { authority, host, tls })
-        }
-        Backend::Filesystem(_)
-        | Backend::Azure(_)
-        | Backend::Gcs(_)
-        | Backend::B2(_)
-        | Backend::Sftp(_)
-        | Backend::WebDav(_)
-        | Backend::Rclone(_)
-        | Backend::Gdrive(_) => None,
+    let s = backend.s3()?;
+    let raw = s.endpoint.as_deref()?.trim();
+    let tls_off = s.tls.as_ref().and_then(|t| t.disable_tls).unwrap_or(false);
+    let (rest, tls) = if let Some(r) = raw.strip_prefix("http://") {
+        (r, false)
+    } else if let Some(r) = raw.strip_prefix("https://") {
+        (r, !tls_off)
+    } else {
+        (raw, !tls_off)
+    };
+    let authority = rest.split('/').next().unwrap_or("").trim();
+    if authority.is_empty() {
+        return None;
     }
+    let (host, has_port) = split_host(authority);
+    let authority = if has_port {
+        authority.to_string()
+    } else if tls {
+        format!("{authority}:443")
+    } else {
+        format!("{authority}:80")
+    };
+    Some(Target { authority, host, tls })
 }
 
 /// `(host, has_port)` of `host`, `host:port`, `[v6]` or `[v6]:port`.

@@ -42,7 +42,7 @@ pub fn cross_namespace<K: RepoObject>(obj: &K, operator_ns: &str) -> Option<Stri
     let c = obj.common();
     let mut refs =
         vec![("spec.encryption.passwordSecretRef.namespace", c.encryption.password_secret_ref.namespace.clone())];
-    if let kopiur_api::shared::Backend::S3(s) = &c.backend {
+    if let Some(s) = c.backend.s3() {
         let ns = s.auth.as_ref().and_then(|a| a.secret_ref.as_ref()).and_then(|r| r.namespace.clone());
         refs.push(("spec.backend.s3.auth.secretRef.namespace", ns));
     }
