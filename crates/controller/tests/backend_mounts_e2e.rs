@@ -21,7 +21,7 @@ use kopiur_testenv::tls::{TestCa, TlsFront};
 use kopiur_testenv::wait::wait_for;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use support::status::{repo_condition as cond, repo_phase as phase};
+use support::status::{StatusExt, condition_parts as cond};
 mod support;
 use serde_json::{Value, json};
 use support::env::{Stack, start_operator};
@@ -115,8 +115,8 @@ async fn s3_tls_ca_bundle_and_filesystem_pvc_repositories_end_to_end() -> Result
     // The right CA: Ready, through the TLS front (not Garage's plain port).
     wait_for("tls-ok Ready", Duration::from_secs(300), &log, || async {
         let r = repos.get("tls-ok").await?;
-        assert_ne!(phase(&r), "Failed", "tls-ok failed: {:?}", cond(&r, "Ready"));
-        Ok((phase(&r) == "Ready").then_some(()))
+        assert_ne!(r.phase(), "Failed", "tls-ok failed: {:?}", cond(&r, "Ready"));
+        Ok((r.phase() == "Ready").then_some(()))
     })
     .await?;
     let ok = repos.get("tls-ok").await?;
@@ -139,9 +139,9 @@ async fn s3_tls_ca_bundle_and_filesystem_pvc_repositories_end_to_end() -> Result
     for name in ["tls-wrong", "tls-none"] {
         let r = wait_for(&format!("{name} Failed"), Duration::from_secs(300), &log, || async {
             let r = repos.get(name).await?;
-            assert_ne!(phase(&r), "Degraded", "{name}: a certificate error opened the breaker");
-            assert_ne!(phase(&r), "Ready", "{name} connected without trusting the CA");
-            Ok((phase(&r) == "Failed").then_some(r))
+            assert_ne!(r.phase(), "Degraded", "{name}: a certificate error opened the breaker");
+            assert_ne!(r.phase(), "Ready", "{name} connected without trusting the CA");
+            Ok((r.phase() == "Failed").then_some(r))
         })
         .await?;
         let (_, reason, message) = cond(&r, "Ready").context("Ready")?;
@@ -155,7 +155,7 @@ async fn s3_tls_ca_bundle_and_filesystem_pvc_repositories_end_to_end() -> Result
     apply(&client, &ns, ca_map(&ns, "late-ca", front.ca_pem())).await?;
     wait_for("tls-missing Ready once its CA exists", Duration::from_secs(300), &log, || async {
         let r = repos.get("tls-missing").await?;
-        Ok((phase(&r) == "Ready").then_some(()))
+        Ok((r.phase() == "Ready").then_some(()))
     })
     .await?;
 
@@ -164,7 +164,7 @@ async fn s3_tls_ca_bundle_and_filesystem_pvc_repositories_end_to_end() -> Result
     tokio::time::sleep(Duration::from_secs(45)).await;
     for name in ["tls-wrong", "tls-none"] {
         let r = repos.get(name).await?;
-        assert_eq!(phase(&r), "Failed", "{name} stays terminal");
+        assert_eq!(r.phase(), "Failed", "{name} stays terminal");
         let h = r.status.as_ref().and_then(|s| s.health.clone()).unwrap_or_default();
         assert!(h.breaker_opened_at.is_none() && h.strict_retry.is_none(), "{name}: {h:?}");
     }
@@ -200,8 +200,8 @@ async fn s3_tls_ca_bundle_and_filesystem_pvc_repositories_end_to_end() -> Result
     let volume_dir = pvc_dir(env, &client, &ns, "backup-volume", &log).await?;
     wait_for("nas Ready", Duration::from_secs(300), &log, || async {
         let r = repos.get("nas").await?;
-        assert_ne!(phase(&r), "Failed", "nas failed: {:?}", cond(&r, "Ready"));
-        Ok((phase(&r) == "Ready").then_some(()))
+        assert_ne!(r.phase(), "Failed", "nas failed: {:?}", cond(&r, "Ready"));
+        Ok((r.phase() == "Ready").then_some(()))
     })
     .await?;
     let names: Vec<String> =

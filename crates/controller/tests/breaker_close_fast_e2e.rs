@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use chrono::Utc;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::events::v1::Event;
 use kopiur_api::Repository;
 use kopiur_testenv::operator::Operator;
 use kopiur_testenv::proxy::{FaultProxy, Mode};
@@ -23,7 +22,7 @@ use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use support::env::Stack;
-use support::status::events_about;
+use support::status::{StatusExt, events_about};
 
 mod support;
 use phase_watch::{JobWatch, PhaseWatch};
@@ -39,17 +38,9 @@ const KNOBS: [(&str, &str); 2] =
     [("KOPIUR_STRICT_RETRY_BASE_SECONDS", "40"), ("KOPIUR_STRICT_RETRY_CAP_SECONDS", "240")];
 const REPOS: [&str; 2] = ["one", "two"];
 
-fn phase(r: &Repository) -> String {
-    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
-
 fn holdoff(r: &Repository) -> Option<(i32, i64, chrono::DateTime<Utc>)> {
     let sr = r.status.as_ref()?.health.as_ref()?.strict_retry.clone()?;
     Some((sr.attempt, sr.holdoff_seconds, sr.next_attempt_at?))
-}
-
-async fn events(client: &kube::Client, ns: &str, name: &str, reason: &str) -> Result<Vec<Event>> {
-    Ok(events_about(client, ns, name, reason).await?)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,7 +64,7 @@ async fn two_repositories_close_within_a_minute_of_the_backend_returning() -> Re
     let repos: Api<Repository> = Api::namespaced(client.clone(), &ns);
     let mut watches = Vec::new();
     for name in REPOS {
-        watches.push(PhaseWatch::start(repos.clone(), name, phase));
+        watches.push(PhaseWatch::start(repos.clone(), name, Repository::phase));
         let r: Repository = serde_json::from_value(json!({
             "apiVersion": "kopiur.home-operations.com/v1alpha1", "kind": "Repository",
             "metadata": {"name": name, "namespace": ns},
@@ -87,7 +78,7 @@ async fn two_repositories_close_within_a_minute_of_the_backend_returning() -> Re
         repos.create(&PostParams::default(), &r).await?;
     }
     for (name, w) in REPOS.iter().zip(&watches) {
-        w.wait(&format!("{name} Ready"), Duration::from_secs(180), |r| phase(r) == "Ready").await?;
+        w.wait(&format!("{name} Ready"), Duration::from_secs(180), |r| r.phase() == "Ready").await?;
     }
     say("both repositories Ready".into());
 
@@ -100,7 +91,7 @@ async fn two_repositories_close_within_a_minute_of_the_backend_returning() -> Re
     for (name, w) in REPOS.iter().zip(&watches) {
         let seen = w
             .wait(&format!("{name}: Degraded with the {LONG} s holdoff"), Duration::from_secs(420), |r| {
-                phase(r) == "Degraded" && holdoff(r).is_some_and(|(_, h, _)| h >= LONG)
+                r.phase() == "Degraded" && holdoff(r).is_some_and(|(_, h, _)| h >= LONG)
             })
             .await?;
         stamps.push(holdoff(&seen.object).context("strictRetry")?);
@@ -116,7 +107,7 @@ async fn two_repositories_close_within_a_minute_of_the_backend_returning() -> Re
     let mut lines = Vec::new();
     for (i, (name, w)) in REPOS.iter().zip(&watches).enumerate() {
         let ready =
-            w.wait(&format!("{name} Ready again"), BOUND + Duration::from_secs(30), |r| phase(r) == "Ready").await?;
+            w.wait(&format!("{name} Ready again"), BOUND + Duration::from_secs(30), |r| r.phase() == "Ready").await?;
         let latency = ready.at.saturating_duration_since(back);
         let (attempt, held, next_at) = stamps[i];
         let holdoff_only = (next_at - back_utc).num_seconds();
@@ -151,12 +142,12 @@ async fn two_repositories_close_within_a_minute_of_the_backend_returning() -> Re
         ));
     }
     for name in REPOS {
-        let answering = events(&client, &ns, name, "RepositoryEndpointAnswering").await?;
+        let answering = events_about(&client, &ns, name, "RepositoryEndpointAnswering").await?;
         let n: i32 = answering.iter().map(|e| e.series.as_ref().map(|s| s.count).unwrap_or(1).max(1)).sum();
         ensure!(n == 1, "{name}: one RepositoryEndpointAnswering Event: {answering:?}");
         let note = answering[0].note.clone().unwrap_or_default();
         ensure!(note.contains("answers again") && note.contains("instead of at"), "{note}");
-        let closed = events(&client, &ns, name, "RepositoryBreakerClosed").await?;
+        let closed = events_about(&client, &ns, name, "RepositoryBreakerClosed").await?;
         ensure!(closed.len() == 1, "{name}: closed once: {closed:?}");
         let series = |o: &str| {
             format!(

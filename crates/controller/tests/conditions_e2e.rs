@@ -41,7 +41,7 @@ use kube::{Api, ResourceExt};
 use phase_watch::{JobWatch, PhaseWatch};
 use serde_json::json;
 use support::metrics;
-use support::status::{cond, is, one_true, summary};
+use support::status::{StatusExt, cond, is, one_true, summary};
 use support::{Harness, RepoPin, items, names, seed_snapshots};
 
 /// `Ready=False/Reason` style summary of the trio, for failure messages.
@@ -49,37 +49,17 @@ fn trio(cs: &[Condition]) -> String {
     summary(cs, &["Ready", "Reconciling", "Stalled"])
 }
 
-fn snap_conds(s: &Snapshot) -> Vec<Condition> {
-    s.status.as_ref().map(|x| x.conditions.clone()).unwrap_or_default()
-}
-
-fn snap_phase(s: &Snapshot) -> String {
-    s.status.as_ref().and_then(|x| x.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
-
 fn snap_state(s: &Snapshot) -> String {
-    format!("{} {}", snap_phase(s), trio(&snap_conds(s)))
-}
-
-fn restore_conds(r: &Restore) -> Vec<Condition> {
-    r.status.as_ref().map(|x| x.conditions.clone()).unwrap_or_default()
-}
-
-fn restore_phase(r: &Restore) -> String {
-    r.status.as_ref().and_then(|x| x.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+    format!("{} {}", s.phase(), trio(s.conditions()))
 }
 
 fn restore_state(r: &Restore) -> String {
-    let ca = cond(&restore_conds(r), "CredentialsAvailable").map(|c| format!("{}/{}", c.status, c.reason));
-    format!("{} {} CredentialsAvailable={}", restore_phase(r), trio(&restore_conds(r)), ca.unwrap_or("?".into()))
+    let ca = r.condition("CredentialsAvailable").map(|c| format!("{}/{}", c.status, c.reason));
+    format!("{} {} CredentialsAvailable={}", r.phase(), trio(r.conditions()), ca.unwrap_or("?".into()))
 }
 
 fn sched_state(s: &SnapshotSchedule) -> String {
-    trio(&s.status.as_ref().map(|x| x.conditions.clone()).unwrap_or_default())
-}
-
-fn ready_reason(cs: &[Condition]) -> Option<String> {
-    cond(cs, "Ready").map(|c| c.reason.clone())
+    trio(s.conditions())
 }
 
 /// The resources the controller watches, one watch each (`crates/controller/src/controllers.rs`).
@@ -152,15 +132,15 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     let held_name = set[0].clone();
     let w = PhaseWatch::start(snaps.clone(), &held_name, snap_state);
     // The run path's terminal heal first (Ready=True), so the deletion path's writes follow it.
-    w.wait("seeded Snapshot healed Ready", Duration::from_secs(60), |s| is(&snap_conds(s), "Ready", "True")).await?;
+    w.wait("seeded Snapshot healed Ready", Duration::from_secs(60), |s| is(s.conditions(), "Ready", "True")).await?;
     let mark = w.mark();
     snaps.delete(&held_name, &DeleteParams::default()).await?;
     let held = w
         .wait_since("Deleting with DeletionHeld=True", mark, t, |s| {
-            snap_phase(s) == "Deleting" && is(&snap_conds(s), "DeletionHeld", "True")
+            s.phase() == "Deleting" && is(s.conditions(), "DeletionHeld", "True")
         })
         .await?;
-    let cs = snap_conds(&held.object);
+    let cs = held.object.conditions();
     ensure!(
         is(&cs, "Stalled", "True") && is(&cs, "Reconciling", "False") && is(&cs, "Ready", "False"),
         "a held Snapshot is Stalled (docs/design/api-contract.md §7.3): {}",
@@ -176,12 +156,12 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     h.ack(&ns, "r", &support::rfc3339(chrono::Utc::now())).await?;
     let acked = w
         .wait_since("Deleting, Reconciling after the ack", ack_mark, t, |s| {
-            snap_phase(s) == "Deleting"
-                && is(&snap_conds(s), "DeletionHeld", "False")
-                && is(&snap_conds(s), "Reconciling", "True")
+            s.phase() == "Deleting"
+                && is(s.conditions(), "DeletionHeld", "False")
+                && is(s.conditions(), "Reconciling", "True")
         })
         .await?;
-    let cs = snap_conds(&acked.object);
+    let cs = acked.object.conditions();
     ensure!(is(&cs, "Stalled", "False") && is(&cs, "Ready", "False"), "acked, deleting: {}", trio(&cs));
     println!("[{:5.1}s] acked: {}", started.elapsed().as_secs_f64(), snap_state(&acked.object));
     // It heals by itself: the batch Job deletes it and the finalizer comes off.
@@ -191,8 +171,8 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     // Every version the deletion path wrote carried exactly one True of the trio.
-    for v in w.since(mark).iter().filter(|v| snap_phase(&v.object) == "Deleting") {
-        let cs = snap_conds(&v.object);
+    for v in w.since(mark).iter().filter(|v| v.object.phase() == "Deleting") {
+        let cs = v.object.conditions();
         ensure!(one_true(&cs), "a Deleting version with {} True-count != 1", trio(&cs));
     }
     println!("[{:5.1}s] held Snapshot deleted after its ack", started.elapsed().as_secs_f64());
@@ -227,12 +207,12 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     let na_uid = snaps.create(&pp, &manual("na", json!({"policyRef": {"name": "shared"}}))?).await?.uid();
     let parked = na
         .wait("Pending, Stalled NamespaceNotAllowed", t, |s| {
-            snap_phase(s) == "Pending"
-                && ready_reason(&snap_conds(s)).as_deref() == Some("NamespaceNotAllowed")
-                && is(&snap_conds(s), "Stalled", "True")
+            s.phase() == "Pending"
+                && s.ready_reason().as_deref() == Some("NamespaceNotAllowed")
+                && is(s.conditions(), "Stalled", "True")
         })
         .await?;
-    ensure!(one_true(&snap_conds(&parked.object)), "{}", snap_state(&parked.object));
+    ensure!(one_true(parked.object.conditions()), "{}", snap_state(&parked.object));
     let admit = Instant::now();
     let body = json!({"spec": {"allowedNamespaces": {"list": ["nobody", ns]}}});
     Api::<kopiur_api::ClusterRepository>::all(h.client.clone())
@@ -240,7 +220,7 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
         .await?;
     let moved = na
         .wait("no longer NamespaceNotAllowed once admitted", Duration::from_secs(10), |s| {
-            ready_reason(&snap_conds(s)).is_some_and(|r| r != "NamespaceNotAllowed")
+            s.ready_reason().is_some_and(|r| r != "NamespaceNotAllowed")
         })
         .await?;
     println!(
@@ -275,17 +255,16 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
         )
         .await?;
     let wrong_uid = wrong_uid.uid();
-    let failed = |reason: &'static str| {
-        move |s: &Snapshot| snap_phase(s) == "Failed" && ready_reason(&snap_conds(s)).as_deref() == Some(reason)
-    };
+    let failed =
+        |reason: &'static str| move |s: &Snapshot| s.phase() == "Failed" && s.ready_reason().as_deref() == Some(reason);
     let m = multi.wait("Failed SourceRequired", t, failed("SourceRequired")).await?;
-    let msg = cond(&snap_conds(&m.object), "Ready").map(|c| c.message.clone()).unwrap_or_default();
+    let msg = m.object.condition("Ready").map(|c| c.message.clone()).unwrap_or_default();
     for want in ["sourceIndex 0 (pvc a)", "sourceIndex 1 (pvc b)", "sourceIndex 2 (pvc c)"] {
         ensure!(msg.contains(want), "the SourceRequired message lists {want}: {msg}");
     }
-    ensure!(is(&snap_conds(&m.object), "Stalled", "True"), "{}", snap_state(&m.object));
+    ensure!(is(m.object.conditions(), "Stalled", "True"), "{}", snap_state(&m.object));
     let wr = wrong.wait("Failed RepositoryNotInPolicy", t, failed("RepositoryNotInPolicy")).await?;
-    let msg = cond(&snap_conds(&wr.object), "Ready").map(|c| c.message.clone()).unwrap_or_default();
+    let msg = wr.object.condition("Ready").map(|c| c.message.clone()).unwrap_or_default();
     ensure!(msg.contains(&format!("Repository {ns}/elsewhere")) && msg.contains("three"), "{msg}");
     println!("[{:5.1}s] SourceRequired and RepositoryNotInPolicy: Failed", started.elapsed().as_secs_f64());
 
@@ -330,9 +309,9 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     let tw = PhaseWatch::start(snaps.clone(), "twin-run", snap_state);
     let twin_uid = snaps.create(&pp, &manual("twin-run", json!({"policyRef": {"name": "twin-b"}}))?).await?.uid();
     tw.wait("twin-run Pending, Stalled IdentityCollision", t, |s| {
-        snap_phase(s) == "Pending"
-            && ready_reason(&snap_conds(s)).as_deref() == Some("IdentityCollision")
-            && is(&snap_conds(s), "Stalled", "True")
+        s.phase() == "Pending"
+            && s.ready_reason().as_deref() == Some("IdentityCollision")
+            && is(s.conditions(), "Stalled", "True")
     })
     .await?;
     // PolicySuspended (docs/design/api-contract.md §6.1): a new Snapshot of a suspended policy parks Stalled, no Job.
@@ -349,10 +328,10 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     let rw0 = PhaseWatch::start(snaps.clone(), "rest-run", snap_state);
     let rest_uid = snaps.create(&pp, &manual("rest-run", json!({"policyRef": {"name": "resting"}}))?).await?.uid();
     rw0.wait("rest-run Pending, Stalled PolicySuspended", t, |s| {
-        snap_phase(s) == "Pending"
-            && ready_reason(&snap_conds(s)).as_deref() == Some("PolicySuspended")
-            && is(&snap_conds(s), "Stalled", "True")
-            && one_true(&snap_conds(s))
+        s.phase() == "Pending"
+            && s.ready_reason().as_deref() == Some("PolicySuspended")
+            && is(s.conditions(), "Stalled", "True")
+            && one_true(s.conditions())
     })
     .await?;
     println!(
@@ -392,12 +371,12 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     let restore_uid = restores.create(&pp, &restore).await?.uid().unwrap_or_default();
     let blocked = rw
         .wait("Blocked: Pending, Stalled RepositoryNotFound", t, |r| {
-            restore_phase(r) == "Pending"
-                && ready_reason(&restore_conds(r)).as_deref() == Some("RepositoryNotFound")
-                && is(&restore_conds(r), "Stalled", "True")
+            r.phase() == "Pending"
+                && r.ready_reason().as_deref() == Some("RepositoryNotFound")
+                && is(r.conditions(), "Stalled", "True")
         })
         .await?;
-    ensure!(one_true(&restore_conds(&blocked.object)), "{}", restore_state(&blocked.object));
+    ensure!(one_true(blocked.object.conditions()), "{}", restore_state(&blocked.object));
     println!("[{:5.1}s] Restore blocked: {}", started.elapsed().as_secs_f64(), restore_state(&blocked.object));
     // The repository appears (in another namespace, with another time zone for step 5).
     // It admits the Restore's namespace (a Repository serves another namespace only when it
@@ -411,12 +390,12 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     .await?;
     let nocreds = rw
         .wait("Stalled MissingCredentialsSecret", Duration::from_secs(120), |r| {
-            ready_reason(&restore_conds(r)).as_deref() == Some("MissingCredentialsSecret")
+            r.ready_reason().as_deref() == Some("MissingCredentialsSecret")
         })
         .await?;
-    let cs = restore_conds(&nocreds.object);
+    let cs = nocreds.object.conditions();
     ensure!(
-        restore_phase(&nocreds.object) == "Pending" && is(&cs, "Stalled", "True") && one_true(&cs),
+        nocreds.object.phase() == "Pending" && is(&cs, "Stalled", "True") && one_true(&cs),
         "{}",
         restore_state(&nocreds.object)
     );
@@ -438,13 +417,13 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     secrets.create(&pp, &secret).await?;
     let nokey = rw
         .wait_since("the missing key named", mark, Duration::from_secs(10), |r| {
-            cond(&restore_conds(r), "CredentialsAvailable").is_some_and(|c| {
+            r.condition("CredentialsAvailable").is_some_and(|c| {
                 c.status == "False"
                     && c.message.contains(&format!("Secret kopia in namespace {rns} has no key KOPIA_PASSWORD"))
             })
         })
         .await?;
-    ensure!(is(&restore_conds(&nokey.object), "Stalled", "True"), "{}", restore_state(&nokey.object));
+    ensure!(is(nokey.object.conditions(), "Stalled", "True"), "{}", restore_state(&nokey.object));
     ensure!(jobs.owned_by(&restore_uid).is_empty(), "a Job was created before the credentials were there");
     // The key arrives: the restore Job within 10 s.
     let fixed = Instant::now();
@@ -454,9 +433,8 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     let launched = fixed.elapsed();
     let running = rw
         .wait("Restoring with CredentialsAvailable=True", Duration::from_secs(10), |r| {
-            restore_phase(r) == "Restoring"
-                && cond(&restore_conds(r), "CredentialsAvailable")
-                    .is_some_and(|c| c.status == "True" && c.reason == "Found")
+            r.phase() == "Restoring"
+                && r.condition("CredentialsAvailable").is_some_and(|c| c.status == "True" && c.reason == "Found")
         })
         .await?;
     println!(
@@ -526,8 +504,8 @@ async fn conditions_and_prechecks_on_real_objects() -> Result<()> {
     for ((name, _, reason, which), w) in cases.iter().zip(&watches) {
         let seen = w
             .wait(&format!("{name}: {which} / {reason}"), t, |s| {
-                let cs = s.status.as_ref().map(|x| x.conditions.clone()).unwrap_or_default();
-                ready_reason(&cs).as_deref() == Some(*reason)
+                let cs = s.conditions();
+                s.ready_reason().as_deref() == Some(*reason)
                     && is(&cs, which, "True")
                     && one_true(&cs)
                     && cond(&cs, "ScheduleRunnable").is_some_and(|c| c.status == "True" && c.reason == "Runnable")

@@ -31,6 +31,7 @@ use kube::runtime::watcher;
 use recorder::Recorder;
 use serde_json::json;
 use support::repos::{apply, policy};
+use support::status::StatusExt;
 use support::*;
 
 const LEASE: &str = "kopiur-leader";
@@ -51,10 +52,6 @@ fn open_fds(pid: u32) -> Option<usize> {
 fn lease_state(l: &Lease) -> (String, i32) {
     let s = l.spec.clone().unwrap_or_default();
     (s.holder_identity.unwrap_or_default(), s.lease_transitions.unwrap_or(0))
-}
-
-fn phase(s: &Snapshot) -> String {
-    s.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -205,7 +202,7 @@ impl World {
             self.sample_fds(&mut peak);
             let mut pending = Vec::new();
             for n in &all {
-                let p = phase(&snaps.get(n).await?);
+                let p = snaps.get(n).await?.phase();
                 if p != "Succeeded" {
                     pending.push(format!("{n}={p}"));
                 }
@@ -331,7 +328,7 @@ async fn control_plane_faults_with_two_replicas() -> Result<()> {
         let snaps: Api<Snapshot> = Api::namespaced(client.clone(), &ns);
         snaps.create(&PostParams::default(), &w.backup("warm")?).await?;
         wait_for("warm Succeeded", Duration::from_secs(180), &a_log, || async {
-            Ok((phase(&snaps.get("warm").await?) == "Succeeded").then_some(()))
+            Ok((snaps.get("warm").await?.phase() == "Succeeded").then_some(()))
         })
         .await?;
         println!("[{:>5.1}s] r Ready; a leads, b passive; a first backup Succeeded", w.at());

@@ -44,7 +44,7 @@ use kopiur_testenv::realnode::csi::{STORAGE_CLASS, volume_snapshot_contents, vol
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
-use support::status::{snap_condition, snap_phase};
+use support::status::StatusExt;
 use support::wait_for;
 
 const OP_NS: &str = "kopiur-system";
@@ -159,8 +159,8 @@ async fn snapshot(client: &Client, ns: &str, name: &str, policy: &str) -> Result
 async fn finished(snaps: &Api<Snapshot>, name: &str, log: &Path) -> Result<Snapshot> {
     wait_for(&format!("Snapshot {name} over and released"), Duration::from_secs(300), log, || async {
         let s = snaps.get(name).await?;
-        let released = snap_condition(&s, "Staging").is_some_and(|c| c.status == "False");
-        Ok((matches!(snap_phase(&s).as_str(), "Succeeded" | "Failed") && released).then_some(s))
+        let released = s.condition("Staging").cloned().is_some_and(|c| c.status == "False");
+        Ok((matches!(s.phase().as_str(), "Succeeded" | "Failed") && released).then_some(s))
     })
     .await
 }
@@ -169,17 +169,17 @@ async fn finished(snaps: &Api<Snapshot>, name: &str, log: &Path) -> Result<Snaps
 async fn over(snaps: &Api<Snapshot>, name: &str, log: &Path) -> Result<Snapshot> {
     wait_for(&format!("Snapshot {name} over"), Duration::from_secs(300), log, || async {
         let s = snaps.get(name).await?;
-        Ok(matches!(snap_phase(&s).as_str(), "Succeeded" | "Failed").then_some(s))
+        Ok(matches!(s.phase().as_str(), "Succeeded" | "Failed").then_some(s))
     })
     .await
 }
 
 fn succeeded(s: &Snapshot) -> Result<()> {
     ensure!(
-        snap_phase(s) == "Succeeded",
+        s.phase() == "Succeeded",
         "Snapshot {} is {}: {:?}",
         s.name_any(),
-        snap_phase(s),
+        s.phase(),
         s.status.as_ref().and_then(|st| st.failure.clone())
     );
     Ok(())
@@ -321,14 +321,15 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     let stopped = Instant::now();
     wait_for("s-paused waiting on its VolumeSnapshot", Duration::from_secs(60), &log, || async {
         let s = snaps.get("s-paused").await?;
-        Ok(snap_condition(&s, "Ready")
+        Ok(s.condition("Ready")
+            .cloned()
             .is_some_and(|c| c.reason == "Staging" && c.message.contains("waiting for VolumeSnapshot"))
             .then_some(()))
     })
     .await?;
     tokio::time::sleep(Duration::from_secs(30).saturating_sub(stopped.elapsed())).await;
     let s = snaps.get("s-paused").await?;
-    ensure!(snap_phase(&s) == "Pending", "s-paused is {} with the snapshot-controller down", snap_phase(&s));
+    ensure!(s.phase() == "Pending", "s-paused is {} with the snapshot-controller down", s.phase());
     ensure!(
         jobs.get_opt(&kopiur_mover::job::job_name("s-paused")).await?.is_none(),
         "a Job launched before its copy was staged"
@@ -348,21 +349,21 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     policy(&client, &ns, "p-timeout", json!({"copyMethod": "Snapshot", "staging": {"timeout": "20s"}})).await?;
     snapshot(&client, &ns, "s-timeout", "p-timeout").await?;
     let s = over(&snaps, "s-timeout", &log).await?;
-    let ready = snap_condition(&s, "Ready").context("Ready")?;
+    let ready = s.condition("Ready").cloned().context("Ready")?;
     ensure!(
-        snap_phase(&s) == "Failed"
+        s.phase() == "Failed"
             && ready.reason == "StagingFailed"
             && ready.message.contains("staging timed out after 20s")
             && ready.message.contains("injected: the storage array is busy"),
         "s-timeout: {} {} {}",
-        snap_phase(&s),
+        s.phase(),
         ready.reason,
         ready.message
     );
     ensure!(jobs.get_opt(&kopiur_mover::job::job_name("s-timeout")).await?.is_none(), "a timed-out staging launched");
     // The driver still fails, so its VolumeSnapshot's content is still being created: the run
     // is over and not released (kopiur says so, and says why).
-    let staging = snap_condition(&s, "Staging").context("Staging")?;
+    let staging = s.condition("Staging").cloned().context("Staging")?;
     ensure!(
         staging.status == "True" && staging.reason == "Releasing",
         "s-timeout released while its content was still being created: {} {} {}",
@@ -388,7 +389,7 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
         took < Duration::from_secs(BOUND_SECS),
         "s-timeout's VolumeSnapshot took {took:?} to go after the driver answered (bound {BOUND_SECS} s)"
     );
-    let released = snap_condition(&s, "Staging").context("Staging")?;
+    let released = s.condition("Staging").cloned().context("Staging")?;
     println!(
         "a VolumeSnapshot whose content was still being created when its run failed: gone {:.1} s after the driver answered again (bound {BOUND_SECS} s): {}",
         took.as_secs_f64(),
@@ -402,14 +403,14 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     let s = finished(&snaps, "s-permanent", &log).await?;
     csi.fail_create_snapshot(None)?;
     let took = asked.elapsed();
-    let ready = snap_condition(&s, "Ready").context("Ready")?;
+    let ready = s.condition("Ready").cloned().context("Ready")?;
     ensure!(
-        snap_phase(&s) == "Failed"
+        s.phase() == "Failed"
             && ready.reason == "StagingFailed"
             && ready.message.contains("retrying cannot fix")
             && ready.message.contains("injected: the snapshot parameters are invalid"),
         "s-permanent: {} {} {}",
-        snap_phase(&s),
+        s.phase(),
         ready.reason,
         ready.message
     );
@@ -424,13 +425,13 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     let asked = Instant::now();
     snapshot(&client, &ns, "s-class", "p-class").await?;
     let s = finished(&snaps, "s-class", &log).await?;
-    let ready = snap_condition(&s, "Ready").context("Ready")?;
+    let ready = s.condition("Ready").cloned().context("Ready")?;
     ensure!(
-        snap_phase(&s) == "Failed"
+        s.phase() == "Failed"
             && ready.reason == "StagingFailed"
             && ready.message == "VolumeSnapshotClass missing (spec.volumeSnapshotClassName) does not exist",
         "s-class: {} {} {}",
-        snap_phase(&s),
+        s.phase(),
         ready.reason,
         ready.message
     );
@@ -452,8 +453,8 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     let s = over(&snaps, "s-deadline", &log).await;
     stack.proxy.set(kopiur_testenv::proxy::Mode::Pass);
     let s = s?;
-    let ready = snap_condition(&s, "Ready").context("Ready")?;
-    ensure!(snap_phase(&s) == "Failed", "s-deadline is {}: {} {}", snap_phase(&s), ready.reason, ready.message);
+    let ready = s.condition("Ready").cloned().context("Ready")?;
+    ensure!(s.phase() == "Failed", "s-deadline is {}: {} {}", s.phase(), ready.reason, ready.message);
     finished(&snaps, "s-deadline", &log).await?;
     println!("a 2 s deadline: Failed {} ({}), staged objects released", ready.reason, ready.message);
 
@@ -472,7 +473,7 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     let uid = s.uid().unwrap_or_default();
     let stuck = wait_for("s-leak ReleaseStuck", Duration::from_secs(BOUND_SECS + 90), &log, || async {
         let s = snaps.get("s-leak").await?;
-        Ok(snap_condition(&s, "Staging").filter(|c| c.status == "True" && c.reason == "ReleaseStuck"))
+        Ok(s.condition("Staging").cloned().filter(|c| c.status == "True" && c.reason == "ReleaseStuck"))
     })
     .await?;
     let after = ended.elapsed();

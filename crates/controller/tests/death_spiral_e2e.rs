@@ -41,7 +41,7 @@ use kopiur_testenv::proxy::{FaultProxy, Mode};
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use support::status::events_about;
+use support::status::event_count;
 
 mod support;
 use phase_watch::{JobSeen, JobWatch, PhaseWatch};
@@ -123,14 +123,6 @@ fn int(o: &DynamicObject, p: &str) -> Option<i64> {
 
 fn index_blobs(o: &DynamicObject) -> Option<i64> {
     int(o, "/status/storageStats/indexBlobCount")
-}
-
-async fn events(client: &kube::Client, name: &str, reason: &str) -> Result<usize> {
-    Ok(events_about(client, NS, name, reason)
-        .await?
-        .iter()
-        .map(|e| e.series.as_ref().map(|s| s.count.max(1) as usize).unwrap_or(1))
-        .sum())
 }
 
 fn is_maintenance(j: &JobSeen) -> bool {
@@ -279,7 +271,7 @@ async fn slow_is_not_down_maintenance_cures_it_and_a_refused_backend_parks_it() 
         "a maintenance Job ran to completion after r was Ready: {}",
         describe(&m_jobs)
     );
-    let requested = events(&client, "r", event::QUICK_MAINTENANCE_REQUESTED).await?;
+    let requested = event_count(&client, NS, "r", event::QUICK_MAINTENANCE_REQUESTED).await?;
     ensure!(requested >= 1, "r asked its Maintenance for a quick run ({requested} Events)");
     ensure!(phase(&cured.object) == "Ready", "Ready at the end with no human action");
     // The bound: the deadline doubles from the initial one until a connect fits (the first
@@ -377,7 +369,7 @@ async fn slow_is_not_down_maintenance_cures_it_and_a_refused_backend_parks_it() 
     // slower: the next probe outlives the deadline the fast connects earned.
     let ready_before = w.latest().context("r")?.object;
     let earned = int(&ready_before, "/status/health/bootstrapDeadlineSeconds");
-    let req_before = events(&client, "r", event::QUICK_MAINTENANCE_REQUESTED).await?;
+    let req_before = event_count(&client, NS, "r", event::QUICK_MAINTENANCE_REQUESTED).await?;
     let regrow = index_growth::copy_to_garage(&g, &work, PREFIX, PASSWORD, true).await?;
     let slower = slower_for(earned);
     proxy.set(Mode::Latency(slower));
@@ -440,7 +432,7 @@ async fn slow_is_not_down_maintenance_cures_it_and_a_refused_backend_parks_it() 
         c_jobs.len(),
         describe(&c_jobs)
     ));
-    let req_after = events(&client, "r", event::QUICK_MAINTENANCE_REQUESTED).await?;
+    let req_after = event_count(&client, NS, "r", event::QUICK_MAINTENANCE_REQUESTED).await?;
     ensure!(req_after > req_before, "the TimedOut breaker asked for a quick run ({req_before} -> {req_after} Events)");
     let c_bound = (c_secs as usize).div_ceil(PROBE_INTERVAL as usize) + c_states.len() + 2;
     ensure!(c_jobs.len() <= c_bound, "{} connect Jobs in {c_secs:.0} s, bound {c_bound}", c_jobs.len());

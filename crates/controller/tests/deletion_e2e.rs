@@ -57,6 +57,7 @@ macro_rules! check {
 }
 
 mod support;
+use support::status::StatusExt;
 use support::*;
 
 const FLAP: usize = 30;
@@ -273,10 +274,6 @@ async fn cluster_repository_tenancy_end_to_end() -> Result<()> {
 
 const TENANT_LABEL: &str = "deletion-e2e/tenant";
 
-fn ready_reason(s: &Snapshot) -> Option<String> {
-    condition(s, "Ready").map(|c| c.reason.clone())
-}
-
 async fn label_namespace(client: &Client, ns: &str, value: &str) -> Result<()> {
     let body = json!({"metadata": {"labels": {TENANT_LABEL: value}}});
     Api::<Namespace>::all(client.clone()).patch(ns, &PatchParams::default(), &Patch::Merge(&body)).await?;
@@ -439,7 +436,7 @@ async fn tenancy(h: &mut Harness) -> Result<()> {
         let parked =
             wait_for("the outsider's Snapshot NamespaceNotAllowed", Duration::from_secs(60), &h.log(), || async {
                 let s = snaps_out.get(&out_names[0]).await?;
-                Ok((ready_reason(&s).as_deref() == Some("NamespaceNotAllowed")).then_some(s))
+                Ok((s.ready_reason().as_deref() == Some("NamespaceNotAllowed")).then_some(s))
             })
             .await?;
         println!(
@@ -497,7 +494,7 @@ async fn tenancy(h: &mut Harness) -> Result<()> {
         let snaps_sel: Api<Snapshot> = Api::namespaced(client.clone(), &labelled);
         wait_for("the labelled Snapshot NamespaceNotAllowed", Duration::from_secs(60), &h.log(), || async {
             let s = snaps_sel.get(&sel_names[0]).await?;
-            Ok((ready_reason(&s).as_deref() == Some("NamespaceNotAllowed")).then_some(()))
+            Ok((s.ready_reason().as_deref() == Some("NamespaceNotAllowed")).then_some(()))
         })
         .await?;
         // Past the quiet window: still nothing deleted.
@@ -635,7 +632,7 @@ async fn foreign_repository(h: &Harness, jobs: &JobRecorder, f: Foreign<'_>, uid
     let snaps: Api<Snapshot> = Api::namespaced(client.clone(), f.forger_ns);
     let parked = wait_for("the borrowing Snapshot NamespaceNotAllowed", Duration::from_secs(60), &h.log(), || async {
         let s = snaps.get("borrowed").await?;
-        Ok((ready_reason(&s).as_deref() == Some("NamespaceNotAllowed")).then_some(s))
+        Ok((s.ready_reason().as_deref() == Some("NamespaceNotAllowed")).then_some(s))
     })
     .await?;
     let message = condition(&parked, "Ready").map(|c| c.message.clone()).unwrap_or_default();

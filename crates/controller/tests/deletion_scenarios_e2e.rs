@@ -56,6 +56,7 @@ use serde_json::json;
 
 mod support;
 use support::scenarios::*;
+use support::status::condition_parts;
 use support::*;
 
 const SKIP: &str = "kopiur.home-operations.com/skip-snapshot-cleanup";
@@ -87,15 +88,6 @@ async fn delete_names(client: &Client, ns: &str, names: &[String]) -> Result<()>
 
 async fn repo(client: &Client, ns: &str, name: &str) -> Result<Repository> {
     Ok(Api::<Repository>::namespaced(client.clone(), ns).get(name).await?)
-}
-
-fn repo_condition(r: &Repository, type_: &str) -> Option<(String, String, String)> {
-    r.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
 fn secs(d: Duration) -> f64 {
@@ -517,7 +509,7 @@ async fn t24(
     // The repository, the Events and the gauges follow within the dispatcher's next passes.
     let shown = wait_for("T24 repository, Events and gauges", Duration::from_secs(20), &w.log, || async {
         let r = repo(&w.client, ns, "r").await?;
-        let cond = repo_condition(&r, "MassDeletionHeld");
+        let cond = condition_parts(&r, "MassDeletionHeld");
         let dp = r.status.as_ref().and_then(|s| s.deletion_protection.clone()).unwrap_or_default();
         let (ev_held, ev_held_objs) = events(&w.client, ns, "SnapshotDeletionHeld").await?;
         let (ev_mdh, _) = events(&w.client, ns, "MassDeletionHeld").await?;
@@ -552,7 +544,7 @@ async fn t24(
             let r = repo(&w.client, ns, "r").await?;
             let m = h.metrics().await?;
             let seen = (
-                repo_condition(&r, "MassDeletionHeld"),
+                condition_parts(&r, "MassDeletionHeld"),
                 r.status.as_ref().and_then(|s| s.deletion_protection.clone()),
                 events(&w.client, ns, "SnapshotDeletionHeld").await?,
                 events(&w.client, ns, "MassDeletionHeld").await?,

@@ -54,7 +54,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use support::env::Stack;
 use support::repos::{apply, claim, kopia_backend, kopia_runner, kopia_snapshot_as_app};
-use support::status::events_about;
+use support::status::{StatusExt, events_about};
 use support::wait::pv_dir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -192,18 +192,6 @@ where
     kopiur_testenv::wait::wait_explained(what, timeout, || format!("operator log tail:\n{}", op.log_tail(40)), f).await
 }
 
-fn phase(r: &Repository) -> String {
-    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
-
-fn condition<'a>(r: &'a Repository, t: &str) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    r.status.as_ref()?.conditions.iter().find(|c| c.type_ == t)
-}
-
-async fn events(client: &Client, ns: &str, name: &str, reason: &str) -> Result<usize> {
-    Ok(events_about(client, ns, name, reason).await?.len())
-}
-
 /// The kopia binary on its own config dir, for writing snapshots no Snapshot CR owns.
 fn seed_kopia(dir: &std::path::Path, g: &Garage, prefix: &str) -> Result<Runner> {
     kopia_runner(&dir.join(format!("kopia-seed-{}", prefix.trim_end_matches('/'))), g, "correct horse")
@@ -289,14 +277,6 @@ impl RowWatch {
     }
 }
 
-fn snap_phase(s: &Snapshot) -> String {
-    s.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
-
-fn snap_ready_reason(s: &Snapshot) -> Option<String> {
-    s.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone())
-}
-
 /// The Snapshots of one policy, from a watch: the latest version of each, and every name ever
 /// seen Failed.
 #[derive(Clone, Default)]
@@ -317,7 +297,7 @@ impl ChildWatch {
                 if snap.spec.policy_ref.as_ref().map(|p| p.name.as_str()) != Some(policy.as_str()) {
                     continue;
                 }
-                if snap_phase(&snap) == "Failed" {
+                if snap.phase() == "Failed" {
                     out.failed.lock().unwrap().insert(snap.name_any());
                 }
                 out.latest.lock().unwrap().insert(snap.name_any(), snap);
@@ -346,8 +326,7 @@ impl ChildWatch {
                 return Ok(v);
             }
             if Instant::now() > deadline {
-                let phases: Vec<(String, String)> =
-                    self.all().values().map(|s| (s.name_any(), snap_phase(s))).collect();
+                let phases: Vec<(String, String)> = self.all().values().map(|s| (s.name_any(), s.phase())).collect();
                 bail!("timed out waiting for {what}: {phases:?}");
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -356,7 +335,7 @@ impl ChildWatch {
 }
 
 fn ready_since(r: &Repository) -> Option<DateTime<Utc>> {
-    let c = condition(r, "Ready").filter(|c| c.status == "True")?;
+    let c = r.condition("Ready").filter(|c| c.status == "True")?;
     DateTime::from_timestamp(c.last_transition_time.0.as_second(), 0)
 }
 
@@ -475,7 +454,7 @@ async fn bootstrap_ready(
     jobs: &JobWatch,
     timeout: Duration,
 ) -> Result<Seen<Repository>> {
-    let ready = w.wait_since(&format!("{what} Ready"), 0, timeout, |r| phase(r) == "Ready").await?;
+    let ready = w.wait_since(&format!("{what} Ready"), 0, timeout, |r| r.phase() == "Ready").await?;
     let early: Vec<String> = w.since(0).into_iter().map(|s| s.phase).take_while(|p| p != "Ready").collect();
     assert!(
         early.iter().all(|p| p.is_empty() || p == "Pending" || p == "Initializing"),
@@ -532,7 +511,7 @@ async fn repository_breaker_end_to_end() -> Result<()> {
     secrets.create(&PostParams::default(), &secret(&ns, "kopia-wrong", "battery staple", &g)?).await?;
 
     let repos: Api<Repository> = Api::namespaced(client.clone(), &ns);
-    let watch = |name: &str| PhaseWatch::start(repos.clone(), name, phase);
+    let watch = |name: &str| PhaseWatch::start(repos.clone(), name, Repository::phase);
     let (r_watch, w01, w02, w18, w44) = (watch("r"), watch("p01"), watch("p02"), watch("p18"), watch("p44"));
     let (w08, wrong_watch) = (watch("p08"), watch("wrong"));
     // A Repository `name` on `backend`, with the fields of `extra` added to its spec.
@@ -627,7 +606,7 @@ async fn repository_breaker_end_to_end() -> Result<()> {
         let uid = repo_uid(&ready.object);
         let mark = w18.mark();
         let reachable = |r: &Repository| {
-            condition(r, "BackendReachable")
+            r.condition("BackendReachable")
                 .map(|c| (c.status.clone(), c.reason.clone(), c.last_transition_time.clone()))
         };
         let reachable0 = reachable(&w18.latest().context("p18 seen")?.object);
@@ -736,7 +715,7 @@ async fn repository_breaker_end_to_end() -> Result<()> {
         }
         let first = children
             .wait("T08: the first run's backup Succeeded", Duration::from_secs(150), |c| {
-                c.values().find(|s| snap_phase(s) == "Succeeded").cloned()
+                c.values().find(|s| s.phase() == "Succeeded").cloned()
             })
             .await?;
         tokio::time::sleep(Duration::from_secs(10)).await;
@@ -749,7 +728,7 @@ async fn repository_breaker_end_to_end() -> Result<()> {
             (next_tick - Utc::now()).num_seconds()
         );
         let open =
-            w08.wait_since("T08: p08 Degraded", down, Duration::from_secs(240), |r| phase(r) == "Degraded").await?;
+            w08.wait_since("T08: p08 Degraded", down, Duration::from_secs(240), |r| r.phase() == "Degraded").await?;
         let lead = next_tick - Utc::now();
         ensure!(lead > chrono::Duration::zero(), "T08: the breaker opened after the next tick ({next_tick})");
         let first_name = first.name_any();
@@ -757,11 +736,11 @@ async fn repository_breaker_end_to_end() -> Result<()> {
             .wait("T08: the next tick's child parks", Duration::from_secs(240), |c| {
                 c.values()
                     .filter(|s| s.name_any() != first_name)
-                    .find(|s| snap_ready_reason(s).as_deref() == Some("RepositoryNotReady"))
+                    .find(|s| s.ready_reason().as_deref() == Some("RepositoryNotReady"))
                     .cloned()
             })
             .await?;
-        ensure!(snap_phase(&parked) == "Pending", "T08: parked child {:?}", parked.status);
+        ensure!(parked.phase() == "Pending", "T08: parked child {:?}", parked.status);
         let parked_uid = parked.uid().unwrap_or_default();
         ensure!(jobs.owned_by(&parked_uid).is_empty(), "T08: the parked child launched a Job");
         println!(
@@ -772,14 +751,14 @@ async fn repository_breaker_end_to_end() -> Result<()> {
         );
         proxy08.set(Mode::Pass);
         w08.wait_since("T08: p08 Ready again", down, Duration::from_secs(180), |r| {
-            phase(r) == "Ready"
+            r.phase() == "Ready"
                 && r.status.as_ref().and_then(|s| s.health.as_ref()).is_some_and(|h| h.consecutive_probe_failures == 0)
         })
         .await?;
         let parked_name = parked.name_any();
         children
             .wait("T08: the parked child Succeeds", Duration::from_secs(180), |c| {
-                c.get(&parked_name).filter(|s| snap_phase(s) == "Succeeded").cloned()
+                c.get(&parked_name).filter(|s| s.phase() == "Succeeded").cloned()
             })
             .await?;
         let phases = w08.transitions_since(down);
@@ -814,10 +793,10 @@ async fn repository_breaker_end_to_end() -> Result<()> {
         let pin = st.unique_id.clone().context("uniqueId pinned")?;
         assert!(pin.len() >= 16 && pin.chars().all(|c| c.is_ascii_hexdigit()), "uniqueId {pin}");
         assert!(st.health.as_ref().and_then(|h| h.last_probe_at).is_some(), "probe clock seeded");
-        assert_eq!(condition(&ready, "Ready").map(|c| c.status.as_str()), Some("True"));
+        assert_eq!(ready.condition("Ready").map(|c| c.status.as_str()), Some("True"));
         // The reconcile writes its status before it publishes its Events: wait (up to 10 s).
         let booted = wait_for("RepositoryBootstrapped recorded", Duration::from_secs(10), &op, || async {
-            let n = events(&client, &ns, "r", "RepositoryBootstrapped").await?;
+            let n = events_about(&client, &ns, "r", "RepositoryBootstrapped").await?.len();
             Ok((n > 0).then_some(n))
         })
         .await?;
@@ -836,7 +815,7 @@ async fn repository_breaker_end_to_end() -> Result<()> {
         let generation = patched.metadata.generation;
         r_watch
             .wait_since("strict reconnect after the spec change", mark, Duration::from_secs(120), |r| {
-                r.status.as_ref().and_then(|s| s.observed_generation) == generation && phase(r) == "Ready"
+                r.status.as_ref().and_then(|s| s.observed_generation) == generation && r.phase() == "Ready"
             })
             .await?;
         let phases = r_watch.transitions_since(mark);
@@ -850,23 +829,23 @@ async fn repository_breaker_end_to_end() -> Result<()> {
         let outage = r_watch.mark().saturating_sub(1);
         proxy.set(Mode::Refuse);
         let degraded =
-            r_watch.wait_since("r Degraded", outage, Duration::from_secs(480), |r| phase(r) == "Degraded").await?;
+            r_watch.wait_since("r Degraded", outage, Duration::from_secs(480), |r| r.phase() == "Degraded").await?;
         let phases = r_watch.transitions_since(outage);
         assert_eq!(phases, ["Ready", "Degraded"], "phases during the outage, every version on the watch");
         let degraded = degraded.object;
         let h = degraded.status.as_ref().unwrap().health.clone().unwrap();
         assert_eq!(h.consecutive_probe_failures, 3, "opened at exactly the threshold");
         assert!(h.breaker_opened_at.is_some() && h.strict_retry.is_some());
-        let br = condition(&degraded, "BackendReachable").unwrap();
+        let br = degraded.condition("BackendReachable").unwrap();
         assert_eq!((br.status.as_str(), br.reason.as_str()), ("False", "BackendUnreachable"));
         assert_eq!(
-            condition(&degraded, "Ready").map(|c| (c.status.as_str(), c.reason.as_str())),
+            degraded.condition("Ready").map(|c| (c.status.as_str(), c.reason.as_str())),
             Some(("False", "BreakerOpen"))
         );
-        assert_eq!(condition(&degraded, "Reconciling").map(|c| c.status.as_str()), Some("True"));
-        assert_ne!(condition(&degraded, "Stalled").map(|c| c.status.as_str()), Some("True"));
+        assert_eq!(degraded.condition("Reconciling").map(|c| c.status.as_str()), Some("True"));
+        assert_ne!(degraded.condition("Stalled").map(|c| c.status.as_str()), Some("True"));
         let opened = wait_for("RepositoryBreakerOpened recorded", Duration::from_secs(10), &op, || async {
-            let n = events(&client, &ns, "r", "RepositoryBreakerOpened").await?;
+            let n = events_about(&client, &ns, "r", "RepositoryBreakerOpened").await?.len();
             Ok((n > 0).then_some(n))
         })
         .await?;
@@ -889,22 +868,22 @@ async fn repository_breaker_end_to_end() -> Result<()> {
         let attempts = r.status.unwrap().health.unwrap().strict_retry.unwrap().attempt;
         assert!(attempts >= 2, "strict retries ran while open: attempt {attempts}");
         assert!(held.len() >= 2, "the retries were written and seen: {} versions", held.len());
-        assert_eq!(events(&client, &ns, "r", "RepositoryBreakerOpened").await?, 1);
+        assert_eq!(events_about(&client, &ns, "r", "RepositoryBreakerOpened").await?.len(), 1);
         assert_eq!(op.metric(&trips_series).await, Some(1.0));
 
         // T06: restore; the next connect heals without any ack.
         proxy.set(Mode::Pass);
         let healed =
-            r_watch.wait_since("r Ready again", hold, Duration::from_secs(180), |r| phase(r) == "Ready").await?.object;
+            r_watch.wait_since("r Ready again", hold, Duration::from_secs(180), |r| r.phase() == "Ready").await?.object;
         let phases = r_watch.transitions_since(outage);
         assert_eq!(phases, ["Ready", "Degraded", "Ready"], "every phase from the outage to the recovery");
         let h = healed.status.as_ref().unwrap().health.clone().unwrap();
         assert_eq!(h.consecutive_probe_failures, 0);
         assert!(h.breaker_opened_at.is_none() && h.strict_retry.is_none());
         assert_eq!(healed.status.as_ref().unwrap().unique_id.as_deref(), Some(pin.as_str()), "same repository");
-        assert_eq!(condition(&healed, "BackendReachable").map(|c| c.status.as_str()), Some("True"));
+        assert_eq!(healed.condition("BackendReachable").map(|c| c.status.as_str()), Some("True"));
         let closed = wait_for("RepositoryBreakerClosed recorded", Duration::from_secs(10), &op, || async {
-            let n = events(&client, &ns, "r", "RepositoryBreakerClosed").await?;
+            let n = events_about(&client, &ns, "r", "RepositoryBreakerClosed").await?.len();
             Ok((n > 0).then_some(n))
         })
         .await?;
@@ -925,11 +904,11 @@ async fn repository_breaker_end_to_end() -> Result<()> {
         }))?;
         repos.create(&PostParams::default(), &bad).await?;
         let failed =
-            wrong_watch.wait_since("wrong Failed", 0, Duration::from_secs(240), |r| phase(r) == "Failed").await?;
+            wrong_watch.wait_since("wrong Failed", 0, Duration::from_secs(240), |r| r.phase() == "Failed").await?;
         let phases = wrong_watch.transitions_since(0);
         assert!(!phases.iter().any(|p| p == "Degraded"), "an auth failure is not an outage: {phases:?}");
-        assert_eq!(condition(&failed.object, "Ready").map(|c| c.reason.as_str()), Some("AuthFailure"));
-        assert_eq!(condition(&failed.object, "Stalled").map(|c| c.status.as_str()), Some("True"));
+        assert_eq!(failed.object.condition("Ready").map(|c| c.reason.as_str()), Some("AuthFailure"));
+        assert_eq!(failed.object.condition("Stalled").map(|c| c.status.as_str()), Some("True"));
         let failed_mark = wrong_watch.mark().saturating_sub(1);
 
         // A ClusterRepository on its own prefix reaches Ready in the operator namespace.

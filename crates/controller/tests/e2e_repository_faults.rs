@@ -48,7 +48,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use support::env::Stack;
-use support::status::events_about;
+use support::status::{StatusExt, event_count};
 
 mod support;
 use phase_watch::PhaseWatch;
@@ -214,7 +214,7 @@ impl World {
         let repos = self.repos(ns);
         self.wait(&format!("{ns}/{name} {want}"), timeout, || async {
             let r = repos.get(name).await?;
-            Ok((phase(&r) == want).then_some(r))
+            Ok((r.phase() == want).then_some(r))
         })
         .await
     }
@@ -246,17 +246,13 @@ impl World {
     }
 
     /// Events about `name` with `reason`, counting a recorder series as its count.
-    async fn events(&self, ns: &str, name: &str, reason: &str) -> Result<i32> {
-        Ok(events_about(&self.client, ns, name, reason)
-            .await?
-            .iter()
-            .map(|e| e.series.as_ref().map(|s| s.count).unwrap_or(1).max(1))
-            .sum())
+    async fn events(&self, ns: &str, name: &str, reason: &str) -> Result<usize> {
+        Ok(event_count(&self.client, ns, name, reason).await?)
     }
 
     /// The count of an Event that must exist: a reconcile writes its status before it publishes
     /// its Events, so a reader that saw the status waits (up to 10 s) for the first occurrence.
-    async fn event_recorded(&self, ns: &str, name: &str, reason: &str) -> Result<i32> {
+    async fn event_recorded(&self, ns: &str, name: &str, reason: &str) -> Result<usize> {
         self.wait(&format!("{name}: {reason} recorded"), Duration::from_secs(10), || async {
             let n = self.events(ns, name, reason).await?;
             Ok((n > 0).then_some(n))
@@ -269,16 +265,8 @@ impl World {
     }
 }
 
-fn phase(r: &Repository) -> String {
-    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
-
-fn condition<'a>(r: &'a Repository, t: &str) -> Option<&'a Condition> {
-    r.status.as_ref()?.conditions.iter().find(|c| c.type_ == t)
-}
-
 fn cond_status<'a>(r: &'a Repository, t: &str) -> (&'a str, &'a str) {
-    condition(r, t).map(|c| (c.status.as_str(), c.reason.as_str())).unwrap_or(("", ""))
+    r.condition(t).map(|c| (c.status.as_str(), c.reason.as_str())).unwrap_or(("", ""))
 }
 
 fn unique_id(r: &Repository) -> String {
@@ -295,10 +283,6 @@ fn strict_retry(r: &Repository) -> Option<StrictRetry> {
 
 fn series(metric: &str, ns: &str, name: &str) -> String {
     format!("{metric}{{kind=\"Repository\",namespace=\"{ns}\",name=\"{name}\"")
-}
-
-fn snap_phase(s: &Snapshot) -> String {
-    s.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
 }
 
 fn snap_ready(s: &Snapshot) -> Option<&Condition> {
@@ -351,13 +335,13 @@ async fn manual_snapshot(w: &World, ns: &str, name: &str) -> Result<()> {
 /// exactly 1; the Job carries no Secret value.
 async fn backup_heals(w: &World, op: &Operator, ns: &str) -> Result<()> {
     let snaps: Api<Snapshot> = Api::namespaced(w.client.clone(), ns);
-    let watch = PhaseWatch::start(snaps.clone(), "pre", snap_phase);
+    let watch = PhaseWatch::start(snaps.clone(), "pre", Snapshot::phase);
     let completed = format!("kopiur_snapshots_completed_total{{namespace=\"{ns}\",policy=\"p\",result=\"succeeded\"}}");
     let before = op.metric(&completed).await.unwrap_or(0.0);
     manual_snapshot(w, ns, "pre").await?;
     let patched = watch
         .wait_since("pre: the mover's terminal PATCH", 0, Duration::from_secs(240), |s| {
-            let p = snap_phase(s);
+            let p = s.phase();
             p == "Succeeded" || p == "Failed"
         })
         .await?;
@@ -391,7 +375,7 @@ async fn alert_mode(w: &World, op: &Operator, ns: &str, proxy: &FaultProxy) -> R
     let failures = series("kopiur_repository_health_probe_failures_total", ns, "alert");
     backup_heals(w, op, ns).await?;
     w.say("alert: a backup before the outage Succeeded");
-    let watch = PhaseWatch::start(repos.clone(), "alert", phase);
+    let watch = PhaseWatch::start(repos.clone(), "alert", Repository::phase);
     watch.wait_since("alert: watch synced", 0, Duration::from_secs(10), |_| true).await?;
     proxy.set(Mode::Refuse);
     w.nudge(ns, "alert").await?;
@@ -451,7 +435,7 @@ async fn alert_mode(w: &World, op: &Operator, ns: &str, proxy: &FaultProxy) -> R
 /// after one strict Job that may not create, and nothing written to storage.
 async fn create_disabled(w: &World, ns: &str, watch: &PhaseWatch<Repository>) -> Result<Repository> {
     let failed =
-        watch.wait_since("nocreate: Failed", 0, Duration::from_secs(240), |r| phase(r) == "Failed").await?.object;
+        watch.wait_since("nocreate: Failed", 0, Duration::from_secs(240), |r| r.phase() == "Failed").await?.object;
     let phases = watch.transitions_since(0);
     ensure!(
         phases.iter().all(|p| p.is_empty() || p == "Pending" || p == "Initializing" || p == "Failed"),
@@ -459,7 +443,7 @@ async fn create_disabled(w: &World, ns: &str, watch: &PhaseWatch<Repository>) ->
     );
     assert_eq!(cond_status(&failed, "Ready"), ("False", "RepositoryNotInitialized"));
     assert_eq!(cond_status(&failed, "Stalled").0, "True");
-    let msg = condition(&failed, "Ready").map(|c| c.message.clone()).unwrap_or_default();
+    let msg = failed.condition("Ready").map(|c| c.message.clone()).unwrap_or_default();
     let want = format!(
         "no kopia repository exists at s3://{}/nocreate/ and spec.create.enabled is false; set spec.create.enabled: \
          true to create one, or point spec.backend at an existing repository",
@@ -494,7 +478,7 @@ async fn wrong_password(w: &World, op: &Operator, ns: &str, watch: &PhaseWatch<R
     let mark = watch.mark().saturating_sub(1);
     w.set_password(ns, "battery staple").await?;
     let failed = watch
-        .wait_since("pw: Failed after the password change", mark, Duration::from_secs(120), |r| phase(r) == "Failed")
+        .wait_since("pw: Failed after the password change", mark, Duration::from_secs(120), |r| r.phase() == "Failed")
         .await?;
     let phases = watch.transitions_since(mark);
     assert_eq!(phases, ["Ready", "Failed"], "an auth failure is not an outage");
@@ -542,7 +526,7 @@ async fn wipe_until_blocked(w: &World, ns: &str, pin: &str) -> Result<Repository
     let failed = w
         .wait("wipe: Failed", Duration::from_secs(180), || async {
             let r = repos.get("wipe").await?;
-            let p = phase(&r);
+            let p = r.phase();
             let mut s = seen.lock().unwrap();
             if s.last() != Some(&p) {
                 s.push(p.clone());
@@ -554,7 +538,7 @@ async fn wipe_until_blocked(w: &World, ns: &str, pin: &str) -> Result<Repository
     assert_eq!(seen, ["Ready", "Degraded", "Failed"], "phase sequence after the wipe");
     assert_eq!(cond_status(&failed, "Ready"), ("False", "RepositoryReinitializeBlocked"));
     assert_eq!(cond_status(&failed, "Stalled").0, "True");
-    let msg = condition(&failed, "Ready").map(|c| c.message.clone()).unwrap_or_default();
+    let msg = failed.condition("Ready").map(|c| c.message.clone()).unwrap_or_default();
     let ack = format!("kubectl annotate repository/wipe -n {ns} {}={pin} --overwrite", annotation::ALLOW_REINITIALIZE);
     ensure!(msg.contains(&ack), "the message names the ack command: {msg}");
     ensure!(!msg.contains("spec.create.enabled"), "no create.enabled advice: {msg}");
@@ -647,7 +631,7 @@ async fn recreated(w: &World, ns: &str, op_ns: &str, direct: &str) -> Result<()>
         })
         .await?;
     assert_eq!(n, 2, "one Event per restore");
-    ensure!(phase(&repos.get("re").await?) == "Ready", "re stays Ready through a restored pin");
+    ensure!(repos.get("re").await?.phase() == "Ready", "re stays Ready through a restored pin");
     w.say(format!("re: a cleared and a forged uniqueId restored to {pin}"));
 
     let recreate = || async {
@@ -682,7 +666,7 @@ async fn recreated(w: &World, ns: &str, op_ns: &str, direct: &str) -> Result<()>
     w.create_repo(ns, "re", direct, "recreate/", Value::Null).await?;
     let failed = w.wait_phase(ns, "re", "Failed", Duration::from_secs(120)).await?;
     assert_eq!(cond_status(&failed, "Ready"), ("False", "RepositoryReinitializeBlocked"));
-    let message = condition(&failed, "Ready").map(|c| c.message.clone()).unwrap_or_default();
+    let message = failed.condition("Ready").map(|c| c.message.clone()).unwrap_or_default();
     let ack = format!("kubectl annotate repository/re -n {ns} {}={pin} --overwrite", annotation::ALLOW_REINITIALIZE);
     ensure!(message.contains(&ack), "the exact ack is named: {message}");
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -712,16 +696,12 @@ async fn access_denied(w: &World, ns: &str) -> Result<()> {
         .wait("denied: refused by the storage", Duration::from_secs(180), || async {
             let r = repos.get("denied").await?;
             let said = serde_json::to_string(&r.status)?.contains("AccessDenied");
-            Ok((said && matches!(phase(&r).as_str(), "Failed" | "Degraded")).then_some(r))
+            Ok((said && matches!(r.phase().as_str(), "Failed" | "Degraded")).then_some(r))
         })
         .await?;
     ensure!(unique_id(&r).is_empty(), "denied: nothing pinned");
     assert_eq!(w.objects("denied/").await?, 0, "denied: nothing written");
-    w.say(format!(
-        "denied: {} / {:?}",
-        phase(&r),
-        condition(&r, "Ready").map(|c| (c.reason.clone(), c.message.clone()))
-    ));
+    w.say(format!("denied: {} / {:?}", r.phase(), r.condition("Ready").map(|c| (c.reason.clone(), c.message.clone()))));
     Ok(())
 }
 
@@ -774,8 +754,8 @@ async fn repository_faults_end_to_end() -> Result<()> {
     for ns in [&ns_alert, &ns_pw, &ns_wipe, &ns_out, &ns_idle, &ns_nocreate, &ns_re] {
         w.create_secret(ns, PASSWORD).await?;
     }
-    let nocreate_watch = PhaseWatch::start(w.repos(&ns_nocreate), "nocreate", phase);
-    let pw_watch = PhaseWatch::start(w.repos(&ns_pw), "pw", phase);
+    let nocreate_watch = PhaseWatch::start(w.repos(&ns_nocreate), "nocreate", Repository::phase);
+    let pw_watch = PhaseWatch::start(w.repos(&ns_pw), "pw", Repository::phase);
     let alert_health = json!({"probe": {"onFailure": "Alert", "failureThreshold": 1}});
     w.create_repo(&ns_alert, "alert", &alert_proxy.endpoint(), "alert/", alert_health).await?;
     w.create_repo(&ns_pw, "pw", &direct, "pw/", Value::Null).await?;
@@ -839,7 +819,7 @@ async fn repository_faults_end_to_end() -> Result<()> {
             idle0.status,
             r.status
         );
-        assert_eq!(phase(&r), "Ready");
+        assert_eq!(r.phase(), "Ready");
         // The window saw reconciles of it: b's takeover reconciled every repository.
         let b_reconciles = b.metric("kopiur_controller_reconciliations_total{kind=\"Repository\"}").await;
         ensure!(b_reconciles >= Some(5.0), "b reconciled every repository: {b_reconciles:?}");
@@ -880,7 +860,7 @@ async fn repository_faults_end_to_end() -> Result<()> {
             let r = w
                 .wait("out: the strict connect folded", Duration::from_secs(120), || async {
                     let r = repos.get("out").await?;
-                    ensure!(phase(&r) == "Degraded", "held Degraded: {:?}", r.status);
+                    ensure!(r.phase() == "Degraded", "held Degraded: {:?}", r.status);
                     let st = r.status.as_ref();
                     Ok((st.and_then(|s| s.observed_generation) == Some(generation)).then_some(r))
                 })
@@ -914,7 +894,7 @@ async fn repository_faults_end_to_end() -> Result<()> {
         let next = w
             .wait("out: b's strict retry folded", Duration::from_secs(120), || async {
                 let r = repos.get("out").await?;
-                ensure!(phase(&r) == "Degraded", "held Degraded: {:?}", r.status);
+                ensure!(r.phase() == "Degraded", "held Degraded: {:?}", r.status);
                 Ok(strict_retry(&r).filter(|s| s.attempt > stamped.attempt))
             })
             .await?;
@@ -950,7 +930,7 @@ async fn repository_faults_end_to_end() -> Result<()> {
         let late = w.jobs.since(&ns_wipe, &wipe_blocked);
         ensure!(late.is_empty(), "wipe: Jobs after the block: {late:?}");
         assert_eq!(w.objects("wipe/").await?, 0, "wipe: nothing re-created");
-        assert_eq!(phase(&w.repos(&ns_wipe).get("wipe").await?), "Failed", "wipe: sticky");
+        assert_eq!(w.repos(&ns_wipe).get("wipe").await?.phase(), "Failed", "wipe: sticky");
         let phases = nocreate_watch.phases_since(nocreate_mark);
         ensure!(phases.iter().all(|p| p == "Failed"), "nocreate: sticky Failed: {phases:?}");
         let jobs = w.jobs.in_ns(&ns_nocreate);

@@ -23,7 +23,7 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::json;
 use support::repos::{apply, claim, policy};
-use support::status::{events_about, repo_condition as cond, repo_phase as phase, snap_condition, snap_phase};
+use support::status::{StatusExt, condition_parts as cond, events_about};
 use support::{Harness, wait_for};
 
 async fn events(h: &Harness, ns: &str, name: &str, reason: &str) -> Result<usize> {
@@ -87,13 +87,13 @@ async fn advisory_fields_are_reported_and_gating_fields_refused() -> Result<()> 
 
     // The gated repository: Pending, Ready=False, never a Job.
     let wi = repos.get("wi").await?;
-    assert_eq!(phase(&wi), "Pending");
+    assert_eq!(wi.phase(), "Pending");
     assert_eq!(cond(&wi, "Ready"), Some(("False".into(), "FeatureNotImplemented".into(), wi_msg.into())));
     // Both repositories keep reconciling (the advisory one launched and cleaned up its Jobs).
     tokio::time::sleep(Duration::from_secs(15)).await;
     ensure!(jobs_of(&h, &ns, "wi").await?.is_empty(), "a gated repository launched a Job");
     let wi = repos.get("wi").await?;
-    assert_eq!(phase(&wi), "Pending");
+    assert_eq!(wi.phase(), "Pending");
     // One Warning Event each for the generation, however many reconciles ran.
     assert_eq!(events(&h, &ns, "wi", "FeatureNotImplemented").await?, 1);
     assert_eq!(events(&h, &ns, "adv", "FeaturesIgnored").await?, 1);
@@ -109,7 +109,7 @@ async fn advisory_fields_are_reported_and_gating_fields_refused() -> Result<()> 
         Ok(gone.then_some(()))
     })
     .await?;
-    assert_eq!(phase(&repos.get("adv").await?), "Ready");
+    assert_eq!(repos.get("adv").await?.phase(), "Ready");
 
     // Removing the gating field lifts the refusal: the repository bootstraps and is Ready.
     repos
@@ -134,15 +134,16 @@ async fn advisory_fields_are_reported_and_gating_fields_refused() -> Result<()> 
         .await?;
         let s = match wait_for(&format!("{p} Failed"), t, &h.log(), || async {
             let s = snaps.get(&p).await?;
-            let released = snap_condition(&s, "Staging").is_some_and(|c| c.status == "False" && c.reason == "Released");
-            Ok((snap_phase(&s) == "Failed" && released).then_some(s))
+            let released =
+                s.condition("Staging").cloned().is_some_and(|c| c.status == "False" && c.reason == "Released");
+            Ok((s.phase() == "Failed" && released).then_some(s))
         })
         .await
         {
             Ok(s) => s,
             Err(e) => bail!("{e:#}\n{p}: {:?}", snaps.get(&p).await.map(|s| s.status)),
         };
-        let ready = snap_condition(&s, "Ready").expect("Ready");
+        let ready = s.condition("Ready").cloned().expect("Ready");
         assert_eq!(ready.reason, "StagingFailed", "{method}");
         ensure!(
             ready.message.contains(&format!("copyMethod: {method} needs a CSI driver"))
@@ -242,10 +243,10 @@ async fn the_namespaced_install_backs_up_without_reading_secrets_cluster_wide() 
     let snaps: Api<Snapshot> = Api::namespaced(h.client.clone(), &apps);
     let id = wait_for("s1 Succeeded", Duration::from_secs(180), &h.log(), || async {
         let s = snaps.get("s1").await?;
-        if snap_phase(&s) == "Failed" {
+        if s.phase() == "Failed" {
             bail!("s1 failed: {:?}", s.status);
         }
-        Ok((snap_phase(&s) == "Succeeded")
+        Ok((s.phase() == "Succeeded")
             .then(|| s.status.and_then(|st| st.snapshot).and_then(|x| x.kopia_snapshot_id))
             .flatten())
     })
@@ -310,7 +311,7 @@ async fn forbidden_step_stalls_the_object(h: &Harness, apps: &str) -> Result<()>
     let want = format!("create mover Job: RBAC: the controller may not create jobs.batch in namespace {apps};");
     let stalled = wait_for("s2 Stalled by the missing verb", Duration::from_secs(90), &h.log(), || async {
         let s = snaps.get("s2").await?;
-        Ok(snap_condition(&s, "Stalled").filter(|c| c.status == "True"))
+        Ok(s.condition("Stalled").cloned().filter(|c| c.status == "True"))
     })
     .await?;
     ensure!(stalled.reason == "KubeApiForbidden", "Stalled reason: {stalled:?}");
@@ -318,7 +319,7 @@ async fn forbidden_step_stalls_the_object(h: &Harness, apps: &str) -> Result<()>
     let can_i = format!("kubectl auth can-i create jobs.batch -n {apps} --as=system:serviceaccount:");
     ensure!(stalled.message.contains(&can_i), "the message gives the check command: {}", stalled.message);
     let s2 = snaps.get("s2").await?;
-    let ready = snap_condition(&s2, "Ready").context("s2 has Ready")?;
+    let ready = s2.condition("Ready").cloned().context("s2 has Ready")?;
     ensure!(ready.status == "False" && ready.reason == "KubeApiForbidden", "Ready: {ready:?}");
     let ev = wait_for("the KubeApiForbidden Event", Duration::from_secs(30), &h.log(), || async {
         Ok(events_about(&h.client, apps, "s2", "KubeApiForbidden").await?.into_iter().next())
@@ -337,7 +338,7 @@ async fn forbidden_step_stalls_the_object(h: &Harness, apps: &str) -> Result<()>
     ensure!(transient == transient_before, "Snapshot transient errors {transient_before} -> {transient}");
     ensure!(structural >= 1.0, "the forbidden create was not counted structural: {structural}");
     let s2 = snaps.get("s2").await?;
-    ensure!(snap_condition(&s2, "Stalled").is_some_and(|c| c.status == "True"), "s2 left Stalled: {:?}", s2.status);
+    ensure!(s2.condition("Stalled").cloned().is_some_and(|c| c.status == "True"), "s2 left Stalled: {:?}", s2.status);
     let jobs = Api::<Job>::namespaced(h.client.clone(), apps).list(&ListParams::default()).await?.items;
     ensure!(
         !jobs.iter().any(|j| j.labels().values().any(|v| v == "s2") || j.name_any().contains("s2")),
@@ -358,15 +359,15 @@ async fn forbidden_step_stalls_the_object(h: &Harness, apps: &str) -> Result<()>
         .await?;
     wait_for("s2 Succeeded once the verb is back", Duration::from_secs(180), &h.log(), || async {
         let s = snaps.get("s2").await?;
-        if snap_phase(&s) == "Failed" {
+        if s.phase() == "Failed" {
             bail!("s2 failed: {:?}", s.status);
         }
-        Ok((snap_phase(&s) == "Succeeded").then_some(()))
+        Ok((s.phase() == "Succeeded").then_some(()))
     })
     .await?;
     let s2 = snaps.get("s2").await?;
     ensure!(
-        snap_condition(&s2, "Stalled").is_none_or(|c| c.status == "False"),
+        s2.condition("Stalled").cloned().is_none_or(|c| c.status == "False"),
         "Stalled outlived the fix: {:?}",
         s2.status
     );

@@ -30,6 +30,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use support::env::{Stack, start_operator};
 use support::repos::{apply, apply_repository, s3_backend_through};
+use support::status::{StatusExt, condition_parts};
 use support::wait::repository_ready;
 
 mod support;
@@ -37,10 +38,6 @@ use recorder::Recorder;
 use support::recorder;
 
 const MIRROR: &str = "kopiur-mirror";
-
-fn repo_phase(r: &Repository) -> String {
-    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
 
 fn ready(conds: &[Condition]) -> Option<(String, String)> {
     conds.iter().find(|c| c.type_ == "Ready").map(|c| (c.status.clone(), c.reason.clone()))
@@ -60,10 +57,6 @@ fn repl_manual(r: &RepositoryReplication) -> Option<(String, String)> {
         .map(|m| (m.requested_at.clone(), m.phase.as_str().to_string()))
 }
 
-fn repl_phase(r: &RepositoryReplication) -> String {
-    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
-
 async fn request_run(client: &Client, ns: &str, kind: &str, name: &str, at: &str) -> Result<()> {
     let body = json!({"metadata": {"annotations": {"kopiur.home-operations.com/run-requested": at}}});
     let pp = PatchParams::default();
@@ -76,15 +69,6 @@ async fn request_run(client: &Client, ns: &str, kind: &str, name: &str, at: &str
         }
     }
     Ok(())
-}
-
-/// `(status, reason, message)` of a condition, read from any kopiur object's JSON.
-fn condition_of<T: serde::Serialize>(obj: &T, type_: &str) -> Option<(String, String, String)> {
-    let v = serde_json::to_value(obj).ok()?;
-    v["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_).map(|c| {
-        let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
-        (s("status"), s("reason"), s("message"))
-    })
 }
 
 fn job_complete(j: &Job) -> bool {
@@ -168,7 +152,7 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     let crepos: Api<ClusterRepository> = Api::all(client.clone());
     let failed =
         wait_for("MaintenanceConfigured=False/MaintenanceApplyFailed", Duration::from_secs(60), &log, || async {
-            let c = condition_of(&crepos.get(&cr_name).await?, "MaintenanceConfigured");
+            let c = condition_parts(&crepos.get(&cr_name).await?, "MaintenanceConfigured");
             Ok(c.filter(|(s, r, _)| s == "False" && r == "MaintenanceApplyFailed"))
         })
         .await?;
@@ -198,7 +182,7 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
         .await?;
     let later_maints: Api<Maintenance> = Api::namespaced(client.clone(), &later);
     wait_for("MaintenanceConfigured=True once the namespace exists", Duration::from_secs(30), &log, || async {
-        let c = condition_of(&crepos.get(&cr_name).await?, "MaintenanceConfigured");
+        let c = condition_parts(&crepos.get(&cr_name).await?, "MaintenanceConfigured");
         let projected = later_maints.get_opt(&cr_name).await?.is_some();
         Ok((projected && c.is_some_and(|(s, r, _)| s == "True" && r == "MaintenanceConfigured")).then_some(()))
     })
@@ -210,9 +194,9 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     let repls_x: Api<RepositoryReplication> = Api::namespaced(client.clone(), &ns);
     let stalled = wait_for("rr-x Stalled CrossNamespaceReference", Duration::from_secs(30), &log, || async {
         let r = repls_x.get("rr-x").await?;
-        let ready = condition_of(&r, "Ready").filter(|(s, why, _)| s == "False" && why == "CrossNamespaceReference");
+        let ready = condition_parts(&r, "Ready").filter(|(s, why, _)| s == "False" && why == "CrossNamespaceReference");
         let stalled =
-            condition_of(&r, "Stalled").is_some_and(|(s, why, _)| s == "True" && why == "CrossNamespaceReference");
+            condition_parts(&r, "Stalled").is_some_and(|(s, why, _)| s == "True" && why == "CrossNamespaceReference");
         Ok(ready.filter(|_| stalled))
     })
     .await?;
@@ -311,12 +295,12 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
 
     let rr = wait_for("the first replication Succeeded", Duration::from_secs(120), &log, || async {
         let r = repls.get("rr").await?;
-        assert_ne!(repl_phase(&r), "Failed", "{:?}", r.status);
+        assert_ne!(r.phase(), "Failed", "{:?}", r.status);
         Ok((repl_manual(&r) == Some((first.into(), "Succeeded".into()))).then_some(r))
     })
     .await?;
     let rst = rr.status.clone().unwrap_or_default();
-    assert_eq!(repl_phase(&rr), "Succeeded");
+    assert_eq!(rr.phase(), "Succeeded");
     // `kopiur_resource_phase` exports the replication's phase (its own watch in the operator).
     let series = format!(
         "kopiur_resource_phase{{kind=\"RepositoryReplication\",namespace=\"{ns}\",name=\"rr\",phase=\"Succeeded\"}} 1"
@@ -386,7 +370,7 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     let cut = Instant::now();
     repo_rec
         .wait("r Degraded", Duration::from_secs(150), &log, |seen| {
-            Ok(seen.iter().any(|v| v.at >= cut && repo_phase(&v.obj) == "Degraded").then_some(()))
+            Ok(seen.iter().any(|v| v.at >= cut && v.obj.phase() == "Degraded").then_some(()))
         })
         .await?;
     println!("[{:>5.1}s] r Degraded", started.elapsed().as_secs_f64());
@@ -403,10 +387,9 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
             && ready(&mc) == Some(("False".into(), "RepositoryNotReady".into()));
     }
     for v in repl_rec.all() {
-        assert_ne!(repl_phase(&v.obj), "Failed", "gating never fails a replication");
+        assert_ne!(v.obj.phase(), "Failed", "gating never fails a replication");
         let rc = v.obj.status.clone().unwrap_or_default().conditions;
-        r_parked |=
-            repl_phase(&v.obj) == "Pending" && ready(&rc) == Some(("False".into(), "RepositoryNotReady".into()));
+        r_parked |= v.obj.phase() == "Pending" && ready(&rc) == Some(("False".into(), "RepositoryNotReady".into()));
     }
     let during: Vec<String> =
         job_sightings().into_iter().filter(|(u, _)| !before.contains(u)).map(|(_, (n, _))| n).collect();
@@ -424,7 +407,7 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     let healed = Instant::now();
     let ready_at = repo_rec
         .wait("r Ready again", Duration::from_secs(120), &log, |seen| {
-            Ok(seen.iter().find(|v| v.at >= healed && repo_phase(&v.obj) == "Ready").map(|v| v.at))
+            Ok(seen.iter().find(|v| v.at >= healed && v.obj.phase() == "Ready").map(|v| v.at))
         })
         .await?;
     println!("[{:>5.1}s] r Ready again", started.elapsed().as_secs_f64());
@@ -538,7 +521,7 @@ async fn maintenance_and_replication_run_park_and_resume() -> Result<()> {
     );
     let r = repls_x.get("rr-x").await?;
     assert_eq!(
-        condition_of(&r, "Stalled").map(|c| c.1),
+        condition_parts(&r, "Stalled").map(|c| c.1),
         Some("CrossNamespaceReference".into()),
         "still Stalled at the end"
     );

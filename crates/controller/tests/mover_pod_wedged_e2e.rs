@@ -29,34 +29,14 @@ mod support;
 use serde_json::json;
 use support::env::{Stack, start_operator};
 use support::repos::{apply, claim, policy, repository, s3_backend, secret};
-use support::status::events_about;
+use support::status::{StatusExt, events_about};
 use support::wait::{pv_dir, pvc_bound, repository_ready};
-
-fn snap_phase(s: &Snapshot) -> String {
-    s.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
-
-fn snap_cond(s: &Snapshot, type_: &str) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    s.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_).cloned()
-}
-
-fn restore_phase(r: &Restore) -> String {
-    r.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
-
-fn restore_cond(r: &Restore, type_: &str) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    r.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_).cloned()
-}
-
-fn repo_phase(r: &Repository) -> String {
-    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
 
 /// Occurrences of Events with `reason` about the object named `object` (an Event series counts
 /// each occurrence, so a repeat folded into one object is still seen).
 async fn occurrences(client: &Client, ns: &str, object: &str, reason: &str) -> Result<(usize, Vec<Event>)> {
     let evs: Vec<Event> = events_about(client, ns, object, reason).await?;
-    let n = evs.iter().map(|e| e.series.as_ref().map_or(1, |s| s.count.max(1) as usize)).sum();
+    let n = evs.iter().map(support::status::occurrences).sum();
     Ok((n, evs))
 }
 
@@ -133,17 +113,17 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
             }
         }
         let s = snaps.get("wedged").await?;
-        ensure!(snap_phase(&s) != "Succeeded", "a pod without its password cannot back up");
-        Ok((snap_phase(&s) == "Failed").then_some(s))
+        ensure!(s.phase() != "Succeeded", "a pod without its password cannot back up");
+        Ok((s.phase() == "Failed").then_some(s))
     })
     .await?;
     let pod_waiting = pod_waiting.into_inner().unwrap();
     let to_failed = job_seen.elapsed();
-    let ready = snap_cond(&failed, "Ready").context("Ready condition")?;
+    let ready = failed.condition("Ready").cloned().context("Ready condition")?;
     println!("wedged Ready: {} / {}", ready.reason, ready.message);
     assert_eq!(ready.reason, "MoverPodWedged", "{ready:?}");
     assert_eq!(ready.status, "False");
-    let stalled = snap_cond(&failed, "Stalled").context("Stalled condition")?;
+    let stalled = failed.condition("Stalled").cloned().context("Stalled condition")?;
     assert_eq!((stalled.status.as_str(), stalled.reason.as_str()), ("True", "MoverPodWedged"), "{stalled:?}");
     let message = failed.status.as_ref().and_then(|s| s.failure.as_ref()).and_then(|f| f.message.clone());
     let message = message.context("status.failure.message")?;
@@ -191,7 +171,7 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
     let (failed_events, _) = occurrences(&client, &ns, "wedged", "SnapshotFailed").await?;
     assert_eq!(failed_events, 0, "a wedge is announced as MoverPodWedged only");
     let still = snaps.get("wedged").await?;
-    assert_eq!(snap_phase(&still), "Failed", "Failed is terminal");
+    assert_eq!(still.phase(), "Failed", "Failed is terminal");
     assert!(jobs.get_opt("wedged").await?.is_none(), "no Job is launched again for a Failed Snapshot");
     // Not the backend's fault: the repository was not asked to re-verify.
     let r = repos.get("r").await?;
@@ -200,7 +180,7 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
         nudge_before.as_ref(),
         "a wedged pod does not nudge the repository"
     );
-    assert_eq!(repo_phase(&r), "Ready", "the repository is untouched");
+    assert_eq!(r.phase(), "Ready", "the repository is untouched");
 
     // A Restore in the same namespace never gets that far: it checks its credentials before
     // any Job (docs/design/api-contract.md §9), so the misspelt key parks it Pending with CredentialsAvailable=False
@@ -222,16 +202,16 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
     let restore_created = Instant::now();
     let parked = wait_for("the Restore parked by its credentials pre-check", Duration::from_secs(60), &log, || async {
         let r = restores.get("wedged").await?;
-        let ca = restore_cond(&r, "CredentialsAvailable");
+        let ca = r.condition("CredentialsAvailable").cloned();
         Ok(ca.filter(|c| c.status == "False" && c.reason == "MissingCredentialsSecret").map(|c| (r, c)))
     })
     .await?;
     let restore_to_parked = restore_created.elapsed();
     let (rparked, rcred) = parked;
     println!("pre-checked Restore: {} / {}", rcred.reason, rcred.message);
-    assert_eq!(restore_phase(&rparked), "Pending", "{:?}", rparked.status);
+    assert_eq!(rparked.phase(), "Pending", "{:?}", rparked.status);
     assert!(rcred.message.contains("KOPIA_PASSWORD"), "the message names the missing key: {rcred:?}");
-    assert_eq!(restore_cond(&rparked, "Stalled").map(|c| c.status).as_deref(), Some("True"));
+    assert_eq!(rparked.condition("Stalled").cloned().map(|c| c.status).as_deref(), Some("True"));
     // The operator exports the parked Restore's phase (the `kopiur_resource_phase` family covers
     // Restores), and the wedged Snapshot's Failed phase that `KopiurBackupFailed`-style rules select.
     let series = |kind: &str, name: &str, phase: &str| {
@@ -334,12 +314,12 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
     let ok = wait_for("after Succeeded", Duration::from_secs(300), &log, || async {
         let s = snaps.get("after").await?;
         ensure!(
-            snap_phase(&s) != "Failed",
+            s.phase() != "Failed",
             "after failed: {:?} {:?}",
-            snap_cond(&s, "Ready"),
+            s.condition("Ready").cloned(),
             s.status.as_ref().and_then(|x| x.failure.clone())
         );
-        Ok((snap_phase(&s) == "Succeeded").then_some(s))
+        Ok((s.phase() == "Succeeded").then_some(s))
     })
     .await?;
     let to_success = after_created.elapsed();
@@ -362,12 +342,12 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
     let done = wait_for("the Restore after the fix Completed", Duration::from_secs(300), &log, || async {
         let r = restores.get("after").await?;
         ensure!(
-            restore_phase(&r) != "Failed",
+            r.phase() != "Failed",
             "restore after failed: {:?} {:?}",
-            restore_cond(&r, "Ready"),
+            r.condition("Ready").cloned(),
             r.status.as_ref().and_then(|x| x.failure.clone())
         );
-        Ok((restore_phase(&r) == "Completed").then_some(r))
+        Ok((r.phase() == "Completed").then_some(r))
     })
     .await?;
     let restore_to_done = restore_created.elapsed();
@@ -446,10 +426,10 @@ async fn wedged_mover_pod_fails_the_snapshot_and_deletes_its_job() -> Result<()>
     let quota_created = Instant::now();
     let refused = wait_for("the quota-refused Snapshot Failed", Duration::from_secs(180), &log, || async {
         let s = snaps.get("quota").await?;
-        Ok((snap_phase(&s) == "Failed").then_some(s))
+        Ok((s.phase() == "Failed").then_some(s))
     })
     .await?;
-    let ready = snap_cond(&refused, "Ready").context("Ready")?;
+    let ready = refused.condition("Ready").cloned().context("Ready")?;
     assert_eq!(ready.reason, "MoverPodWedged", "{ready:?}");
     assert!(
         ready.message.contains("created no mover pod") && ready.message.contains("forbidden"),

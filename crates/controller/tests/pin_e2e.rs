@@ -39,17 +39,13 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use phase_watch::{JobWatch, PhaseWatch};
 use serde_json::{Value, json};
-use support::status::events_about;
+use support::status::{condition_parts as cond, events_about};
 use support::{Harness, RepoPin, SeedSnap};
 
 const PIN_NAME: &str = "kopiur";
 const PIN_TARGET: &str = "kopiur.home-operations.com/pin-target";
 /// A manifest id kopia does not know (32 hex digits, like a real one).
 const NO_SUCH_ID: &str = "00000000000000000000000000000000";
-
-fn cond(s: &Snapshot, t: &str) -> Option<(String, String, String)> {
-    support::condition(s, t).map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-}
 
 fn pinned_state(s: &Snapshot) -> String {
     let st = s.status.as_ref();

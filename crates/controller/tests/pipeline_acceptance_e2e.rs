@@ -52,6 +52,7 @@ use serde_json::{Value, json};
 use support::env::Stack;
 use support::metrics;
 use support::repos::{create_secret, kopia_backend, kopia_runner};
+use support::status::StatusExt;
 
 mod support;
 use kopiur_api::names::condition as names_cond;
@@ -98,8 +99,8 @@ impl World {
         let snaps = self.snaps();
         wait_for(&format!("{name} Succeeded"), Duration::from_secs(300), &self.log, || async {
             let s = snaps.get(name).await?;
-            ensure!(phase(&s) != "Failed", "{name} failed: {:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
-            Ok((phase(&s) == "Succeeded").then_some(s))
+            ensure!(s.phase() != "Failed", "{name} failed: {:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
+            Ok((s.phase() == "Succeeded").then_some(s))
         })
         .await
     }
@@ -112,13 +113,13 @@ impl World {
             let l = snaps.list(&lp).await?.items;
             for s in &l {
                 ensure!(
-                    phase(s) != "Failed",
+                    s.phase() != "Failed",
                     "{} failed: {:?}",
                     s.name_any(),
                     s.status.as_ref().and_then(|x| x.failure.clone())
                 );
             }
-            Ok((l.len() == n && l.iter().all(|s| phase(s) == "Succeeded")).then_some(l))
+            Ok((l.len() == n && l.iter().all(|s| s.phase() == "Succeeded")).then_some(l))
         })
         .await
     }
@@ -144,24 +145,8 @@ impl World {
     }
 }
 
-fn phase(s: &Snapshot) -> String {
-    s.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
-
-fn ready_reason(s: &Snapshot) -> Option<String> {
-    s.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone())
-}
-
 fn kopia_id(s: &Snapshot) -> Option<String> {
     s.status.as_ref()?.snapshot.as_ref()?.kopia_snapshot_id.clone()
-}
-
-fn repo_phase(r: &Repository) -> String {
-    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
-
-fn cond<'a>(r: &'a Repository, t: &str) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    r.status.as_ref()?.conditions.iter().find(|c| c.type_ == t)
 }
 
 async fn batch_jobs_created(op: &Operator) -> Result<f64> {
@@ -297,7 +282,7 @@ async fn pipeline_acceptance_end_to_end() -> Result<()> {
     }
     for r in ["r", "alert", "down", "hist"] {
         wait_for(&format!("{r} Ready"), Duration::from_secs(300), &w.log, || async {
-            Ok((repo_phase(&w.repo(r).await?) == "Ready").then_some(()))
+            Ok((w.repo(r).await?.phase() == "Ready").then_some(()))
         })
         .await?;
     }
@@ -535,12 +520,12 @@ async fn failed_history(w: &World) -> Result<()> {
     // Each child's first version seen Failed.
     let failed_at = |seen: &[recorder::Seen<Snapshot>]| -> Result<BTreeMap<String, Instant>> {
         let mut m = BTreeMap::new();
-        for v in seen.iter().filter(|v| phase(&v.obj) == "Failed") {
+        for v in seen.iter().filter(|v| v.obj.phase() == "Failed") {
             ensure!(
-                ready_reason(&v.obj).as_deref() == Some("PreflightTimeout"),
+                v.obj.ready_reason().as_deref() == Some("PreflightTimeout"),
                 "{} failed for another reason: {:?}",
                 v.name(),
-                ready_reason(&v.obj)
+                v.obj.ready_reason()
             );
             m.entry(v.name()).or_insert(v.at);
         }
@@ -616,7 +601,7 @@ async fn failed_history(w: &World) -> Result<()> {
     ensure!(kept.len() == 2, "2 Failed kept: {kept:?}");
     for k in &kept {
         let obj = latest.get(k).with_context(|| format!("{k} present"))?;
-        ensure!(phase(obj) == "Failed" && obj.metadata.deletion_timestamp.is_none(), "{k} stays, Failed");
+        ensure!(obj.phase() == "Failed" && obj.metadata.deletion_timestamp.is_none(), "{k} stays, Failed");
         for p in &deleted {
             ensure!(end(k) >= end(p), "the kept {k} is not older than the pruned {p}");
         }
@@ -662,8 +647,8 @@ async fn reverify_nudge(w: &World) -> Result<()> {
         async move {
             wait_for(&format!("{name} Failed"), Duration::from_secs(180), &w.log, || async {
                 let s = snaps.get(name).await?;
-                ensure!(phase(&s) != "Succeeded", "{name} succeeded against a cut backend");
-                Ok((phase(&s) == "Failed").then_some(s))
+                ensure!(s.phase() != "Succeeded", "{name} succeeded against a cut backend");
+                Ok((s.phase() == "Failed").then_some(s))
             })
             .await
         }
@@ -691,7 +676,7 @@ async fn reverify_nudge(w: &World) -> Result<()> {
             let r = &seen.last().context("a version")?.obj;
             let st = r.status.clone().unwrap_or_default();
             let streak = st.health.as_ref().map(|h| h.consecutive_probe_failures).unwrap_or(0);
-            let reachable = cond(r, "BackendReachable").map(|c| c.status.clone());
+            let reachable = r.condition("BackendReachable").map(|c| c.status.clone());
             Ok((st.last_reverify_at.is_some() && streak >= 1 && reachable.as_deref() == Some("False"))
                 .then_some((st.last_reverify_at.map(|t| t.timestamp()), streak)))
         })
@@ -741,15 +726,15 @@ async fn preflight_backend(w: &World, proxy: &FaultProxy) -> Result<()> {
     reverify_nudge(w).await?;
     wait_for("alert: BackendReachable=False", Duration::from_secs(120), &w.log, || async {
         let r = w.repo("alert").await?;
-        ensure!(repo_phase(&r) == "Ready", "Alert mode stays Ready: {:?}", r.status);
-        Ok((cond(&r, "BackendReachable").map(|c| c.status.as_str()) == Some("False")).then_some(()))
+        ensure!(r.phase() == "Ready", "Alert mode stays Ready: {:?}", r.status);
+        Ok((r.condition("BackendReachable").map(|c| c.status.as_str()) == Some("False")).then_some(()))
     })
     .await?;
     w.snapshot("pf-1", "pf", json!({})).await?;
     let snaps = w.snaps();
     let parked = wait_for("pf-1 PreflightFailed", Duration::from_secs(60), &w.log, || async {
         let s = snaps.get("pf-1").await?;
-        Ok((phase(&s) == "Pending" && ready_reason(&s).as_deref() == Some("PreflightFailed")).then_some(s))
+        Ok((s.phase() == "Pending" && s.ready_reason().as_deref() == Some("PreflightFailed")).then_some(s))
     })
     .await?;
     let since = parked.status.as_ref().and_then(|s| s.preflight_since).context("preflightSince set")?;
@@ -763,17 +748,17 @@ async fn preflight_backend(w: &World, proxy: &FaultProxy) -> Result<()> {
     ensure!(msg.contains("the backend is unreachable"), "the message carries the check's message: {msg}");
     let failed = wait_for("pf-1 Failed at the timeout", Duration::from_secs(120), &w.log, || async {
         let s = snaps.get("pf-1").await?;
-        if phase(&s) == "Pending" {
+        if s.phase() == "Pending" {
             ensure!(
                 s.status.as_ref().and_then(|x| x.preflight_since) == Some(since),
                 "preflightSince is not reset while parked"
             );
         }
-        Ok((phase(&s) == "Failed").then_some(s))
+        Ok((s.phase() == "Failed").then_some(s))
     })
     .await?;
     let failed_at = Utc::now();
-    ensure!(ready_reason(&failed).as_deref() == Some("PreflightTimeout"), "reason {:?}", ready_reason(&failed));
+    ensure!(failed.ready_reason().as_deref() == Some("PreflightTimeout"), "reason {:?}", failed.ready_reason());
     let waited = (failed_at - since).num_seconds();
     w.say(format!("[preflight] pf-1 Failed/PreflightTimeout {waited}s after preflightSince (timeout 40s)"));
     ensure!(waited >= 40, "failed no earlier than the timeout ({waited}s)");
@@ -835,7 +820,7 @@ async fn deletions(w: &World, op: &Operator, k_r: &Kopia, dir: &Path, g: &Garage
     proxy.set(Mode::Refuse);
     w.nudge("down").await?;
     wait_for("down Degraded", Duration::from_secs(180), &w.log, || async {
-        Ok((repo_phase(&w.repo("down").await?) == "Degraded").then_some(()))
+        Ok((w.repo("down").await?.phase() == "Degraded").then_some(()))
     })
     .await?;
     // Every batch delete Job against `down` (label delete-repo=<uid>), seen by a watch: Jobs
@@ -869,7 +854,7 @@ async fn deletions(w: &World, op: &Operator, k_r: &Kopia, dir: &Path, g: &Garage
     w.say(format!(
         "[delete] while Degraded: delete Jobs against down {down_jobs_during} (all repositories: {jobs_before} -> \
          {jobs_during}); del-down parked with Ready reason {:?}",
-        ready_reason(&parked)
+        parked.ready_reason()
     ));
     ensure!(down_jobs_during == 0, "nothing contacts the repository while it is Degraded");
     // Recovery: the parked Delete drains; skip-1's data was never touched.

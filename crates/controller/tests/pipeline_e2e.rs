@@ -21,6 +21,7 @@ use serde_json::json;
 use support::env::{Stack, start_operator};
 use support::metrics;
 use support::repos::{apply, claim, create_secret, policy, repository, s3_backend};
+use support::status::StatusExt;
 use support::wait::{pv_dir, pvc_bound, repository_ready};
 
 mod support;
@@ -33,14 +34,6 @@ const PASSWORD: &str = "pipeline-e2e correct horse";
 async fn batch_jobs_created(op: &Operator) -> Result<u64> {
     let text = op.metrics().await?;
     Ok(metrics::sum(&text, "kopiur_mover_jobs_created_total", &[("op", "snapshot-delete-batch")]) as u64)
-}
-
-fn phase(s: &Snapshot) -> String {
-    s.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
-
-fn ready_reason(s: &Snapshot) -> Option<String> {
-    s.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,8 +77,8 @@ async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
     .await?;
     let done = wait_for("manual-1 Succeeded and healed", Duration::from_secs(300), &log, || async {
         let s = snaps.get("manual-1").await?;
-        assert_ne!(phase(&s), "Failed", "manual-1 failed: {:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
-        Ok((phase(&s) == "Succeeded" && ready_reason(&s).as_deref() == Some("SnapshotCreated")).then_some(s))
+        assert_ne!(s.phase(), "Failed", "manual-1 failed: {:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
+        Ok((s.phase() == "Succeeded" && s.ready_reason().as_deref() == Some("SnapshotCreated")).then_some(s))
     })
     .await?;
     let st = done.status.clone().unwrap();
@@ -148,14 +141,14 @@ async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
         let l = snaps.list(&by_schedule).await?;
         for s in &l.items {
             assert_ne!(
-                phase(s),
+                s.phase(),
                 "Failed",
                 "{} failed: {:?}",
                 s.name_any(),
                 s.status.as_ref().and_then(|x| x.failure.clone())
             );
         }
-        let ok: Vec<Snapshot> = l.items.into_iter().filter(|s| phase(s) == "Succeeded").collect();
+        let ok: Vec<Snapshot> = l.items.into_iter().filter(|s| s.phase() == "Succeeded").collect();
         Ok((ok.len() >= 2).then_some(ok))
     })
     .await?;
@@ -237,7 +230,7 @@ async fn pipeline_backup_schedule_and_retention_end_to_end() -> Result<()> {
     .await?;
     wait_for("keep-me Succeeded", Duration::from_secs(300), &log, || async {
         let s = snaps.get("keep-me").await?;
-        Ok((phase(&s) == "Succeeded").then_some(()))
+        Ok((s.phase() == "Succeeded").then_some(()))
     })
     .await?;
     let before = delete_jobs;

@@ -60,23 +60,12 @@ use serde_json::{Value, json};
 use support::env::{Stack, start_operator};
 use support::metrics::samples;
 use support::repos::{apply, apply_repository, claim, create_secret, policy, s3_backend_through};
+use support::status::StatusExt;
 use support::wait::{pv_dir, pvc_bound, repository_ready};
 
 mod support;
 use recorder::Recorder;
 use support::recorder;
-
-fn repo_phase(r: &Repository) -> String {
-    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
-
-fn snap_phase(s: &Snapshot) -> String {
-    s.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
-
-fn ready_reason(conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]) -> Option<String> {
-    conds.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone())
-}
 
 /// Prints how far into the test a step was reached, so a run's log shows where the time goes.
 fn step(what: &str) {
@@ -226,10 +215,6 @@ fn ticks_between(from: DateTime<Utc>, to: DateTime<Utc>) -> i64 {
     (k(to) - k(from)).max(0)
 }
 
-fn restore_phase(r: &Restore) -> String {
-    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
-
 /// A `* * * * *` schedule of policy `p` without jitter; `run_on_create` fires one child at once.
 fn schedule(ns: &str, name: &str, policy: &str, run_on_create: bool) -> Value {
     json!({
@@ -285,14 +270,14 @@ async fn outage_replay(
         let items = snaps.list(&forbid_lp).await?.items;
         for s in &items {
             assert_ne!(
-                snap_phase(s),
+                s.phase(),
                 "Failed",
                 "{}: {:?}",
                 s.name_any(),
                 s.status.as_ref().and_then(|x| x.failure.clone())
             );
         }
-        Ok(items.iter().find(|s| snap_phase(s) == "Succeeded").map(|s| s.name_any()))
+        Ok(items.iter().find(|s| s.phase() == "Succeeded").map(|s| s.name_any()))
     })
     .await?;
     step(&format!("prior success: {prior}"));
@@ -306,7 +291,7 @@ async fn outage_replay(
             .await?
             .items
             .iter()
-            .any(|s| matches!(snap_phase(s).as_str(), "Pending" | "Running" | ""));
+            .any(|s| matches!(s.phase().as_str(), "Pending" | "Running" | ""));
         Ok(at.filter(|at| !active && *at - Utc::now() >= chrono::Duration::seconds(10)))
     })
     .await?;
@@ -333,7 +318,7 @@ async fn outage_replay(
             .await?
             .items
             .iter()
-            .any(|s| matches!(snap_phase(s).as_str(), "Pending" | "Running" | ""));
+            .any(|s| matches!(s.phase().as_str(), "Pending" | "Running" | ""));
         if !connecting && !child_active {
             break;
         }
@@ -348,7 +333,7 @@ async fn outage_replay(
         .await?
         .items
         .iter()
-        .filter(|s| snap_phase(s) == "Failed")
+        .filter(|s| s.phase() == "Failed")
         .map(|s| s.name_any())
         .collect();
     let skipped_before: f64 = samples(&op.metrics().await?, SKIPPED, &skip_labels).iter().sum();
@@ -366,7 +351,7 @@ async fn outage_replay(
     let give_up = (tick0 + chrono::Duration::seconds(4 * TICK_SECONDS) - Utc::now()).to_std().unwrap_or_default();
     let open_idx = repo_rec
         .wait("the breaker open after the cut", give_up, log, |seen| {
-            Ok(seen.iter().position(|v| v.at >= cut_at && repo_phase(&v.obj) == "Degraded"))
+            Ok(seen.iter().position(|v| v.at >= cut_at && v.obj.phase() == "Degraded"))
         })
         .await
         .context("the breaker did not open within 4 ticks of the cut")?;
@@ -404,9 +389,9 @@ async fn outage_replay(
     let mut streaks: Vec<i32> = Vec::new();
     for v in &versions[first..=open_idx] {
         assert!(
-            matches!(repo_phase(&v.obj).as_str(), "Ready" | "Degraded"),
+            matches!(v.obj.phase().as_str(), "Ready" | "Degraded"),
             "only Ready until the breaker opens, saw {}",
-            repo_phase(&v.obj)
+            v.obj.phase()
         );
         if streaks.last() != Some(&streak_of(&v.obj)) {
             streaks.push(streak_of(&v.obj));
@@ -464,7 +449,7 @@ async fn outage_replay(
     let end_at = Instant::now();
 
     // Every repository version from the open on is Degraded.
-    let phases_open: Vec<String> = repo_rec.all()[open_idx..].iter().map(|v| repo_phase(&v.obj)).collect();
+    let phases_open: Vec<String> = repo_rec.all()[open_idx..].iter().map(|v| v.obj.phase()).collect();
     assert!(
         phases_open.iter().all(|p| p == "Degraded"),
         "the breaker stays open while the backend is cut: {phases_open:?}"
@@ -477,24 +462,21 @@ async fn outage_replay(
         if at_open.contains(&n) {
             continue;
         }
-        if snap_phase(&v.obj) == "Failed" {
+        if v.obj.phase() == "Failed" {
             failed_minted_after_open.insert(n.clone());
         }
         if n.starts_with("forbid-") {
             minted_forbid_while_open.insert(n.clone());
         }
         if n.starts_with("allowed-") {
-            assert!(
-                matches!(snap_phase(&v.obj).as_str(), "Pending" | ""),
-                "an Allow child minted while open parks: {n}"
-            );
+            assert!(matches!(v.obj.phase().as_str(), "Pending" | ""), "an Allow child minted while open parks: {n}");
         }
     }
     // Forbid never has two active children, replaying every version from the cut.
     let mut live = state_at(cut_at);
     let active = |m: &BTreeMap<String, Arc<Snapshot>>| {
         m.iter()
-            .filter(|(n, s)| n.starts_with("forbid-") && matches!(snap_phase(s).as_str(), "Pending" | "Running" | ""))
+            .filter(|(n, s)| n.starts_with("forbid-") && matches!(s.phase().as_str(), "Pending" | "Running" | ""))
             .count()
     };
     let mut max_forbid_active = active(&live);
@@ -514,9 +496,9 @@ async fn outage_replay(
     let mut restores_parked = BTreeSet::new();
     for v in restore_rec.all().iter().filter(|v| v.at <= end_at) {
         let st = v.obj.status.clone().unwrap_or_default();
-        assert_ne!(restore_phase(&v.obj), "Failed", "{}: {:?}", v.name(), st.failure);
+        assert_ne!(v.obj.phase(), "Failed", "{}: {:?}", v.name(), st.failure);
         assert!(st.wait_started_at.is_none(), "{}: the Restore's wait window does not start while parked", v.name());
-        if restore_phase(&v.obj) == "Pending" && ready_reason(&st.conditions).as_deref() == Some("RepositoryNotReady") {
+        if v.obj.phase() == "Pending" && v.obj.ready_reason().as_deref() == Some("RepositoryNotReady") {
             restores_parked.insert(v.name());
         }
     }
@@ -530,10 +512,8 @@ async fn outage_replay(
         .filter(|v| v.name() == "during-outage" && v.at <= end_at)
         .map(|v| v.obj.clone())
         .collect();
-    let manual_parked = manual.iter().any(|s| {
-        snap_phase(s) == "Pending"
-            && ready_reason(&s.status.clone().unwrap_or_default().conditions).as_deref() == Some("RepositoryNotReady")
-    });
+    let manual_parked =
+        manual.iter().any(|s| s.phase() == "Pending" && s.ready_reason().as_deref() == Some("RepositoryNotReady"));
     assert!(manual_parked, "the manual Snapshot parked Pending/RepositoryNotReady");
     let msg = manual
         .last()
@@ -545,17 +525,17 @@ async fn outage_replay(
     // The state at the end of the outage, before the backend returns.
     let all = snaps.list(&ListParams::default()).await?.items;
     let forbid_parked: Vec<&Snapshot> =
-        all.iter().filter(|s| s.name_any().starts_with("forbid-") && snap_phase(s) == "Pending").collect();
+        all.iter().filter(|s| s.name_any().starts_with("forbid-") && s.phase() == "Pending").collect();
     for s in &forbid_parked {
-        let reason = ready_reason(&s.status.clone().unwrap_or_default().conditions);
+        let reason = s.ready_reason();
         assert_eq!(reason.as_deref(), Some("RepositoryNotReady"), "{} parks on the repository", s.name_any());
     }
     let allow_parked: Vec<String> = all
         .iter()
         .filter(|s| s.name_any().starts_with("allowed-"))
         .inspect(|s| {
-            let reason = ready_reason(&s.status.clone().unwrap_or_default().conditions);
-            assert_eq!(snap_phase(s), "Pending", "{}", s.name_any());
+            let reason = s.ready_reason();
+            assert_eq!(s.phase(), "Pending", "{}", s.name_any());
             assert_eq!(reason.as_deref(), Some("RepositoryNotReady"), "{} parks on the repository", s.name_any());
         })
         .map(|s| s.name_any())
@@ -578,7 +558,7 @@ async fn outage_replay(
     // Ready as first seen on the repository watch (the close's status write).
     let ready = repo_rec
         .wait("r Ready after the outage replay", Duration::from_secs(600), log, |seen| {
-            Ok(seen.iter().find(|v| v.at >= healed_at && repo_phase(&v.obj) == "Ready").map(|v| v.wall))
+            Ok(seen.iter().find(|v| v.at >= healed_at && v.obj.phase() == "Ready").map(|v| v.wall))
         })
         .await?;
     // After recovery: no open_since series, and the streak's 0 is visible.
@@ -647,16 +627,16 @@ async fn outage_replay(
     // The parked Forbid child runs exactly once and succeeds.
     wait_for("the parked Forbid child Succeeded", Duration::from_secs(600), log, || async {
         let s = snaps.get(&parked).await?;
-        assert_ne!(snap_phase(&s), "Failed", "{:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
-        Ok((snap_phase(&s) == "Succeeded").then_some(()))
+        assert_ne!(s.phase(), "Failed", "{:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
+        Ok((s.phase() == "Succeeded").then_some(()))
     })
     .await?;
     wait_for("every parked Allow child Succeeded", Duration::from_secs(900), log, || async {
         let mut done = 0;
         for n in &allow_parked {
             let s = snaps.get(n).await?;
-            assert_ne!(snap_phase(&s), "Failed", "{n}: {:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
-            done += usize::from(snap_phase(&s) == "Succeeded");
+            assert_ne!(s.phase(), "Failed", "{n}: {:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
+            done += usize::from(s.phase() == "Succeeded");
         }
         Ok((done == allow_parked.len()).then_some(()))
     })
@@ -665,15 +645,15 @@ async fn outage_replay(
     // resolve, waited for the one made after recovery and restores exactly that.
     let done = wait_for("during-outage Succeeded", Duration::from_secs(300), log, || async {
         let s = snaps.get("during-outage").await?;
-        assert_ne!(snap_phase(&s), "Failed", "{:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
-        Ok((snap_phase(&s) == "Succeeded").then_some(s))
+        assert_ne!(s.phase(), "Failed", "{:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
+        Ok((s.phase() == "Succeeded").then_some(s))
     })
     .await?;
     let id = done.status.as_ref().and_then(|s| s.snapshot.as_ref()).and_then(|x| x.kopia_snapshot_id.clone());
     let back = wait_for("Restore back Completed", Duration::from_secs(300), log, || async {
         let r = restores.get("back").await?;
-        assert_ne!(restore_phase(&r), "Failed", "{:?}", r.status.as_ref().and_then(|s| s.failure.clone()));
-        Ok((restore_phase(&r) == "Completed").then_some(r))
+        assert_ne!(r.phase(), "Failed", "{:?}", r.status.as_ref().and_then(|s| s.failure.clone()));
+        Ok((r.phase() == "Completed").then_some(r))
     })
     .await?;
     let back_resolved = back.status.as_ref().and_then(|s| s.resolved.clone()).context("resolved")?;
@@ -684,8 +664,8 @@ async fn outage_replay(
     assert_eq!(std::fs::read(back_dir.join("state.txt"))?, b"written before the outage\n");
     let r = wait_for("the replay's Restore Completed", Duration::from_secs(600), log, || async {
         let r = restores.get("during-replay").await?;
-        assert_ne!(restore_phase(&r), "Failed", "{:?}", r.status.as_ref().and_then(|s| s.failure.clone()));
-        Ok((restore_phase(&r) == "Completed").then_some(r))
+        assert_ne!(r.phase(), "Failed", "{:?}", r.status.as_ref().and_then(|s| s.failure.clone()));
+        Ok((r.phase() == "Completed").then_some(r))
     })
     .await?;
     let target = pvcs.get("restored-replay").await?;
@@ -706,7 +686,7 @@ async fn outage_replay(
         }
         Ok(items
             .iter()
-            .find(|s| slot_of(&s.name_any()) > ready.timestamp() && snap_phase(s) == "Succeeded")
+            .find(|s| slot_of(&s.name_any()) > ready.timestamp() && s.phase() == "Succeeded")
             .map(|s| s.name_any()))
     })
     .await?;
@@ -786,7 +766,7 @@ async fn outage_replay(
         .await?
         .items
         .iter()
-        .filter(|s| snap_phase(s) == "Failed" && !failed_snaps_before.contains(&s.name_any()))
+        .filter(|s| s.phase() == "Failed" && !failed_snaps_before.contains(&s.name_any()))
         .map(|s| s.name_any())
         .collect();
     println!(

@@ -42,16 +42,12 @@ use kube::{Api, Client, ResourceExt};
 use phase_watch::JobWatch;
 use recorder::{Recorder, Seen};
 use serde_json::{Value, json};
-use support::status::{cond, is, one_true, summary};
+use support::status::{StatusExt, cond, is, one_true, summary};
 use support::{Harness, successful_deletes};
 
 /// The admission policy's message (the reconcile's Warning carries it).
 const REFUSAL: &str = "policy_e2e refuses every pruned-by stamp";
 const VAP: &str = "policy-e2e-refuse-stamps";
-
-fn pconds(p: &SnapshotPolicy) -> Vec<Condition> {
-    p.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default()
-}
 
 fn trio(cs: &[Condition]) -> String {
     summary(cs, &["Ready", "Reconciling", "Stalled", "RepositoriesReady"])
@@ -69,10 +65,6 @@ fn stamp(s: &Snapshot) -> Option<&str> {
     s.metadata.annotations.as_ref()?.get(annotation::PRUNED_BY).map(String::as_str)
 }
 
-fn snap_conds(s: &Snapshot) -> Vec<Condition> {
-    s.status.as_ref().map(|x| x.conditions.clone()).unwrap_or_default()
-}
-
 /// The latest recorded version of the policy `name` satisfying `pred`, from `since` on.
 fn policy_seen(
     log: &[Seen<SnapshotPolicy>],
@@ -80,7 +72,7 @@ fn policy_seen(
     since: Instant,
     pred: impl Fn(&[Condition]) -> bool,
 ) -> Option<Seen<SnapshotPolicy>> {
-    log.iter().filter(|s| s.at >= since && s.name() == name && !s.deleted).find(|s| pred(&pconds(&s.obj))).cloned()
+    log.iter().filter(|s| s.at >= since && s.name() == name && !s.deleted).find(|s| pred(s.obj.conditions())).cloned()
 }
 
 fn policy(ns: &str, name: &str, spec: Value) -> Result<SnapshotPolicy> {
@@ -359,13 +351,13 @@ async fn policy_reasons_repository_watch_and_stamps() -> Result<()> {
             }))
         })
         .await?;
-    ensure!(one_true(&pconds(&good.obj)), "good: {}", trio(&pconds(&good.obj)));
+    ensure!(one_true(good.obj.conditions()), "good: {}", trio(good.obj.conditions()));
     let late = prec
         .wait("late Stalled RepositoryNotFound", t, &log, |l| {
             Ok(policy_seen(l, "late", since, |cs| stalled_with(cs, "RepositoryNotFound")))
         })
         .await?;
-    let cs = pconds(&late.obj);
+    let cs = late.obj.conditions();
     ensure!(
         cond(&cs, "RepositoriesReady").is_some_and(|c| c.status == "False" && c.reason == "RepositoryNotReady"),
         "late: {}",
@@ -378,11 +370,11 @@ async fn policy_reasons_repository_watch_and_stamps() -> Result<()> {
             Ok(policy_seen(l, "tenant", since, |cs| stalled_with(cs, "NamespaceNotAllowed")))
         })
         .await?;
-    let msg = cond(&pconds(&tenant.obj), "Ready").map(|c| c.message.clone()).unwrap_or_default();
+    let msg = tenant.obj.condition("Ready").map(|c| c.message.clone()).unwrap_or_default();
     ensure!(msg.contains("not in allowedNamespaces of ClusterRepository pol-shared"), "tenant's message: {msg}");
     ensure!(
         !prec.all().iter().any(|s| s.name() == "tenant"
-            && cond(&pconds(&s.obj), "Ready").is_some_and(|c| c.reason == "RepositoryNotReady")),
+            && s.obj.condition("Ready").is_some_and(|c| c.reason == "RepositoryNotReady")),
         "a tenancy refusal is never reported as RepositoryNotReady"
     );
     println!("[{:5.1}s] good Ready; late Stalled RepositoryNotFound; tenant Stalled NamespaceNotAllowed", at());
@@ -407,7 +399,7 @@ async fn policy_reasons_repository_watch_and_stamps() -> Result<()> {
     println!(
         "[{:5.1}s] admitted: tenant {} after {:.1}s",
         at(),
-        trio(&pconds(&lifted.obj)),
+        trio(lifted.obj.conditions()),
         (lifted.at - admit).as_secs_f64()
     );
 
@@ -424,7 +416,7 @@ async fn policy_reasons_repository_watch_and_stamps() -> Result<()> {
             Ok(policy_seen(l, "squash", since, |cs| stalled_with(cs, "InvalidSpec")))
         })
         .await?;
-    let msg = cond(&pconds(&sq.obj), "Ready").map(|c| c.message.clone()).unwrap_or_default();
+    let msg = sq.obj.condition("Ready").map(|c| c.message.clone()).unwrap_or_default();
     ensure!(
         msg.contains("\"zstd-turbo\" is not a compressor kopia") && msg.contains("zstd-fastest"),
         "squash's message: {msg}"
@@ -443,7 +435,7 @@ async fn policy_reasons_repository_watch_and_stamps() -> Result<()> {
     srec.wait("squash-run Pending, Stalled InvalidSpec", t, &log, |l| {
         Ok(l.iter()
             .find(|s| {
-                let cs = snap_conds(&s.obj);
+                let cs = s.obj.conditions();
                 s.name() == "squash-run"
                     && s.obj.status.as_ref().and_then(|x| x.phase.as_ref()).map(|p| p.as_str()) == Some("Pending")
                     && cond(&cs, "Stalled").is_some_and(|c| {

@@ -41,7 +41,7 @@ use kopiur_testenv::realnode::csi::STORAGE_CLASS;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
-use support::status::snap_phase;
+use support::status::StatusExt;
 use support::wait_for;
 
 const OP_NS: &str = "kopiur-system";
@@ -123,10 +123,6 @@ async fn pod_succeeded(client: &Client, ns: &str, name: &str, log: &Path) -> Res
     .await
 }
 
-fn phase(r: &Restore) -> String {
-    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
-
 fn ready(r: &Restore) -> (String, String) {
     r.status
         .as_ref()
@@ -139,14 +135,14 @@ async fn restore_done(client: &Client, ns: &str, name: &str, log: &Path) -> Resu
     let restores: Api<Restore> = Api::namespaced(client.clone(), ns);
     wait_for(&format!("Restore {name} Completed or Failed"), Duration::from_secs(300), log, || async {
         let r = restores.get(name).await?;
-        Ok(matches!(phase(&r).as_str(), "Completed" | "Failed").then_some(r))
+        Ok(matches!(r.phase().as_str(), "Completed" | "Failed").then_some(r))
     })
     .await
 }
 
 async fn completed(client: &Client, ns: &str, name: &str, log: &Path) -> Result<Restore> {
     let r = restore_done(client, ns, name, log).await?;
-    ensure!(phase(&r) == "Completed", "Restore {name} is {}: {:?}", phase(&r), ready(&r));
+    ensure!(r.phase() == "Completed", "Restore {name} is {}: {:?}", r.phase(), ready(&r));
     Ok(r)
 }
 
@@ -332,7 +328,7 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     let snaps: Api<Snapshot> = Api::namespaced(client.clone(), &ns);
     wait_for("Snapshot s1 Succeeded", Duration::from_secs(300), &log, || async {
         let s = snaps.get("s1").await?;
-        match snap_phase(&s).as_str() {
+        match s.phase().as_str() {
             "Succeeded" => Ok(Some(())),
             "Failed" => bail!("s1 failed: {:?}", s.status.and_then(|st| st.failure)),
             _ => Ok(None),
@@ -454,9 +450,9 @@ async fn scenario(cluster: &mut RealCluster, t0: Instant) -> Result<()> {
     delete(&pvcs, "c5", &log).await?;
     let rs5 = restore_done(&client, &ns, "rs5", &log).await?;
     ensure!(
-        phase(&rs5) == "Failed" && ready(&rs5).0 == "PopulateTargetGone",
+        rs5.phase() == "Failed" && ready(&rs5).0 == "PopulateTargetGone",
         "rs5 after its PVC was deleted: {} {:?}",
-        phase(&rs5),
+        rs5.phase(),
         ready(&rs5)
     );
     no_orphans(cluster, &client, &ns, &log).await?;

@@ -50,6 +50,7 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
+use support::status::StatusExt;
 use support::{PASSWORD, condition, wait_for};
 
 const RELEASE: &str = "kopiur";
@@ -61,14 +62,6 @@ fn pvcs_api(client: &Client, ns: &str) -> Api<PersistentVolumeClaim> {
 
 async fn apply(client: &Client, ns: &str, v: Value) -> Result<()> {
     kopiur_testenv::apply::apply_value(client, ns, &v).await
-}
-
-fn phase(s: &Snapshot) -> String {
-    s.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
-
-fn repo_phase(r: &Repository) -> String {
-    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
 }
 
 /// Every Job and Pod ever seen in the watched namespaces, by uid (a watch sees each one,
@@ -171,7 +164,7 @@ async fn pvc_dir(client: &Client, ns: &str, name: &str, node_dir: &Path, log: &P
 async fn wait_snapshot_done(snaps: &Api<Snapshot>, name: &str, log: &Path) -> Result<Snapshot> {
     wait_for(&format!("Snapshot {name} Succeeded or Failed"), Duration::from_secs(300), log, || async {
         let s = snaps.get(name).await?;
-        Ok(matches!(phase(&s).as_str(), "Succeeded" | "Failed").then_some(s))
+        Ok(matches!(s.phase().as_str(), "Succeeded" | "Failed").then_some(s))
     })
     .await
 }
@@ -382,7 +375,7 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     apply(&client, &ns, repository("r", "real/", json!({"probe": {"interval": "30s", "failureThreshold": 2}}))).await?;
     let repos: Api<Repository> = Api::namespaced(client.clone(), &ns);
     wait_for("Repository r Ready", Duration::from_secs(300), &log, || async {
-        Ok((repo_phase(&repos.get("r").await?) == "Ready").then_some(()))
+        Ok((repos.get("r").await?.phase() == "Ready").then_some(()))
     })
     .await?;
     println!("Repository r Ready after {:.1} s", t0.elapsed().as_secs_f64());
@@ -416,12 +409,12 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let ready = condition(&full, "Ready").cloned();
     println!(
         "backup of the volume with a 0700 999:999 directory holding a 0600 999:999 file: {} (failure {failure:?}; Ready {:?}: {:?})",
-        phase(&full),
+        full.phase(),
         ready.as_ref().map(|c| c.reason.clone()),
         ready.as_ref().map(|c| c.message.clone())
     );
     // The hardened non-root mover cannot read it: said plainly, with the fix, never hidden.
-    ensure!(phase(&full) == "Failed", "a uid-65532 mover without capabilities cannot read a 0700 999:999 directory");
+    ensure!(full.phase() == "Failed", "a uid-65532 mover without capabilities cannot read a 0700 999:999 directory");
     let failure = failure.context("status.failure of the denied backup")?;
     let ready = ready.context("Ready condition of the denied backup")?;
     ensure!(ready.reason == "PermissionDenied", "Ready reason {}", ready.reason);
@@ -439,7 +432,7 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         seen.pods().into_iter().filter(|p| p.labels().get("job-name").is_some_and(|j| j == "full")).collect();
     ensure!(full_pods.len() == 1, "the denied backup ran one pod, not retried: {}", full_pods.len());
     let r_now = repos.get("r").await?;
-    ensure!(repo_phase(&r_now) == "Ready", "r stays Ready after a local permission failure: {}", repo_phase(&r_now));
+    ensure!(r_now.phase() == "Ready", "r stays Ready after a local permission failure: {}", r_now.phase());
     ensure!(
         !r_now.annotations().contains_key(kopiur_api::names::annotation::REVERIFY_REQUESTED_AT),
         "a local permission failure does not nudge the breaker"
@@ -451,9 +444,9 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     snapshot(&client, &ns, "as-owner", "data").await?;
     let as_owner = wait_snapshot_done(&snaps, "as-owner", &log).await?;
     ensure!(
-        phase(&as_owner) == "Succeeded",
+        as_owner.phase() == "Succeeded",
         "the backup as uid 999: {} {:?}",
-        phase(&as_owner),
+        as_owner.phase(),
         as_owner.status.as_ref().and_then(|s| s.failure.clone())
     );
     let owner_pod = seen
@@ -472,9 +465,9 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
 
     let plain = wait_snapshot_done(&snaps, "plain-1", &log).await?;
     ensure!(
-        phase(&plain) == "Succeeded",
+        plain.phase() == "Succeeded",
         "plain-1 {}: {:?}",
-        phase(&plain),
+        plain.phase(),
         plain.status.as_ref().and_then(|s| s.failure.clone())
     );
     // Restore both backups that succeeded into new PVCs.
@@ -530,7 +523,7 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     snapshot(&client, &ns, "inherited", "data-inherit").await?;
     let waiting = wait_for("the inheriting backup waits for its workload", Duration::from_secs(120), &log, || async {
         let s = snaps.get("inherited").await?;
-        Ok(condition(&s, "SecurityContextInherited").filter(|c| c.status == "False").cloned().map(|c| (phase(&s), c)))
+        Ok(condition(&s, "SecurityContextInherited").filter(|c| c.status == "False").cloned().map(|c| (s.phase(), c)))
     })
     .await?;
     ensure!(waiting.0 == "Pending", "waits Pending: {}", waiting.0);
@@ -559,9 +552,9 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     .await?;
     let inherited = wait_snapshot_done(&snaps, "inherited", &log).await?;
     ensure!(
-        phase(&inherited) == "Succeeded",
+        inherited.phase() == "Succeeded",
         "the inheriting backup: {} {:?}",
-        phase(&inherited),
+        inherited.phase(),
         inherited.status.as_ref().and_then(|s| s.failure.clone())
     );
     let ic = condition(&inherited, "SecurityContextInherited").cloned().context("SecurityContextInherited")?;
@@ -584,7 +577,7 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     .await?;
     snapshot(&client, &ns, "inherited-2", "data-inherit").await?;
     let second = wait_snapshot_done(&snaps, "inherited-2", &log).await?;
-    ensure!(phase(&second) == "Succeeded", "inherited-2: {:?}", second.status.as_ref().and_then(|s| s.failure.clone()));
+    ensure!(second.phase() == "Succeeded", "inherited-2: {:?}", second.status.as_ref().and_then(|s| s.failure.clone()));
     let ipod2 = seen
         .pods()
         .into_iter()
@@ -639,9 +632,9 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
         snapshot(&client, &ns, run, "cached").await?;
         let done = wait_snapshot_done(&snaps, run, &log).await?;
         ensure!(
-            phase(&done) == "Succeeded",
+            done.phase() == "Succeeded",
             "{run}: {} {:?}",
-            phase(&done),
+            done.phase(),
             done.status.as_ref().and_then(|s| s.failure.clone())
         );
         if run == "cached-1" {
@@ -724,7 +717,7 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let stuck_at = Instant::now();
     let stuck = wait_snapshot_done(&snaps, "stuck", &log).await?;
     let sr = condition(&stuck, "Ready").cloned().context("Ready of stuck")?;
-    ensure!(phase(&stuck) == "Failed" && sr.reason == "MoverPodWedged", "{} {sr:?}", phase(&stuck));
+    ensure!(stuck.phase() == "Failed" && sr.reason == "MoverPodWedged", "{} {sr:?}", stuck.phase());
     ensure!(
         sr.message.contains("stuck in ContainerCreating")
             && sr.message.contains("FailedMount")
@@ -752,7 +745,7 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
             let s = snaps.get("privileged").await?;
             Ok(condition(&s, "Stalled")
                 .filter(|c| c.status == "True" && c.reason == "PrivilegedMoverNotPermitted")
-                .map(|c| (phase(&s), c.message.clone())))
+                .map(|c| (s.phase(), c.message.clone())))
         })
         .await?;
     ensure!(refused.0 == "Pending", "a refused privileged backup waits Pending: {}", refused.0);
@@ -779,9 +772,9 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let opted_in = Instant::now();
     let privileged = wait_snapshot_done(&snaps, "privileged", &log).await?;
     ensure!(
-        phase(&privileged) == "Succeeded",
+        privileged.phase() == "Succeeded",
         "privileged backup: {} {:?}",
-        phase(&privileged),
+        privileged.phase(),
         privileged.status.as_ref().and_then(|s| s.failure.clone())
     );
     let mp = condition(&privileged, "MoverPermitted").cloned();
@@ -874,9 +867,9 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     snapshot(&client, &ns, "strict", "plain").await?;
     let strict = wait_snapshot_done(&snaps, "strict", &log).await?;
     ensure!(
-        phase(&strict) == "Succeeded",
+        strict.phase() == "Succeeded",
         "a default backup under PSA restricted: {} {:?}",
-        phase(&strict),
+        strict.phase(),
         strict.status.as_ref().and_then(|s| s.failure.clone())
     );
     restore(&client, &ns, "strict-restored", "strict", Value::Null, &log).await?;
@@ -904,7 +897,7 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     proxy.set(Mode::Refuse);
     let cut = Instant::now();
     wait_for("Repository r Degraded", Duration::from_secs(420), &log, || async {
-        Ok((repo_phase(&repos.get("r").await?) == "Degraded").then_some(()))
+        Ok((repos.get("r").await?.phase() == "Degraded").then_some(()))
     })
     .await?;
     println!("Repository r Degraded {:.0} s after the cut", cut.elapsed().as_secs_f64());
@@ -921,29 +914,29 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let by_schedule = ListParams::default().labels("kopiur.home-operations.com/schedule=minutely");
     let child = wait_for("a scheduled child parked Pending", Duration::from_secs(150), &log, || async {
         let l = snaps.list(&by_schedule).await?;
-        Ok(l.items
-            .into_iter()
-            .find(|s| phase(s) == "Pending" && condition(s, "Ready").is_some_and(|c| c.reason == "RepositoryNotReady")))
+        Ok(l.items.into_iter().find(|s| {
+            s.phase() == "Pending" && condition(s, "Ready").is_some_and(|c| c.reason == "RepositoryNotReady")
+        }))
     })
     .await?;
     let child_name = child.name_any();
     // Parked: no Job for it while the backend stays down (20 s more, two strict retries' worth).
     tokio::time::sleep(Duration::from_secs(20)).await;
     ensure!(seen.jobs_named(&child_name).is_empty(), "a Job ran for the parked child {child_name} during the outage");
-    ensure!(phase(&snaps.get(&child_name).await?) == "Pending", "the child stays Pending while Degraded");
+    ensure!(snaps.get(&child_name).await?.phase() == "Pending", "the child stays Pending while Degraded");
     println!("scheduled child {child_name} parked Pending (RepositoryNotReady), no Job");
     proxy.set(Mode::Pass);
     let back = Instant::now();
     wait_for(&format!("{child_name} Succeeded after recovery"), Duration::from_secs(300), &log, || async {
         let s = snaps.get(&child_name).await?;
-        ensure!(phase(&s) != "Failed", "{child_name} failed: {:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
-        Ok((phase(&s) == "Succeeded").then_some(()))
+        ensure!(s.phase() != "Failed", "{child_name} failed: {:?}", s.status.as_ref().and_then(|x| x.failure.clone()));
+        Ok((s.phase() == "Succeeded").then_some(()))
     })
     .await?;
     let runs = seen.jobs_named(&child_name);
     println!(
         "after recovery: Repository {} and {child_name} Succeeded {:.0} s after the backend returned, with {} Job(s)",
-        repo_phase(&repos.get("r").await?),
+        repos.get("r").await?.phase(),
         back.elapsed().as_secs_f64(),
         runs.len()
     );
@@ -958,7 +951,7 @@ async fn scenario(cluster: &RealCluster, t0: Instant) -> Result<()> {
     let ids = seed_repo.seed(&names).await?;
     apply(&client, &ns, repository("seeded", "seeded/", Value::Null)).await?;
     wait_for("Repository seeded Ready", Duration::from_secs(300), &log, || async {
-        Ok((repo_phase(&repos.get("seeded").await?) == "Ready").then_some(()))
+        Ok((repos.get("seeded").await?.phase() == "Ready").then_some(()))
     })
     .await?;
     let pin = support::RepoPin::of(&repos.get("seeded").await?);

@@ -24,7 +24,7 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use phase_watch::{JobWatch, PhaseWatch};
 use serde_json::json;
-use support::status::{events_about, repo_condition as cond, repo_phase as phase};
+use support::status::{StatusExt, condition_parts as cond, events_about};
 use support::{Harness, wait_for};
 
 /// Status describes the current generation.
@@ -35,7 +35,7 @@ fn current(r: &Repository) -> bool {
 /// Refused by reason `reason` with `message` (checked by the caller when it is not exact).
 fn refused(r: &Repository, reason: &str) -> bool {
     current(r)
-        && phase(r) == "Pending"
+        && r.phase() == "Pending"
         && cond(r, "Stalled").is_some_and(|(s, why, _)| s == "True" && why == reason)
         && cond(r, "Ready").is_some_and(|(s, why, _)| s == "False" && why == reason)
         && cond(r, "Reconciling").is_some_and(|(s, _, _)| s == "False")
@@ -98,7 +98,7 @@ async fn repository_r_and_x_checks_and_read_only_end_to_end() -> Result<()> {
     let repos: Api<Repository> = Api::namespaced(h.client.clone(), &ns);
     let jobs = JobWatch::start(h.client.clone());
     let t = Duration::from_secs(180);
-    let watch = |name: &str| PhaseWatch::start(repos.clone(), name, phase);
+    let watch = |name: &str| PhaseWatch::start(repos.clone(), name, Repository::phase);
     let (w_algo, w_limits, w_tz, w_xns, w_ok, w_ro) =
         (watch("algo-bad"), watch("limits"), watch("tz"), watch("xns"), watch("algo-ok"), watch("ro"));
     // ReadOnly never creates: it connects to a repository made directly.
@@ -168,7 +168,7 @@ async fn repository_r_and_x_checks_and_read_only_end_to_end() -> Result<()> {
     );
 
     // Known names and ecc reach the real `kopia repository create`, which accepts them.
-    w_ok.wait("algo-ok Ready", t, |r| phase(r) == "Ready").await?;
+    w_ok.wait("algo-ok Ready", t, |r| r.phase() == "Ready").await?;
     let creates: Vec<_> = h
         .audit
         .calls()
@@ -189,7 +189,7 @@ async fn repository_r_and_x_checks_and_read_only_end_to_end() -> Result<()> {
     assert_eq!(ok[0].rc, Some(0), "kopia accepted the create: {:?}", ok[0]);
 
     // ReadOnly: Ready, and not writable.
-    let r = w_ro.wait("ro Ready", t, |r| phase(r) == "Ready" && current(r)).await?.object;
+    let r = w_ro.wait("ro Ready", t, |r| r.phase() == "Ready" && current(r)).await?.object;
     assert_eq!(
         cond(&r, "RepositoryWritable"),
         Some((
@@ -202,7 +202,7 @@ async fn repository_r_and_x_checks_and_read_only_end_to_end() -> Result<()> {
     let mark = w_ro.mark();
     repos.patch("ro", &PatchParams::default(), &Patch::Merge(json!({"spec": {"mode": "ReadWrite"}}))).await?;
     w_ro.wait_since("ro: RepositoryWritable gone", mark, t, |r| {
-        current(r) && phase(r) == "Ready" && cond(r, "RepositoryWritable").is_none()
+        current(r) && r.phase() == "Ready" && cond(r, "RepositoryWritable").is_none()
     })
     .await?;
 
@@ -215,7 +215,7 @@ async fn repository_r_and_x_checks_and_read_only_end_to_end() -> Result<()> {
             &Patch::Merge(json!({"spec": {"scheduleDefaults": {"timezone": "Europe/Berlin"}}})),
         )
         .await?;
-    w_tz.wait_since("tz Ready", mark, t, |r| phase(r) == "Ready" && current(r)).await?;
+    w_tz.wait_since("tz Ready", mark, t, |r| r.phase() == "Ready" && current(r)).await?;
     assert_eq!(cond(&repos.get("tz").await?, "Stalled").map(|c| c.0), Some("False".into()));
 
     // Never a Job for a refused repository (the watch saw every Job since before they

@@ -1,51 +1,80 @@
 //! Phase and condition accessors of kopiur objects, and Event counts, as the tests read them.
 
 use k8s_openapi::api::events::v1::Event;
-use kopiur_api::{Repository, Restore, Snapshot};
+use kopiur_api::names::condition;
+use kopiur_api::{
+    ClusterRepository, Maintenance, Repository, RepositoryReplication, Restore, Snapshot, SnapshotPolicy,
+    SnapshotReplication, SnapshotSchedule,
+};
 use kube::Api;
 use kube::Client;
 use kube::api::ListParams;
 
 type MetaCondition = k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-/// The Repository's phase, `""` while it has none.
-pub fn repo_phase(r: &Repository) -> String {
-    r.status.as_ref().and_then(|s| s.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+/// The phase and the conditions of a kopiur object, as the tests read them:
+/// `snapshot.phase()`, `repo.condition("BackendReachable")`, `restore.ready_reason()`.
+pub trait StatusExt {
+    /// The conditions, empty while there is no status.
+    fn conditions(&self) -> &[MetaCondition];
+
+    /// The phase, `""` while there is none (always, for a kind without a phase:
+    /// SnapshotPolicy, SnapshotSchedule, Maintenance).
+    fn phase(&self) -> String {
+        String::new()
+    }
+
+    /// The condition `t`.
+    fn condition(&self, t: &str) -> Option<&MetaCondition> {
+        self.conditions().iter().find(|c| c.type_ == t)
+    }
+
+    /// The reason of the `Ready` condition.
+    fn ready_reason(&self) -> Option<String> {
+        self.condition(condition::READY).map(|c| c.reason.clone())
+    }
 }
 
-/// The Repository's condition `t` as `(status, reason, message)`.
-pub fn repo_condition(r: &Repository, t: &str) -> Option<(String, String, String)> {
-    r.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == t)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+/// `StatusExt` for kinds whose status (or the status part at `$path`, a ClusterRepository's
+/// `common`) has `phase` (an `Option` of a phase enum) and `conditions`.
+macro_rules! status_ext {
+    ($kind:ty $(, $path:ident)*) => {
+        impl StatusExt for $kind {
+            fn conditions(&self) -> &[MetaCondition] {
+                self.status.as_ref().map_or(&[][..], |s| s$(.$path)*.conditions.as_slice())
+            }
+
+            fn phase(&self) -> String {
+                let phase = self.status.as_ref().and_then(|s| s$(.$path)*.phase.as_ref());
+                phase.map(|p| p.as_str().to_string()).unwrap_or_default()
+            }
+        }
+    };
 }
 
-/// The Snapshot's phase, `""` while it has none.
-pub fn snap_phase(s: &Snapshot) -> String {
-    s.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
+status_ext!(Snapshot);
+status_ext!(Repository);
+status_ext!(ClusterRepository, common);
+status_ext!(Restore);
+status_ext!(RepositoryReplication);
+status_ext!(SnapshotReplication);
+
+/// `StatusExt` for kinds with conditions and no phase.
+macro_rules! conditions_only {
+    ($($kind:ty),*) => {$(
+        impl StatusExt for $kind {
+            fn conditions(&self) -> &[MetaCondition] {
+                self.status.as_ref().map_or(&[][..], |s| s.conditions.as_slice())
+            }
+        }
+    )*};
 }
 
-/// The Snapshot's condition `t`.
-pub fn snap_condition(s: &Snapshot, t: &str) -> Option<MetaCondition> {
-    s.status.as_ref()?.conditions.iter().find(|c| c.type_ == t).cloned()
-}
+conditions_only!(SnapshotPolicy, SnapshotSchedule, Maintenance);
 
-/// The Restore's phase, `""` while it has none.
-pub fn restore_phase(r: &Restore) -> String {
-    r.status.as_ref().and_then(|st| st.phase.as_ref()).map(|p| p.as_str().to_string()).unwrap_or_default()
-}
-
-/// The Restore's condition `t`.
-pub fn restore_condition(r: &Restore, t: &str) -> Option<MetaCondition> {
-    r.status.as_ref()?.conditions.iter().find(|c| c.type_ == t).cloned()
-}
-
-/// The reason of the `Ready` condition among `conds`.
-pub fn ready_reason(conds: &[MetaCondition]) -> Option<String> {
-    conds.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone())
+/// The condition `t` of `o` as `(status, reason, message)`.
+pub fn condition_parts<T: StatusExt>(o: &T, t: &str) -> Option<(String, String, String)> {
+    o.condition(t).map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
 /// The Events in `ns` about the object named `object` with `reason`.
@@ -58,6 +87,12 @@ pub async fn events_about(client: &Client, ns: &str, object: &str, reason: &str)
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object))
         .filter(|e| e.reason.as_deref() == Some(reason))
         .collect())
+}
+
+/// How many times Events in `ns` about `object` with `reason` occurred (a series counts each
+/// occurrence, so a repeat folded into one Event is still seen).
+pub async fn event_count(client: &Client, ns: &str, object: &str, reason: &str) -> kube::Result<usize> {
+    Ok(events_about(client, ns, object, reason).await?.iter().map(occurrences).sum())
 }
 
 /// How many times `e` occurred (an Event series counts each occurrence).

@@ -12,7 +12,7 @@ use kopiur_testenv::TestEnv;
 pub use kopiur_testenv::wait::wait_for;
 use kube::{Api, Client, ResourceExt};
 
-use super::status::repo_phase;
+use super::status::StatusExt;
 
 /// Waits up to `timeout` for the Repository `ns/name` to be `Ready` (`"{name} Ready"`) and
 /// returns it.
@@ -26,7 +26,7 @@ pub async fn repository_ready(
     let repos: Api<Repository> = Api::namespaced(client.clone(), ns);
     wait_for(&format!("{name} Ready"), timeout, log, || async {
         let r = repos.get(name).await?;
-        Ok((repo_phase(&r) == "Ready").then_some(r))
+        Ok((r.phase() == "Ready").then_some(r))
     })
     .await
 }
