@@ -138,17 +138,102 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
             return d;
         }
     };
+    let tiers = Tiers::pinned(quick, full, &mut st, now);
+    (d.recorded, d.nudge) = recorded_runs(f, &mut st, now);
+    lease_claim(f, &mut st, now);
+    d.invalid_request = manual_request(f, &mut st);
+    let next_at = [tiers.q.map(|n| n.at), tiers.fl.map(|n| n.at)].into_iter().flatten().min();
+    d.requeue = crate::scheduled_run::until(next_at, now);
 
-    // Pins: a valid pin is kept (a due slot stays due), anything else re-pins after now.
-    let q = quick.pin(st.quick.as_ref().and_then(|t| t.next_scheduled_at), now);
-    let fl = full.pin(st.full.as_ref().and_then(|t| t.next_scheduled_at), now);
-    tier(&mut st, run_mode::QUICK).next_scheduled_at = q.map(|n| n.at);
-    tier(&mut st, run_mode::FULL).next_scheduled_at = fl.map(|n| n.at);
+    // Single flight: one Job per Maintenance (a wedged one is on its way out).
+    if let Some(j) = f.jobs.iter().find(|j| j.state == JobState::Active && j.wedged().is_none()) {
+        let msg = format!("{} maintenance run {} is in progress", j.mode, j.name);
+        return finish(f, d, st, trio(Standing::Ready, reason::MAINTENANCE_SCHEDULED, msg));
+    }
+    let manual_pending = st.manual_run.as_ref().is_some_and(|m| m.phase == ManualRunPhase::Pending);
+    let requested = quick_request(f, &st, now);
+    let curing = matches!(&f.gate, Gate::NotReady { phase, .. } if phase == RepositoryPhase::Degraded.as_str())
+        && f.repository_gate == MaintenanceGate::Cure;
+    if let Some((conditions, requeue)) = gate_decision(f, curing) {
+        d.requeue = requeue.unwrap_or(d.requeue);
+        d.status = st;
+        d.conditions = conditions;
+        return d;
+    }
+    if f.read_only {
+        return read_only_skip(f, d, st, &tiers);
+    }
+    if (manual_pending || tiers.quick_due() || tiers.full_due() || requested.is_some()) && !f.missing_secrets.is_empty()
+    {
+        d.status = st;
+        d.conditions = trio(
+            Standing::Waiting,
+            reason::MISSING_CREDENTIALS_SECRET,
+            format!("Secret(s) {} missing in this namespace", f.missing_secrets.join(", ")),
+        );
+        d.requeue = std::time::Duration::from_secs(30);
+        return d;
+    }
+    d.launch = manual_run(&mut st, now)
+        .or_else(|| requested.map(|r| requested_run(&mut st, &tiers, r)))
+        .or_else(|| scheduled_run(&mut st, &tiers, curing));
+    if let Some(l) = &d.launch {
+        let msg = launch_message(f, l, curing, requested.is_some());
+        d.requeue = std::time::Duration::from_secs(300);
+        return finish(f, d, st, trio(Standing::Ready, reason::MAINTENANCE_SCHEDULED, msg));
+    }
+    let msg = scheduled_message(&st);
+    finish(f, d, st, trio(Standing::Ready, reason::MAINTENANCE_SCHEDULED, msg))
+}
 
-    // Record terminal Jobs once: scheduled runs by the tier's lastHandledAt, manual runs by
-    // the manualRun they answer. A Job whose mover pod is wedged is a failed run (its Job is
-    // deleted, docs/design/architecture.md §1.4).
-    let owned = lease(f, &st);
+/// The two tiers' schedules and their pins at `now`.
+struct Tiers<'a> {
+    quick: &'a Sched,
+    full: &'a Sched,
+    q: Option<kopiur_api::domain::cron::NextSlot>,
+    fl: Option<kopiur_api::domain::cron::NextSlot>,
+    now: DateTime<Utc>,
+}
+
+impl<'a> Tiers<'a> {
+    /// Pins both tiers in `st`: a valid pin is kept (a due slot stays due), anything else
+    /// re-pins after now.
+    fn pinned(quick: &'a Sched, full: &'a Sched, st: &mut MaintenanceStatus, now: DateTime<Utc>) -> Self {
+        let q = quick.pin(st.quick.as_ref().and_then(|t| t.next_scheduled_at), now);
+        let fl = full.pin(st.full.as_ref().and_then(|t| t.next_scheduled_at), now);
+        tier(st, run_mode::QUICK).next_scheduled_at = q.map(|n| n.at);
+        tier(st, run_mode::FULL).next_scheduled_at = fl.map(|n| n.at);
+        Tiers { quick, full, q, fl, now }
+    }
+
+    fn quick_due(&self) -> bool {
+        self.q.is_some_and(|n| self.now >= n.at)
+    }
+
+    fn full_due(&self) -> bool {
+        self.fl.is_some_and(|n| self.now >= n.at)
+    }
+
+    /// Moves the quick tier's pin past its slot (a run answers it).
+    fn advance_quick(&self, st: &mut MaintenanceStatus) {
+        let after = self.now.max(self.q.map(|x| x.slot).unwrap_or(self.now));
+        tier(st, run_mode::QUICK).next_scheduled_at = self.quick.next_after(after).map(|x| x.at);
+    }
+
+    /// Moves the full tier's pin past its slot (a run answers it).
+    fn advance_full(&self, st: &mut MaintenanceStatus) {
+        let after = self.now.max(self.fl.map(|x| x.slot).unwrap_or(self.now));
+        tier(st, run_mode::FULL).next_scheduled_at = self.full.next_after(after).map(|x| x.at);
+    }
+}
+
+/// Records terminal Jobs once: scheduled runs by the tier's lastHandledAt, manual runs by
+/// the manualRun they answer. A Job whose mover pod is wedged is a failed run (its Job is
+/// deleted, docs/design/architecture.md §1.4). Also returns whether a failure nudges the
+/// repository's reverify.
+fn recorded_runs(f: &MaintFacts, st: &mut MaintenanceStatus, now: DateTime<Utc>) -> (Vec<Recorded>, bool) {
+    let owned = lease(f, st);
+    let (mut recorded, mut nudge) = (vec![], false);
     for j in &f.jobs {
         let ok = match &j.state {
             JobState::Complete { .. } => true,
@@ -170,7 +255,7 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
                 m.completed_at = Some(end);
             }
             None => {
-                let t = tier(&mut st, &j.mode);
+                let t = tier(st, &j.mode);
                 if t.last_handled_at.is_some_and(|h| h >= j.slot_at) {
                     continue;
                 }
@@ -178,7 +263,7 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
             }
         }
         let yielded = ok && owned.as_ref().is_some_and(|(mine, _)| !mine);
-        let t = tier(&mut st, &j.mode);
+        let t = tier(st, &j.mode);
         let outcome = match (ok, yielded) {
             (true, false) => {
                 t.last_run_at = Some(end);
@@ -190,20 +275,23 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
                 t.consecutive_failures += 1;
                 // The Maintenance status carries no failure class: only the wedged verdict
                 // tells a local failure apart here.
-                d.nudge |=
+                nudge |=
                     crate::repo_view::failure_nudge(true, j.wedged().is_some(), None, f.reverify_requested_at, now);
                 "failed"
             }
         };
-        d.recorded.push(Recorded {
+        recorded.push(Recorded {
             job: j.name.clone(),
             mode: j.mode.clone(),
             outcome,
             wedged: j.wedged().map(str::to_string),
         });
     }
+    (recorded, nudge)
+}
 
-    // The lease became ours: stamp when (once per claim).
+/// The lease became ours: stamp when (once per claim); it went to another owner: unstamp.
+fn lease_claim(f: &MaintFacts, st: &mut MaintenanceStatus, now: DateTime<Utc>) {
     if let Some(o) = st.ownership.as_mut() {
         match (lease(f, &f.status).map(|(mine, _)| mine), o.claimed_at) {
             (Some(true), None) => o.claimed_at = Some(now),
@@ -211,8 +299,11 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
             (Some(true), Some(_)) | (Some(false), None) | (None, _) => {}
         }
     }
+}
 
-    // A new run-requested value starts exactly one run.
+/// A new run-requested value starts exactly one run (a Pending manualRun); a malformed one is
+/// returned, to warn about.
+fn manual_request(f: &MaintFacts, st: &mut MaintenanceStatus) -> Option<String> {
     match &f.request {
         RunRequest::Requested(raw) if st.manual_run.as_ref().map(|m| &m.requested_at) != Some(raw) => {
             st.manual_run = Some(MaintenanceManualRun {
@@ -221,175 +312,172 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
                 phase: ManualRunPhase::Pending,
                 completed_at: None,
             });
+            None
         }
-        RunRequest::Malformed(raw) => d.invalid_request = Some(raw.clone()),
-        RunRequest::Requested(_) | RunRequest::None => {}
+        RunRequest::Malformed(raw) => Some(raw.clone()),
+        RunRequest::Requested(_) | RunRequest::None => None,
     }
+}
 
-    let next_at = [q.map(|n| n.at), fl.map(|n| n.at)].into_iter().flatten().min();
-    d.requeue = crate::scheduled_run::until(next_at, now);
-    let lease_conds = |st: &MaintenanceStatus| -> (Option<Cond>, Option<Vec<Cond>>) {
-        match lease(f, st) {
-            None => (None, None),
-            Some((true, owner)) => {
-                (Some(lease_cond(true, reason::LEASE_OWNED, format!("kopia maintenance owner is {owner}"))), None)
-            }
-            Some((false, owner)) => {
-                let msg = format!("kopia maintenance is owned by {owner}, not {}", f.expected_owner);
-                match f.takeover {
-                    TakeoverPolicy::Never => (
-                        Some(lease_cond(false, reason::LEASE_HELD_BY_OTHER, msg.clone())),
-                        Some(trio(Standing::Ready, reason::MAINTENANCE_YIELDING, msg)),
-                    ),
-                    TakeoverPolicy::PromptCondition => (
-                        Some(lease_cond(false, reason::LEASE_TAKEOVER_PROMPT, msg.clone())),
-                        Some(trio(
-                            Standing::Stalled,
-                            reason::LEASE_TAKEOVER_PROMPT,
-                            format!("{msg}; set spec.ownership.takeoverPolicy: Force to take it over"),
-                        )),
-                    ),
-                    // The next run takes the lease.
-                    TakeoverPolicy::Force => (Some(lease_cond(false, reason::LEASE_HELD_BY_OTHER, msg)), None),
-                }
-            }
-        }
-    };
-    let scheduled_msg = |st: &MaintenanceStatus| {
-        let at = |t: &Option<TierStatus>| {
-            t.as_ref().and_then(|x| x.next_scheduled_at).map(rfc3339).unwrap_or_else(|| "never".into())
-        };
-        format!("next quick run at {}, next full run at {}", at(&st.quick), at(&st.full))
-    };
-    let finish = |mut d: MaintDecision, st: MaintenanceStatus, mut conds: Vec<Cond>| {
-        let (lc, override_ready) = lease_conds(&st);
-        if let (Some(o), true) =
-            (override_ready, conds.first().is_some_and(|c| c.reason == reason::MAINTENANCE_SCHEDULED))
-        {
-            conds = o;
-        }
-        conds.extend(lc);
-        d.status = st;
-        d.conditions = conds;
-        d
-    };
-
-    // Single flight: one Job per Maintenance (a wedged one is on its way out).
-    if let Some(j) = f.jobs.iter().find(|j| j.state == JobState::Active && j.wedged().is_none()) {
-        let msg = format!("{} maintenance run {} is in progress", j.mode, j.name);
-        return finish(d, st, trio(Standing::Ready, reason::MAINTENANCE_SCHEDULED, msg));
-    }
-    let manual_pending = st.manual_run.as_ref().is_some_and(|m| m.phase == ManualRunPhase::Pending);
-    let quick_due = q.is_some_and(|n| now >= n.at);
-    let full_due = fl.is_some_and(|n| now >= n.at);
-    // A quick run the repository asked for and no quick run has answered yet.
-    // Whole seconds: the run's slot annotation carries seconds, and answers the request by it.
-    let requested = f
-        .quick_requested_at
+/// A quick run the repository asked for and no quick run has answered yet.
+/// Whole seconds: the run's slot annotation carries seconds, and answers the request by it.
+fn quick_request(f: &MaintFacts, st: &MaintenanceStatus, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    f.quick_requested_at
         .map(|r| chrono::Timelike::with_nanosecond(&r, 0).unwrap_or(r))
         .filter(|r| st.quick.as_ref().and_then(|t| t.last_handled_at).is_none_or(|h| h < *r))
-        .filter(|r| *r <= now);
-    let curing = matches!(&f.gate, Gate::NotReady { phase, .. } if phase == RepositoryPhase::Degraded.as_str())
-        && f.repository_gate == MaintenanceGate::Cure;
+        .filter(|r| *r <= now)
+}
+
+/// Whether the repository gate holds the run: the conditions, and the requeue when parked.
+fn gate_decision(f: &MaintFacts, curing: bool) -> Option<(Vec<Cond>, Option<std::time::Duration>)> {
     match &f.gate {
-        Gate::Open => {}
+        Gate::Open => None,
         // Degraded for TimedOut: slow, not down. Maintenance is the cure; it runs.
-        Gate::NotReady { .. } if curing => {}
-        Gate::NotReady { .. } => {
-            // Parked: nothing runs, the due slot and the request stay pending; the repository
-            // watch resumes it, the requeue is only the safety net.
-            d.requeue = std::time::Duration::from_secs(300);
-            d.status = st;
-            d.conditions = trio(Standing::Waiting, reason::REPOSITORY_NOT_READY, f.gate.message());
-            return d;
-        }
+        Gate::NotReady { .. } if curing => None,
+        // Parked: nothing runs, the due slot and the request stay pending; the repository
+        // watch resumes it, the requeue is only the safety net.
+        Gate::NotReady { .. } => Some((
+            trio(Standing::Waiting, reason::REPOSITORY_NOT_READY, f.gate.message()),
+            Some(std::time::Duration::from_secs(300)),
+        )),
         Gate::NamespaceNotAllowed { .. } => {
-            d.status = st;
-            d.conditions = trio(Standing::Stalled, reason::NAMESPACE_NOT_ALLOWED, f.gate.message());
-            return d;
+            Some((trio(Standing::Stalled, reason::NAMESPACE_NOT_ALLOWED, f.gate.message()), None))
         }
     }
-    if f.read_only {
-        // Read-only repositories skip maintenance: due slots re-pin, a request completes.
-        if quick_due {
-            tier(&mut st, run_mode::QUICK).next_scheduled_at = quick.next_after(now).map(|n| n.at);
-        }
-        if full_due {
-            tier(&mut st, run_mode::FULL).next_scheduled_at = full.next_after(now).map(|n| n.at);
-        }
-        if let Some(m) = st.manual_run.as_mut().filter(|m| m.phase == ManualRunPhase::Pending) {
-            m.phase = ManualRunPhase::Succeeded;
-            m.completed_at = Some(now);
-        }
-        let next =
-            [st.quick.as_ref(), st.full.as_ref()].into_iter().flatten().filter_map(|t| t.next_scheduled_at).min();
-        d.requeue = crate::scheduled_run::until(next, now);
-        return finish(
-            d,
-            st,
-            trio(Standing::Ready, reason::MAINTENANCE_SCHEDULED, "the repository is ReadOnly; maintenance is skipped"),
-        );
+}
+
+/// Read-only repositories skip maintenance: due slots re-pin, a request completes.
+fn read_only_skip(f: &MaintFacts, mut d: MaintDecision, mut st: MaintenanceStatus, t: &Tiers) -> MaintDecision {
+    let now = t.now;
+    if t.quick_due() {
+        tier(&mut st, run_mode::QUICK).next_scheduled_at = t.quick.next_after(now).map(|n| n.at);
     }
-    if (manual_pending || quick_due || full_due || requested.is_some()) && !f.missing_secrets.is_empty() {
-        d.status = st;
-        d.conditions = trio(
-            Standing::Waiting,
-            reason::MISSING_CREDENTIALS_SECRET,
-            format!("Secret(s) {} missing in this namespace", f.missing_secrets.join(", ")),
-        );
-        d.requeue = std::time::Duration::from_secs(30);
-        return d;
+    if t.full_due() {
+        tier(&mut st, run_mode::FULL).next_scheduled_at = t.full.next_after(now).map(|n| n.at);
     }
-    if manual_pending {
-        let m = st.manual_run.as_mut().expect("pending manual run");
-        m.phase = ManualRunPhase::Running;
-        d.launch = Some(Launch { mode: m.mode, slot: now, at: now, manual: Some(m.requested_at.clone()) });
-    } else if let Some(r) = requested {
-        // The repository asked for a quick run (too many index blobs). It answers a due quick
-        // slot too; a due full run waits for the next reconcile (single flight).
-        if quick_due {
-            tier(&mut st, run_mode::QUICK).next_scheduled_at =
-                quick.next_after(now.max(q.map(|x| x.slot).unwrap_or(now))).map(|x| x.at);
-        }
-        d.launch = Some(Launch { mode: RunMode::Quick, slot: r, at: r, manual: None });
-    } else if curing && quick_due {
+    if let Some(m) = st.manual_run.as_mut().filter(|m| m.phase == ManualRunPhase::Pending) {
+        m.phase = ManualRunPhase::Succeeded;
+        m.completed_at = Some(now);
+    }
+    let next = [st.quick.as_ref(), st.full.as_ref()].into_iter().flatten().filter_map(|t| t.next_scheduled_at).min();
+    d.requeue = crate::scheduled_run::until(next, now);
+    finish(
+        f,
+        d,
+        st,
+        trio(Standing::Ready, reason::MAINTENANCE_SCHEDULED, "the repository is ReadOnly; maintenance is skipped"),
+    )
+}
+
+/// A pending manual run launches (and is Running).
+fn manual_run(st: &mut MaintenanceStatus, now: DateTime<Utc>) -> Option<Launch> {
+    let m = st.manual_run.as_mut().filter(|m| m.phase == ManualRunPhase::Pending)?;
+    m.phase = ManualRunPhase::Running;
+    Some(Launch { mode: m.mode, slot: now, at: now, manual: Some(m.requested_at.clone()) })
+}
+
+/// The repository asked for a quick run (too many index blobs). It answers a due quick
+/// slot too; a due full run waits for the next reconcile (single flight).
+fn requested_run(st: &mut MaintenanceStatus, t: &Tiers, r: DateTime<Utc>) -> Launch {
+    if t.quick_due() {
+        t.advance_quick(st);
+    }
+    Launch { mode: RunMode::Quick, slot: r, at: r, manual: None }
+}
+
+/// The due slot that runs, if any, its clock advanced.
+fn scheduled_run(st: &mut MaintenanceStatus, t: &Tiers, curing: bool) -> Option<Launch> {
+    let (mode, n) = if curing && t.quick_due() {
         // Curing a slow repository: quick first (it compacts the index); a due full run stays
         // due and runs after it.
-        let n = q.expect("quick pin");
-        tier(&mut st, run_mode::QUICK).next_scheduled_at = quick.next_after(now.max(n.slot)).map(|x| x.at);
-        d.launch = Some(Launch { mode: RunMode::Quick, slot: n.slot, at: n.at, manual: None });
-    } else if full_due || quick_due {
+        t.advance_quick(st);
+        (RunMode::Quick, t.q.expect("quick pin"))
+    } else if t.full_due() || t.quick_due() {
         // When both are due, full runs and both clocks advance.
-        let (mode, n) =
-            if full_due { (RunMode::Full, fl.expect("full pin")) } else { (RunMode::Quick, q.expect("quick pin")) };
-        let after = now.max(n.slot);
-        if full_due {
-            tier(&mut st, run_mode::FULL).next_scheduled_at = full.next_after(after).map(|x| x.at);
-        }
-        if quick_due {
-            tier(&mut st, run_mode::QUICK).next_scheduled_at =
-                quick.next_after(now.max(q.map(|x| x.slot).unwrap_or(now))).map(|x| x.at);
-        }
-        d.launch = Some(Launch { mode, slot: n.slot, at: n.at, manual: None });
-    }
-    if let Some(l) = &d.launch {
-        let msg = match (curing, requested.is_some() && l.manual.is_none() && l.mode == RunMode::Quick) {
-            (true, _) => format!(
-                "{} maintenance run launched while {}: the backend answers but connects time out, and \
-                 maintenance compacts the index blobs that slow them",
-                mode_str(l.mode),
-                f.gate.message()
-            ),
-            (false, true) => {
-                "quick maintenance run launched: the repository asked for one (too many index blobs)".to_string()
-            }
-            (false, false) => format!("{} maintenance run launched", mode_str(l.mode)),
+        let (mode, n) = if t.full_due() {
+            (RunMode::Full, t.fl.expect("full pin"))
+        } else {
+            (RunMode::Quick, t.q.expect("quick pin"))
         };
-        d.requeue = std::time::Duration::from_secs(300);
-        return finish(d, st, trio(Standing::Ready, reason::MAINTENANCE_SCHEDULED, msg));
+        if t.full_due() {
+            t.advance_full(st);
+        }
+        if t.quick_due() {
+            t.advance_quick(st);
+        }
+        (mode, n)
+    } else {
+        return None;
+    };
+    Some(Launch { mode, slot: n.slot, at: n.at, manual: None })
+}
+
+/// The Ready message of a launch.
+fn launch_message(f: &MaintFacts, l: &Launch, curing: bool, requested: bool) -> String {
+    match (curing, requested && l.manual.is_none() && l.mode == RunMode::Quick) {
+        (true, _) => format!(
+            "{} maintenance run launched while {}: the backend answers but connects time out, and \
+             maintenance compacts the index blobs that slow them",
+            mode_str(l.mode),
+            f.gate.message()
+        ),
+        (false, true) => {
+            "quick maintenance run launched: the repository asked for one (too many index blobs)".to_string()
+        }
+        (false, false) => format!("{} maintenance run launched", mode_str(l.mode)),
     }
-    let msg = scheduled_msg(&st);
-    finish(d, st, trio(Standing::Ready, reason::MAINTENANCE_SCHEDULED, msg))
+}
+
+/// The lease condition, and the standing that replaces a scheduled Ready when another owner
+/// holds the lease: None until a run has reported an owner.
+fn lease_decision(f: &MaintFacts, st: &MaintenanceStatus) -> (Option<Cond>, Option<Vec<Cond>>) {
+    match lease(f, st) {
+        None => (None, None),
+        Some((true, owner)) => {
+            (Some(lease_cond(true, reason::LEASE_OWNED, format!("kopia maintenance owner is {owner}"))), None)
+        }
+        Some((false, owner)) => {
+            let msg = format!("kopia maintenance is owned by {owner}, not {}", f.expected_owner);
+            match f.takeover {
+                TakeoverPolicy::Never => (
+                    Some(lease_cond(false, reason::LEASE_HELD_BY_OTHER, msg.clone())),
+                    Some(trio(Standing::Ready, reason::MAINTENANCE_YIELDING, msg)),
+                ),
+                TakeoverPolicy::PromptCondition => (
+                    Some(lease_cond(false, reason::LEASE_TAKEOVER_PROMPT, msg.clone())),
+                    Some(trio(
+                        Standing::Stalled,
+                        reason::LEASE_TAKEOVER_PROMPT,
+                        format!("{msg}; set spec.ownership.takeoverPolicy: Force to take it over"),
+                    )),
+                ),
+                // The next run takes the lease.
+                TakeoverPolicy::Force => (Some(lease_cond(false, reason::LEASE_HELD_BY_OTHER, msg)), None),
+            }
+        }
+    }
+}
+
+/// The Ready message when nothing runs: the next fire times.
+fn scheduled_message(st: &MaintenanceStatus) -> String {
+    let at = |t: &Option<TierStatus>| {
+        t.as_ref().and_then(|x| x.next_scheduled_at).map(rfc3339).unwrap_or_else(|| "never".into())
+    };
+    format!("next quick run at {}, next full run at {}", at(&st.quick), at(&st.full))
+}
+
+/// The decision with its status and conditions, the lease's added (and its standing in place
+/// of a scheduled Ready).
+fn finish(f: &MaintFacts, mut d: MaintDecision, st: MaintenanceStatus, mut conds: Vec<Cond>) -> MaintDecision {
+    let (lc, override_ready) = lease_decision(f, &st);
+    if let (Some(o), true) = (override_ready, conds.first().is_some_and(|c| c.reason == reason::MAINTENANCE_SCHEDULED))
+    {
+        conds = o;
+    }
+    conds.extend(lc);
+    d.status = st;
+    d.conditions = conds;
+    d
 }
 
 #[cfg(test)]
