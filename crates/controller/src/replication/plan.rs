@@ -99,37 +99,93 @@ fn plan_inner(f: &ReplFacts, now: DateTime<Utc>) -> ReplDecision {
             return d;
         }
     };
-    match &f.destination {
-        Destination::Usable => {}
-        Destination::IsSource => {
-            d.conditions = trio(
-                Standing::Stalled,
-                reason::DESTINATION_IS_SOURCE,
-                "spec.destination points at the source repository's storage",
-            );
-            return d;
-        }
-        Destination::NotImplemented(m) => {
-            d.conditions = trio(Standing::Stalled, reason::FEATURE_NOT_IMPLEMENTED, m.clone());
-            return d;
-        }
-        Destination::CrossNamespace(m) => {
-            d.conditions = trio(Standing::Stalled, reason::CROSS_NAMESPACE_REFERENCE, m.clone());
-            return d;
-        }
+    if let Some(conditions) = destination_decision(&f.destination) {
+        d.conditions = conditions;
+        return d;
     }
     let pin = sched.pin(st.next_scheduled_at, now);
     st.next_scheduled_at = pin.map(|n| n.at);
+    (d.recorded, d.nudge, d.wedged) = recorded_run(f, &mut st, now);
+    d.invalid_request = manual_request(f, &mut st);
+    d.requeue = until(st.next_scheduled_at, now);
 
-    // Record the newest Job once: success by lastReplicated, failure by the Replicating phase
-    // the launch wrote. A Job whose mover pod is wedged is a failed run (its Job is deleted,
-    // docs/design/architecture.md §1.4), not the source's fault: no nudge.
+    // Single flight (a wedged Job is on its way out).
+    if let Some(j) = f.jobs.iter().find(|j| j.state == JobState::Active && j.wedged().is_none()) {
+        if !matches!(st.phase, Some(ReplicationPhase::Replicating | ReplicationPhase::Succeeded)) {
+            st.phase = Some(ReplicationPhase::Replicating);
+        }
+        d.status = st;
+        d.conditions = trio(Standing::Waiting, REPLICATING, format!("replication Job {} is running", j.name));
+        return d;
+    }
+    let manual_pending = st.manual_run.as_ref().is_some_and(|m| m.phase == ManualRunPhase::Pending);
+    let due = pin.is_some_and(|n| now >= n.at);
+
+    if f.suspend {
+        return suspended(d, st, sched, due, now);
+    }
+    if st.phase == Some(ReplicationPhase::Suspended) {
+        st.phase = None;
+    }
+    if let Some((conditions, requeue)) = gate_decision(&f.gate, &mut st, manual_pending || due) {
+        d.status = st;
+        d.conditions = conditions;
+        d.requeue = requeue.unwrap_or(d.requeue);
+        return d;
+    }
+    if (manual_pending || due) && !f.missing_secrets.is_empty() {
+        d.status = st;
+        d.conditions = trio(
+            Standing::Waiting,
+            reason::MISSING_CREDENTIALS_SECRET,
+            format!("Secret(s) {} missing in this namespace", f.missing_secrets.join(", ")),
+        );
+        d.requeue = std::time::Duration::from_secs(30);
+        return d;
+    }
+    d.launch = manual_run(&mut st, sched, now).or_else(|| scheduled_run(&mut st, sched, pin.filter(|_| due), now));
+    if d.launch.is_some() {
+        st.phase = Some(ReplicationPhase::Replicating);
+        d.status = st;
+        d.conditions = trio(Standing::Waiting, REPLICATING, "replication Job launched");
+        d.requeue = std::time::Duration::from_secs(300);
+        return d;
+    }
+    d.conditions = idle_conditions(&st);
+    d.status = st;
+    d
+}
+
+/// The Stalled conditions of a destination that cannot be used.
+fn destination_decision(destination: &Destination) -> Option<Vec<Cond>> {
+    match destination {
+        Destination::Usable => None,
+        Destination::IsSource => Some(trio(
+            Standing::Stalled,
+            reason::DESTINATION_IS_SOURCE,
+            "spec.destination points at the source repository's storage",
+        )),
+        Destination::NotImplemented(m) => Some(trio(Standing::Stalled, reason::FEATURE_NOT_IMPLEMENTED, m.clone())),
+        Destination::CrossNamespace(m) => Some(trio(Standing::Stalled, reason::CROSS_NAMESPACE_REFERENCE, m.clone())),
+    }
+}
+
+/// Records the newest Job once: success by lastReplicated, failure by the Replicating phase
+/// the launch wrote. A Job whose mover pod is wedged is a failed run (its Job is deleted,
+/// docs/design/architecture.md §1.4), not the source's fault: no nudge. Returns the recorded
+/// `(job, outcome)`, whether to nudge the source's reverify, and the wedged message.
+fn recorded_run(
+    f: &ReplFacts,
+    st: &mut RepositoryReplicationStatus,
+    now: DateTime<Utc>,
+) -> (Vec<(String, &'static str)>, bool, Option<String>) {
+    let (mut recorded, mut nudge, mut wedged) = (vec![], false, None);
     let newest = f.jobs.iter().max_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
     if let Some(j) = newest {
         let outcome = match &j.state {
             JobState::Active if j.wedged().is_some() && st.phase == Some(ReplicationPhase::Replicating) => {
                 st.phase = Some(ReplicationPhase::Failed);
-                d.wedged = j.wedged().map(str::to_string);
+                wedged = j.wedged().map(str::to_string);
                 Some((false, now))
             }
             JobState::Complete { at } if st.last_replicated.is_none_or(|l| l < j.created) => {
@@ -151,11 +207,16 @@ fn plan_inner(f: &ReplFacts, now: DateTime<Utc>) -> ReplDecision {
                 m.phase = if ok { ManualRunPhase::Succeeded } else { ManualRunPhase::Failed };
                 m.completed_at = Some(end);
             }
-            d.recorded.push((j.name.clone(), if ok { "succeeded" } else { "failed" }));
-            d.nudge = !ok && d.wedged.is_none() && crate::repo_view::nudge_due(f.reverify_requested_at, now);
+            recorded.push((j.name.clone(), if ok { "succeeded" } else { "failed" }));
+            nudge = !ok && wedged.is_none() && crate::repo_view::nudge_due(f.reverify_requested_at, now);
         }
     }
+    (recorded, nudge, wedged)
+}
 
+/// A new run-requested value starts exactly one run (a Pending manualRun); a malformed one is
+/// returned, to warn about.
+fn manual_request(f: &ReplFacts, st: &mut RepositoryReplicationStatus) -> Option<String> {
     match &f.request {
         RunRequest::Requested(raw) if st.manual_run.as_ref().map(|m| &m.requested_at) != Some(raw) => {
             st.manual_run = Some(ReplicationManualRun {
@@ -163,88 +224,85 @@ fn plan_inner(f: &ReplFacts, now: DateTime<Utc>) -> ReplDecision {
                 phase: ManualRunPhase::Pending,
                 completed_at: None,
             });
+            None
         }
-        RunRequest::Malformed(raw) => d.invalid_request = Some(raw.clone()),
-        RunRequest::Requested(_) | RunRequest::None => {}
+        RunRequest::Malformed(raw) => Some(raw.clone()),
+        RunRequest::Requested(_) | RunRequest::None => None,
     }
-    d.requeue = until(st.next_scheduled_at, now);
+}
 
-    // Single flight (a wedged Job is on its way out).
-    if let Some(j) = f.jobs.iter().find(|j| j.state == JobState::Active && j.wedged().is_none()) {
-        if !matches!(st.phase, Some(ReplicationPhase::Replicating | ReplicationPhase::Succeeded)) {
-            st.phase = Some(ReplicationPhase::Replicating);
-        }
-        d.status = st;
-        d.conditions = trio(Standing::Waiting, REPLICATING, format!("replication Job {} is running", j.name));
-        return d;
+/// Suspended: slots are skipped (re-pinned); a request waits.
+fn suspended(
+    mut d: ReplDecision,
+    mut st: RepositoryReplicationStatus,
+    sched: &Sched,
+    due: bool,
+    now: DateTime<Utc>,
+) -> ReplDecision {
+    if due {
+        st.next_scheduled_at = sched.next_after(now).map(|n| n.at);
+        d.requeue = until(st.next_scheduled_at, now);
     }
     let manual_pending = st.manual_run.as_ref().is_some_and(|m| m.phase == ManualRunPhase::Pending);
-    let due = pin.is_some_and(|n| now >= n.at);
+    st.phase = Some(ReplicationPhase::Suspended);
+    d.status = st;
+    d.conditions = if manual_pending {
+        trio(Standing::Ready, reason::SUSPENDED_WITH_PENDING_RUN, "suspended; the requested run waits for resume")
+    } else {
+        trio(Standing::Ready, reason::SUSPENDED, "spec.suspend is true")
+    };
+    d
+}
 
-    if f.suspend {
-        // Suspended: slots are skipped (re-pinned); a request waits.
-        if due {
-            st.next_scheduled_at = sched.next_after(now).map(|n| n.at);
-            d.requeue = until(st.next_scheduled_at, now);
-        }
-        st.phase = Some(ReplicationPhase::Suspended);
-        d.status = st;
-        d.conditions = if manual_pending {
-            trio(Standing::Ready, reason::SUSPENDED_WITH_PENDING_RUN, "suspended; the requested run waits for resume")
-        } else {
-            trio(Standing::Ready, reason::SUSPENDED, "spec.suspend is true")
-        };
-        return d;
-    }
-    if st.phase == Some(ReplicationPhase::Suspended) {
-        st.phase = None;
-    }
-    match &f.gate {
-        Gate::Open => {}
+/// Whether the source gate holds the run: the conditions, and the requeue when parked (a run
+/// that would start is Pending meanwhile).
+fn gate_decision(
+    gate: &Gate,
+    st: &mut RepositoryReplicationStatus,
+    would_run: bool,
+) -> Option<(Vec<Cond>, Option<std::time::Duration>)> {
+    match gate {
+        Gate::Open => None,
         Gate::NotReady { .. } => {
-            if manual_pending || due {
+            if would_run {
                 st.phase = Some(ReplicationPhase::Pending);
             }
-            d.status = st;
-            d.conditions = trio(Standing::Waiting, reason::REPOSITORY_NOT_READY, f.gate.message());
-            d.requeue = std::time::Duration::from_secs(300);
-            return d;
+            Some((
+                trio(Standing::Waiting, reason::REPOSITORY_NOT_READY, gate.message()),
+                Some(std::time::Duration::from_secs(300)),
+            ))
         }
         Gate::NamespaceNotAllowed { .. } => {
-            d.status = st;
-            d.conditions = trio(Standing::Stalled, reason::NAMESPACE_NOT_ALLOWED, f.gate.message());
-            return d;
+            Some((trio(Standing::Stalled, reason::NAMESPACE_NOT_ALLOWED, gate.message()), None))
         }
     }
-    if (manual_pending || due) && !f.missing_secrets.is_empty() {
-        d.status = st;
-        d.conditions = trio(
-            Standing::Waiting,
-            reason::MISSING_CREDENTIALS_SECRET,
-            format!("Secret(s) {} missing in this namespace", f.missing_secrets.join(", ")),
-        );
-        d.requeue = std::time::Duration::from_secs(30);
-        return d;
-    }
-    if manual_pending {
-        // A manual run re-anchors the schedule.
-        let m = st.manual_run.as_mut().expect("pending manual run");
-        m.phase = ManualRunPhase::Running;
-        d.launch = Some(Launch { slot: now, at: now, manual: Some(m.requested_at.clone()) });
-        st.next_scheduled_at = sched.next_after(now).map(|n| n.at);
-    } else if let Some(n) = pin.filter(|_| due) {
-        d.launch = Some(Launch { slot: n.slot, at: n.at, manual: None });
-        st.next_scheduled_at = sched.next_after(now.max(n.slot)).map(|x| x.at);
-    }
-    if d.launch.is_some() {
-        st.phase = Some(ReplicationPhase::Replicating);
-        d.status = st;
-        d.conditions = trio(Standing::Waiting, REPLICATING, "replication Job launched");
-        d.requeue = std::time::Duration::from_secs(300);
-        return d;
-    }
+}
+
+/// A pending manual run launches (Running) and re-anchors the schedule.
+fn manual_run(st: &mut RepositoryReplicationStatus, sched: &Sched, now: DateTime<Utc>) -> Option<Launch> {
+    let m = st.manual_run.as_mut().filter(|m| m.phase == ManualRunPhase::Pending)?;
+    m.phase = ManualRunPhase::Running;
+    let launch = Launch { slot: now, at: now, manual: Some(m.requested_at.clone()) };
+    st.next_scheduled_at = sched.next_after(now).map(|n| n.at);
+    Some(launch)
+}
+
+/// The due slot launches, and the pin moves past it.
+fn scheduled_run(
+    st: &mut RepositoryReplicationStatus,
+    sched: &Sched,
+    due: Option<kopiur_api::domain::cron::NextSlot>,
+    now: DateTime<Utc>,
+) -> Option<Launch> {
+    let n = due?;
+    st.next_scheduled_at = sched.next_after(now.max(n.slot)).map(|x| x.at);
+    Some(Launch { slot: n.slot, at: n.at, manual: None })
+}
+
+/// The conditions when nothing runs: the last outcome and the next slot.
+fn idle_conditions(st: &RepositoryReplicationStatus) -> Vec<Cond> {
     let next = st.next_scheduled_at.map(rfc3339).unwrap_or_else(|| "never".into());
-    d.conditions = match &st.phase {
+    match &st.phase {
         Some(ReplicationPhase::Failed) => trio(
             Standing::Failed,
             reason::LAST_RUN_FAILED,
@@ -261,9 +319,7 @@ fn plan_inner(f: &ReplFacts, now: DateTime<Utc>) -> ReplDecision {
             | ReplicationPhase::Unknown(_),
         )
         | None => trio(Standing::Ready, reason::SCHEDULED, format!("next run at {next}")),
-    };
-    d.status = st;
-    d
+    }
 }
 
 #[cfg(test)]
