@@ -2,7 +2,6 @@
 //! parks (never fails) the Restore while its repository is not Ready, and the wait window for
 //! a missing snapshot starts only once the gate has passed.
 use chrono::{DateTime, Duration, Utc};
-use kopiur_api::names::{condition, reason};
 use kopiur_api::restore::{OnMissingSnapshot, RestorePhase};
 use kopiur_api::shared::status::Failure;
 
@@ -230,8 +229,13 @@ pub(super) fn decision(
         phase: Some(phase),
         conditions: vec![
             cond("Ready", ready, reason, m.clone()),
-            cond(condition::RECONCILING, reconciling, reason, ""),
-            cond(condition::STALLED, stalled, reason, if stalled == CondStatus::True { m } else { String::new() }),
+            cond(kopiur_api::names::condition::RECONCILING, reconciling, reason, ""),
+            cond(
+                kopiur_api::names::condition::STALLED,
+                stalled,
+                reason,
+                if stalled == CondStatus::True { m } else { String::new() },
+            ),
         ],
         steps: vec![],
         wait_started_at: None,
@@ -286,34 +290,51 @@ pub fn plan(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
 }
 
 fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
+    if let Some(d) = phase_decision(f, now) {
+        return d;
+    }
+    if let Some(d) = gate_decision(f) {
+        return d;
+    }
+    let started = f.wait_started_at.unwrap_or(now);
+    if let Some(d) = target_decision(f, now).or_else(|| mover_refusal(f)).or_else(|| credentials_hold(f)) {
+        return d;
+    }
+    if !f.pinned
+        && let Candidate::NotFound { what } = &f.candidate
+    {
+        return missing_snapshot(f, what, started, now);
+    }
+    launch_steps(f, started)
+}
+
+/// A Pending Restore that needs a human (`reason`, Stalled), no timer started.
+fn stalled(reason: &str, message: String) -> RestoreDecision {
+    let mut d = decision(RestorePhase::Pending, CondStatus::False, reason, message.clone());
+    d.conditions[1] = cond(kopiur_api::names::condition::RECONCILING, CondStatus::False, reason, "");
+    d.conditions[2] = cond(kopiur_api::names::condition::STALLED, CondStatus::True, reason, message);
+    d
+}
+
+/// The decision a phase past resolution makes by itself (None: Pending, Resolving or new).
+fn phase_decision(f: &RestoreFacts, now: DateTime<Utc>) -> Option<RestoreDecision> {
     match &f.phase {
         Some(RestorePhase::Completed) => {
-            let mut d = decision(RestorePhase::Completed, CondStatus::True, reason::RESTORE_SUCCEEDED, "restored");
+            let mut d = decision(
+                RestorePhase::Completed,
+                CondStatus::True,
+                kopiur_api::names::reason::RESTORE_SUCCEEDED,
+                "restored",
+            );
             if f.prime_left {
                 // Kubernetes keeps a PVC while any pod that mounted it exists, finished or
                 // not: the Job goes with the prime.
                 d.steps.push(Step::DeletePrime);
                 d.delete_job = f.job.state != JobState::Absent;
             }
-            return d;
+            Some(d)
         }
-        Some(RestorePhase::Failed) => {
-            let msg =
-                f.job.failure.as_ref().and_then(|x| x.message.clone()).unwrap_or_else(|| "the restore failed".into());
-            // The reason recorded with the failure (MoverJobLost, MoverPodWedged, ...) stays.
-            let reason = f.job.ready_reason.as_deref().filter(|r| !r.is_empty()).unwrap_or(reason::RESTORE_FAILED);
-            let mut d = decision(RestorePhase::Failed, CondStatus::False, reason, msg);
-            // A wedged Job whose delete did not land the first time is deleted again.
-            d.delete_job = reason == kopiur_api::names::reason::MOVER_POD_WEDGED && f.job.state == JobState::Active;
-            if d.delete_job {
-                d.requeue_after = Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS));
-            }
-            if f.prime_left {
-                d.steps.push(Step::DeletePrime);
-                d.delete_job |= f.job.state != JobState::Absent;
-            }
-            return d;
-        }
+        Some(RestorePhase::Failed) => Some(wedged_cleanup(f)),
         Some(RestorePhase::Unknown(_)) => {
             let mut d = decision(
                 RestorePhase::Pending,
@@ -322,222 +343,238 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
                 "phase not understood by this version",
             );
             d.phase = None;
-            return d;
+            Some(d)
         }
-        Some(RestorePhase::Restoring) => {
-            if let TargetState::Populate(p) = &f.target
-                && let Some(d) = populating(f, p, now)
-            {
-                return d;
-            }
-            return match (&f.job.state, &f.job.pods) {
-                (JobState::Active, Verdict::Wedged { message }) => {
-                    // Not the backend's fault: no reverify nudge.
-                    let mut d = decision(
-                        RestorePhase::Failed,
-                        CondStatus::False,
-                        kopiur_api::names::reason::MOVER_POD_WEDGED,
-                        message.clone(),
-                    );
-                    d.failure = Some(Failure { message: Some(message.clone()), ..Failure::default() });
-                    d.delete_job = true;
-                    d.requeue_after = Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS));
-                    d
-                }
-                (JobState::Active | JobState::Complete { .. }, _) => {
-                    let mut d =
-                        decision(RestorePhase::Restoring, CondStatus::False, "Restoring", "the restore Job is running");
-                    d.steps.push(Step::AwaitJob);
-                    if matches!(f.job.state, JobState::Complete { .. }) {
-                        d.requeue_after = Some(Duration::seconds(10));
-                    } else if let Verdict::NotWedged { recheck_at } = &f.job.pods {
-                        d.requeue_after = crate::wedged::requeue_after(
-                            f.job.pod_startup_deadline,
-                            f.job.created,
-                            *recheck_at,
-                            now,
-                            Duration::seconds(AWAIT_REQUEUE_SECONDS),
-                        );
-                    }
-                    d
-                }
-                (JobState::Failed { reason }, _) => {
-                    fail(reason::RESTORE_FAILED, format!("the restore Job failed: {reason}"), true, f, now)
-                }
-                (JobState::Absent, _) => {
-                    fail(reason::MOVER_JOB_LOST, "the restore Job vanished before reporting".into(), true, f, now)
-                }
-            };
-        }
-        Some(RestorePhase::Pending | RestorePhase::Resolving) | None => {}
+        Some(RestorePhase::Restoring) => Some(restoring(f, now)),
+        Some(RestorePhase::Pending | RestorePhase::Resolving) | None => None,
     }
-    // Another namespace's data without its grant: nothing is resolved, pinned or run. Re-checked
-    // every minute (a grant may appear).
-    if let Some(message) = &f.cross_ns {
-        let reason = kopiur_api::names::reason::CROSS_NAMESPACE_REFERENCE;
-        let mut d = decision(RestorePhase::Pending, CondStatus::False, reason, message.clone());
-        d.conditions[1] = cond(condition::RECONCILING, CondStatus::False, reason, "");
-        d.conditions[2] = cond(condition::STALLED, CondStatus::True, reason, message.clone());
-        d.requeue_after = Some(Duration::seconds(60));
+}
+
+/// A failed Restore stays failed with its reason; what it left is cleaned up: a wedged Job
+/// whose delete did not land the first time, a populate's prime (and the Job with it).
+fn wedged_cleanup(f: &RestoreFacts) -> RestoreDecision {
+    let msg = f.job.failure.as_ref().and_then(|x| x.message.clone()).unwrap_or_else(|| "the restore failed".into());
+    // The reason recorded with the failure (MoverJobLost, MoverPodWedged, ...) stays.
+    let reason =
+        f.job.ready_reason.as_deref().filter(|r| !r.is_empty()).unwrap_or(kopiur_api::names::reason::RESTORE_FAILED);
+    let mut d = decision(RestorePhase::Failed, CondStatus::False, reason, msg);
+    // A wedged Job whose delete did not land the first time is deleted again.
+    d.delete_job = reason == kopiur_api::names::reason::MOVER_POD_WEDGED && f.job.state == JobState::Active;
+    if d.delete_job {
+        d.requeue_after = Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS));
+    }
+    if f.prime_left {
+        d.steps.push(Step::DeletePrime);
+        d.delete_job |= f.job.state != JobState::Absent;
+    }
+    d
+}
+
+/// A Restoring Restore follows its populate, then its Job: running, wedged (failed, the Job
+/// deleted), failed or lost.
+fn restoring(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
+    if let TargetState::Populate(p) = &f.target
+        && let Some(d) = populating(f, p, now)
+    {
         return d;
+    }
+    match (&f.job.state, &f.job.pods) {
+        (JobState::Active, Verdict::Wedged { message }) => {
+            // Not the backend's fault: no reverify nudge.
+            let reason = kopiur_api::names::reason::MOVER_POD_WEDGED;
+            let mut d = decision(RestorePhase::Failed, CondStatus::False, reason, message.clone());
+            d.failure = Some(Failure { message: Some(message.clone()), ..Failure::default() });
+            d.delete_job = true;
+            d.requeue_after = Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS));
+            d
+        }
+        (JobState::Active | JobState::Complete { .. }, _) => {
+            let mut d = decision(RestorePhase::Restoring, CondStatus::False, "Restoring", "the restore Job is running");
+            d.steps.push(Step::AwaitJob);
+            if matches!(f.job.state, JobState::Complete { .. }) {
+                d.requeue_after = Some(Duration::seconds(10));
+            } else if let Verdict::NotWedged { recheck_at } = &f.job.pods {
+                d.requeue_after = crate::wedged::requeue_after(
+                    f.job.pod_startup_deadline,
+                    f.job.created,
+                    *recheck_at,
+                    now,
+                    Duration::seconds(AWAIT_REQUEUE_SECONDS),
+                );
+            }
+            d
+        }
+        (JobState::Failed { reason }, _) => {
+            fail(kopiur_api::names::reason::RESTORE_FAILED, format!("the restore Job failed: {reason}"), true, f, now)
+        }
+        (JobState::Absent, _) => fail(
+            kopiur_api::names::reason::MOVER_JOB_LOST,
+            "the restore Job vanished before reporting".into(),
+            true,
+            f,
+            now,
+        ),
+    }
+}
+
+/// Whether the Restore is held before anything is resolved, pinned or run.
+fn gate_decision(f: &RestoreFacts) -> Option<RestoreDecision> {
+    // Another namespace's data without its grant. Re-checked every minute (a grant may appear).
+    if let Some(message) = &f.cross_ns {
+        let mut d = stalled(kopiur_api::names::reason::CROSS_NAMESPACE_REFERENCE, message.clone());
+        d.requeue_after = Some(Duration::seconds(60));
+        return Some(d);
     }
     // G1, the readiness gate (docs/design/repository-breaker.md §4, docs/design/api-contract.md §9): parked while the repository is not Ready and
     // no timer starts. Wait heals by itself (Reconciling); Blocked (Failed, absent, or a namespace
     // not admitted) needs a human (Stalled). Neither is terminal: the repository watch resumes it.
-    match f.gate.readiness() {
-        Readiness::Go => {}
-        Readiness::Wait => {
-            let mut d =
-                decision(RestorePhase::Pending, CondStatus::False, reason::REPOSITORY_NOT_READY, f.gate.message());
-            d.requeue_after = Some(Duration::seconds(300));
-            return d;
-        }
-        Readiness::Blocked { reason } => {
-            let mut d = decision(RestorePhase::Pending, CondStatus::False, reason, f.gate.message());
-            d.conditions[1] = cond(condition::RECONCILING, CondStatus::False, reason, "");
-            d.conditions[2] = cond(condition::STALLED, CondStatus::True, reason, f.gate.message());
-            d.requeue_after = Some(Duration::seconds(300));
-            return d;
-        }
-    }
-    let started = f.wait_started_at.unwrap_or(now);
-    match &f.target {
-        TargetState::NotImplemented { what } => {
-            return fail(
-                reason::FEATURE_NOT_IMPLEMENTED,
-                format!("target.{what} is not implemented in this release"),
-                false,
-                f,
-                now,
-            );
-        }
-        TargetState::ExistsNotOurs { name } => {
-            return fail(
-                reason::TARGET_EXISTS,
-                format!("PVC {name} already exists and was not created by this Restore"),
-                false,
-                f,
-                now,
-            );
-        }
-        TargetState::Missing { name } => {
-            let mut d = decision(
-                RestorePhase::Pending,
-                CondStatus::False,
-                "TargetMissing",
-                format!("PVC {name} does not exist"),
-            );
-            d.requeue_after = Some(Duration::seconds(30));
-            return d;
-        }
-        TargetState::Populate(p) => {
-            if let Some(d) = before_populate(f, p, now) {
-                return d;
-            }
-        }
-        TargetState::Ready | TargetState::Create => {}
-    }
-    if let Some((reason, message)) = &f.mover_refused {
-        let mut d = decision(RestorePhase::Pending, CondStatus::False, reason, message.clone());
-        d.conditions[1] = cond(condition::RECONCILING, CondStatus::False, reason, "");
-        d.conditions[2] = cond(condition::STALLED, CondStatus::True, reason, message.clone());
-        // Re-checked every minute: the namespace's opt-in may appear.
-        d.requeue_after = Some(Duration::seconds(60));
-        return d;
-    }
-    // The credentials the Job would read (docs/design/mover.md §1.2): a missing Secret or key parks the
-    // Restore with CredentialsAvailable=False / MissingCredentialsSecret and no Job, nothing
-    // pinned or provisioned; the Secret watch resumes it once the Secret is there. A structural
-    // gate (docs/design/api-contract.md §7.4): a human creates the Secret, so Stalled.
-    if f.job.state == JobState::Absent
-        && let Some(message) = f.credentials.missing_message(&f.namespace)
-    {
-        let reason = f.credentials.reason();
-        let mut d = decision(RestorePhase::Pending, CondStatus::False, reason, message.clone());
-        d.conditions[1] = cond(condition::RECONCILING, CondStatus::False, reason, "");
-        d.conditions[2] = cond(condition::STALLED, CondStatus::True, reason, message.clone());
-        d.conditions.push(cond(
-            kopiur_api::names::condition::CREDENTIALS_AVAILABLE,
+    let mut d = match f.gate.readiness() {
+        Readiness::Go => return None,
+        Readiness::Wait => decision(
+            RestorePhase::Pending,
             CondStatus::False,
-            reason,
-            message,
+            kopiur_api::names::reason::REPOSITORY_NOT_READY,
+            f.gate.message(),
+        ),
+        Readiness::Blocked { reason } => stalled(reason, f.gate.message()),
+    };
+    d.requeue_after = Some(Duration::seconds(300));
+    Some(d)
+}
+
+/// A target that cannot be restored into (yet), or a populate that waits or is done before
+/// its launch.
+fn target_decision(f: &RestoreFacts, now: DateTime<Utc>) -> Option<RestoreDecision> {
+    match &f.target {
+        TargetState::NotImplemented { what } => Some(fail(
+            kopiur_api::names::reason::FEATURE_NOT_IMPLEMENTED,
+            format!("target.{what} is not implemented in this release"),
+            false,
+            f,
+            now,
+        )),
+        TargetState::ExistsNotOurs { name } => Some(fail(
+            kopiur_api::names::reason::TARGET_EXISTS,
+            format!("PVC {name} already exists and was not created by this Restore"),
+            false,
+            f,
+            now,
+        )),
+        TargetState::Missing { name } => {
+            let msg = format!("PVC {name} does not exist");
+            let mut d = decision(RestorePhase::Pending, CondStatus::False, "TargetMissing", msg);
+            d.requeue_after = Some(Duration::seconds(30));
+            Some(d)
+        }
+        TargetState::Populate(p) => before_populate(f, p, now),
+        TargetState::Ready | TargetState::Create => None,
+    }
+}
+
+/// Mover settings refused: Stalled, re-checked every minute (the namespace's opt-in may appear).
+fn mover_refusal(f: &RestoreFacts) -> Option<RestoreDecision> {
+    let (reason, message) = f.mover_refused.as_ref()?;
+    let mut d = stalled(reason, message.clone());
+    d.requeue_after = Some(Duration::seconds(60));
+    Some(d)
+}
+
+/// The credentials the Job would read (docs/design/mover.md §1.2): a missing Secret or key parks the
+/// Restore with CredentialsAvailable=False / MissingCredentialsSecret and no Job, nothing
+/// pinned or provisioned; the Secret watch resumes it once the Secret is there. A structural
+/// gate (docs/design/api-contract.md §7.4): a human creates the Secret, so Stalled.
+fn credentials_hold(f: &RestoreFacts) -> Option<RestoreDecision> {
+    if f.job.state != JobState::Absent {
+        return None;
+    }
+    let message = f.credentials.missing_message(&f.namespace)?;
+    let reason = f.credentials.reason();
+    let mut d = stalled(reason, message.clone());
+    d.conditions.push(cond(kopiur_api::names::condition::CREDENTIALS_AVAILABLE, CondStatus::False, reason, message));
+    // The Secret watch is the trigger; this is the safety net for a missed event.
+    d.requeue_after = Some(Duration::seconds(60));
+    Some(d)
+}
+
+/// No snapshot to pin: wait out the window, then fail or (onMissingSnapshot: Continue) go on
+/// with an empty target.
+fn missing_snapshot(f: &RestoreFacts, what: &str, started: DateTime<Utc>, now: DateTime<Utc>) -> RestoreDecision {
+    let window_end = f.wait_timeout.map(|w| started + w);
+    if let Some(end) = window_end
+        && now < end
+    {
+        let msg = format!("waiting for {what}");
+        let mut d = decision(
+            RestorePhase::Resolving,
+            CondStatus::False,
+            kopiur_api::names::reason::WAITING_FOR_SNAPSHOT,
+            msg.clone(),
+        );
+        d.conditions.push(cond(
+            kopiur_api::names::condition::RESOLVED,
+            CondStatus::False,
+            kopiur_api::names::reason::WAITING_FOR_SNAPSHOT,
+            msg,
         ));
-        // The Secret watch is the trigger; this is the safety net for a missed event.
-        d.requeue_after = Some(Duration::seconds(60));
+        d.wait_started_at = Some(started);
+        d.requeue_after = Some((end - now).min(Duration::seconds(30)));
         return d;
     }
+    let mut d = match f.on_missing {
+        OnMissingSnapshot::Fail => {
+            let mut d =
+                fail(kopiur_api::names::reason::SNAPSHOT_NOT_FOUND, format!("{what} does not exist"), false, f, now);
+            d.conditions.push(cond(
+                kopiur_api::names::condition::RESOLVED,
+                CondStatus::False,
+                kopiur_api::names::reason::SNAPSHOT_NOT_FOUND,
+                what.to_string(),
+            ));
+            d
+        }
+        OnMissingSnapshot::Continue => no_snapshot_continue(f, what),
+    };
+    d.wait_started_at = Some(started);
+    d
+}
+
+/// onMissingSnapshot: Continue. A populate still binds a volume, an empty one (no Job runs):
+/// it is not over yet; any other target completes empty.
+fn no_snapshot_continue(f: &RestoreFacts, what: &str) -> RestoreDecision {
+    let populate = matches!(f.target, TargetState::Populate(_));
+    let mut d = if populate {
+        let m = "no snapshot: the PVC gets an empty volume";
+        decision(RestorePhase::Restoring, CondStatus::False, kopiur_api::names::reason::POPULATING, m)
+    } else {
+        let m = "no snapshot; target left empty";
+        decision(RestorePhase::Completed, CondStatus::True, kopiur_api::names::reason::RESTORE_SUCCEEDED, m)
+    };
+    d.conditions.push(cond(
+        kopiur_api::names::condition::RESOLVED,
+        CondStatus::True,
+        kopiur_api::names::reason::NO_SNAPSHOT_CONTINUE,
+        what.to_string(),
+    ));
+    d.steps = match &f.target {
+        TargetState::Populate(Populate::Priming { prime: Prime::Absent, .. }) => {
+            vec![Step::PinEmpty, Step::CreatePrime]
+        }
+        TargetState::Populate(_) => vec![Step::PinEmpty],
+        TargetState::Ready
+        | TargetState::Create
+        | TargetState::ExistsNotOurs { .. }
+        | TargetState::Missing { .. }
+        | TargetState::NotImplemented { .. } => vec![Step::CompleteEmpty],
+    };
+    d.requeue_after = populate.then(|| Duration::seconds(5));
+    d
+}
+
+/// The way to a running Job: pin, create the target or the prime, launch (or await the Job).
+fn launch_steps(f: &RestoreFacts, started: DateTime<Utc>) -> RestoreDecision {
     let mut steps = Vec::new();
     if !f.pinned {
-        match &f.candidate {
-            Candidate::Found { .. } | Candidate::Deferred => steps.push(Step::Pin),
-            Candidate::NotFound { what } => {
-                let window_end = f.wait_timeout.map(|w| started + w);
-                if let Some(end) = window_end
-                    && now < end
-                {
-                    let mut d = decision(
-                        RestorePhase::Resolving,
-                        CondStatus::False,
-                        reason::WAITING_FOR_SNAPSHOT,
-                        format!("waiting for {what}"),
-                    );
-                    d.conditions.push(cond(
-                        condition::RESOLVED,
-                        CondStatus::False,
-                        reason::WAITING_FOR_SNAPSHOT,
-                        format!("waiting for {what}"),
-                    ));
-                    d.wait_started_at = Some(started);
-                    d.requeue_after = Some((end - now).min(Duration::seconds(30)));
-                    return d;
-                }
-                return match f.on_missing {
-                    OnMissingSnapshot::Fail => {
-                        let mut d = fail(reason::SNAPSHOT_NOT_FOUND, format!("{what} does not exist"), false, f, now);
-                        d.conditions.push(cond(
-                            condition::RESOLVED,
-                            CondStatus::False,
-                            reason::SNAPSHOT_NOT_FOUND,
-                            what.clone(),
-                        ));
-                        d.wait_started_at = Some(started);
-                        d
-                    }
-                    OnMissingSnapshot::Continue => {
-                        // A populate still binds a volume, an empty one (no Job runs): it is
-                        // not over yet.
-                        let populate = matches!(f.target, TargetState::Populate(_));
-                        let mut d = if populate {
-                            let m = "no snapshot: the PVC gets an empty volume";
-                            decision(RestorePhase::Restoring, CondStatus::False, reason::POPULATING, m)
-                        } else {
-                            let m = "no snapshot; target left empty";
-                            decision(RestorePhase::Completed, CondStatus::True, reason::RESTORE_SUCCEEDED, m)
-                        };
-                        d.conditions.push(cond(
-                            condition::RESOLVED,
-                            CondStatus::True,
-                            reason::NO_SNAPSHOT_CONTINUE,
-                            what.clone(),
-                        ));
-                        d.steps = match &f.target {
-                            TargetState::Populate(Populate::Priming { prime: Prime::Absent, .. }) => {
-                                vec![Step::PinEmpty, Step::CreatePrime]
-                            }
-                            TargetState::Populate(_) => vec![Step::PinEmpty],
-                            TargetState::Ready
-                            | TargetState::Create
-                            | TargetState::ExistsNotOurs { .. }
-                            | TargetState::Missing { .. }
-                            | TargetState::NotImplemented { .. } => vec![Step::CompleteEmpty],
-                        };
-                        d.wait_started_at = Some(started);
-                        d.requeue_after = populate.then(|| Duration::seconds(5));
-                        d
-                    }
-                };
-            }
-        }
+        steps.push(Step::Pin);
     }
     if f.target == TargetState::Create {
         steps.push(Step::CreatePvc);
@@ -550,7 +587,12 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
         JobState::Active | JobState::Complete { .. } | JobState::Failed { .. } => steps.push(Step::AwaitJob),
     }
     let mut d = decision(RestorePhase::Restoring, CondStatus::False, "Restoring", "the restore Job was created");
-    d.conditions.push(cond(condition::RESOLVED, CondStatus::True, reason::SNAPSHOT_RESOLVED, ""));
+    d.conditions.push(cond(
+        kopiur_api::names::condition::RESOLVED,
+        CondStatus::True,
+        kopiur_api::names::reason::SNAPSHOT_RESOLVED,
+        "",
+    ));
     if f.credentials == Credentials::Found {
         d.conditions.push(cond(
             kopiur_api::names::condition::CREDENTIALS_AVAILABLE,
