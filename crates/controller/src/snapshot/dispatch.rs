@@ -10,7 +10,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use kopiur_api::Snapshot;
-use kopiur_api::names::{annotation, condition, label, op};
+use kopiur_api::names::{annotation, condition, label};
 use kopiur_api::snapshot::DeletionDecision;
 use kube::api::{DeleteParams, PropagationPolicy};
 use kube::runtime::reflector::ObjectRef;
@@ -216,34 +216,33 @@ pub async fn pass(
     let mut held_series = BTreeMap::new();
     let mut pending_series = BTreeMap::new();
     for repo in &repos {
-        let uid = repo.uid();
         let state = breaker_for(ctx, repo, &dels, now);
-        let rr = repo_ref(repo);
+        let p = RepoPass { ctx, repo, uid: repo.uid(), rr: repo_ref(repo), state, tuning, schedules_warm, now };
         let key = RepoLabels {
             kind: repo.kind().to_string(),
-            namespace: rr.namespace.clone().unwrap_or_default(),
-            name: rr.name.clone(),
+            namespace: p.rr.namespace.clone().unwrap_or_default(),
+            name: p.rr.name.clone(),
         };
         // Series exist while the repository shows deletion activity (0 after a wave drains)
         // and disappear with the repository.
-        let active = state.pending_external > 0
-            || state.held_count() > 0
+        let active = p.state.pending_external > 0
+            || p.state.held_count() > 0
             || status_common(repo).is_some_and(|s| s.deletion_protection.is_some());
         if active {
-            pending_series.insert(key.clone(), i64::from(state.pending_external));
-            held_series.insert(key, i64::from(state.held_count()));
+            pending_series.insert(key.clone(), i64::from(p.state.pending_external));
+            held_series.insert(key, i64::from(p.state.held_count()));
         }
-        if let Err(e) = write_repo_status(ctx, repo, &state, now).await {
-            tracing::warn!(repository = %rr.display(), error = %e, "writing deletionProtection status failed");
+        if let Err(e) = write_repo_status(ctx, repo, &p.state, now).await {
+            tracing::warn!(repository = %p.rr.display(), error = %e, "writing deletionProtection status failed");
         }
         let mine: Vec<&Arc<Snapshot>> =
-            dels.iter().filter(|s| observe::binding(s, || resolves(ctx, s)).counts_against(&uid)).collect();
+            dels.iter().filter(|s| observe::binding(s, || resolves(ctx, s)).counts_against(&p.uid)).collect();
         // Members whose decision is about to change (e.g. an acked wave flipping Held ->
         // Delete one status write at a time): while any remain, only full batches fire, so a
         // released wave pools into as few Jobs (and connects) as possible.
         let mut flipping = 0usize;
         for s in &mine {
-            if needs_replan(s, &state) {
+            if needs_replan(s, &p.state) {
                 if observe::previous_record(s).is_some_and(|r| r.decision == DeletionDecision::Held) {
                     flipping += 1;
                 }
@@ -251,97 +250,137 @@ pub async fn pass(
             }
         }
         // Bounded by progress: a backlog that stops shrinking must not stall partial batches.
-        let (more_coming, backlog) = batch::pool_more_coming(memory.flips.get(&uid).copied(), flipping, now);
+        let (more_coming, backlog) = batch::pool_more_coming(memory.flips.get(&p.uid).copied(), flipping, now);
         match backlog {
-            Some(b) => memory.flips.insert(uid.clone(), b),
-            None => memory.flips.remove(&uid),
+            Some(b) => memory.flips.insert(p.uid.clone(), b),
+            None => memory.flips.remove(&p.uid),
         };
-        // Terminal batch Jobs: count once, enqueue the members of a complete one, reap.
-        for (job, b) in jobs.iter().filter(|(_, b)| b.repo_uid == uid) {
-            // Keyed by the Job's uid, not its name: a failed batch's retry reuses the name
-            // and must be counted (and, failing again, nudge) as a batch of its own.
-            if b.phase.is_terminal() && memory.counted.insert(job.uid().unwrap_or_else(|| b.name.clone())) {
-                let outcome = match b.phase {
-                    JobPhase::Complete { .. } => "succeeded",
-                    JobPhase::Failed { .. } | JobPhase::Running => "failed",
-                };
-                let ns = rr.namespace.clone().unwrap_or_default();
-                ctx.metrics.deletion_batches.inc(RepoOutcomeLabels {
-                    kind: repo.kind().into(),
-                    namespace: ns,
-                    name: rr.name.clone(),
-                    outcome: outcome.into(),
-                });
-                if outcome == "failed" {
-                    for _ in &b.members {
-                        ctx.metrics
-                            .deletion_failures
-                            .inc(DeletionFailureLabels { namespace: job.namespace().unwrap_or_default() });
-                    }
-                    ctx.event(
-                        &repo_object_ref(repo),
-                        true,
-                        kopiur_api::names::event::SNAPSHOT_DELETION_BATCH_FAILED,
-                        crate::deletion::messages::batch_failed(&b.name, b.members.len()),
-                    )
-                    .await;
-                    // No member was released; the repository re-probes sooner (behavior
-                    // docs/design/repository-breaker.md §3.8, docs/design/mass-deletion.md §6.4). A batch Job reports no failure class: the probe decides.
-                    if crate::repo_view::failure_nudge(true, false, None, repo.reverify_requested_at(), now)
-                        && let Err(e) = ctx.nudge(repo, now).await
-                    {
-                        tracing::warn!(repository = %rr.display(), error = %e, "stamping reverify-requested-at failed");
-                    }
-                }
+        for (job, b) in jobs.iter().filter(|(_, b)| b.repo_uid == p.uid) {
+            p.settle_batch(job, b, &dels, memory, &mut enqueue).await;
+        }
+        let fire = p.fire(&mine, &all_jobs);
+        if !fire.is_empty() {
+            p.create_batches(fire, more_coming, &mut all_jobs, memory).await;
+        }
+    }
+    ctx.metrics.deletions_held.replace(held_series);
+    ctx.metrics.deletions_pending_external.replace(pending_series);
+    enqueue
+}
+
+/// One repository's part of a pass: what its steps share.
+struct RepoPass<'a> {
+    ctx: &'a Context,
+    repo: &'a RepoView,
+    uid: String,
+    rr: RepoRef,
+    state: BreakerState,
+    tuning: &'a BatchTuning,
+    schedules_warm: bool,
+    now: DateTime<Utc>,
+}
+
+impl RepoPass<'_> {
+    /// A batch Job: counted once terminal, a failed one's answer read, a complete one's members enqueued, reaped.
+    async fn settle_batch(
+        &self,
+        job: &Job,
+        b: &BatchJob,
+        dels: &[Arc<Snapshot>],
+        memory: &mut DispatchMemory,
+        enqueue: &mut Vec<ObjectRef<Snapshot>>,
+    ) {
+        // Keyed by the Job's uid, not its name: a failed batch's retry reuses the name
+        // and must be counted (and, failing again, nudge) as a batch of its own.
+        if b.phase.is_terminal() && memory.counted.insert(job.uid().unwrap_or_else(|| b.name.clone())) {
+            self.count_terminal(job, b).await;
+        }
+        // A failed batch says which members it released and which it refused: record it on
+        // the Job once, then let its members decide from it.
+        if matches!(b.phase, JobPhase::Failed { .. })
+            && b.outcomes.is_empty()
+            && memory.outcomes_read.insert(job.uid().unwrap_or_else(|| b.name.clone()))
+        {
+            match super::batch_outcome::record(self.ctx, job, &b.members).await {
+                Ok(true) => enqueue.extend(
+                    dels.iter()
+                        .filter(|s| s.uid().is_some_and(|u| b.members.contains(&u)))
+                        .map(|s| ObjectRef::from_obj(s.as_ref())),
+                ),
+                Ok(false) => {}
+                // Read once: its members then re-batch and a new Job answers for them.
+                Err(e) => tracing::warn!(job = %b.name, error = %e, "reading a failed batch's answer failed"),
             }
-            // A failed batch says which members it released and which it refused: record it on
-            // the Job once, then let its members decide from it.
-            if matches!(b.phase, JobPhase::Failed { .. })
-                && b.outcomes.is_empty()
-                && memory.outcomes_read.insert(job.uid().unwrap_or_else(|| b.name.clone()))
-            {
-                match super::batch_outcome::record(ctx, job, &b.members).await {
-                    Ok(true) => enqueue.extend(
-                        dels.iter()
-                            .filter(|s| s.uid().is_some_and(|u| b.members.contains(&u)))
-                            .map(|s| ObjectRef::from_obj(s.as_ref())),
-                    ),
-                    Ok(false) => {}
-                    // Read once: its members then re-batch and a new Job answers for them.
-                    Err(e) => tracing::warn!(job = %b.name, error = %e, "reading a failed batch's answer failed"),
-                }
+        }
+        let holding = |m: &str| dels.iter().any(|s| s.uid().as_deref() == Some(m) && observe::finalizer_present(s));
+        if matches!(b.phase, JobPhase::Complete { .. }) {
+            for s in dels.iter().filter(|s| s.uid().is_some_and(|u| b.members.contains(&u))) {
+                enqueue.push(ObjectRef::from_obj(s.as_ref()));
             }
-            let holding = |m: &str| dels.iter().any(|s| s.uid().as_deref() == Some(m) && observe::finalizer_present(s));
-            if matches!(b.phase, JobPhase::Complete { .. }) {
-                for s in dels.iter().filter(|s| s.uid().is_some_and(|u| b.members.contains(&u))) {
-                    enqueue.push(ObjectRef::from_obj(s.as_ref()));
-                }
-            }
-            match batch::reap(b, holding, tuning, now) {
-                Reap::Keep | Reap::DeleteAt(_) => {}
-                Reap::Delete => {
-                    let api: Api<Job> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
-                    let dp = DeleteParams {
-                        propagation_policy: Some(PropagationPolicy::Background),
-                        ..DeleteParams::default()
-                    };
-                    match api.delete(&b.name, &dp).await {
-                        Ok(_) => tracing::info!(job = %b.name, "batch delete Job reaped"),
-                        Err(kube::Error::Api(e)) if e.code == 404 => {}
-                        Err(e) => tracing::warn!(job = %b.name, error = %e, "reaping a batch Job failed"),
-                    }
+        }
+        match batch::reap(b, holding, self.tuning, self.now) {
+            Reap::Keep | Reap::DeleteAt(_) => {}
+            Reap::Delete => {
+                let api: Api<Job> = Api::namespaced(self.ctx.client.clone(), &job.namespace().unwrap_or_default());
+                let dp =
+                    DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..DeleteParams::default() };
+                match api.delete(&b.name, &dp).await {
+                    Ok(_) => tracing::info!(job = %b.name, "batch delete Job reaped"),
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => tracing::warn!(job = %b.name, error = %e, "reaping a batch Job failed"),
                 }
             }
         }
-        // The fire set and its batches.
-        let in_flight = batch::in_flight_members(&all_jobs);
+    }
+
+    /// A terminal batch Job, counted once; a failed one also counts its members' failures,
+    /// publishes a Warning Event and nudges the repository's reverify.
+    async fn count_terminal(&self, job: &Job, b: &BatchJob) {
+        let (ctx, repo, rr) = (self.ctx, self.repo, &self.rr);
+        let outcome = match b.phase {
+            JobPhase::Complete { .. } => "succeeded",
+            JobPhase::Failed { .. } | JobPhase::Running => "failed",
+        };
+        let ns = rr.namespace.clone().unwrap_or_default();
+        ctx.metrics.deletion_batches.inc(RepoOutcomeLabels {
+            kind: repo.kind().into(),
+            namespace: ns,
+            name: rr.name.clone(),
+            outcome: outcome.into(),
+        });
+        if outcome != "failed" {
+            return;
+        }
+        for _ in &b.members {
+            ctx.metrics.deletion_failures.inc(DeletionFailureLabels { namespace: job.namespace().unwrap_or_default() });
+        }
+        ctx.event(
+            &repo_object_ref(repo),
+            true,
+            kopiur_api::names::event::SNAPSHOT_DELETION_BATCH_FAILED,
+            crate::deletion::messages::batch_failed(&b.name, b.members.len()),
+        )
+        .await;
+        // No member was released; the repository re-probes sooner (behavior
+        // docs/design/repository-breaker.md §3.8, docs/design/mass-deletion.md §6.4). A batch Job reports no failure class: the probe decides.
+        if crate::repo_view::failure_nudge(true, false, None, repo.reverify_requested_at(), self.now)
+            && let Err(e) = ctx.nudge(repo, self.now).await
+        {
+            tracing::warn!(repository = %rr.display(), error = %e, "stamping reverify-requested-at failed");
+        }
+    }
+
+    /// The fire set: the members to delete now, each quiet window running from the last activity.
+    fn fire(&self, mine: &[&Arc<Snapshot>], all_jobs: &[BatchJob]) -> fire_set::FireSet {
+        let (ctx, repo) = (self.ctx, self.repo);
+        let in_flight = batch::in_flight_members(all_jobs);
         // The dispatcher acts for the repository itself (its Jobs run in the repository's home
         // namespace): its phase alone decides. Tenancy is asked of each member below.
         let fctx = FireContext {
-            repo_uid: &uid,
+            repo_uid: &self.uid,
             repo_ready: crate::gating::own_phase_ready(status_common(repo).and_then(|s| s.phase.as_ref())),
             on_namespace_delete: repo.common().on_namespace_delete,
-            breaker: &state,
+            breaker: &self.state,
             in_flight: &in_flight,
         };
         let candidates: Vec<FireCandidate> = mine
@@ -359,7 +398,7 @@ pub async fn pass(
                     skip: observe::skip(s),
                     policy: observe::effective_policy(s, policy_default(ctx, s)),
                     ns_terminating: ns_terminating(ctx, &s.namespace().unwrap_or_default()),
-                    schedule: schedule_link(ctx, s, schedules_warm),
+                    schedule: schedule_link(ctx, s, self.schedules_warm),
                     on_schedule_delete: observe::on_schedule_delete(s),
                     namespace_allowed: ctx.tenancy_allows(repo, &s.namespace().unwrap_or_default()),
                     source: observe::recorded_source(s),
@@ -382,33 +421,39 @@ pub async fn pass(
             }
         }
         if !fire.excluded.is_empty() {
-            tracing::debug!(repository = %rr.display(), excluded = ?fire.excluded, "members left out of the fire set");
+            tracing::debug!(repository = %self.rr.display(), excluded = ?fire.excluded, "members left out of the fire set");
         }
-        if fire.is_empty() {
-            continue;
-        }
-        let d = batch::next_batches(&[RepoQueue { repo_uid: uid.clone(), fire_set: fire }], &all_jobs, tuning, now);
-        for spec in d.create.into_iter().filter(|b| !more_coming || b.members.len() >= tuning.max_members) {
-            match create_batch(ctx, repo, &spec).await {
+        fire
+    }
+
+    /// The fire set's batches created (only full ones while a flip backlog pools) and remembered.
+    async fn create_batches(
+        &self,
+        fire: fire_set::FireSet,
+        more_coming: bool,
+        all_jobs: &mut Vec<BatchJob>,
+        memory: &mut DispatchMemory,
+    ) {
+        let queue = [RepoQueue { repo_uid: self.uid.clone(), fire_set: fire }];
+        let d = batch::next_batches(&queue, all_jobs, self.tuning, self.now);
+        for spec in d.create.into_iter().filter(|b| !more_coming || b.members.len() >= self.tuning.max_members) {
+            match create_batch(self.ctx, self.repo, &spec).await {
                 Ok(()) => {
                     let members = spec.members.iter().map(|m| m.uid.clone()).collect();
                     let job = BatchJob {
                         name: spec.name.clone(),
-                        repo_uid: uid.clone(),
+                        repo_uid: self.uid.clone(),
                         members,
                         phase: JobPhase::Running,
                         outcomes: BTreeMap::new(),
                     };
                     all_jobs.push(job.clone());
-                    memory.created.insert(spec.name.clone(), (job, now));
+                    memory.created.insert(spec.name.clone(), (job, self.now));
                 }
                 Err(e) => tracing::warn!(job = %spec.name, error = %e, "creating a batch delete Job failed"),
             }
         }
     }
-    ctx.metrics.deletions_held.replace(held_series);
-    ctx.metrics.deletions_pending_external.replace(pending_series);
-    enqueue
 }
 
 fn backup_job_active(ctx: &Context, s: &Snapshot) -> bool {
@@ -432,7 +477,7 @@ async fn create_batch(ctx: &Context, repo: &RepoView, spec: &batch::BatchSpec) -
     })?;
     let ns = repo.home_namespace(&ctx.config.namespace);
     // The deterministic member-set name is the single-flight lock.
-    if ctx.create_mover_job(&ns, &job, op::SNAPSHOT_DELETE_BATCH).await? {
+    if ctx.create_mover_job(&ns, &job, kopiur_api::names::op::SNAPSHOT_DELETE_BATCH).await? {
         tracing::info!(job = %spec.name, members = spec.members.len(), "batch delete Job created");
     }
     Ok(())
