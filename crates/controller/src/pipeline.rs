@@ -22,9 +22,55 @@ use crate::watch::{self, JobOwner};
 pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()> + Send + 'static {
     let st = &shared.stores;
     let ctx = shared.clone();
-    let (snapshots, restores, policies, crepos) =
-        (st.snapshots.clone(), st.restores.clone(), st.policies.clone(), st.crepos.clone());
+    let (snap_ctl, snap_tx, snap_progress) = snapshot_controller(shared, feeds);
+    let restore_ctl = restore_controller(shared, feeds);
+    // SnapshotSchedules: their own kind and their Snapshots (the controller owner reference).
+    let sched_ctl = Controller::for_shared_stream(feeds.schedules.subscribe(), st.schedules.clone())
+        .watches_shared_stream(feeds.snapshots.subscribe(), |s: Arc<Snapshot>| watch::schedule_of(&s));
 
+    let policy_ctl = policy_controller(shared, feeds);
+
+    tokio::spawn(crate::snapshot::gauges::run(ctx.clone(), st.restores.clone()));
+    // The ADR-0006 batch-delete dispatcher.
+    tokio::spawn(crate::snapshot::dispatch::run(ctx.clone(), snap_tx));
+
+    let cfg = shared.config.controller_config();
+    let a = snap_ctl
+        .with_config(cfg.clone())
+        .shutdown_on_signal()
+        .run(crate::snapshot::reconcile::reconcile, error_policy, ctx.clone())
+        .for_each(move |r| {
+            snap_progress.done();
+            crate::error_events::settle(r)
+        });
+    let b = sched_ctl
+        .with_config(cfg.clone())
+        .shutdown_on_signal()
+        .run(crate::snapshot_schedule::reconcile::reconcile, error_policy, ctx.clone())
+        .for_each(crate::error_events::settle);
+    let c = policy_ctl
+        .with_config(cfg.clone())
+        .shutdown_on_signal()
+        .run(crate::snapshot_policy::reconcile::reconcile, error_policy, ctx.clone())
+        .for_each(crate::error_events::settle);
+    let d = restore_ctl
+        .with_config(cfg)
+        .shutdown_on_signal()
+        .run(crate::restore::reconcile::reconcile, error_policy, ctx)
+        .for_each(crate::error_events::settle);
+    async move {
+        futures::join!(a, b, c, d);
+    }
+}
+
+/// The Snapshot controller, the sender of the dispatcher's enqueues and the progress that paces
+/// its trigger.
+fn snapshot_controller(
+    shared: &Arc<Context>,
+    feeds: &mut Feeds,
+) -> (Controller<Snapshot>, mpsc::Sender<ObjectRef<Snapshot>>, Arc<crate::pace::Progress>) {
+    let snapshots = shared.stores.snapshots.clone();
+    let crepos = &shared.stores.crepos;
     // Snapshots: their own kind, their Jobs, and the referents a parked one waits on. The
     // feeds update each store before the mapper runs, so the re-reconcile sees the new state.
     let s = snapshots.clone();
@@ -78,7 +124,12 @@ pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()
             watch::namespace_snapshots(&s6.state(), &n.metadata, relabelled, label_dependent)
         })
         .reconcile_on(ReceiverStream(snap_rx));
+    (snap_ctl, snap_tx, snap_progress)
+}
 
+/// The Restore controller; the populator's claim watch and its registration run beside it.
+fn restore_controller(shared: &Arc<Context>, feeds: &mut Feeds) -> Controller<kopiur_api::Restore> {
+    let (ctx, restores, crepos) = (shared, shared.stores.restores.clone(), &shared.stores.crepos);
     // Restores: their own kind, their Jobs, and what a Restore not past the gate waits on. A
     // Restore may reference a Repository in another namespace (docs/design/api-contract.md §1.8), so a repository
     // event looks at parked Restores everywhere (a Blocked RepositoryNotFound one resumes when
@@ -118,18 +169,19 @@ pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()
         .reconcile_on(ReceiverStream(claim_rx));
     tokio::spawn(crate::restore::populate::watch_claims(ctx.clone(), feeds.pvcs.subscribe(), claim_tx));
     tokio::spawn(crate::restore::populate::register_loop(ctx.client.clone()));
+    restore_ctl
+}
 
-    // SnapshotSchedules: their own kind and their Snapshots (the controller owner reference).
-    let sched_ctl = Controller::for_shared_stream(feeds.schedules.subscribe(), st.schedules.clone())
-        .watches_shared_stream(feeds.snapshots.subscribe(), |s: Arc<Snapshot>| watch::schedule_of(&s));
-
+/// The SnapshotPolicy controller.
+fn policy_controller(shared: &Arc<Context>, feeds: &mut Feeds) -> Controller<kopiur_api::SnapshotPolicy> {
+    let (policies, crepos) = (shared.stores.policies.clone(), &shared.stores.crepos);
     // SnapshotPolicies: their own kind, their Snapshots, the repositories they target, the PVCs
     // of a namespace whose policies select by label (their `resolved.sources` expansion), and a
     // relabelled namespace's policies.
     let (p1, p2, p3, p4) = (policies.clone(), policies.clone(), policies.clone(), policies.clone());
     let crepos_p = crepos.clone();
     let policy_ns_seen = Mutex::new(crate::gating::NamespaceLabels::default());
-    let policy_ctl = Controller::for_shared_stream(feeds.policies.subscribe(), policies.clone())
+    Controller::for_shared_stream(feeds.policies.subscribe(), policies.clone())
         .watches_shared_stream(feeds.snapshots.subscribe(), |s: Arc<Snapshot>| watch::policy_of(&s))
         .watches_shared_stream(feeds.repos.subscribe(), move |repo: Arc<Repository>| {
             crate::policy_rules::sources::policies_targeting(
@@ -149,37 +201,5 @@ pub fn wire(shared: &Arc<Context>, feeds: &mut Feeds) -> impl Future<Output = ()
             let relabelled = policy_ns_seen.lock().is_ok_and(|mut seen| seen.changed(&ns, n.metadata.labels.as_ref()));
             let label_dependent = relabelled && crate::gating::any_label_dependent(&crepos_p);
             watch::namespace_policies(&p4.state(), &n.metadata, relabelled, label_dependent)
-        });
-
-    tokio::spawn(crate::snapshot::gauges::run(ctx.clone(), restores.clone()));
-    // The ADR-0006 batch-delete dispatcher.
-    tokio::spawn(crate::snapshot::dispatch::run(ctx.clone(), snap_tx));
-
-    let cfg = shared.config.controller_config();
-    let a = snap_ctl
-        .with_config(cfg.clone())
-        .shutdown_on_signal()
-        .run(crate::snapshot::reconcile::reconcile, error_policy, ctx.clone())
-        .for_each(move |r| {
-            snap_progress.done();
-            crate::error_events::settle(r)
-        });
-    let b = sched_ctl
-        .with_config(cfg.clone())
-        .shutdown_on_signal()
-        .run(crate::snapshot_schedule::reconcile::reconcile, error_policy, ctx.clone())
-        .for_each(crate::error_events::settle);
-    let c = policy_ctl
-        .with_config(cfg.clone())
-        .shutdown_on_signal()
-        .run(crate::snapshot_policy::reconcile::reconcile, error_policy, ctx.clone())
-        .for_each(crate::error_events::settle);
-    let d = restore_ctl
-        .with_config(cfg)
-        .shutdown_on_signal()
-        .run(crate::restore::reconcile::reconcile, error_policy, ctx)
-        .for_each(crate::error_events::settle);
-    async move {
-        futures::join!(a, b, c, d);
-    }
+        })
 }
