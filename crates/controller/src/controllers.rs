@@ -47,60 +47,33 @@ pub fn build(client: &Client, config: Config, metrics: Arc<Metrics>) -> (Arc<Con
         }};
     }
     // Slimmed as before: the pipeline's own kinds and Maintenance (the stores that grow with a
-    // fleet); the others as the apiserver sends them.
-    let (jobs, jobs_s, jobs_y) = ns_feed!(Job, all().labels(MANAGED_JOBS), None);
-    let (secrets, secrets_s, secrets_y) =
-        ns_feed!(kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>, all(), None);
-    let (namespaces, ns_s, ns_y) =
-        feed!(kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>, all(), None);
-    let (pvcs, pvcs_s, pvcs_y) =
-        ns_feed!(kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::PersistentVolumeClaim>, all(), None);
-    let (repos, repos_s, repos_y) = ns_feed!(Repository, all(), None);
-    let (crepos, crepos_s, crepos_y) = feed!(ClusterRepository, all(), None);
+    // fleet); the others as the apiserver sends them. Each is `(feed, store, synced)`.
+    let jobs = ns_feed!(Job, all().labels(MANAGED_JOBS), None);
+    let secrets = ns_feed!(kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>, all(), None);
+    let namespaces = feed!(kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>, all(), None);
+    let pvcs = ns_feed!(kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::PersistentVolumeClaim>, all(), None);
+    let repos = ns_feed!(Repository, all(), None);
+    let crepos = feed!(ClusterRepository, all(), None);
     // Snapshots, the store that grows with a fleet, are read lean (`lean.rs`), then slimmed.
     let snapshot_watch = {
         let (client, namespaces) = (client.clone(), config.watch_namespaces.clone());
         Box::new(move |wc| crate::lean::snapshot_watch(client, namespaces, wc))
     };
-    let (snapshots, snaps_s, snaps_y) =
-        Feed::<kopiur_api::Snapshot>::from_source(snapshot_watch, all(), Some(crate::heap::slim_snapshot));
-    let (schedules, scheds_s, scheds_y) = ns_feed!(kopiur_api::SnapshotSchedule, all(), Some(crate::heap::slim_object));
-    let (policies, pols_s, pols_y) = ns_feed!(kopiur_api::SnapshotPolicy, all(), Some(crate::heap::slim_object));
-    let (restores, rest_s, rest_y) = ns_feed!(kopiur_api::Restore, all(), None);
-    let (maintenances, maint_s, maint_y) = ns_feed!(kopiur_api::Maintenance, all(), Some(crate::heap::slim_object));
-    let (replications, repl_s, repl_y) = ns_feed!(kopiur_api::RepositoryReplication, all(), None);
-    let (snapshot_replications, srepl_s, srepl_y) = ns_feed!(kopiur_api::SnapshotReplication, all(), None);
-    let stores = Stores {
-        jobs: jobs_s,
-        secrets: secrets_s,
-        namespaces: ns_s,
-        pvcs: pvcs_s,
-        repos: repos_s,
-        crepos: crepos_s,
-        snapshots: snaps_s,
-        schedules: scheds_s,
-        policies: pols_s,
-        restores: rest_s,
-        maintenances: maint_s,
-        replications: repl_s,
-        snapshot_replications: srepl_s,
-        synced: StoresSynced {
-            jobs: jobs_y,
-            secrets: secrets_y,
-            namespaces: ns_y,
-            pvcs: pvcs_y,
-            repos: repos_y,
-            crepos: crepos_y,
-            snapshots: snaps_y,
-            schedules: scheds_y,
-            policies: pols_y,
-            restores: rest_y,
-            maintenances: maint_y,
-            replications: repl_y,
-            snapshot_replications: srepl_y,
-        },
-    };
-    let feeds = Feeds {
+    let snapshots = Feed::<kopiur_api::Snapshot>::from_source(snapshot_watch, all(), Some(crate::heap::slim_snapshot));
+    let schedules = ns_feed!(kopiur_api::SnapshotSchedule, all(), Some(crate::heap::slim_object));
+    let policies = ns_feed!(kopiur_api::SnapshotPolicy, all(), Some(crate::heap::slim_object));
+    let restores = ns_feed!(kopiur_api::Restore, all(), None);
+    let maintenances = ns_feed!(kopiur_api::Maintenance, all(), Some(crate::heap::slim_object));
+    let replications = ns_feed!(kopiur_api::RepositoryReplication, all(), None);
+    let snapshot_replications = ns_feed!(kopiur_api::SnapshotReplication, all(), None);
+    // Each kind's feed, store and synced flag go to the field of its name in `Feeds`, `Stores`
+    // and `StoresSynced`.
+    macro_rules! split {
+        ($($kind:ident),*) => {
+            (Feeds { $($kind: $kind.0),* }, Stores { $($kind: $kind.1),*, synced: StoresSynced { $($kind: $kind.2),* } })
+        };
+    }
+    let (feeds, stores) = split!(
         jobs,
         secrets,
         namespaces,
@@ -113,8 +86,8 @@ pub fn build(client: &Client, config: Config, metrics: Arc<Metrics>) -> (Arc<Con
         restores,
         maintenances,
         replications,
-        snapshot_replications,
-    };
+        snapshot_replications
+    );
     (Arc::new(Context::new(client.clone(), config, metrics, stores)), feeds)
 }
 
