@@ -352,7 +352,19 @@ pub async fn sync(
         ..SyncOutcome::default()
     };
 
-    for d in &p.deletes {
+    delete_rows(client, &p.deletes, &mut out).await?;
+    for (r, e) in &p.repairs {
+        write_row_status(client, &r.namespace, &r.name, &row_status(scope, e)).await?;
+        out.repaired += 1;
+    }
+
+    create_rows(client, scope, &p.creates, &mut out).await?;
+    Ok(out)
+}
+
+/// Deletes the rows the plan drops (guarded by their uid; gone or changed already: skipped).
+async fn delete_rows(client: &Client, deletes: &[plan::Delete], out: &mut SyncOutcome) -> Result<(), kube::Error> {
+    for d in deletes {
         let api: Api<Snapshot> = Api::namespaced(client.clone(), &d.row.namespace);
         let dp = DeleteParams {
             preconditions: Some(Preconditions { uid: Some(d.row.uid.clone()), resource_version: None }),
@@ -371,13 +383,19 @@ pub async fn sync(
             Err(e) => return Err(e),
         }
     }
-    for (r, e) in &p.repairs {
-        write_row_status(client, &r.namespace, &r.name, &row_status(scope, e)).await?;
-        out.repaired += 1;
-    }
+    Ok(())
+}
 
+/// Creates the rows the plan adds, each in the namespace it is placed in, then writes its
+/// status; a row no namespace takes is counted unplaced.
+async fn create_rows(
+    client: &Client,
+    scope: &RepoScope,
+    creates: &[CatalogEntry],
+    out: &mut SyncOutcome,
+) -> Result<(), kube::Error> {
     let mut usable: BTreeMap<String, bool> = BTreeMap::new();
-    for e in &p.creates {
+    for e in creates {
         let hostname_ok = match scope.namespace {
             Some(_) => false,
             None => match usable.get(&e.hostname) {
@@ -417,7 +435,7 @@ pub async fn sync(
         };
         write_row_status(client, &ns, &name, &created_row_status(scope, e, generation, chrono::Utc::now())).await?;
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -146,45 +146,10 @@ pub fn plan_verified(
         (Some(c), Some(t)) => t < c,
         (Some(_), None) | (None, _) => false,
     };
-
-    // Owned: recorded by one of the operator's own (non-discovered) Snapshots bound here, in
-    // any phase, including ones being deleted; or tagged by a live one's backup Job.
-    let own: Vec<&ExistingSnapshot> = existing.iter().filter(|s| s.bound_here && !s.discovered_row).collect();
-    let owned_ids: BTreeSet<&str> = own.iter().filter_map(|s| s.kopia_snapshot_id.as_deref()).collect();
-    let owned_uids: BTreeSet<&str> = own.iter().map(|s| s.uid.as_str()).filter(|u| !u.is_empty()).collect();
-    let is_owned = |e: &CatalogEntry| {
-        owned_ids.contains(e.id.as_str())
-            || e.tags.get(TAG_SNAPSHOT_UID).is_some_and(|u| owned_uids.contains(u.as_str()))
-    };
-
-    // The entries that should be rows: unowned, young enough, and the newest N per identity.
-    let mut wanted: BTreeMap<&str, &CatalogEntry> = BTreeMap::new();
-    let mut per_identity: BTreeMap<(&str, &str), u32> = BTreeMap::new();
-    for e in newest_first(entries) {
-        if e.id.is_empty() || is_owned(e) || too_old(entry_time(e)) {
-            continue;
-        }
-        let n = per_identity.entry((e.username.as_str(), e.hostname.as_str())).or_insert(0);
-        if bounds.per_identity.is_some_and(|max| *n >= max) {
-            continue;
-        }
-        *n += 1;
-        wanted.insert(e.id.as_str(), e);
-    }
+    let owned = Owned::of(existing);
+    let wanted = wanted(entries, &owned, bounds, too_old);
     let listed: BTreeSet<&str> = entries.iter().map(|e| e.id.as_str()).collect();
-
-    let live_ids: BTreeSet<&str> =
-        own.iter().filter(|s| !s.deleting).filter_map(|s| s.kopia_snapshot_id.as_deref()).collect();
-    let live_uids: BTreeSet<&str> =
-        own.iter().filter(|s| !s.deleting).map(|s| s.uid.as_str()).filter(|u| !u.is_empty()).collect();
-    let owned_by_deleting = entries
-        .iter()
-        .filter(|e| is_owned(e))
-        .filter(|e| {
-            !live_ids.contains(e.id.as_str())
-                && !e.tags.get(TAG_SNAPSHOT_UID).is_some_and(|u| live_uids.contains(u.as_str()))
-        })
-        .count();
+    let owned_by_deleting = entries.iter().filter(|e| owned.only_by_deleting(e)).count();
     let mut out = CatalogPlan { complete, owned_by_deleting, ..CatalogPlan::default() };
     let rows: Vec<&ExistingSnapshot> = existing.iter().filter(|s| s.discovered_row).collect();
     let mut have: BTreeSet<&str> = BTreeSet::new();
@@ -201,14 +166,14 @@ pub fn plan_verified(
             uid: r.uid.clone(),
             snapshot_id: id.to_string(),
         };
-        let reason = if owned_ids.contains(id) {
+        let reason = if owned.ids.contains(id) {
             Some(DeleteReason::OwnedElsewhere)
         } else if listed.contains(id) {
             // Listed: kept unless the bounds exclude it (owned-by-tag entries are kept: the tag
             // alone is not a recorded owner).
             match wanted.get(id) {
                 Some(_) => None,
-                None if entries.iter().any(|e| e.id == id && is_owned(e)) => None,
+                None if entries.iter().any(|e| e.id == id && owned.owns(e)) => None,
                 None => Some(DeleteReason::OutOfBounds),
             }
         } else if too_old(r.end_time) {
@@ -239,6 +204,62 @@ pub fn plan_verified(
     }
     out.discovered_after = kept + out.creates.len();
     out
+}
+
+/// What the operator's own (non-discovered) Snapshots bound here claim: the kopia ids they
+/// record and their uids (a backup Job tags its kopia snapshot with it), of every one in any
+/// phase and of the live ones (not being deleted).
+struct Owned<'a> {
+    ids: BTreeSet<&'a str>,
+    uids: BTreeSet<&'a str>,
+    live_ids: BTreeSet<&'a str>,
+    live_uids: BTreeSet<&'a str>,
+}
+
+impl<'a> Owned<'a> {
+    fn of(existing: &'a [ExistingSnapshot]) -> Self {
+        let own =
+            |live: bool| existing.iter().filter(move |s| s.bound_here && !s.discovered_row && !(live && s.deleting));
+        let ids = |live| own(live).filter_map(|s| s.kopia_snapshot_id.as_deref()).collect();
+        let uids = |live| own(live).map(|s| s.uid.as_str()).filter(|u| !u.is_empty()).collect();
+        Owned { ids: ids(false), uids: uids(false), live_ids: ids(true), live_uids: uids(true) }
+    }
+
+    /// Owned: recorded by one of the operator's own Snapshots, in any phase, including ones
+    /// being deleted; or tagged by one's backup Job.
+    fn owns(&self, e: &CatalogEntry) -> bool {
+        self.ids.contains(e.id.as_str()) || e.tags.get(TAG_SNAPSHOT_UID).is_some_and(|u| self.uids.contains(u.as_str()))
+    }
+
+    /// Owned, and by no live Snapshot: only by ones being deleted.
+    fn only_by_deleting(&self, e: &CatalogEntry) -> bool {
+        self.owns(e)
+            && !self.live_ids.contains(e.id.as_str())
+            && !e.tags.get(TAG_SNAPSHOT_UID).is_some_and(|u| self.live_uids.contains(u.as_str()))
+    }
+}
+
+/// The entries that should be rows, by id: unowned, young enough, and the newest N per identity.
+fn wanted<'a>(
+    entries: &'a [CatalogEntry],
+    owned: &Owned,
+    bounds: Bounds,
+    too_old: impl Fn(Option<Time>) -> bool,
+) -> BTreeMap<&'a str, &'a CatalogEntry> {
+    let mut wanted: BTreeMap<&str, &CatalogEntry> = BTreeMap::new();
+    let mut per_identity: BTreeMap<(&str, &str), u32> = BTreeMap::new();
+    for e in newest_first(entries) {
+        if e.id.is_empty() || owned.owns(e) || too_old(entry_time(e)) {
+            continue;
+        }
+        let n = per_identity.entry((e.username.as_str(), e.hostname.as_str())).or_insert(0);
+        if bounds.per_identity.is_some_and(|max| *n >= max) {
+            continue;
+        }
+        *n += 1;
+        wanted.insert(e.id.as_str(), e);
+    }
+    wanted
 }
 
 /// Most ids one scan asks the mover to verify (the work spec carries them; 1000 ids of 32-64
