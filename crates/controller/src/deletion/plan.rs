@@ -197,7 +197,6 @@ fn manifest_id(m: &Manifest) -> Option<&str> {
 /// Plan the deletion of one Snapshot. Pure: `now` only stamps `decidedAt` / `heldSince`.
 pub fn plan_snapshot_deletion(f: &SnapshotDeletionFacts, now: Time) -> DeletionPlan {
     let (row, action) = decide(f);
-    let previous = f.previous.as_ref();
     let manifest = manifest_id(&f.manifest);
     let mut plan = DeletionPlan {
         row,
@@ -232,57 +231,63 @@ pub fn plan_snapshot_deletion(f: &SnapshotDeletionFacts, now: Time) -> DeletionP
             plan.record = f.previous.clone();
             plan.requeue_after = Some(Duration::seconds(WAIT_REQUEUE_SECONDS));
         }
-        Action::Held => {
-            let (decided_at, held_since) = match (was_held(previous), previous) {
-                (true, Some(p)) => (p.decided_at.or(Some(now)), p.held_since.or(Some(now))),
-                (true, None) | (false, _) => (Some(now), Some(now)),
-            };
-            plan.record = Some(DeletionRecord { decision: DeletionDecision::Held, decided_at, held_since });
-            let message = f.breaker.held_message.clone().unwrap_or_else(|| {
-                format!(
-                    "deletion held by the mass-deletion breaker: external deletions pending reached the threshold {}",
-                    f.breaker.threshold
-                )
-            });
-            plan.held_condition = Some(PlannedCondition {
-                type_: condition::DELETION_HELD,
-                status: true,
-                reason: reason::MASS_DELETION_BREAKER,
-                message: message.clone(),
-            });
-            if !was_held(previous) {
-                plan.events.push(PlannedEvent {
-                    kind: EventType::Warning,
-                    reason: event::SNAPSHOT_DELETION_HELD,
-                    message,
-                });
-            }
-        }
-        Action::DeleteSnapshot(_) => {
-            let decided_at = match (was_delete(previous), previous) {
-                (true, Some(p)) => p.decided_at.or(Some(now)),
-                (true, None) | (false, _) => Some(now),
-            };
-            plan.record = Some(DeletionRecord { decision: DeletionDecision::Delete, decided_at, held_since: None });
-            if was_held(previous) {
-                let (reason, message) = match f.breaker.ack_effective.filter(|_| f.breaker.acked) {
-                    Some(e) => (reason::ACKNOWLEDGED, messages::snapshot_acknowledged(e)),
-                    None => (
-                        reason::BELOW_THRESHOLD,
-                        messages::snapshot_below_threshold(f.breaker.pending_external, f.breaker.threshold),
-                    ),
-                };
-                plan.held_condition =
-                    Some(PlannedCondition { type_: condition::DELETION_HELD, status: false, reason, message });
-            }
-            plan.parked_on_repository = match f.repo {
-                RepoPresence::Present { ready } => !ready,
-                // Unreachable after D6; parked is the cautious reading.
-                RepoPresence::Gone => true,
-            };
-        }
+        Action::Held => held(f, now, &mut plan),
+        Action::DeleteSnapshot(_) => delete(f, now, &mut plan),
     }
     plan
+}
+
+/// Held by the mass-deletion breaker: the Held record (its first decision and hold kept),
+/// `DeletionHeld=True`, and one Warning Event when the hold starts.
+fn held(f: &SnapshotDeletionFacts, now: Time, plan: &mut DeletionPlan) {
+    let previous = f.previous.as_ref();
+    let (decided_at, held_since) = match (was_held(previous), previous) {
+        (true, Some(p)) => (p.decided_at.or(Some(now)), p.held_since.or(Some(now))),
+        (true, None) | (false, _) => (Some(now), Some(now)),
+    };
+    plan.record = Some(DeletionRecord { decision: DeletionDecision::Held, decided_at, held_since });
+    let message = f.breaker.held_message.clone().unwrap_or_else(|| {
+        format!(
+            "deletion held by the mass-deletion breaker: external deletions pending reached the threshold {}",
+            f.breaker.threshold
+        )
+    });
+    plan.held_condition = Some(PlannedCondition {
+        type_: condition::DELETION_HELD,
+        status: true,
+        reason: reason::MASS_DELETION_BREAKER,
+        message: message.clone(),
+    });
+    if !was_held(previous) {
+        plan.events.push(PlannedEvent { kind: EventType::Warning, reason: event::SNAPSHOT_DELETION_HELD, message });
+    }
+}
+
+/// Deleted: the Delete record (its first decision kept), `DeletionHeld=False` once a hold ends,
+/// and whether the delete waits for the repository.
+fn delete(f: &SnapshotDeletionFacts, now: Time, plan: &mut DeletionPlan) {
+    let previous = f.previous.as_ref();
+    let decided_at = match (was_delete(previous), previous) {
+        (true, Some(p)) => p.decided_at.or(Some(now)),
+        (true, None) | (false, _) => Some(now),
+    };
+    plan.record = Some(DeletionRecord { decision: DeletionDecision::Delete, decided_at, held_since: None });
+    if was_held(previous) {
+        let (reason, message) = match f.breaker.ack_effective.filter(|_| f.breaker.acked) {
+            Some(e) => (reason::ACKNOWLEDGED, messages::snapshot_acknowledged(e)),
+            None => (
+                reason::BELOW_THRESHOLD,
+                messages::snapshot_below_threshold(f.breaker.pending_external, f.breaker.threshold),
+            ),
+        };
+        plan.held_condition =
+            Some(PlannedCondition { type_: condition::DELETION_HELD, status: false, reason, message });
+    }
+    plan.parked_on_repository = match f.repo {
+        RepoPresence::Present { ready } => !ready,
+        // Unreachable after D6; parked is the cautious reading.
+        RepoPresence::Gone => true,
+    };
 }
 
 #[cfg(test)]
