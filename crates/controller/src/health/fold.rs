@@ -1,9 +1,9 @@
 //! Folding one connect verdict into the breaker state: the transition table's verdict rows.
 use chrono::Duration;
-use kopiur_api::names::{event, reason};
-use kopiur_kopia::classify::ErrorClass;
 
 use super::gate::CreateGate;
+use kopiur_kopia::classify::ErrorClass;
+
 use super::holdoff::{adaptive_deadline, escalated_deadline, strict_retry_holdoff};
 use super::messages;
 use super::types::{
@@ -129,50 +129,9 @@ pub fn success_fold(
     out: &mut FoldOutcome,
 ) {
     let prev_phase = out.status.phase.unwrap_or(Phase::Pending);
-    match pinned(&out.status) {
-        None => {
-            out.status.unique_id = Some(unique_id.to_string());
-            out.events.push(Event::normal(
-                event::REPOSITORY_BOOTSTRAPPED,
-                format!(
-                    "{} repository {unique_id} at {}",
-                    if created { "created" } else { "connected to" },
-                    facts.id.target
-                ),
-            ));
-        }
-        Some(pin) if pin.eq_ignore_ascii_case(unique_id) => {
-            if job.via_reinit_ack {
-                out.events.push(Event::normal(
-                    event::REINITIALIZE_ACK_IGNORED_REPOSITORY_PRESENT,
-                    format!("repository {pin} is present at {}; nothing was created", facts.id.target),
-                ));
-            }
-        }
-        Some(pin) => {
-            if job.via_reinit_ack {
-                out.status.unique_id = Some(unique_id.to_string());
-                out.events.push(Event::warning(
-                    event::REPOSITORY_REINITIALIZED,
-                    format!(
-                        "{} repository {unique_id} at {} replaces {pin}",
-                        if created { "created" } else { "pinned" },
-                        facts.id.target
-                    ),
-                ));
-            } else {
-                // R17: a different repository answered; never adopt it silently.
-                let message = messages::unique_id_mismatch(&facts.id, &pin, unique_id);
-                to_failed(out, TerminalReason::RepositoryUniqueIdMismatch { found: unique_id.to_string() }, message);
-                out.status.reach = Some(ReachState {
-                    reach: super::types::Reach::Reachable,
-                    message: Verdict::Reachable { unique_id: String::new(), created, index_blob_count }.summary(),
-                });
-                return;
-            }
-        }
+    if !check_pin(facts, job, unique_id, created, index_blob_count, out) {
+        return;
     }
-
     let h = &mut out.status.health;
     h.consecutive_probe_failures = 0;
     h.first_failure_at = None;
@@ -194,11 +153,67 @@ pub fn success_fold(
     }
     match prev_phase {
         Phase::Degraded => out.events.push(Event::normal(
-            event::REPOSITORY_BREAKER_CLOSED,
+            kopiur_api::names::event::REPOSITORY_BREAKER_CLOSED,
             format!("a {} connect to {} succeeded; consumers resume", job.kind.label(), facts.id.target),
         )),
         Phase::Pending | Phase::Initializing | Phase::Ready | Phase::Failed => {}
     }
+}
+
+/// Pins the first repository that answers, or checks the pin: an ack'd reinitialize re-pins, a
+/// different repository fails the repository (R17). False: the connect does not heal it.
+fn check_pin(
+    facts: &RepoFacts,
+    job: &JobFacts,
+    unique_id: &str,
+    created: bool,
+    index_blob_count: Option<u64>,
+    out: &mut FoldOutcome,
+) -> bool {
+    match pinned(&out.status) {
+        None => {
+            out.status.unique_id = Some(unique_id.to_string());
+            out.events.push(Event::normal(
+                kopiur_api::names::event::REPOSITORY_BOOTSTRAPPED,
+                format!(
+                    "{} repository {unique_id} at {}",
+                    if created { "created" } else { "connected to" },
+                    facts.id.target
+                ),
+            ));
+        }
+        Some(pin) if pin.eq_ignore_ascii_case(unique_id) => {
+            if job.via_reinit_ack {
+                out.events.push(Event::normal(
+                    kopiur_api::names::event::REINITIALIZE_ACK_IGNORED_REPOSITORY_PRESENT,
+                    format!("repository {pin} is present at {}; nothing was created", facts.id.target),
+                ));
+            }
+        }
+        Some(pin) => {
+            if job.via_reinit_ack {
+                out.status.unique_id = Some(unique_id.to_string());
+                out.events.push(Event::warning(
+                    kopiur_api::names::event::REPOSITORY_REINITIALIZED,
+                    format!(
+                        "{} repository {unique_id} at {} replaces {pin}",
+                        if created { "created" } else { "pinned" },
+                        facts.id.target
+                    ),
+                ));
+            } else {
+                // R17: a different repository answered; never adopt it silently.
+                let message = messages::unique_id_mismatch(&facts.id, &pin, unique_id);
+                to_failed(out, TerminalReason::RepositoryUniqueIdMismatch { found: unique_id.to_string() }, message);
+                out.status.reach = Some(ReachState {
+                    reach: super::types::Reach::Reachable,
+                    message: Verdict::Reachable { unique_id: String::new(), created, index_blob_count }.summary(),
+                });
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// Record one failed connect of a pinned repository in the streak.
@@ -220,13 +235,13 @@ fn open(facts: &RepoFacts, kind: ConnectKind, now: Time, out: &mut FoldOutcome) 
         Some(StrictRetry { attempt: 1, holdoff_seconds: holdoff, next_attempt_at: now + Duration::seconds(holdoff) });
     out.effects.push(Effect::Trip { probe_kind: kind.probe_kind() });
     out.events.push(Event::warning(
-        event::REPOSITORY_BREAKER_OPENED,
+        kopiur_api::names::event::REPOSITORY_BREAKER_OPENED,
         format!(
             "{} consecutive failed connects to {} ({}); consumers park until a connect succeeds; next strict retry \
              in {holdoff}s",
             out.status.health.consecutive_probe_failures,
             facts.id.target,
-            out.status.reach.as_ref().map(|r| r.reach.reason()).unwrap_or(reason::CONNECT_FAILED),
+            out.status.reach.as_ref().map(|r| r.reach.reason()).unwrap_or(kopiur_api::names::reason::CONNECT_FAILED),
         ),
     ));
 }
@@ -310,39 +325,7 @@ fn fold_strict(
                 advance_retry(facts, job, now, out);
             }
         },
-        StrictRoute::NotInitialized => match pin {
-            Some(pin) => {
-                count_failure(out, verdict, now);
-                if job.via_reinit_ack {
-                    // The ack allowed a create and still nothing exists: stop, so the ack
-                    // cannot drive a launch loop.
-                    to_failed(
-                        out,
-                        TerminalReason::Class(kopiur_kopia::classify::ErrorClass::NotFound),
-                        format!(
-                            "the reinitialize ack allowed creating a repository at {}, but none could be created",
-                            facts.id.target
-                        ),
-                    );
-                } else {
-                    let message = match super::gate::gate_for(facts, Phase::Failed) {
-                        CreateGate::DisabledBySpec { .. } => messages::reinitialize_blocked_disabled(&facts.id, &pin),
-                        CreateGate::PinnedOnceReady | CreateGate::Allowed { .. } => {
-                            messages::reinitialize_blocked(&facts.id, &pin)
-                        }
-                    };
-                    to_failed(out, TerminalReason::RepositoryReinitializeBlocked, message);
-                }
-            }
-            None => {
-                out.status.reach = Some(ReachState { reach: verdict.reach(), message: verdict.summary() });
-                out.status.bootstrapped = Some(Bootstrapped::No {
-                    reason: reason::REPOSITORY_NOT_INITIALIZED.to_string(),
-                    message: verdict.summary(),
-                });
-                to_failed(out, TerminalReason::RepositoryNotInitialized, messages::not_initialized(&facts.id));
-            }
-        },
+        StrictRoute::NotInitialized => not_initialized(facts, job, verdict, pin, now, out),
         StrictRoute::Terminal { reason } => {
             match pin {
                 Some(_) => count_failure(out, verdict, now),
@@ -355,6 +338,52 @@ fn fold_strict(
             let message =
                 format!("{}; fix it and the repository retries on the next spec or Secret change", verdict.summary());
             to_failed(out, reason, message);
+        }
+    }
+}
+
+/// A strict connect found no repository: a pinned one is gone (failed, the reinitialize
+/// blocked unless an ack allowed the create that still found nothing), an unpinned one was
+/// never initialized.
+fn not_initialized(
+    facts: &RepoFacts,
+    job: &JobFacts,
+    verdict: &Verdict,
+    pin: Option<String>,
+    now: Time,
+    out: &mut FoldOutcome,
+) {
+    match pin {
+        Some(pin) => {
+            count_failure(out, verdict, now);
+            if job.via_reinit_ack {
+                // The ack allowed a create and still nothing exists: stop, so the ack
+                // cannot drive a launch loop.
+                to_failed(
+                    out,
+                    TerminalReason::Class(ErrorClass::NotFound),
+                    format!(
+                        "the reinitialize ack allowed creating a repository at {}, but none could be created",
+                        facts.id.target
+                    ),
+                );
+            } else {
+                let message = match super::gate::gate_for(facts, Phase::Failed) {
+                    CreateGate::DisabledBySpec { .. } => messages::reinitialize_blocked_disabled(&facts.id, &pin),
+                    CreateGate::PinnedOnceReady | CreateGate::Allowed { .. } => {
+                        messages::reinitialize_blocked(&facts.id, &pin)
+                    }
+                };
+                to_failed(out, TerminalReason::RepositoryReinitializeBlocked, message);
+            }
+        }
+        None => {
+            out.status.reach = Some(ReachState { reach: verdict.reach(), message: verdict.summary() });
+            out.status.bootstrapped = Some(Bootstrapped::No {
+                reason: kopiur_api::names::reason::REPOSITORY_NOT_INITIALIZED.to_string(),
+                message: verdict.summary(),
+            });
+            to_failed(out, TerminalReason::RepositoryNotInitialized, messages::not_initialized(&facts.id));
         }
     }
 }
@@ -419,7 +448,7 @@ fn fold_probe(
                     } else if first {
                         // R8: one Event per failure episode.
                         out.events.push(Event::warning(
-                            event::REPOSITORY_PROBE_FAILED,
+                            kopiur_api::names::event::REPOSITORY_PROBE_FAILED,
                             format!("probe connect to {} failed: {}", facts.id.target, verdict.summary()),
                         ));
                     }
@@ -435,13 +464,15 @@ struct FailureReasonLabel;
 impl FailureReasonLabel {
     fn of(verdict: &Verdict) -> &'static str {
         match verdict {
-            Verdict::Reachable { .. } => reason::BOOTSTRAPPED,
-            Verdict::ProbeDeadlineExceeded { job_deadline: true } => reason::BOOTSTRAP_DEADLINE_EXCEEDED,
-            Verdict::ProbeDeadlineExceeded { job_deadline: false } => reason::REPOSITORY_UNAVAILABLE,
+            Verdict::Reachable { .. } => kopiur_api::names::condition::BOOTSTRAPPED,
+            Verdict::ProbeDeadlineExceeded { job_deadline: true } => {
+                kopiur_api::names::reason::BOOTSTRAP_DEADLINE_EXCEEDED
+            }
+            Verdict::ProbeDeadlineExceeded { job_deadline: false } => kopiur_api::names::reason::REPOSITORY_UNAVAILABLE,
             Verdict::TimedOut { .. } => kopiur_api::names::reason::TIMED_OUT,
-            Verdict::NotInitialized => reason::REPOSITORY_NOT_INITIALIZED,
+            Verdict::NotInitialized => kopiur_api::names::reason::REPOSITORY_NOT_INITIALIZED,
             Verdict::BackendUnreachable { class } | Verdict::ConnectFailed { class } => class.as_str(),
-            Verdict::BootstrapJobFailed => reason::BOOTSTRAP_JOB_FAILED,
+            Verdict::BootstrapJobFailed => kopiur_api::names::reason::BOOTSTRAP_JOB_FAILED,
         }
     }
 }

@@ -294,47 +294,7 @@ fn next_step(facts: &RepoFacts, now: Time, d: &mut Decision) {
                 d.requeue_after = Some(secs_until(now, r.next_attempt_at));
             }
         }
-        Phase::Degraded => {
-            record_reverify_while_open(facts, d);
-            // S2/S3 launch at once even while open (a human acted); S4 waits for the stamp.
-            let next = d.status.health.strict_retry.as_ref().map(|r| r.next_attempt_at);
-            match next {
-                Some(at) if !spec_changed && now < at => {
-                    match endpoint_returned(facts).filter(|_| slot_open(facts, now)) {
-                        // The endpoint answers again: the strict connect now, in place of the
-                        // stamped one (it takes that slot; see `fold::slot_end`).
-                        Some(back) => {
-                            d.events.push(Event {
-                                type_: EventType::Normal,
-                                reason: ENDPOINT_ANSWERING,
-                                note: format!(
-                                    "the endpoint of {} answers again (checked at {}); strict connect launched now \
-                                 instead of at {}",
-                                    facts.id.target,
-                                    back.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                                    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                                ),
-                            });
-                            d.early_strict = Some(back);
-                            launch(facts, d, ConnectKind::Strict, Phase::Degraded, now);
-                            if let Plan::Launch(l) = &mut d.plan {
-                                l.early = true;
-                            }
-                        }
-                        None => {
-                            let wake = match &facts.endpoint {
-                                Endpoint::Checkable { last: Some(l), .. } if endpoint_watched(facts) => {
-                                    at.min(next_check_at(l, &facts.tuning))
-                                }
-                                Endpoint::Checkable { .. } | Endpoint::NotCheckable => at,
-                            };
-                            d.requeue_after = Some(secs_until(now, wake));
-                        }
-                    }
-                }
-                Some(_) | None => launch(facts, d, ConnectKind::Strict, Phase::Degraded, now),
-            }
-        }
+        Phase::Degraded => degraded_step(facts, now, spec_changed, d),
         Phase::Ready => {
             if spec_changed {
                 launch(facts, d, ConnectKind::Strict, Phase::Ready, now); // S2/S3
@@ -342,6 +302,51 @@ fn next_step(facts: &RepoFacts, now: Time, d: &mut Decision) {
             }
             ready_probe(facts, now, d);
         }
+    }
+}
+
+/// The breaker is open: the stamped strict retry when due (or at once after a spec or
+/// credentials change), earlier when the endpoint answers again, else a wake-up at the stamp
+/// or the next endpoint check.
+fn degraded_step(facts: &RepoFacts, now: Time, spec_changed: bool, d: &mut Decision) {
+    record_reverify_while_open(facts, d);
+    // S2/S3 launch at once even while open (a human acted); S4 waits for the stamp.
+    let next = d.status.health.strict_retry.as_ref().map(|r| r.next_attempt_at);
+    match next {
+        Some(at) if !spec_changed && now < at => {
+            match endpoint_returned(facts).filter(|_| slot_open(facts, now)) {
+                // The endpoint answers again: the strict connect now, in place of the
+                // stamped one (it takes that slot; see `fold::slot_end`).
+                Some(back) => {
+                    d.events.push(Event {
+                        type_: EventType::Normal,
+                        reason: ENDPOINT_ANSWERING,
+                        note: format!(
+                            "the endpoint of {} answers again (checked at {}); strict connect launched now \
+                         instead of at {}",
+                            facts.id.target,
+                            back.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                        ),
+                    });
+                    d.early_strict = Some(back);
+                    launch(facts, d, ConnectKind::Strict, Phase::Degraded, now);
+                    if let Plan::Launch(l) = &mut d.plan {
+                        l.early = true;
+                    }
+                }
+                None => {
+                    let wake = match &facts.endpoint {
+                        Endpoint::Checkable { last: Some(l), .. } if endpoint_watched(facts) => {
+                            at.min(next_check_at(l, &facts.tuning))
+                        }
+                        Endpoint::Checkable { .. } | Endpoint::NotCheckable => at,
+                    };
+                    d.requeue_after = Some(secs_until(now, wake));
+                }
+            }
+        }
+        Some(_) | None => launch(facts, d, ConnectKind::Strict, Phase::Degraded, now),
     }
 }
 
