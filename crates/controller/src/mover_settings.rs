@@ -244,37 +244,69 @@ pub fn resolve_with(
     op: MoverOp,
     facts: &MoverFacts,
 ) -> Result<MoverSettings, Refusal> {
-    let privileged_permitted = facts.privileged_permitted;
+    let inherited = inherited_identity(recipe, op, facts)?;
+    let mut s = merged(defaults, recipe, facts, inherited.as_ref());
+    let privileged_mode = recipe.and_then(|r| r.privileged_mode).unwrap_or(false);
+    if let Some(refusal) = privileged_refusal(&s, privileged_mode, op, facts.privileged_permitted) {
+        return Err(refusal);
+    }
+    if privileged_mode {
+        // Root, with every capability dropped except what this operation needs.
+        let sc = s.security_context.get_or_insert_with(Default::default);
+        sc.run_as_user = Some(0);
+        sc.run_as_non_root = Some(false);
+        sc.capabilities = Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: Some(op.privileged_capabilities().iter().map(|c| c.to_string()).collect()),
+        });
+    }
+    persistent_cache(&mut s, recipe, facts)?;
+    Ok(s)
+}
+
+/// The identity `inheritSecurityContextFrom` gave, when the recipe asks for it; refused when it
+/// could not be read, or for a Job kind that does not inherit.
+fn inherited_identity(
+    recipe: Option<&MoverSpec>,
+    op: MoverOp,
+    facts: &MoverFacts,
+) -> Result<Option<crate::mover_pods::Inherited>, Refusal> {
     let inherits = recipe.is_some_and(|r| r.inherit_security_context_from.is_some());
-    let inherited = match (&facts.inherited, inherits) {
-        (_, false) => None,
-        (Some(Ok(i)), true) => Some(i.clone()),
-        (Some(Err(why)), true) => {
-            return Err(Refusal { reason: reason::SECURITY_CONTEXT_NOT_INHERITED, message: why.clone() });
-        }
+    match (&facts.inherited, inherits) {
+        (_, false) => Ok(None),
+        (Some(Ok(i)), true) => Ok(Some(i.clone())),
+        (Some(Err(why)), true) => Err(Refusal { reason: reason::SECURITY_CONTEXT_NOT_INHERITED, message: why.clone() }),
         // Backups and restores look only when they may launch; a built Job that is not launched
         // carries no inherited identity.
-        (None, true) if op != MoverOp::Other => None,
-        (None, true) => {
-            return Err(Refusal {
-                reason: reason::FEATURE_NOT_IMPLEMENTED,
-                message: "mover.inheritSecurityContextFrom is applied to backups and restores only in this version,                           so no Job is created; set mover.securityContext {runAsUser, runAsGroup} instead"
-                    .into(),
-            });
-        }
-    };
-    let inherited_container = inherited.as_ref().map(|i| SecurityContext {
+        (None, true) if op != MoverOp::Other => Ok(None),
+        (None, true) => Err(Refusal {
+            reason: reason::FEATURE_NOT_IMPLEMENTED,
+            message: "mover.inheritSecurityContextFrom is applied to backups and restores only in this version,                           so no Job is created; set mover.securityContext {runAsUser, runAsGroup} instead"
+                .into(),
+        }),
+    }
+}
+
+/// The settings in merge order: `moverDefaults` < the inherited identity < the recipe
+/// (docs/design/api-contract.md §2.6 "Merge order"), with `sourceColocation`'s node in the affinity.
+fn merged(
+    defaults: Option<&MoverDefaults>,
+    recipe: Option<&MoverSpec>,
+    facts: &MoverFacts,
+    inherited: Option<&crate::mover_pods::Inherited>,
+) -> MoverSettings {
+    let inherited_container = inherited.map(|i| SecurityContext {
         run_as_user: Some(i.run_as_user),
         run_as_group: i.run_as_group,
         ..Default::default()
     });
-    let inherited_pod = inherited.as_ref().map(|i| PodSecurityContext {
+    let inherited_pod = inherited.map(|i| PodSecurityContext {
         fs_group: i.fs_group,
         supplemental_groups: i.supplemental_groups.clone(),
         ..Default::default()
     });
     let identity = mover_identity();
-    let mut s = MoverSettings {
+    MoverSettings {
         resources: recipe.and_then(|r| r.resources.clone()).or_else(|| defaults.and_then(|d| d.resources.clone())),
         security_context: merge_container_overlays([
             defaults.and_then(|d| d.security_context.as_ref()),
@@ -298,44 +330,47 @@ pub fn resolve_with(
             ),
             None => defaults.and_then(|d| d.affinity.clone()),
         },
-        inherited_from: inherited.as_ref().map(crate::mover_pods::Inherited::describe),
+        inherited_from: inherited.map(crate::mover_pods::Inherited::describe),
         cache_claim: None,
         ttl_seconds_after_finished: recipe
             .and_then(|r| r.ttl_seconds_after_finished)
             .or_else(|| defaults.and_then(|d| d.ttl_seconds_after_finished)),
+    }
+}
+
+/// Why a privileged mover is refused: never for other Job kinds, and for backups and restores
+/// only in a namespace that opts in.
+fn privileged_refusal(
+    s: &MoverSettings,
+    privileged_mode: bool,
+    op: MoverOp,
+    privileged_permitted: bool,
+) -> Option<Refusal> {
+    let why = privileged_reasons(s, privileged_mode);
+    if why.is_empty() {
+        return None;
+    }
+    let message = match op {
+        MoverOp::Other => format!(
+            "the mover would be privileged ({}); only backup and restore movers may be privileged, so no Job \
+             is created: remove the setting",
+            why.join(", ")
+        ),
+        MoverOp::Backup | MoverOp::Restore if !privileged_permitted => format!(
+            "the mover would be privileged ({}), and this namespace does not allow privileged movers, so no Job \
+             is created: annotate the namespace (kubectl annotate namespace <namespace> \
+             kopiur.home-operations.com/privileged-movers=true), or run the mover as the files' owner instead: \
+             mover.securityContext {{runAsUser: <uid>, runAsGroup: <gid>}}",
+            why.join(", ")
+        ),
+        MoverOp::Backup | MoverOp::Restore => String::new(),
     };
-    let privileged_mode = recipe.and_then(|r| r.privileged_mode).unwrap_or(false);
-    let why = privileged_reasons(&s, privileged_mode);
-    if !why.is_empty() {
-        let message = match op {
-            MoverOp::Other => format!(
-                "the mover would be privileged ({}); only backup and restore movers may be privileged, so no Job \
-                 is created: remove the setting",
-                why.join(", ")
-            ),
-            MoverOp::Backup | MoverOp::Restore if !privileged_permitted => format!(
-                "the mover would be privileged ({}), and this namespace does not allow privileged movers, so no Job \
-                 is created: annotate the namespace (kubectl annotate namespace <namespace> \
-                 kopiur.home-operations.com/privileged-movers=true), or run the mover as the files' owner instead: \
-                 mover.securityContext {{runAsUser: <uid>, runAsGroup: <gid>}}",
-                why.join(", ")
-            ),
-            MoverOp::Backup | MoverOp::Restore => String::new(),
-        };
-        if !message.is_empty() {
-            return Err(Refusal { reason: reason::PRIVILEGED_MOVER_NOT_PERMITTED, message });
-        }
-    }
-    if privileged_mode {
-        // Root, with every capability dropped except what this operation needs.
-        let sc = s.security_context.get_or_insert_with(Default::default);
-        sc.run_as_user = Some(0);
-        sc.run_as_non_root = Some(false);
-        sc.capabilities = Some(Capabilities {
-            drop: Some(vec!["ALL".into()]),
-            add: Some(op.privileged_capabilities().iter().map(|c| c.to_string()).collect()),
-        });
-    }
+    (!message.is_empty()).then_some(Refusal { reason: reason::PRIVILEGED_MOVER_NOT_PERMITTED, message })
+}
+
+/// A `Persistent` cache: only where this Job kind keeps one (its claim); a default the
+/// repository gives falls back to an ephemeral cache elsewhere, a recipe's own is refused.
+fn persistent_cache(s: &mut MoverSettings, recipe: Option<&MoverSpec>, facts: &MoverFacts) -> Result<(), Refusal> {
     let recipe_persistent = recipe.and_then(|r| r.cache.as_ref()).and_then(|c| c.mode) == Some(CacheMode::Persistent);
     if facts.cache_claim.is_none()
         && !recipe_persistent
@@ -359,7 +394,7 @@ pub fn resolve_with(
         };
         s.cache_claim = Some(persistent_cache_claim(claim, c));
     }
-    Ok(s)
+    Ok(())
 }
 
 /// Where a `Persistent` cache lives: the PVC's name and the object that owns it (it is
