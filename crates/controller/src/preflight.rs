@@ -176,28 +176,7 @@ fn walk(e: &IdedExpr, bound: &mut Vec<String>, refs: &mut Refs) {
             }
         }
         Expr::Select(sel) => {
-            let root = match &sel.operand.expr {
-                Expr::Ident(name) if !bound.iter().any(|b| b == name) => Some(name.as_str()),
-                Expr::Unspecified
-                | Expr::Call(_)
-                | Expr::Comprehension(_)
-                | Expr::Ident(_)
-                | Expr::List(_)
-                | Expr::Literal(_)
-                | Expr::Map(_)
-                | Expr::Select(_)
-                | Expr::Struct(_) => None,
-            };
-            let declared = match root {
-                Some(REPOSITORY) => Some(REPOSITORY_FIELDS),
-                Some(MAINTENANCE) => Some(MAINTENANCE_FIELDS),
-                Some(_) | None => None,
-            };
-            if let (Some(root), Some(fields)) = (root, declared)
-                && !fields.contains(&sel.field.as_str())
-            {
-                refs.undeclared.push(format!("{root}.{}", sel.field));
-            }
+            select_ref(sel, bound, refs);
             walk(&sel.operand, bound, refs);
         }
         Expr::Call(call) => {
@@ -225,26 +204,46 @@ fn walk(e: &IdedExpr, bound: &mut Vec<String>, refs: &mut Refs) {
                 walk(x, bound, refs);
             }
         }
-        Expr::Map(m) => {
-            for entry in &m.entries {
-                match &entry.expr {
-                    EntryExpr::StructField(f) => walk(&f.value, bound, refs),
-                    EntryExpr::MapEntry(me) => {
-                        walk(&me.key, bound, refs);
-                        walk(&me.value, bound, refs);
-                    }
-                }
-            }
-        }
-        Expr::Struct(s) => {
-            for entry in &s.entries {
-                match &entry.expr {
-                    EntryExpr::StructField(f) => walk(&f.value, bound, refs),
-                    EntryExpr::MapEntry(me) => {
-                        walk(&me.key, bound, refs);
-                        walk(&me.value, bound, refs);
-                    }
-                }
+        Expr::Map(m) => walk_entries(&m.entries, bound, refs),
+        Expr::Struct(s) => walk_entries(&s.entries, bound, refs),
+    }
+}
+
+/// A field selected from a declared variable (`repository.x`, `maintenance.x`) must be one of
+/// its declared fields.
+fn select_ref(sel: &cel::common::ast::SelectExpr, bound: &[String], refs: &mut Refs) {
+    let root = match &sel.operand.expr {
+        Expr::Ident(name) if !bound.iter().any(|b| b == name) => Some(name.as_str()),
+        Expr::Unspecified
+        | Expr::Call(_)
+        | Expr::Comprehension(_)
+        | Expr::Ident(_)
+        | Expr::List(_)
+        | Expr::Literal(_)
+        | Expr::Map(_)
+        | Expr::Select(_)
+        | Expr::Struct(_) => None,
+    };
+    let declared = match root {
+        Some(REPOSITORY) => Some(REPOSITORY_FIELDS),
+        Some(MAINTENANCE) => Some(MAINTENANCE_FIELDS),
+        Some(_) | None => None,
+    };
+    if let (Some(root), Some(fields)) = (root, declared)
+        && !fields.contains(&sel.field.as_str())
+    {
+        refs.undeclared.push(format!("{root}.{}", sel.field));
+    }
+}
+
+/// The keys and values of a map or struct literal.
+fn walk_entries(entries: &[cel::common::ast::IdedEntryExpr], bound: &mut Vec<String>, refs: &mut Refs) {
+    for entry in entries {
+        match &entry.expr {
+            EntryExpr::StructField(f) => walk(&f.value, bound, refs),
+            EntryExpr::MapEntry(me) => {
+                walk(&me.key, bound, refs);
+                walk(&me.value, bound, refs);
             }
         }
     }
