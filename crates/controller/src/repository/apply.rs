@@ -36,17 +36,48 @@ pub async fn apply<K: RepoObject>(
     cat: super::catalog::CatalogStep,
     now: DateTime<Utc>,
 ) -> Result<Action, Error> {
-    let kind = K::KIND.as_str();
-    let ns_label = obj.namespace().unwrap_or_default();
-    let name = obj.name_any();
-
     // 1. The one status write, skipped when nothing changed.
+    write_status(obj, ctx, &d, cat.status, cat.snapshot_count, now).await?;
+
+    // 2. Process memory for once-per-value warnings.
+    if let (Some(uid), Some(v)) = (obj.meta().uid.clone(), d.warned_ack.clone())
+        && let Ok(mut m) = ctx.warned_acks.lock()
+    {
+        m.insert(uid, v);
+    }
+
+    // 3. Events and counters: the decision only contains transitions.
+    announce(obj, ctx, &d).await;
+
+    // 4. The one next step.
+    match &d.plan {
+        Plan::Idle | Plan::AwaitJob => {}
+        Plan::DeleteJob { uid } => delete_job(obj, ctx, uid).await?,
+        Plan::Launch(l) => launch(obj, ctx, facts, l, cat.list.as_deref(), &cat.verify).await?,
+    }
+    Ok(match d.requeue_after {
+        Some(after) => Action::requeue(after.to_std().unwrap_or_default().max(std::time::Duration::from_secs(1))),
+        // Safety net for a missed watch event.
+        None => Action::requeue(std::time::Duration::from_secs(300)),
+    })
+}
+
+/// The one status write (the pinned-id ledger first), skipped when nothing changed.
+async fn write_status<K: RepoObject>(
+    obj: &K,
+    ctx: &Ctx,
+    d: &Decision,
+    catalog: Option<kopiur_api::repository::CatalogStatus>,
+    snapshot_count: Option<i64>,
+    now: DateTime<Utc>,
+) -> Result<(), Error> {
+    let name = obj.name_any();
     let current = obj.status_common();
     let mut desired = super::convert::from_pure(current, &d.status, &d.conditions, obj.common().backend.key(), now);
-    if let Some(c) = cat.status {
+    if let Some(c) = catalog {
         desired.catalog = Some(c);
     }
-    if let Some(n) = cat.snapshot_count {
+    if let Some(n) = snapshot_count {
         let prev = desired.storage_stats.clone().unwrap_or_default();
         if prev.snapshot_count != Some(n) {
             desired.storage_stats = Some(kopiur_api::repository::StorageStats {
@@ -68,15 +99,14 @@ pub async fn apply<K: RepoObject>(
             .await
             .step("patch repository status")?;
     }
+    Ok(())
+}
 
-    // 2. Process memory for once-per-value warnings.
-    if let (Some(uid), Some(v)) = (obj.meta().uid.clone(), d.warned_ack.clone())
-        && let Ok(mut m) = ctx.warned_acks.lock()
-    {
-        m.insert(uid, v);
-    }
-
-    // 3. Events and counters: the decision only contains transitions.
+/// The decision's Events and counters (it carries transitions only).
+async fn announce<K: RepoObject>(obj: &K, ctx: &Ctx, d: &Decision) {
+    let kind = K::KIND.as_str();
+    let ns_label = obj.namespace().unwrap_or_default();
+    let name = obj.name_any();
     let reference = obj.object_ref(&());
     for e in &d.events {
         let ev = KEvent {
@@ -109,18 +139,6 @@ pub async fn apply<K: RepoObject>(
             }),
         }
     }
-
-    // 4. The one next step.
-    match &d.plan {
-        Plan::Idle | Plan::AwaitJob => {}
-        Plan::DeleteJob { uid } => delete_job(obj, ctx, uid).await?,
-        Plan::Launch(l) => launch(obj, ctx, facts, l, cat.list.as_deref(), &cat.verify).await?,
-    }
-    Ok(match d.requeue_after {
-        Some(after) => Action::requeue(after.to_std().unwrap_or_default().max(std::time::Duration::from_secs(1))),
-        // Safety net for a missed watch event.
-        None => Action::requeue(std::time::Duration::from_secs(300)),
-    })
 }
 
 fn owner<K: RepoObject>(obj: &K) -> OwnerReference {
@@ -190,66 +208,16 @@ async fn launch<K: RepoObject>(
         ConnectKind::Strict => false,
         ConnectKind::Probe(_) => true,
     };
-    let spec = WorkSpec {
-        schema_version: SCHEMA_VERSION,
-        target_ref: crate::mover_job::target_of(obj),
-        repository: RepositoryInfo {
-            kind: K::kind(&()).to_string(),
-            namespace: obj.namespace(),
-            name: obj.name_any(),
-            uid: obj.meta().uid.clone().unwrap_or_default(),
-            backend: mounts.backend.clone(),
-            client_identity: Identity::new("kopiur-ops", host.clone()),
-            read_only: facts.spec.read_only,
-            cache: CacheSizes::default(),
-        },
-        command_timeout_seconds: kopiur_mover::workspec::DEFAULT_COMMAND_TIMEOUT_SECONDS,
-        heartbeat_seconds: kopiur_mover::workspec::DEFAULT_HEARTBEAT_SECONDS,
-        // The connect may take as long as the Job may run (for bootstrap, the adaptive
-        // deadline; maintenance is what compacts a slow repository's index); the mover's own
-        // bound comes after the Job deadline, whose verdict tells slow from down.
-        connect_timeout_seconds: kopiur_mover::workspec::connect_backstop(l.deadline_seconds),
-        operation: Operation::BootstrapRepository(BootstrapRepositoryOp {
-            create_gate: mover_gate(l.gate),
-            pinned_unique_id: facts.status.unique_id.clone(),
-            probe,
-            list_snapshots: list.is_some(),
-            catalog_limit: crate::catalog::catalog_limit(),
-            verify_snapshot_ids: if list.is_some() { verify.to_vec() } else { Vec::new() },
-            maintenance_owner: format!("kopiur@{host}"),
-            create: create_options(&common.create),
-        }),
-    };
-
+    let spec = work_spec(obj, facts, l, list, verify, mounts.backend.clone(), &host);
     let (pw_secret, auth_secret) = secret_names(obj);
     let pw_key =
         common.encryption.password_secret_ref.key.clone().unwrap_or_else(|| constants::DEFAULT_PASSWORD_KEY.into());
     let mut env_from = vec![pw_secret.clone()];
     env_from.extend(auth_secret);
-    let mut annotations = BTreeMap::from([
-        (annotation::BOOTSTRAP_GENERATION.to_string(), l.generation.to_string()),
-        (ANN_CREDENTIAL_VERSION.to_string(), l.credential_version.clone()),
-        (ANN_PROBE_KIND.to_string(), l.kind.probe_kind().to_string()),
-        (
-            ANN_CREATE_GATE.to_string(),
-            match l.gate {
-                CreateGate::Allowed { via_reinit_ack: true } => GATE_VIA_ACK.to_string(),
-                CreateGate::Allowed { via_reinit_ack: false } => "Allowed".to_string(),
-                CreateGate::DisabledBySpec { .. } => "DisabledBySpec".to_string(),
-                CreateGate::PinnedOnceReady => "PinnedOnceReady".to_string(),
-            },
-        ),
-    ]);
-    if let Some(token) = list {
-        annotations.insert(ANN_CATALOG_SCAN.to_string(), token.to_string());
-    }
-    if l.early {
-        annotations.insert(ANN_EARLY_STRICT.to_string(), "true".to_string());
-    }
     let input = JobInput {
         result_configmap: Some(result_configmap_name(&name)),
         connect_kind: Some(if probe { MoverConnectKind::Probe } else { MoverConnectKind::Strict }),
-        annotations,
+        annotations: job_annotations(l, list),
         // The mover's UID/GID and the repository's moverDefaults come from `mover_settings`.
         pod_security_context: None,
         // One attempt: the breaker counts failures, a retry would hide them.
@@ -275,13 +243,95 @@ async fn launch<K: RepoObject>(
         .apply(&mut input, true);
     let job = build_job(&input).map_err(Error::from)?;
 
-    // The result ConfigMap exists, empty, before the Job does.
-    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
-    let cm_name = result_configmap_name(&name);
+    result_configmap(obj, ctx, &ns, &name).await?;
+    // The deterministic name protects against a double launch from a stale store.
+    if ctx.create_mover_job(&ns, &job, "bootstrap").await? {
+        tracing::info!(job = %name, namespace = %ns, kind = l.kind.probe_kind(), "launched connect Job");
+    }
+    Ok(())
+}
+
+/// The connect's work spec: bootstrap (or probe) the repository, listing and verifying
+/// snapshots for the catalog when `list` asks.
+fn work_spec<K: RepoObject>(
+    obj: &K,
+    facts: &RepoFacts,
+    l: &Launch,
+    list: Option<&str>,
+    verify: &[String],
+    backend: kopiur_kopia::Backend,
+    host: &str,
+) -> WorkSpec {
+    let common = obj.common();
+    let probe = match l.kind {
+        ConnectKind::Strict => false,
+        ConnectKind::Probe(_) => true,
+    };
+    WorkSpec {
+        schema_version: SCHEMA_VERSION,
+        target_ref: crate::mover_job::target_of(obj),
+        repository: RepositoryInfo {
+            kind: K::kind(&()).to_string(),
+            namespace: obj.namespace(),
+            name: obj.name_any(),
+            uid: obj.meta().uid.clone().unwrap_or_default(),
+            backend,
+            client_identity: Identity::new("kopiur-ops", host.to_string()),
+            read_only: facts.spec.read_only,
+            cache: CacheSizes::default(),
+        },
+        command_timeout_seconds: kopiur_mover::workspec::DEFAULT_COMMAND_TIMEOUT_SECONDS,
+        heartbeat_seconds: kopiur_mover::workspec::DEFAULT_HEARTBEAT_SECONDS,
+        // The connect may take as long as the Job may run (for bootstrap, the adaptive
+        // deadline; maintenance is what compacts a slow repository's index); the mover's own
+        // bound comes after the Job deadline, whose verdict tells slow from down.
+        connect_timeout_seconds: kopiur_mover::workspec::connect_backstop(l.deadline_seconds),
+        operation: Operation::BootstrapRepository(BootstrapRepositoryOp {
+            create_gate: mover_gate(l.gate),
+            pinned_unique_id: facts.status.unique_id.clone(),
+            probe,
+            list_snapshots: list.is_some(),
+            catalog_limit: crate::catalog::catalog_limit(),
+            verify_snapshot_ids: if list.is_some() { verify.to_vec() } else { Vec::new() },
+            maintenance_owner: format!("kopiur@{host}"),
+            create: create_options(&common.create),
+        }),
+    }
+}
+
+/// The connect Job's annotations: what it was launched for, read back when it finishes.
+fn job_annotations(l: &Launch, list: Option<&str>) -> BTreeMap<String, String> {
+    let mut annotations = BTreeMap::from([
+        (annotation::BOOTSTRAP_GENERATION.to_string(), l.generation.to_string()),
+        (ANN_CREDENTIAL_VERSION.to_string(), l.credential_version.clone()),
+        (ANN_PROBE_KIND.to_string(), l.kind.probe_kind().to_string()),
+        (
+            ANN_CREATE_GATE.to_string(),
+            match l.gate {
+                CreateGate::Allowed { via_reinit_ack: true } => GATE_VIA_ACK.to_string(),
+                CreateGate::Allowed { via_reinit_ack: false } => "Allowed".to_string(),
+                CreateGate::DisabledBySpec { .. } => "DisabledBySpec".to_string(),
+                CreateGate::PinnedOnceReady => "PinnedOnceReady".to_string(),
+            },
+        ),
+    ]);
+    if let Some(token) = list {
+        annotations.insert(ANN_CATALOG_SCAN.to_string(), token.to_string());
+    }
+    if l.early {
+        annotations.insert(ANN_EARLY_STRICT.to_string(), "true".to_string());
+    }
+    annotations
+}
+
+/// The result ConfigMap exists, empty, before the Job does.
+async fn result_configmap<K: RepoObject>(obj: &K, ctx: &Ctx, ns: &str, name: &str) -> Result<(), Error> {
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let cm_name = result_configmap_name(name);
     let cm = ConfigMap {
         metadata: ObjectMeta {
             name: Some(cm_name.clone()),
-            namespace: Some(ns.clone()),
+            namespace: Some(ns.to_string()),
             labels: Some(managed_labels()),
             owner_references: Some(vec![owner(obj)]),
             ..Default::default()
@@ -296,10 +346,6 @@ async fn launch<K: RepoObject>(
                 .step("reset connect result ConfigMap")?;
         }
         Err(e) => return Err(Error::api("create connect result ConfigMap", e)),
-    }
-    // The deterministic name protects against a double launch from a stale store.
-    if ctx.create_mover_job(&ns, &job, "bootstrap").await? {
-        tracing::info!(job = %name, namespace = %ns, kind = l.kind.probe_kind(), "launched connect Job");
     }
     Ok(())
 }
