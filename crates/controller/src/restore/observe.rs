@@ -79,27 +79,9 @@ pub(super) async fn observe(ctx: &Context, restore: &Restore, now: DateTime<Utc>
     let (job_name, job) = job(ctx, restore).await?;
     let running = matches!(status.phase, Some(RestorePhase::Restoring));
     let finished = matches!(status.phase, Some(RestorePhase::Completed | RestorePhase::Failed));
-    let populate = match &restore.spec.target {
-        RestoreTarget::Populator(_) if !finished => {
-            // Once running, the claim recorded in status is read by name (fresh), never listed.
-            let t = status.target.as_ref();
-            let recorded = t
-                .and_then(|t| Some((t.pvc_ref.as_ref()?.name.as_str(), t.pvc_prime.as_ref()?.name.as_str())))
-                .filter(|_| running);
-            Some(super::populate::observe(&ctx.client, restore, recorded).await?)
-        }
-        RestoreTarget::Populator(_)
-        | RestoreTarget::Pvc(_)
-        | RestoreTarget::PvcRef(_)
-        | RestoreTarget::StreamExec(_) => None,
-    };
+    let populate = populate(ctx, restore, &status).await?;
     // A finished populate's prime PVC (deleted if it is still there), from the PVC store.
-    let prime_left = finished
-        && status
-            .target
-            .as_ref()
-            .and_then(|t| t.pvc_prime.as_ref())
-            .is_some_and(|p| ctx.stores.pvcs.get(&ObjectRef::new(&p.name).within(&ns)).is_some());
+    let prime_left = finished && prime_stored(ctx, &status, &ns);
     let job_facts = crate::run_job::observe(
         &ctx.client,
         job.as_ref(),
@@ -111,15 +93,11 @@ pub(super) async fn observe(ctx: &Context, restore: &Restore, now: DateTime<Utc>
     )
     .await;
     let launch = launchable(restore, job.as_ref());
+    // Parked behind a closed repository gate no Job can launch: no pod LIST (docs/design/reconcile-shape.md §1.5).
+    let look = launch && matches!(gate, crate::gating::Gate::Open);
+    let claim = populate.as_ref().map_or_else(|| target_name(restore), |p| p.prime.clone());
     let (mover, settings) = match &repo {
-        // Parked behind a closed repository gate no Job can launch: no pod LIST (docs/design/reconcile-shape.md §1.5).
-        Some(rv) => {
-            let claim = match &populate {
-                Some(p) => p.prime.clone(),
-                None => target_name(restore),
-            };
-            mover(ctx, restore, rv, launch && matches!(gate, crate::gating::Gate::Open), claim).await
-        }
+        Some(rv) => mover(ctx, restore, rv, look, claim).await,
         None => (MoverFacts::default(), None),
     };
     let credentials = match &repo {
@@ -132,12 +110,7 @@ pub(super) async fn observe(ctx: &Context, restore: &Restore, now: DateTime<Utc>
         pinned: status.resolved.is_some(),
         candidate,
         on_missing: restore.spec.resolved_on_missing_snapshot(),
-        wait_timeout: restore
-            .spec
-            .policy
-            .as_ref()
-            .and_then(|p| p.wait_timeout.as_ref())
-            .map(|d| chrono::Duration::seconds(d.as_secs() as i64)),
+        wait_timeout: wait_timeout(restore),
         wait_started_at: status.wait_started_at,
         target: match &populate {
             Some(p) => TargetState::Populate(p.state.clone()),
@@ -159,6 +132,49 @@ pub(super) async fn observe(ctx: &Context, restore: &Restore, now: DateTime<Utc>
         prime_left,
     };
     Ok(Observed { facts, source_snapshot, rref, repo, job_name, job, mover, populate })
+}
+
+/// How long a missing snapshot is waited for (`spec.policy.waitTimeout`).
+fn wait_timeout(restore: &Restore) -> Option<chrono::Duration> {
+    restore
+        .spec
+        .policy
+        .as_ref()
+        .and_then(|p| p.wait_timeout.as_ref())
+        .map(|d| chrono::Duration::seconds(d.as_secs() as i64))
+}
+
+/// A populate (`target.populator`) not finished yet: its claim, prime and state.
+async fn populate(
+    ctx: &PipelineCtx,
+    restore: &Restore,
+    status: &kopiur_api::restore::RestoreStatus,
+) -> Result<Option<super::populate::Observed>, Error> {
+    let running = matches!(status.phase, Some(RestorePhase::Restoring));
+    let finished = matches!(status.phase, Some(RestorePhase::Completed | RestorePhase::Failed));
+    Ok(match &restore.spec.target {
+        RestoreTarget::Populator(_) if !finished => {
+            // Once running, the claim recorded in status is read by name (fresh), never listed.
+            let t = status.target.as_ref();
+            let recorded = t
+                .and_then(|t| Some((t.pvc_ref.as_ref()?.name.as_str(), t.pvc_prime.as_ref()?.name.as_str())))
+                .filter(|_| running);
+            Some(super::populate::observe(&ctx.client, restore, recorded).await?)
+        }
+        RestoreTarget::Populator(_)
+        | RestoreTarget::Pvc(_)
+        | RestoreTarget::PvcRef(_)
+        | RestoreTarget::StreamExec(_) => None,
+    })
+}
+
+/// Whether the populate's prime PVC recorded in status is still in the PVC store.
+fn prime_stored(ctx: &PipelineCtx, status: &kopiur_api::restore::RestoreStatus, ns: &str) -> bool {
+    status
+        .target
+        .as_ref()
+        .and_then(|t| t.pvc_prime.as_ref())
+        .is_some_and(|p| ctx.stores.pvcs.get(&ObjectRef::new(&p.name).within(ns)).is_some())
 }
 
 /// Why no mover may launch, first match wins: a gating [next] field

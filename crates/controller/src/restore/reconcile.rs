@@ -276,22 +276,7 @@ fn restore_job(
     let ns = restore.namespace().unwrap_or_default();
     let mounts = crate::mounts::for_job(&repo.common().backend, &repo.home_namespace(&config.namespace), &ns)?;
     let target = target.to_string();
-    let o = restore.spec.options.clone().unwrap_or_default();
-    let (snapshot_id, resolve) = match (&restore.spec.source, pinned.and_then(|p| p.kopia_snapshot_id.clone())) {
-        (_, Some(id)) => (Some(id), None),
-        (RestoreSource::Identity(i), None) => (
-            i.snapshot_id.clone(),
-            Some(ResolveIdentity {
-                identity: Identity::new(i.username.clone(), i.hostname.clone()),
-                source_path: i.source_path.clone().unwrap_or_else(|| "/".into()),
-                as_of: i.as_of,
-                offset: i.offset.unwrap_or(0).max(0) as u32,
-            }),
-        ),
-        (RestoreSource::SnapshotRef(_) | RestoreSource::FromPolicy(_), None) => {
-            return Err(Error::WorkSpec("the restore has no pinned snapshot id".into()));
-        }
-    };
+    let (snapshot_id, resolve) = snapshot_to_restore(restore, pinned)?;
     // The connect identity is `kopiur-ops` at the lease host (docs/design/mover.md §2.2); the
     // source's identity only finds the snapshot (`resolve`, or the pinned id).
     let id = repo.ops_identity();
@@ -315,25 +300,7 @@ fn restore_job(
             snapshot_id,
             resolve,
             target_path: RESTORE_MOUNT.into(),
-            options: KopiaRestoreOptions {
-                parallel: o.parallel.map(|p| p.max(1) as u32),
-                ignore_permission_errors: Some(kopiur_api::restore::RestoreOptions::resolved_ignore_permission_errors(
-                    restore.spec.options.as_ref(),
-                )),
-                write_files_atomically: Some(kopiur_api::restore::RestoreOptions::resolved_write_files_atomically(
-                    restore.spec.options.as_ref(),
-                )),
-                overwrite_files: o.overwrite_files,
-                overwrite_directories: o.overwrite_directories,
-                overwrite_symlinks: o.overwrite_symlinks,
-                skip_existing: o.skip_existing,
-                delete_extra: o.enable_file_deletion,
-                write_sparse_files: o.write_sparse_files,
-                skip_owners: o.skip_owners,
-                skip_permissions: o.skip_permissions,
-                skip_times: o.skip_times,
-                ignore_errors: o.ignore_errors,
-            },
+            options: restore_options(restore),
             controller_completes: matches!(restore.spec.target, RestoreTarget::Populator(_)),
         }),
     };
@@ -365,6 +332,53 @@ fn restore_job(
     .map_err(Error::MoverRefused)?
     .apply(&mut input, true);
     build_job(&input).map_err(Error::from)
+}
+
+/// The snapshot to restore: the pinned kopia id, or (an `identity` source) the identity the
+/// mover resolves in-Job.
+fn snapshot_to_restore(
+    restore: &Restore,
+    pinned: Option<&RestoreResolved>,
+) -> Result<(Option<String>, Option<ResolveIdentity>), Error> {
+    match (&restore.spec.source, pinned.and_then(|p| p.kopia_snapshot_id.clone())) {
+        (_, Some(id)) => Ok((Some(id), None)),
+        (RestoreSource::Identity(i), None) => Ok((
+            i.snapshot_id.clone(),
+            Some(ResolveIdentity {
+                identity: Identity::new(i.username.clone(), i.hostname.clone()),
+                source_path: i.source_path.clone().unwrap_or_else(|| "/".into()),
+                as_of: i.as_of,
+                offset: i.offset.unwrap_or(0).max(0) as u32,
+            }),
+        )),
+        (RestoreSource::SnapshotRef(_) | RestoreSource::FromPolicy(_), None) => {
+            Err(Error::WorkSpec("the restore has no pinned snapshot id".into()))
+        }
+    }
+}
+
+/// `spec.options` as kopia restore options.
+fn restore_options(restore: &Restore) -> KopiaRestoreOptions {
+    let o = restore.spec.options.clone().unwrap_or_default();
+    KopiaRestoreOptions {
+        parallel: o.parallel.map(|p| p.max(1) as u32),
+        ignore_permission_errors: Some(kopiur_api::restore::RestoreOptions::resolved_ignore_permission_errors(
+            restore.spec.options.as_ref(),
+        )),
+        write_files_atomically: Some(kopiur_api::restore::RestoreOptions::resolved_write_files_atomically(
+            restore.spec.options.as_ref(),
+        )),
+        overwrite_files: o.overwrite_files,
+        overwrite_directories: o.overwrite_directories,
+        overwrite_symlinks: o.overwrite_symlinks,
+        skip_existing: o.skip_existing,
+        delete_extra: o.enable_file_deletion,
+        write_sparse_files: o.write_sparse_files,
+        skip_owners: o.skip_owners,
+        skip_permissions: o.skip_permissions,
+        skip_times: o.skip_times,
+        ignore_errors: o.ignore_errors,
+    }
 }
 
 #[cfg(test)]
