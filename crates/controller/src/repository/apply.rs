@@ -65,7 +65,7 @@ pub async fn apply<K: RepoObject>(
 /// The one status write (the pinned-id ledger first), skipped when nothing changed.
 async fn write_status<K: RepoObject>(
     obj: &K,
-    ctx: &Ctx,
+    ctx: &Context,
     d: &Decision,
     catalog: Option<kopiur_api::repository::CatalogStatus>,
     snapshot_count: Option<i64>,
@@ -103,7 +103,7 @@ async fn write_status<K: RepoObject>(
 }
 
 /// The decision's Events and counters (it carries transitions only).
-async fn announce<K: RepoObject>(obj: &K, ctx: &Ctx, d: &Decision) {
+async fn announce<K: RepoObject>(obj: &K, ctx: &Context, d: &Decision) {
     let kind = K::KIND.as_str();
     let ns_label = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
@@ -325,7 +325,7 @@ fn job_annotations(l: &Launch, list: Option<&str>) -> BTreeMap<String, String> {
 }
 
 /// The result ConfigMap exists, empty, before the Job does.
-async fn result_configmap<K: RepoObject>(obj: &K, ctx: &Ctx, ns: &str, name: &str) -> Result<(), Error> {
+async fn result_configmap<K: RepoObject>(obj: &K, ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     let cm_name = result_configmap_name(name);
     let cm = ConfigMap {

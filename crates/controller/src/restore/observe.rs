@@ -146,7 +146,7 @@ fn wait_timeout(restore: &Restore) -> Option<chrono::Duration> {
 
 /// A populate (`target.populator`) not finished yet: its claim, prime and state.
 async fn populate(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     restore: &Restore,
     status: &kopiur_api::restore::RestoreStatus,
 ) -> Result<Option<super::populate::Observed>, Error> {
@@ -169,7 +169,7 @@ async fn populate(
 }
 
 /// Whether the populate's prime PVC recorded in status is still in the PVC store.
-fn prime_stored(ctx: &PipelineCtx, status: &kopiur_api::restore::RestoreStatus, ns: &str) -> bool {
+fn prime_stored(ctx: &Context, status: &kopiur_api::restore::RestoreStatus, ns: &str) -> bool {
     status
         .target
         .as_ref()

@@ -146,31 +146,7 @@ pub fn backup_job(
     let mounts = backend_mounts(repo, &ns, config)?;
     let id = Identity::new(recipe.identity.username.clone(), recipe.identity.hostname.clone());
     let p = &policy.spec;
-    let files = p.files.clone().unwrap_or_default();
-    let ignore =
-        files.ignore_rules.clone().unwrap_or_else(|| DEFAULT_IGNORE_RULES.iter().map(|s| s.to_string()).collect());
-    let op = SnapshotOp {
-        mount_path: SOURCE_MOUNT.to_string(),
-        source_path: recipe.identity.source_path.clone().unwrap_or_default(),
-        snapshot: format!("{ns}/{}", snap.name_any()),
-        snapshot_uid: snap.uid().unwrap_or_default(),
-        tags: snap.spec.tags.clone().unwrap_or_default(),
-        description: snap.spec.description.clone(),
-        policy: PathPolicy {
-            ignore_identical_snapshots: files.ignore_identical_snapshots.unwrap_or(false),
-            compression: p.compression.as_ref().and_then(|c| c.compressor.clone()),
-            add_ignore: ignore,
-            ignore_file_errors: p.error_handling.as_ref().and_then(|e| e.ignore_file_errors),
-            ignore_dir_errors: p.error_handling.as_ref().and_then(|e| e.ignore_dir_errors),
-            ignore_unknown_types: p.error_handling.as_ref().and_then(|e| e.ignore_unknown_types),
-            ignore_cache_dirs: files.ignore_cache_dirs,
-            never_compress: p.compression.as_ref().and_then(|c| c.never_compress.clone()).unwrap_or_default(),
-            max_parallel_snapshots: p.upload.as_ref().and_then(|u| u.max_parallel_snapshots).map(|v| v.max(1) as u32),
-        },
-        fail_fast: p.error_handling.as_ref().and_then(|e| e.fail_fast).unwrap_or(false),
-        upload_limit_mb: p.upload.as_ref().and_then(|u| u.limit_mb).map(|v| v.max(0) as u64),
-        parallel: p.upload.as_ref().and_then(|u| u.max_parallel_file_reads).map(|v| v.max(1) as u32),
-    };
+    let op = snapshot_op(snap, policy, recipe);
     let spec = WorkSpec {
         schema_version: SCHEMA_VERSION,
         target_ref: crate::mover_job::target_of(snap),
@@ -185,18 +161,7 @@ pub fn backup_job(
         return Err(BuildError::TooLarge(bytes));
     }
     let (password, env_from) = secrets(repo);
-    // `Snapshot` and `Clone` mount the staged copy (`crate::staging`), read-only unless
-    // `pvcPublicationReadOnly: false` is acknowledged.
-    let source = match p.copy_method {
-        CopyMethod::Direct => {
-            PvcMount { claim_name: recipe.pvc.clone(), mount_path: SOURCE_MOUNT.into(), read_only: recipe.read_only }
-        }
-        CopyMethod::Snapshot | CopyMethod::Clone => PvcMount {
-            claim_name: crate::staging::staged_name(&snap.uid().unwrap_or_default()),
-            mount_path: SOURCE_MOUNT.into(),
-            read_only: recipe.publish_read_only,
-        },
-    };
+    let source = source_mount(snap, policy, recipe);
     let input = JobInput {
         source: Some(source),
         ..crate::mover_job::input(
@@ -228,6 +193,54 @@ pub fn backup_job(
         c
     });
     Ok(Built { job, bytes, inherited_from: settings.inherited_from, cache_claim })
+}
+
+/// The backup's operation: what to snapshot and the policy's path options.
+fn snapshot_op(snap: &Snapshot, policy: &SnapshotPolicy, recipe: &Recipe) -> SnapshotOp {
+    let ns = snap.namespace().unwrap_or_default();
+    let p = &policy.spec;
+    let files = p.files.clone().unwrap_or_default();
+    let ignore =
+        files.ignore_rules.clone().unwrap_or_else(|| DEFAULT_IGNORE_RULES.iter().map(|s| s.to_string()).collect());
+    SnapshotOp {
+        mount_path: SOURCE_MOUNT.to_string(),
+        source_path: recipe.identity.source_path.clone().unwrap_or_default(),
+        snapshot: format!("{ns}/{}", snap.name_any()),
+        snapshot_uid: snap.uid().unwrap_or_default(),
+        tags: snap.spec.tags.clone().unwrap_or_default(),
+        description: snap.spec.description.clone(),
+        policy: PathPolicy {
+            ignore_identical_snapshots: files.ignore_identical_snapshots.unwrap_or(false),
+            compression: p.compression.as_ref().and_then(|c| c.compressor.clone()),
+            add_ignore: ignore,
+            ignore_file_errors: p.error_handling.as_ref().and_then(|e| e.ignore_file_errors),
+            ignore_dir_errors: p.error_handling.as_ref().and_then(|e| e.ignore_dir_errors),
+            ignore_unknown_types: p.error_handling.as_ref().and_then(|e| e.ignore_unknown_types),
+            ignore_cache_dirs: files.ignore_cache_dirs,
+            never_compress: p.compression.as_ref().and_then(|c| c.never_compress.clone()).unwrap_or_default(),
+            max_parallel_snapshots: p.upload.as_ref().and_then(|u| u.max_parallel_snapshots).map(|v| v.max(1) as u32),
+        },
+        fail_fast: p.error_handling.as_ref().and_then(|e| e.fail_fast).unwrap_or(false),
+        upload_limit_mb: p.upload.as_ref().and_then(|u| u.limit_mb).map(|v| v.max(0) as u64),
+        parallel: p.upload.as_ref().and_then(|u| u.max_parallel_file_reads).map(|v| v.max(1) as u32),
+    }
+}
+
+/// The volume the backup reads.
+fn source_mount(snap: &Snapshot, policy: &SnapshotPolicy, recipe: &Recipe) -> PvcMount {
+    // `Snapshot` and `Clone` mount the staged copy (`crate::staging`), read-only unless
+    // `pvcPublicationReadOnly: false` is acknowledged.
+    let p = &policy.spec;
+    match p.copy_method {
+        CopyMethod::Direct => {
+            PvcMount { claim_name: recipe.pvc.clone(), mount_path: SOURCE_MOUNT.into(), read_only: recipe.read_only }
+        }
+        CopyMethod::Snapshot | CopyMethod::Clone => PvcMount {
+            claim_name: crate::staging::staged_name(&snap.uid().unwrap_or_default()),
+            mount_path: SOURCE_MOUNT.into(),
+            read_only: recipe.publish_read_only,
+        },
+    }
 }
 
 /// The batch delete Job for one `BatchSpec` of the dispatcher: one connect, then

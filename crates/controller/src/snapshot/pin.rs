@@ -191,44 +191,57 @@ pub fn plan(f: &PinFacts) -> PinDecision {
             d.clear_failure = true;
             d.condition = settled(applied);
         }
-        PinJob::Failed { add, reason: why } => {
-            let message = match f.failure.as_ref().and_then(|x| x.message.clone()).filter(|m| !m.is_empty()) {
-                Some(m) => format!("the pin Job {name} failed ({}): {m}", command(*add)),
-                None => format!("the pin Job {name} failed ({}): {why}", command(*add)),
-            };
-            d.condition = Some(Cond {
-                type_: condition::PINNED,
-                status: CondStatus::False,
-                reason: reason::PIN_JOB_FAILED.into(),
-                message,
-            });
-        }
+        PinJob::Failed { add, reason: why } => d.condition = failed(f, why, &command(*add)),
         PinJob::Absent if applied == f.desired => {
             d.clear_failure = true;
             d.condition = settled(applied);
         }
-        PinJob::Absent => match (&f.gate, f.missing_secrets.is_empty()) {
-            (Err(why), _) => {
-                d.condition = running(format!("the pin waits for the repository before its Job runs: {why}"));
-                d.requeue_after = Some(Duration::seconds(PARKED_RECHECK_SECONDS));
-            }
-            (Ok(()), false) => {
-                d.condition = running(format!(
-                    "the pin waits for Secret(s) {} in the Snapshot's namespace",
-                    f.missing_secrets.join(", ")
-                ));
-                d.requeue_after = Some(Duration::seconds(PARKED_RECHECK_SECONDS));
-            }
-            (Ok(()), true) => {
-                d.step = PinStep::Launch { add: f.desired };
-                d.condition = running(format!("launched the pin Job {name} to run `{}`", command(f.desired)));
-            }
-        },
+        PinJob::Absent => launch_or_park(f, &mut d, &command(f.desired)),
     }
     // `status.pinned` is written once a pin was asked for or applied; never-pinned Snapshots
     // keep it absent.
     d.pinned = (f.stored.is_some() || f.desired || applied).then_some(applied);
     d
+}
+
+/// `Pinned=False PinJobFailed`: the mover's message (`status.failure` with `op: pin`), else the
+/// Job's reason.
+fn failed(f: &PinFacts, why: &str, command: &str) -> Option<Cond> {
+    let name = &f.job_name;
+    let message = match f.failure.as_ref().and_then(|x| x.message.clone()).filter(|m| !m.is_empty()) {
+        Some(m) => format!("the pin Job {name} failed ({command}): {m}"),
+        None => format!("the pin Job {name} failed ({command}): {why}"),
+    };
+    Some(Cond { type_: condition::PINNED, status: CondStatus::False, reason: reason::PIN_JOB_FAILED.into(), message })
+}
+
+/// No pin Job, and the pin is not applied: launch one, or park at the repository gate or for
+/// missing Secrets.
+fn launch_or_park(f: &PinFacts, d: &mut PinDecision, command: &str) {
+    match (&f.gate, f.missing_secrets.is_empty()) {
+        (Err(why), _) => {
+            d.condition = running(format!("the pin waits for the repository before its Job runs: {why}"));
+            d.requeue_after = Some(Duration::seconds(PARKED_RECHECK_SECONDS));
+        }
+        (Ok(()), false) => {
+            d.condition = running(format!(
+                "the pin waits for Secret(s) {} in the Snapshot's namespace",
+                f.missing_secrets.join(", ")
+            ));
+            d.requeue_after = Some(Duration::seconds(PARKED_RECHECK_SECONDS));
+        }
+        (Ok(()), true) => {
+            d.step = PinStep::Launch { add: f.desired };
+            d.condition = running(format!("launched the pin Job {} to run `{command}`", f.job_name));
+        }
+    }
+}
+
+/// Whether the Snapshot's pin is not in its desired state yet (the repository watch re-enqueues
+/// such Snapshots, like the ones parked before their backup).
+pub fn outstanding(snap: &Snapshot) -> bool {
+    let applied = snap.status.as_ref().and_then(|s| s.pinned).unwrap_or(false);
+    snap.meta().deletion_timestamp.is_none() && snap.spec.pin != applied
 }
 
 /// Writes the decision into the desired status: `pinned`, the `Pinned` condition (added,
@@ -288,7 +301,7 @@ pub async fn reconcile(
         (PinStep::Launch { add }, Some(rv), Some(id)) => match pin_job(snap, id, *add, rv, &ctx.config) {
             Ok(job) => {
                 if ctx.create_mover_job(&ns, &job, "pin").await? {
-                    tracing::info!(snapshot = %snap.name_any(), namespace = %ns, add = *add, "launched pin Job");
+                    tracing::info!(snapshot = %snap.name_any(), namespace = %ns, add, "launched pin Job");
                 }
             }
             Err(e) => {

@@ -63,109 +63,135 @@ pub(super) async fn apply(
     now: DateTime<Utc>,
 ) -> Result<(), Error> {
     let status = snap.status.clone().unwrap_or_default();
-    let ns = snap.namespace().unwrap_or_default();
-    let uid = snap.uid().unwrap_or_default();
     let held = staging::held(&status.conditions).cloned();
     if d.step == Step::Launch
         && let (Some(policy), Some(recipe)) = (&obs.policy, &obs.recipe)
         && policy.spec.copy_method != CopyMethod::Direct
     {
         let method = policy.spec.copy_method;
-        let spec = &policy.spec;
         match &held {
             // Recorded before anything exists, so nothing can be created unrecorded.
             None => {
                 hold(d, staging::PREPARING, format!("staging a {} copy of PVC {}", method_name(method), recipe.pvc))
             }
-            Some(since) => {
-                let outcome = staging::prepare(
-                    &ctx.client,
-                    &ns,
-                    &uid,
-                    &recipe.pvc,
-                    method,
-                    spec.volume_snapshot_class_name.as_deref(),
-                    spec.staging.as_ref(),
-                    &crate::mover_job::owner_of(snap),
-                )
-                .await?;
-                let started = DateTime::<Utc>::from_timestamp(since.last_transition_time.0.as_second(), 0);
-                let waited = started.map(|s| (now - s).to_std().unwrap_or_default()).unwrap_or_default();
-                let labels = |outcome: &str| StagingLabels {
-                    namespace: ns.clone(),
-                    method: method_name(method).into(),
-                    outcome: outcome.into(),
-                };
-                match outcome {
-                    Outcome::Ready { claim } => {
-                        // Counted on the transition only (a lost status write repeats it once).
-                        if since.reason != staging::STAGED {
-                            ctx.metrics.staging.inc(labels("staged"));
-                            ctx.metrics.staging_wait_seconds.add(
-                                StagingMethodLabels { namespace: ns.clone(), method: method_name(method).into() },
-                                waited.as_secs(),
-                            );
-                        }
-                        d.conditions.push(cond(
-                            staging::CONDITION,
-                            CondStatus::True,
-                            staging::STAGED,
-                            format!(
-                                "PVC {claim} holds a {} copy of PVC {} (staged in {}s)",
-                                method_name(method),
-                                recipe.pvc,
-                                waited.as_secs()
-                            ),
-                        ))
-                    }
-                    Outcome::Waiting(message) => match staging::timeout(spec.staging.as_ref()) {
-                        Some(t) if waited > t => {
-                            ctx.metrics.staging.inc(labels("failed"));
-                            fail(
-                                obs,
-                                d,
-                                format!("staging timed out after {}s (spec.staging.timeout): {message}", t.as_secs()),
-                                now,
-                            )
-                        }
-                        Some(_) | None => hold(d, staging::PREPARING, message),
-                    },
-                    Outcome::Refused(message) => {
-                        ctx.metrics.staging.inc(labels("failed"));
-                        fail(obs, d, message, now)
-                    }
-                }
-            }
+            Some(since) => stage(ctx, snap, obs, d, since, now).await?,
         }
     }
     let over = d.phase.as_ref().or(status.phase.as_ref()).is_some_and(SnapshotPhase::is_terminal);
     if let Some(held) = held.as_ref().filter(|_| over) {
-        // A finished pod still holds its PVC (Kubernetes deletes a PVC only once no pod that
-        // mounts it exists, finished or not): the mover Job goes too, with its pod, once this
-        // terminal status has landed. The result and the stderr tail stay in the status.
-        d.delete_job = true;
-        let left = staging::release(&ctx.client, &ns, &uid, now).await?;
-        let started = status.release_started_at;
-        let v = release_verdict(&left, &ns, held, started, ctx.config.staging_release_bound, now);
-        if let Some(outcome) = v.outcome {
-            let method = obs.policy.as_ref().map(|p| method_name(p.spec.copy_method)).unwrap_or("unknown");
-            ctx.metrics.staging.inc(StagingLabels {
-                namespace: ns.clone(),
-                method: method.into(),
-                outcome: outcome.into(),
-            });
-        }
-        if let Some(note) = v.warning
-            && d.warning.is_none()
-        {
-            d.warning = Some((staging::LEFT_EVENT, note));
-        }
-        d.release_started_at = v.started;
-        if v.look_again {
-            d.requeue_after = Some(d.requeue_after.map_or(RELEASE_POLL, |r| r.min(RELEASE_POLL)));
-        }
-        d.conditions.push(v.condition);
+        release(ctx, snap, obs, d, held, now).await?;
     }
+    Ok(())
+}
+
+/// A staging pass past the first: create or look at the staged copy, then launch (it is
+/// ready), hold (not yet), or fail the run (refused, or waited past `spec.staging.timeout`).
+async fn stage(
+    ctx: &Context,
+    snap: &Snapshot,
+    obs: &RunObserved,
+    d: &mut RunDecision,
+    since: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
+    now: DateTime<Utc>,
+) -> Result<(), Error> {
+    // `apply` stages only a run with a policy and a recipe.
+    let (Some(policy), Some(recipe)) = (&obs.policy, &obs.recipe) else { return Ok(()) };
+    let ns = snap.namespace().unwrap_or_default();
+    let uid = snap.uid().unwrap_or_default();
+    let method = policy.spec.copy_method;
+    let spec = &policy.spec;
+    let outcome = staging::prepare(
+        &ctx.client,
+        &ns,
+        &uid,
+        &recipe.pvc,
+        method,
+        spec.volume_snapshot_class_name.as_deref(),
+        spec.staging.as_ref(),
+        &crate::mover_job::owner_of(snap),
+    )
+    .await?;
+    let started = DateTime::<Utc>::from_timestamp(since.last_transition_time.0.as_second(), 0);
+    let waited = started.map(|s| (now - s).to_std().unwrap_or_default()).unwrap_or_default();
+    let labels = |outcome: &str| StagingLabels {
+        namespace: ns.clone(),
+        method: method_name(method).into(),
+        outcome: outcome.into(),
+    };
+    match outcome {
+        Outcome::Ready { claim } => {
+            // Counted on the transition only (a lost status write repeats it once).
+            if since.reason != staging::STAGED {
+                ctx.metrics.staging.inc(labels("staged"));
+                ctx.metrics.staging_wait_seconds.add(
+                    StagingMethodLabels { namespace: ns.clone(), method: method_name(method).into() },
+                    waited.as_secs(),
+                );
+            }
+            d.conditions.push(cond(
+                staging::CONDITION,
+                CondStatus::True,
+                staging::STAGED,
+                format!(
+                    "PVC {claim} holds a {} copy of PVC {} (staged in {}s)",
+                    method_name(method),
+                    recipe.pvc,
+                    waited.as_secs()
+                ),
+            ))
+        }
+        Outcome::Waiting(message) => match staging::timeout(spec.staging.as_ref()) {
+            Some(t) if waited > t => {
+                ctx.metrics.staging.inc(labels("failed"));
+                fail(obs, d, format!("staging timed out after {}s (spec.staging.timeout): {message}", t.as_secs()), now)
+            }
+            Some(_) | None => hold(d, staging::PREPARING, message),
+        },
+        Outcome::Refused(message) => {
+            ctx.metrics.staging.inc(labels("failed"));
+            fail(obs, d, message, now)
+        }
+    }
+    Ok(())
+}
+
+/// Releases the staged objects of a run that is over: its mover Job goes too, once this
+/// terminal status has landed, and the release is counted and reported (`release_verdict`).
+async fn release(
+    ctx: &Context,
+    snap: &Snapshot,
+    obs: &RunObserved,
+    d: &mut RunDecision,
+    held: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
+    now: DateTime<Utc>,
+) -> Result<(), Error> {
+    let ns = snap.namespace().unwrap_or_default();
+    let uid = snap.uid().unwrap_or_default();
+    // A finished pod still holds its PVC (Kubernetes deletes a PVC only once no pod that
+    // mounts it exists, finished or not): the mover Job goes too, with its pod, once this
+    // terminal status has landed. The result and the stderr tail stay in the status.
+    d.delete_job = true;
+    let left = staging::release(&ctx.client, &ns, &uid, now).await?;
+    let started = snap.status.as_ref().and_then(|s| s.release_started_at);
+    let v = release_verdict(&left, &ns, held, started, ctx.config.staging_release_bound, now);
+    if let Some(outcome) = v.outcome {
+        let method = obs.policy.as_ref().map(|p| method_name(p.spec.copy_method)).unwrap_or("unknown");
+        ctx.metrics.staging.inc(StagingLabels {
+            namespace: ns.clone(),
+            method: method.into(),
+            outcome: outcome.into(),
+        });
+    }
+    if let Some(note) = v.warning
+        && d.warning.is_none()
+    {
+        d.warning = Some((staging::LEFT_EVENT, note));
+    }
+    d.release_started_at = v.started;
+    if v.look_again {
+        d.requeue_after = Some(d.requeue_after.map_or(RELEASE_POLL, |r| r.min(RELEASE_POLL)));
+    }
+    d.conditions.push(v.condition);
     Ok(())
 }
 
