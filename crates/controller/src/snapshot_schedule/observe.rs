@@ -155,27 +155,7 @@ fn select_policies(
     if policies.iter().any(|p| uses_selector(&p.spec.sources)) && !ctx.stores.synced.pvcs.is_synced() {
         return None;
     }
-    let tzs: std::collections::BTreeSet<Option<String>> = policies
-        .iter()
-        .map(|p| {
-            p.spec
-                .target
-                .repositories()
-                .first()
-                .and_then(|r| ctx.repository(ns, r))
-                .and_then(|rv| rv.common().schedule_defaults.as_ref().and_then(|d| d.timezone.clone()))
-        })
-        .collect();
-    // No policy or one zone: that zone (or none); several: ambiguous.
-    let repo_tz = if tzs.len() <= 1 {
-        Ok(tzs.into_iter().next().flatten())
-    } else {
-        Err(format!(
-            "the matched policies' repositories default to different time zones ({}); using UTC, set \
-             spec.schedule.timezone",
-            tzs.iter().map(|t| t.as_deref().unwrap_or("none")).collect::<Vec<_>>().join(", ")
-        ))
-    };
+    let repo_tz = selection_timezone(ctx, ns, &policies);
     let pairs: usize = policies.iter().map(|p| p.spec.target.repositories().len().max(1)).sum();
     if pairs > MAX_SCHEDULE_FANOUT {
         let message = format!(
@@ -202,23 +182,7 @@ fn select_policies(
         });
     }
     let pvcs = pvcs_in(&ctx.stores.pvcs, ns);
-    let mut selected = Vec::new();
-    let mut skipped = Vec::new();
-    for p in &policies {
-        if p.spec.suspend {
-            skipped.push(format!("{}: suspended (spec.suspend)", p.name_any()));
-            continue;
-        }
-        // A policy with a gating [next] field (docs/design/api-contract.md §1.9) gets no child, like a gated source.
-        match crate::features::snapshot_policy(&p.spec).refusal().and_then(|()| expand(ns, &p.spec.sources, &pvcs)) {
-            Ok(e) if !e.sources.is_empty() => selected.push(super::plan::PolicyChildren {
-                policy: p.name_any(),
-                sources: e.sources.iter().map(|s| ChildSource { key: s.key(), source: s.snapshot_source() }).collect(),
-            }),
-            Ok(e) => skipped.push(format!("{}: {}", p.name_any(), e.empty_message(ns).unwrap_or_default())),
-            Err(m) => skipped.push(format!("{}: {m}", p.name_any())),
-        }
-    }
+    let (selected, skipped) = policy_children(ns, &policies, &pvcs);
     let problem = (!skipped.is_empty()).then(|| {
         let names: Vec<String> = policies.iter().map(|p| p.name_any()).collect();
         if selected.is_empty() {
@@ -231,6 +195,58 @@ fn select_policies(
         }
     });
     Some(Selection { sources: ChildSources::Selected(selected), policies, problem, capped: None, repo_tz })
+}
+
+/// The default time zone of the matched policies' repositories, or why they disagree.
+fn selection_timezone(ctx: &PipelineCtx, ns: &str, policies: &[Arc<SnapshotPolicy>]) -> Result<Option<String>, String> {
+    let tzs: std::collections::BTreeSet<Option<String>> = policies
+        .iter()
+        .map(|p| {
+            p.spec
+                .target
+                .repositories()
+                .first()
+                .and_then(|r| ctx.repository(ns, r))
+                .and_then(|rv| rv.common().schedule_defaults.as_ref().and_then(|d| d.timezone.clone()))
+        })
+        .collect();
+    // No policy or one zone: that zone (or none); several: ambiguous.
+    if tzs.len() <= 1 {
+        Ok(tzs.into_iter().next().flatten())
+    } else {
+        Err(format!(
+            "the matched policies' repositories default to different time zones ({}); using UTC, set \
+             spec.schedule.timezone",
+            tzs.iter().map(|t| t.as_deref().unwrap_or("none")).collect::<Vec<_>>().join(", ")
+        ))
+    }
+}
+
+/// Each matched policy's children (one per source), and why the others get none (suspended,
+/// a gating [next] field, no source).
+fn policy_children(
+    ns: &str,
+    policies: &[Arc<SnapshotPolicy>],
+    pvcs: &[crate::policy_rules::sources::PvcInfo],
+) -> (Vec<super::plan::PolicyChildren>, Vec<String>) {
+    let mut selected = Vec::new();
+    let mut skipped = Vec::new();
+    for p in policies {
+        if p.spec.suspend {
+            skipped.push(format!("{}: suspended (spec.suspend)", p.name_any()));
+            continue;
+        }
+        // A policy with a gating [next] field (docs/design/api-contract.md §1.9) gets no child, like a gated source.
+        match crate::features::snapshot_policy(&p.spec).refusal().and_then(|()| expand(ns, &p.spec.sources, pvcs)) {
+            Ok(e) if !e.sources.is_empty() => selected.push(super::plan::PolicyChildren {
+                policy: p.name_any(),
+                sources: e.sources.iter().map(|s| ChildSource { key: s.key(), source: s.snapshot_source() }).collect(),
+            }),
+            Ok(e) => skipped.push(format!("{}: {}", p.name_any(), e.empty_message(ns).unwrap_or_default())),
+            Err(m) => skipped.push(format!("{}: {m}", p.name_any())),
+        }
+    }
+    (selected, skipped)
 }
 
 /// What one reconcile reads: the children, the policy (or the selector's policies), and the
@@ -274,14 +290,7 @@ pub(super) fn observe(ctx: &Context, sched: &SnapshotSchedule, now: DateTime<Utc
         return None;
     }
     // Timezone: own, else the policy's repository default, else UTC.
-    let repo_tz = match &selection {
-        Some(sel) => sel.repo_tz.clone().ok().flatten(),
-        None => policy
-            .as_ref()
-            .and_then(|p| p.spec.target.repositories().first().map(|r| (*r).clone()))
-            .and_then(|r| ctx.repository(&ns, &r))
-            .and_then(|rv| rv.common().schedule_defaults.as_ref().and_then(|d| d.timezone.clone())),
-    };
+    let repo_tz = repository_timezone(ctx, &ns, selection.as_ref(), policy.as_deref());
     // X (docs/design/api-contract.md §1.8): a policyRef into another namespace creates no child.
     let cross_ns = match &sched.spec.target {
         ScheduleTarget::PolicyRef(p) => {
@@ -302,19 +311,7 @@ pub(super) fn observe(ctx: &Context, sched: &SnapshotSchedule, now: DateTime<Utc
                 .and_then(|()| expand(&ns, &p.spec.sources, &pvcs_in(&ctx.stores.pvcs, &ns)))
         }),
     };
-    let sources = match (&selection, &expansion) {
-        (Some(sel), _) => sel.sources.clone(),
-        (None, expansion) => match expansion {
-            None => ChildSources::PolicyUnknown,
-            Some(Err(message)) => ChildSources::None { message: message.clone() },
-            Some(Ok(e)) => match e.empty_message(&ns) {
-                Some(message) => ChildSources::None { message },
-                None => ChildSources::Expanded(
-                    e.sources.iter().map(|s| ChildSource { key: s.key(), source: s.snapshot_source() }).collect(),
-                ),
-            },
-        },
-    };
+    let sources = child_sources(&ns, selection.as_ref(), expansion.as_ref());
     let cron_spec = &sched.spec.schedule.cron;
     let pinned = status.next_schedule.as_ref().and_then(|n| {
         let (slot, at) = n.slot.zip(n.at)?;
@@ -343,6 +340,45 @@ pub(super) fn observe(ctx: &Context, sched: &SnapshotSchedule, now: DateTime<Utc
         sources,
     };
     Some(Observed { kids, policy_name, policy, selection, cross_ns, suspended, expansion, facts })
+}
+
+/// The repository default time zone a schedule falls back to: the selection's (when its
+/// repositories agree), or the referenced policy's first repository's.
+fn repository_timezone(
+    ctx: &PipelineCtx,
+    ns: &str,
+    selection: Option<&Selection>,
+    policy: Option<&SnapshotPolicy>,
+) -> Option<String> {
+    match selection {
+        Some(sel) => sel.repo_tz.clone().ok().flatten(),
+        None => policy
+            .and_then(|p| p.spec.target.repositories().first().map(|r| (*r).clone()))
+            .and_then(|r| ctx.repository(ns, &r))
+            .and_then(|rv| rv.common().schedule_defaults.as_ref().and_then(|d| d.timezone.clone())),
+    }
+}
+
+/// The sources a slot's children back up: the selection's, or the referenced policy's
+/// expansion (none, with why; unknown while the policy is).
+fn child_sources(
+    ns: &str,
+    selection: Option<&Selection>,
+    expansion: Option<&Result<Expansion, String>>,
+) -> ChildSources {
+    match (selection, expansion) {
+        (Some(sel), _) => sel.sources.clone(),
+        (None, expansion) => match expansion {
+            None => ChildSources::PolicyUnknown,
+            Some(Err(message)) => ChildSources::None { message: message.clone() },
+            Some(Ok(e)) => match e.empty_message(ns) {
+                Some(message) => ChildSources::None { message },
+                None => ChildSources::Expanded(
+                    e.sources.iter().map(|s| ChildSource { key: s.key(), source: s.snapshot_source() }).collect(),
+                ),
+            },
+        },
+    }
 }
 
 #[cfg(test)]
