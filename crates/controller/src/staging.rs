@@ -354,54 +354,9 @@ pub async fn prepare(
     }
     let restore_size = match method {
         CopyMethod::Snapshot => {
-            let vss: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &volume_snapshot_resource());
-            let vs = match vss.get_opt(&name).await {
-                Ok(Some(vs)) => serde_json::to_value(vs).unwrap_or_default(),
-                Ok(None) => {
-                    let classes: Api<DynamicObject> = Api::all_with(client.clone(), &volume_snapshot_class_resource());
-                    let classes = match classes.list(&Default::default()).await {
-                        Ok(l) => {
-                            l.items.into_iter().map(|c| serde_json::to_value(c).unwrap_or_default()).collect::<Vec<_>>()
-                        }
-                        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Outcome::Refused(no_snapshot_api())),
-                        Err(e) => return Err(Error::api("list VolumeSnapshotClasses", e)),
-                    };
-                    let class = match pick_class(class, &classes, &driver) {
-                        Ok(c) => c,
-                        Err(refusal) => return Ok(Outcome::Refused(refusal)),
-                    };
-                    let body: DynamicObject =
-                        serde_json::from_value(volume_snapshot(&name, ns, uid, source_pvc, Some(&class), owner))
-                            .map_err(|e| Error::InvalidSpec(format!("VolumeSnapshot body: {e}")))?;
-                    match vss.create(&PostParams::default(), &body).await {
-                        Ok(vs) => serde_json::to_value(vs).unwrap_or_default(),
-                        Err(kube::Error::Api(e)) if e.code == 409 => {
-                            return Ok(Outcome::Waiting(format!("VolumeSnapshot {name} created")));
-                        }
-                        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Outcome::Refused(no_snapshot_api())),
-                        Err(e) => return Err(Error::api("create VolumeSnapshot", e)),
-                    }
-                }
-                Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Outcome::Refused(no_snapshot_api())),
-                Err(e) => return Err(Error::api("read VolumeSnapshot", e)),
-            };
-            match snap_state(&vs) {
-                SnapState::Ready { restore_size } => restore_size,
-                SnapState::Pending { error: Some(e) } if permanent_snapshot_error(&e) => {
-                    return Ok(Outcome::Refused(format!(
-                        "VolumeSnapshot {name} of PVC {source_pvc} failed with an error retrying cannot fix: {e}"
-                    )));
-                }
-                SnapState::Pending { error: Some(e) } => {
-                    return Ok(Outcome::Waiting(format!(
-                        "VolumeSnapshot {name} of PVC {source_pvc} is not ready: {e}"
-                    )));
-                }
-                SnapState::Pending { error: None } => {
-                    return Ok(Outcome::Waiting(format!(
-                        "waiting for VolumeSnapshot {name} of PVC {source_pvc} to be ready"
-                    )));
-                }
+            match snapshot_restore_size(client, ns, uid, source_pvc, class, &driver, owner).await? {
+                Ok(size) => size,
+                Err(outcome) => return Ok(outcome),
             }
         }
         CopyMethod::Clone | CopyMethod::Direct => None,
@@ -419,6 +374,62 @@ pub async fn prepare(
         Err(e) => return Err(Error::api("create staged PVC", e)),
     }
     Ok(Outcome::Ready { claim: name })
+}
+
+/// `copyMethod: Snapshot`: the source's VolumeSnapshot (created with the class picked for the
+/// source's driver), and its restore size once it is ready. `Err`: where staging stands
+/// meanwhile (waiting, or refused).
+async fn snapshot_restore_size(
+    client: &Client,
+    ns: &str,
+    uid: &str,
+    source_pvc: &str,
+    class: Option<&str>,
+    driver: &str,
+    owner: &OwnerReference,
+) -> Result<Result<Option<String>, Outcome>, Error> {
+    let name = staged_name(uid);
+    let vss: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &volume_snapshot_resource());
+    let vs = match vss.get_opt(&name).await {
+        Ok(Some(vs)) => serde_json::to_value(vs).unwrap_or_default(),
+        Ok(None) => {
+            let classes: Api<DynamicObject> = Api::all_with(client.clone(), &volume_snapshot_class_resource());
+            let classes = match classes.list(&Default::default()).await {
+                Ok(l) => l.items.into_iter().map(|c| serde_json::to_value(c).unwrap_or_default()).collect::<Vec<_>>(),
+                Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Err(Outcome::Refused(no_snapshot_api()))),
+                Err(e) => return Err(Error::api("list VolumeSnapshotClasses", e)),
+            };
+            let class = match pick_class(class, &classes, driver) {
+                Ok(c) => c,
+                Err(refusal) => return Ok(Err(Outcome::Refused(refusal))),
+            };
+            let body: DynamicObject =
+                serde_json::from_value(volume_snapshot(&name, ns, uid, source_pvc, Some(&class), owner))
+                    .map_err(|e| Error::InvalidSpec(format!("VolumeSnapshot body: {e}")))?;
+            match vss.create(&PostParams::default(), &body).await {
+                Ok(vs) => serde_json::to_value(vs).unwrap_or_default(),
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    return Ok(Err(Outcome::Waiting(format!("VolumeSnapshot {name} created"))));
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Err(Outcome::Refused(no_snapshot_api()))),
+                Err(e) => return Err(Error::api("create VolumeSnapshot", e)),
+            }
+        }
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Err(Outcome::Refused(no_snapshot_api()))),
+        Err(e) => return Err(Error::api("read VolumeSnapshot", e)),
+    };
+    Ok(match snap_state(&vs) {
+        SnapState::Ready { restore_size } => Ok(restore_size),
+        SnapState::Pending { error: Some(e) } if permanent_snapshot_error(&e) => Err(Outcome::Refused(format!(
+            "VolumeSnapshot {name} of PVC {source_pvc} failed with an error retrying cannot fix: {e}"
+        ))),
+        SnapState::Pending { error: Some(e) } => {
+            Err(Outcome::Waiting(format!("VolumeSnapshot {name} of PVC {source_pvc} is not ready: {e}")))
+        }
+        SnapState::Pending { error: None } => {
+            Err(Outcome::Waiting(format!("waiting for VolumeSnapshot {name} of PVC {source_pvc} to be ready")))
+        }
+    })
 }
 
 fn no_snapshot_api() -> String {
