@@ -4,6 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time as KTime};
+use kopiur_api::names::reason;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CondStatus {
@@ -73,7 +74,7 @@ pub fn trio(standing: Standing, reason: &str, message: impl Into<String>) -> Vec
 /// decides them, and the catalog writes them when it creates a row
 /// (`catalog::created_row_status`), so the reconcile has nothing to write.
 pub fn discovered_row() -> Vec<Cond> {
-    trio(Standing::Ready, kopiur_api::names::reason::SNAPSHOT_DISCOVERED, "a kopia snapshot found in the repository")
+    trio(Standing::Ready, reason::SNAPSHOT_DISCOVERED, "a kopia snapshot found in the repository")
 }
 
 pub fn ktime(t: DateTime<Utc>) -> KTime {

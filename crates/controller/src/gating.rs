@@ -1,5 +1,6 @@
 //! Consumer gating: `RepositoryReady(R)` and the ClusterRepository tenancy gate, read from
 //! reflector stores by every consumer reconciler.
+use kopiur_api::names::{condition, reason};
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -145,11 +146,9 @@ pub enum MaintenanceGate {
 pub fn maintenance_gate(status: Option<&kopiur_api::repository::RepositoryStatus>) -> MaintenanceGate {
     let timed_out = status.is_some_and(|s| {
         s.phase == Some(RepositoryPhase::Degraded)
-            && s.conditions.iter().any(|c| {
-                c.type_ == kopiur_api::names::condition::READY
-                    && c.status == "False"
-                    && c.reason == kopiur_api::names::reason::TIMED_OUT
-            })
+            && s.conditions
+                .iter()
+                .any(|c| c.type_ == condition::READY && c.status == "False" && c.reason == reason::TIMED_OUT)
     });
     if timed_out { MaintenanceGate::Cure } else { MaintenanceGate::AsGated }
 }
@@ -407,7 +406,7 @@ mod tests {
         let c = RepositoryRef { name: "gone".into(), kind: RepositoryKind::ClusterRepository, namespace: None };
         assert_eq!(
             repository_ready(&repos, &crepos, "t", None, &c).readiness(),
-            Readiness::Blocked { reason: kopiur_api::names::reason::REPOSITORY_NOT_FOUND }
+            Readiness::Blocked { reason: reason::REPOSITORY_NOT_FOUND }
         );
     }
 

@@ -9,6 +9,7 @@
 //!   free pages inside them back to the kernel.
 //!
 //! Elsewhere (musl, other systems) both are no-ops.
+use kopiur_api::names::label;
 use std::time::Duration;
 
 /// Arenas glibc may create (the default is 8 × cores).
@@ -97,7 +98,7 @@ pub fn compact<K: Clone>(o: &mut K) {
 }
 
 /// The one label any reader takes from a stored Snapshot ([`slim_snapshot`] keeps no other).
-pub const STORE_READ_LABEL: &str = kopiur_api::names::label::ORIGIN;
+pub const STORE_READ_LABEL: &str = label::ORIGIN;
 
 /// Caps glibc's arenas at [`ARENA_MAX`]; call first thing in `main`, before any thread.
 /// Returns whether the setting took effect.

@@ -22,7 +22,7 @@
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Namespace, PodSecurityContext, ResourceRequirements, SecurityContext, Toleration,
 };
-use kopiur_api::names::reason;
+use kopiur_api::names::{annotation, condition, reason};
 #[cfg(test)]
 use kopiur_api::shared::mover::SourceColocationMode;
 use kopiur_api::shared::mover::{CacheMode, CacheSpec, MoverDefaults, MoverSpec};
@@ -53,11 +53,7 @@ impl MoverOp {
 
 /// Whether `namespace` opts in to privileged movers (`kopiur.home-operations.com/privileged-movers: "true"`).
 pub fn permits_privileged(ns: &Namespace) -> bool {
-    ns.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(kopiur_api::names::annotation::PRIVILEGED_MOVERS))
-        .map(String::as_str)
+    ns.metadata.annotations.as_ref().and_then(|a| a.get(annotation::PRIVILEGED_MOVERS)).map(String::as_str)
         == Some("true")
 }
 
@@ -119,7 +115,7 @@ pub fn pod_security_refusal(ns: &str, level: &str) -> Refusal {
 /// condition as it was (terminal phases, other refusals).
 pub fn permitted_condition(refused: Option<(&str, &str)>, may_start: bool) -> Option<crate::conditions::Cond> {
     use crate::conditions::{Cond, CondStatus};
-    let type_ = kopiur_api::names::condition::MOVER_PERMITTED;
+    let type_ = condition::MOVER_PERMITTED;
     match refused {
         Some((r, m)) if r == reason::PRIVILEGED_MOVER_NOT_PERMITTED => {
             Some(Cond { type_, status: CondStatus::False, reason: r.into(), message: m.into() })
@@ -144,7 +140,7 @@ pub fn inherited_condition(
     may_start: bool,
 ) -> Option<crate::conditions::Cond> {
     use crate::conditions::{Cond, CondStatus};
-    let type_ = kopiur_api::names::condition::SECURITY_CONTEXT_INHERITED;
+    let type_ = condition::SECURITY_CONTEXT_INHERITED;
     match (refused, inherited_from) {
         (Some((r, m)), _) if r == reason::SECURITY_CONTEXT_NOT_INHERITED => {
             Some(Cond { type_, status: CondStatus::False, reason: r.into(), message: m.into() })

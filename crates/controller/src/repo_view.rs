@@ -3,6 +3,7 @@
 //! to; their Secrets and lease host; the `Context` helpers that hand a view out; and the
 //! reverify-nudge rules every consumer applies after a failed mover run
 //! (docs/design/repository-breaker.md §3.8).
+use kopiur_api::names::{annotation, reason};
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -105,7 +106,7 @@ impl RepoView {
         self.meta()
             .annotations
             .as_ref()
-            .and_then(|a| a.get(kopiur_api::names::annotation::REVERIFY_REQUESTED_AT))
+            .and_then(|a| a.get(annotation::REVERIFY_REQUESTED_AT))
             .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
             .map(|t| t.with_timezone(&Utc))
     }
@@ -141,7 +142,7 @@ impl crate::context::Context {
     /// Stamps `reverify-requested-at=now` on a repository (the caller checked the spacing).
     pub async fn nudge(&self, repo: &RepoView, now: DateTime<Utc>) -> Result<(), Error> {
         let body = serde_json::json!({"metadata": {"annotations": {
-            kopiur_api::names::annotation::REVERIFY_REQUESTED_AT: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            annotation::REVERIFY_REQUESTED_AT: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
         }}});
         let pp = PatchParams::default();
         match repo {
@@ -275,7 +276,7 @@ pub fn nudge_due(current: Option<DateTime<Utc>>, now: DateTime<Utc>) -> bool {
 /// certificate (`CertificateError`) is configuration a human fixes; neither nudges. An unknown
 /// class (a Job that reported none) nudges: the probe is the one sensor that decides.
 pub fn class_nudges(class: Option<&str>) -> bool {
-    !matches!(class, Some(kopiur_api::names::reason::PERMISSION_DENIED | kopiur_api::names::reason::CERTIFICATE_ERROR))
+    !matches!(class, Some(reason::PERMISSION_DENIED | reason::CERTIFICATE_ERROR))
 }
 
 /// Whether a recorded mover run stamps the reverify nudge on its repository (docs/design/repository-breaker.md §3.8,

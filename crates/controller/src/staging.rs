@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
-use kopiur_api::names::label;
+use kopiur_api::names::{event, label};
 use kopiur_api::snapshot_policy::{CopyMethod, Staging};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -47,7 +47,7 @@ pub const RELEASING: &str = "Releasing";
 /// ([`DEFAULT_RELEASE_BOUND`]): counted in `kopiur_staging_left`, alerted, still followed.
 pub const RELEASE_STUCK: &str = "ReleaseStuck";
 /// The Warning Event of a run whose staged objects outlive the bound.
-pub const LEFT_EVENT: &str = kopiur_api::names::event::STAGED_OBJECTS_LEFT;
+pub const LEFT_EVENT: &str = event::STAGED_OBJECTS_LEFT;
 /// How long kopiur expects a finished run's staged objects to take to go, unless
 /// `KOPIUR_STAGING_RELEASE_BOUND_SECONDS` says otherwise.
 pub const DEFAULT_RELEASE_BOUND: Duration = Duration::from_secs(300);

@@ -2,7 +2,7 @@
 //! the fact structs; facts that need other objects (the live schedule GET, the namespace, the
 //! repository, the backup Job) are parameters.
 use kopiur_api::Snapshot;
-use kopiur_api::names::{API_VERSION, annotation, finalizer, label, origin};
+use kopiur_api::names::{API_VERSION, annotation, condition, finalizer, label, origin};
 use kopiur_api::shared::phase::SnapshotOrigin;
 use kopiur_api::snapshot::{DeletionDecision, DeletionRecord, SnapshotPhase};
 
@@ -97,9 +97,9 @@ pub fn recorded_source(s: &Snapshot) -> String {
 
 /// A batch refused to delete its manifest (`DeletionRefused=True`).
 pub fn deletion_refused(s: &Snapshot) -> bool {
-    s.status.as_ref().is_some_and(|st| {
-        st.conditions.iter().any(|c| c.type_ == kopiur_api::names::condition::DELETION_REFUSED && c.status == "True")
-    })
+    s.status
+        .as_ref()
+        .is_some_and(|st| st.conditions.iter().any(|c| c.type_ == condition::DELETION_REFUSED && c.status == "True"))
 }
 
 /// The pinned repository uid, if the first reconcile pinned one.

@@ -1,5 +1,6 @@
 //! Folding one connect verdict into the breaker state: the transition table's verdict rows.
 use chrono::Duration;
+use kopiur_api::names::{condition, event, reason};
 
 use super::gate::CreateGate;
 use kopiur_kopia::classify::ErrorClass;
@@ -153,7 +154,7 @@ pub fn success_fold(
     }
     match prev_phase {
         Phase::Degraded => out.events.push(Event::normal(
-            kopiur_api::names::event::REPOSITORY_BREAKER_CLOSED,
+            event::REPOSITORY_BREAKER_CLOSED,
             format!("a {} connect to {} succeeded; consumers resume", job.kind.label(), facts.id.target),
         )),
         Phase::Pending | Phase::Initializing | Phase::Ready | Phase::Failed => {}
@@ -174,7 +175,7 @@ fn check_pin(
         None => {
             out.status.unique_id = Some(unique_id.to_string());
             out.events.push(Event::normal(
-                kopiur_api::names::event::REPOSITORY_BOOTSTRAPPED,
+                event::REPOSITORY_BOOTSTRAPPED,
                 format!(
                     "{} repository {unique_id} at {}",
                     if created { "created" } else { "connected to" },
@@ -185,7 +186,7 @@ fn check_pin(
         Some(pin) if pin.eq_ignore_ascii_case(unique_id) => {
             if job.via_reinit_ack {
                 out.events.push(Event::normal(
-                    kopiur_api::names::event::REINITIALIZE_ACK_IGNORED_REPOSITORY_PRESENT,
+                    event::REINITIALIZE_ACK_IGNORED_REPOSITORY_PRESENT,
                     format!("repository {pin} is present at {}; nothing was created", facts.id.target),
                 ));
             }
@@ -194,7 +195,7 @@ fn check_pin(
             if job.via_reinit_ack {
                 out.status.unique_id = Some(unique_id.to_string());
                 out.events.push(Event::warning(
-                    kopiur_api::names::event::REPOSITORY_REINITIALIZED,
+                    event::REPOSITORY_REINITIALIZED,
                     format!(
                         "{} repository {unique_id} at {} replaces {pin}",
                         if created { "created" } else { "pinned" },
@@ -235,13 +236,13 @@ fn open(facts: &RepoFacts, kind: ConnectKind, now: Time, out: &mut FoldOutcome) 
         Some(StrictRetry { attempt: 1, holdoff_seconds: holdoff, next_attempt_at: now + Duration::seconds(holdoff) });
     out.effects.push(Effect::Trip { probe_kind: kind.probe_kind() });
     out.events.push(Event::warning(
-        kopiur_api::names::event::REPOSITORY_BREAKER_OPENED,
+        event::REPOSITORY_BREAKER_OPENED,
         format!(
             "{} consecutive failed connects to {} ({}); consumers park until a connect succeeds; next strict retry \
              in {holdoff}s",
             out.status.health.consecutive_probe_failures,
             facts.id.target,
-            out.status.reach.as_ref().map(|r| r.reach.reason()).unwrap_or(kopiur_api::names::reason::CONNECT_FAILED),
+            out.status.reach.as_ref().map(|r| r.reach.reason()).unwrap_or(reason::CONNECT_FAILED),
         ),
     ));
 }
@@ -380,7 +381,7 @@ fn not_initialized(
         None => {
             out.status.reach = Some(ReachState { reach: verdict.reach(), message: verdict.summary() });
             out.status.bootstrapped = Some(Bootstrapped::No {
-                reason: kopiur_api::names::reason::REPOSITORY_NOT_INITIALIZED.to_string(),
+                reason: reason::REPOSITORY_NOT_INITIALIZED.to_string(),
                 message: verdict.summary(),
             });
             to_failed(out, TerminalReason::RepositoryNotInitialized, messages::not_initialized(&facts.id));
@@ -448,7 +449,7 @@ fn fold_probe(
                     } else if first {
                         // R8: one Event per failure episode.
                         out.events.push(Event::warning(
-                            kopiur_api::names::event::REPOSITORY_PROBE_FAILED,
+                            event::REPOSITORY_PROBE_FAILED,
                             format!("probe connect to {} failed: {}", facts.id.target, verdict.summary()),
                         ));
                     }
@@ -464,15 +465,13 @@ struct FailureReasonLabel;
 impl FailureReasonLabel {
     fn of(verdict: &Verdict) -> &'static str {
         match verdict {
-            Verdict::Reachable { .. } => kopiur_api::names::condition::BOOTSTRAPPED,
-            Verdict::ProbeDeadlineExceeded { job_deadline: true } => {
-                kopiur_api::names::reason::BOOTSTRAP_DEADLINE_EXCEEDED
-            }
-            Verdict::ProbeDeadlineExceeded { job_deadline: false } => kopiur_api::names::reason::REPOSITORY_UNAVAILABLE,
-            Verdict::TimedOut { .. } => kopiur_api::names::reason::TIMED_OUT,
-            Verdict::NotInitialized => kopiur_api::names::reason::REPOSITORY_NOT_INITIALIZED,
+            Verdict::Reachable { .. } => condition::BOOTSTRAPPED,
+            Verdict::ProbeDeadlineExceeded { job_deadline: true } => reason::BOOTSTRAP_DEADLINE_EXCEEDED,
+            Verdict::ProbeDeadlineExceeded { job_deadline: false } => reason::REPOSITORY_UNAVAILABLE,
+            Verdict::TimedOut { .. } => reason::TIMED_OUT,
+            Verdict::NotInitialized => reason::REPOSITORY_NOT_INITIALIZED,
             Verdict::BackendUnreachable { class } | Verdict::ConnectFailed { class } => class.as_str(),
-            Verdict::BootstrapJobFailed => kopiur_api::names::reason::BOOTSTRAP_JOB_FAILED,
+            Verdict::BootstrapJobFailed => reason::BOOTSTRAP_JOB_FAILED,
         }
     }
 }

@@ -2,6 +2,7 @@
 //! BackendReachable and CredentialsAvailable. Degraded is Reconciling (self-healing), Failed is
 //! Stalled (needs a human).
 use super::types::{Bootstrapped, Phase, Reach, RepoFacts, RepoStatus};
+use kopiur_api::names::{condition, reason};
 
 use crate::conditions::{Cond, CondStatus, cond};
 
@@ -58,76 +59,57 @@ pub fn conditions(facts: &RepoFacts, st: &RepoStatus) -> Vec<Cond> {
     match ks {
         Kstatus::Ready => {
             out.push(cond("Ready", CondStatus::True, &ready_reason, ready_msg));
-            out.push(cond(
-                kopiur_api::names::condition::RECONCILING,
-                CondStatus::False,
-                kopiur_api::names::reason::CONNECTED,
-                "",
-            ));
-            out.push(cond(
-                kopiur_api::names::condition::STALLED,
-                CondStatus::False,
-                kopiur_api::names::reason::CONNECTED,
-                "",
-            ));
+            out.push(cond(condition::RECONCILING, CondStatus::False, reason::CONNECTED, ""));
+            out.push(cond(condition::STALLED, CondStatus::False, reason::CONNECTED, ""));
         }
         Kstatus::Reconciling => {
             out.push(cond("Ready", CondStatus::False, &ready_reason, ready_msg.clone()));
-            out.push(cond(kopiur_api::names::condition::RECONCILING, CondStatus::True, &ready_reason, ready_msg));
-            out.push(cond(kopiur_api::names::condition::STALLED, CondStatus::False, &ready_reason, ""));
+            out.push(cond(condition::RECONCILING, CondStatus::True, &ready_reason, ready_msg));
+            out.push(cond(condition::STALLED, CondStatus::False, &ready_reason, ""));
         }
         Kstatus::Stalled => {
             out.push(cond("Ready", CondStatus::False, &ready_reason, ready_msg.clone()));
-            out.push(cond(kopiur_api::names::condition::RECONCILING, CondStatus::False, &ready_reason, ""));
-            out.push(cond(kopiur_api::names::condition::STALLED, CondStatus::True, &ready_reason, ready_msg));
+            out.push(cond(condition::RECONCILING, CondStatus::False, &ready_reason, ""));
+            out.push(cond(condition::STALLED, CondStatus::True, &ready_reason, ready_msg));
         }
     }
 
     match &st.bootstrapped {
-        Some(Bootstrapped::Yes) => out.push(cond(
-            kopiur_api::names::condition::BOOTSTRAPPED,
-            CondStatus::True,
-            kopiur_api::names::reason::BOOTSTRAPPED,
-            "uniqueId pinned",
-        )),
+        Some(Bootstrapped::Yes) => {
+            out.push(cond(condition::BOOTSTRAPPED, CondStatus::True, reason::BOOTSTRAPPED, "uniqueId pinned"))
+        }
         Some(Bootstrapped::No { reason, message }) => {
-            out.push(cond(kopiur_api::names::condition::BOOTSTRAPPED, CondStatus::False, reason, message.clone()))
+            out.push(cond(condition::BOOTSTRAPPED, CondStatus::False, reason, message.clone()))
         }
         None => {}
     }
 
     let reach = match (&st.reach, facts.spec.probe.enabled) {
-        (Some(r), _) if r.reach != Reach::Reachable => Some(cond(
-            kopiur_api::names::condition::BACKEND_REACHABLE,
-            CondStatus::False,
-            r.reach.reason(),
-            r.message.clone(),
-        )),
+        (Some(r), _) if r.reach != Reach::Reachable => {
+            Some(cond(condition::BACKEND_REACHABLE, CondStatus::False, r.reach.reason(), r.message.clone()))
+        }
         (Some(_), false) | (None, false) => Some(cond(
-            kopiur_api::names::condition::BACKEND_REACHABLE,
+            condition::BACKEND_REACHABLE,
             CondStatus::Unknown,
-            kopiur_api::names::reason::PROBE_DISABLED,
+            reason::PROBE_DISABLED,
             "spec.health.probe.enabled is false",
         )),
-        (Some(r), true) => Some(cond(
-            kopiur_api::names::condition::BACKEND_REACHABLE,
-            CondStatus::True,
-            kopiur_api::names::reason::REACHABLE,
-            r.message.clone(),
-        )),
+        (Some(r), true) => {
+            Some(cond(condition::BACKEND_REACHABLE, CondStatus::True, reason::REACHABLE, r.message.clone()))
+        }
         (None, true) => None,
     };
     out.extend(reach);
 
     out.push(if creds_missing {
         cond(
-            kopiur_api::names::condition::CREDENTIALS_AVAILABLE,
+            condition::CREDENTIALS_AVAILABLE,
             CondStatus::False,
-            kopiur_api::names::reason::MISSING_CREDENTIALS_SECRET,
+            reason::MISSING_CREDENTIALS_SECRET,
             "a referenced Secret does not exist in the repository's home namespace",
         )
     } else {
-        cond(kopiur_api::names::condition::CREDENTIALS_AVAILABLE, CondStatus::True, "Found", "")
+        cond(condition::CREDENTIALS_AVAILABLE, CondStatus::True, "Found", "")
     });
     out.extend(repository_writable(facts.spec.read_only));
     out
@@ -137,12 +119,12 @@ pub fn conditions(facts: &RepoFacts, st: &RepoStatus) -> Vec<Cond> {
 fn phase_reason(facts: &RepoFacts, st: &RepoStatus, phase: Phase, creds_missing: bool) -> (String, String) {
     let target = &facts.id.target;
     match phase {
-        Phase::Ready => (kopiur_api::names::reason::CONNECTED.into(), format!("connected to {target}")),
+        Phase::Ready => (reason::CONNECTED.into(), format!("connected to {target}")),
         Phase::Pending if creds_missing => (
-            kopiur_api::names::reason::MISSING_CREDENTIALS_SECRET.into(),
+            reason::MISSING_CREDENTIALS_SECRET.into(),
             "a referenced Secret does not exist in the repository's home namespace".into(),
         ),
-        Phase::Pending => (kopiur_api::names::reason::BOOTSTRAPPING.into(), "waiting for the first bootstrap".into()),
+        Phase::Pending => (reason::BOOTSTRAPPING.into(), "waiting for the first bootstrap".into()),
         Phase::Initializing => match (&st.bootstrapped, &st.health.strict_retry) {
             (Some(Bootstrapped::No { reason, message }), Some(r)) => (
                 reason.clone(),
@@ -152,7 +134,7 @@ fn phase_reason(facts: &RepoFacts, st: &RepoStatus, phase: Phase, creds_missing:
                 ),
             ),
             (Some(Bootstrapped::No { .. }), None) | (Some(Bootstrapped::Yes), _) | (None, _) => {
-                (kopiur_api::names::reason::BOOTSTRAPPING.into(), format!("connecting to {target}"))
+                (reason::BOOTSTRAPPING.into(), format!("connecting to {target}"))
             }
         },
         Phase::Degraded => degraded_reason(facts, st),
@@ -176,7 +158,7 @@ fn degraded_reason(facts: &RepoFacts, st: &RepoStatus) -> (String, String) {
     match st.reach.as_ref().filter(|r| r.reach == Reach::TimedOut) {
         // Slow, not down: its own reason, and the message says what runs meanwhile.
         Some(r) => (
-            kopiur_api::names::reason::TIMED_OUT.into(),
+            reason::TIMED_OUT.into(),
             format!(
                 "circuit breaker open: {}; maintenance still runs (it compacts the index blobs that slow \
                      the connect), snapshots and restores wait{next} with a deadline of {}s",
@@ -185,7 +167,7 @@ fn degraded_reason(facts: &RepoFacts, st: &RepoStatus) -> (String, String) {
             ),
         ),
         None => (
-            kopiur_api::names::reason::BREAKER_OPEN.into(),
+            reason::BREAKER_OPEN.into(),
             format!(
                 "circuit breaker open: {} consecutive failed connects to {target}{next}",
                 st.health.consecutive_probe_failures

@@ -244,7 +244,7 @@ impl Reach {
             Reach::BackendUnreachable => reason::BACKEND_UNREACHABLE,
             Reach::RepositoryVanished => reason::REPOSITORY_VANISHED,
             Reach::ProbeDeadlineExceeded => reason::PROBE_DEADLINE_EXCEEDED,
-            Reach::TimedOut => kopiur_api::names::reason::TIMED_OUT,
+            Reach::TimedOut => reason::TIMED_OUT,
             Reach::ConnectFailed => reason::CONNECT_FAILED,
         }
     }

@@ -6,11 +6,12 @@
 use chrono::{DateTime, Utc};
 use kopiur_api::SnapshotPolicy;
 use kopiur_api::domain::identity::resolve_identity;
+use kopiur_api::names::reason;
 use kopiur_api::shared::{RepositoryKind, RepositoryRef};
 use kube::ResourceExt;
 
 /// The Ready/Stalled reason.
-pub const IDENTITY_COLLISION: &str = kopiur_api::names::reason::IDENTITY_COLLISION;
+pub const IDENTITY_COLLISION: &str = reason::IDENTITY_COLLISION;
 
 type RepoKey = (RepositoryKind, Option<String>, String);
 

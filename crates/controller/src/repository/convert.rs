@@ -108,8 +108,7 @@ pub fn to_pure(st: Option<&RepositoryStatus>) -> RepoStatus {
 
 /// The stored `IndexBlobHealth` condition is False (its Warning Event was already emitted).
 pub fn index_blob_health_was_false(st: Option<&RepositoryStatus>) -> bool {
-    st.and_then(|s| cond(&s.conditions, kopiur_api::names::condition::INDEX_BLOB_HEALTH))
-        .is_some_and(|c| c.status == "False")
+    st.and_then(|s| cond(&s.conditions, condition::INDEX_BLOB_HEALTH)).is_some_and(|c| c.status == "False")
 }
 
 /// Render the stored status: the fields the breaker owns replaced, everything else kept.

@@ -2,6 +2,7 @@
 //! repository it resolves to, the target PVC, the Job and its pods, the mover settings and
 //! the credentials a launch would read, gathered into [`RestoreFacts`]. Reads stores, and the
 //! API only where a launch is possible (pods, mover identity, Secret keys, the CA bundle).
+use kopiur_api::names::reason;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -406,7 +407,7 @@ async fn mover(
     use crate::mover_settings::PrivilegeVerdict;
     let mut r = resolve(&mf);
     if let Err(why) = &r
-        && why.reason == kopiur_api::names::reason::PRIVILEGED_MOVER_NOT_PERMITTED
+        && why.reason == reason::PRIVILEGED_MOVER_NOT_PERMITTED
     {
         match crate::mover_settings::namespace_privilege(&ctx.client, &ns).await {
             PrivilegeVerdict::Permitted => {

@@ -2,6 +2,7 @@
 //! parks (never fails) the Restore while its repository is not Ready, and the wait window for
 //! a missing snapshot starts only once the gate has passed.
 use chrono::{DateTime, Duration, Utc};
+use kopiur_api::names::{condition, reason};
 use kopiur_api::restore::{OnMissingSnapshot, RestorePhase};
 use kopiur_api::shared::status::Failure;
 
@@ -82,11 +83,11 @@ impl Credentials {
     /// The reason of a missing credential (`MissingCredentialsSecret` or `MissingCaBundle`).
     pub fn reason(&self) -> &'static str {
         match self {
-            Credentials::MissingCaBundle { .. } => kopiur_api::names::reason::MISSING_CA_BUNDLE,
+            Credentials::MissingCaBundle { .. } => reason::MISSING_CA_BUNDLE,
             Credentials::Found
             | Credentials::NotChecked
             | Credentials::MissingSecrets { .. }
-            | Credentials::MissingKey { .. } => kopiur_api::names::reason::MISSING_CREDENTIALS_SECRET,
+            | Credentials::MissingKey { .. } => reason::MISSING_CREDENTIALS_SECRET,
         }
     }
 
@@ -229,13 +230,8 @@ pub(super) fn decision(
         phase: Some(phase),
         conditions: vec![
             cond("Ready", ready, reason, m.clone()),
-            cond(kopiur_api::names::condition::RECONCILING, reconciling, reason, ""),
-            cond(
-                kopiur_api::names::condition::STALLED,
-                stalled,
-                reason,
-                if stalled == CondStatus::True { m } else { String::new() },
-            ),
+            cond(condition::RECONCILING, reconciling, reason, ""),
+            cond(condition::STALLED, stalled, reason, if stalled == CondStatus::True { m } else { String::new() }),
         ],
         steps: vec![],
         wait_started_at: None,
@@ -271,12 +267,7 @@ pub fn plan(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     if let Some(o) = &f.ownership {
         let (status, reason) =
             if o.preserved { (CondStatus::True, "OwnersPreserved") } else { (CondStatus::False, "OwnersNotPreserved") };
-        d.conditions.push(cond(
-            kopiur_api::names::condition::OWNERSHIP_PRESERVED,
-            status,
-            reason,
-            o.message.clone().unwrap_or_default(),
-        ));
+        d.conditions.push(cond(condition::OWNERSHIP_PRESERVED, status, reason, o.message.clone().unwrap_or_default()));
     }
     if d.wait_started_at.is_none() {
         d.wait_started_at = f.wait_started_at;
@@ -311,8 +302,8 @@ fn plan_inner(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
 /// A Pending Restore that needs a human (`reason`, Stalled), no timer started.
 fn stalled(reason: &str, message: String) -> RestoreDecision {
     let mut d = decision(RestorePhase::Pending, CondStatus::False, reason, message.clone());
-    d.conditions[1] = cond(kopiur_api::names::condition::RECONCILING, CondStatus::False, reason, "");
-    d.conditions[2] = cond(kopiur_api::names::condition::STALLED, CondStatus::True, reason, message);
+    d.conditions[1] = cond(condition::RECONCILING, CondStatus::False, reason, "");
+    d.conditions[2] = cond(condition::STALLED, CondStatus::True, reason, message);
     d
 }
 
@@ -320,12 +311,7 @@ fn stalled(reason: &str, message: String) -> RestoreDecision {
 fn phase_decision(f: &RestoreFacts, now: DateTime<Utc>) -> Option<RestoreDecision> {
     match &f.phase {
         Some(RestorePhase::Completed) => {
-            let mut d = decision(
-                RestorePhase::Completed,
-                CondStatus::True,
-                kopiur_api::names::reason::RESTORE_SUCCEEDED,
-                "restored",
-            );
+            let mut d = decision(RestorePhase::Completed, CondStatus::True, reason::RESTORE_SUCCEEDED, "restored");
             if f.prime_left {
                 // Kubernetes keeps a PVC while any pod that mounted it exists, finished or
                 // not: the Job goes with the prime.
@@ -355,11 +341,10 @@ fn phase_decision(f: &RestoreFacts, now: DateTime<Utc>) -> Option<RestoreDecisio
 fn wedged_cleanup(f: &RestoreFacts) -> RestoreDecision {
     let msg = f.job.failure.as_ref().and_then(|x| x.message.clone()).unwrap_or_else(|| "the restore failed".into());
     // The reason recorded with the failure (MoverJobLost, MoverPodWedged, ...) stays.
-    let reason =
-        f.job.ready_reason.as_deref().filter(|r| !r.is_empty()).unwrap_or(kopiur_api::names::reason::RESTORE_FAILED);
+    let reason = f.job.ready_reason.as_deref().filter(|r| !r.is_empty()).unwrap_or(reason::RESTORE_FAILED);
     let mut d = decision(RestorePhase::Failed, CondStatus::False, reason, msg);
     // A wedged Job whose delete did not land the first time is deleted again.
-    d.delete_job = reason == kopiur_api::names::reason::MOVER_POD_WEDGED && f.job.state == JobState::Active;
+    d.delete_job = reason == reason::MOVER_POD_WEDGED && f.job.state == JobState::Active;
     if d.delete_job {
         d.requeue_after = Some(Duration::seconds(WEDGED_DELETE_RETRY_SECONDS));
     }
@@ -381,7 +366,7 @@ fn restoring(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
     match (&f.job.state, &f.job.pods) {
         (JobState::Active, Verdict::Wedged { message }) => {
             // Not the backend's fault: no reverify nudge.
-            let reason = kopiur_api::names::reason::MOVER_POD_WEDGED;
+            let reason = reason::MOVER_POD_WEDGED;
             let mut d = decision(RestorePhase::Failed, CondStatus::False, reason, message.clone());
             d.failure = Some(Failure { message: Some(message.clone()), ..Failure::default() });
             d.delete_job = true;
@@ -405,15 +390,11 @@ fn restoring(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
             d
         }
         (JobState::Failed { reason }, _) => {
-            fail(kopiur_api::names::reason::RESTORE_FAILED, format!("the restore Job failed: {reason}"), true, f, now)
+            fail(reason::RESTORE_FAILED, format!("the restore Job failed: {reason}"), true, f, now)
         }
-        (JobState::Absent, _) => fail(
-            kopiur_api::names::reason::MOVER_JOB_LOST,
-            "the restore Job vanished before reporting".into(),
-            true,
-            f,
-            now,
-        ),
+        (JobState::Absent, _) => {
+            fail(reason::MOVER_JOB_LOST, "the restore Job vanished before reporting".into(), true, f, now)
+        }
     }
 }
 
@@ -421,7 +402,7 @@ fn restoring(f: &RestoreFacts, now: DateTime<Utc>) -> RestoreDecision {
 fn gate_decision(f: &RestoreFacts) -> Option<RestoreDecision> {
     // Another namespace's data without its grant. Re-checked every minute (a grant may appear).
     if let Some(message) = &f.cross_ns {
-        let mut d = stalled(kopiur_api::names::reason::CROSS_NAMESPACE_REFERENCE, message.clone());
+        let mut d = stalled(reason::CROSS_NAMESPACE_REFERENCE, message.clone());
         d.requeue_after = Some(Duration::seconds(60));
         return Some(d);
     }
@@ -430,12 +411,9 @@ fn gate_decision(f: &RestoreFacts) -> Option<RestoreDecision> {
     // not admitted) needs a human (Stalled). Neither is terminal: the repository watch resumes it.
     let mut d = match f.gate.readiness() {
         Readiness::Go => return None,
-        Readiness::Wait => decision(
-            RestorePhase::Pending,
-            CondStatus::False,
-            kopiur_api::names::reason::REPOSITORY_NOT_READY,
-            f.gate.message(),
-        ),
+        Readiness::Wait => {
+            decision(RestorePhase::Pending, CondStatus::False, reason::REPOSITORY_NOT_READY, f.gate.message())
+        }
         Readiness::Blocked { reason } => stalled(reason, f.gate.message()),
     };
     d.requeue_after = Some(Duration::seconds(300));
@@ -447,14 +425,14 @@ fn gate_decision(f: &RestoreFacts) -> Option<RestoreDecision> {
 fn target_decision(f: &RestoreFacts, now: DateTime<Utc>) -> Option<RestoreDecision> {
     match &f.target {
         TargetState::NotImplemented { what } => Some(fail(
-            kopiur_api::names::reason::FEATURE_NOT_IMPLEMENTED,
+            reason::FEATURE_NOT_IMPLEMENTED,
             format!("target.{what} is not implemented in this release"),
             false,
             f,
             now,
         )),
         TargetState::ExistsNotOurs { name } => Some(fail(
-            kopiur_api::names::reason::TARGET_EXISTS,
+            reason::TARGET_EXISTS,
             format!("PVC {name} already exists and was not created by this Restore"),
             false,
             f,
@@ -490,7 +468,7 @@ fn credentials_hold(f: &RestoreFacts) -> Option<RestoreDecision> {
     let message = f.credentials.missing_message(&f.namespace)?;
     let reason = f.credentials.reason();
     let mut d = stalled(reason, message.clone());
-    d.conditions.push(cond(kopiur_api::names::condition::CREDENTIALS_AVAILABLE, CondStatus::False, reason, message));
+    d.conditions.push(cond(condition::CREDENTIALS_AVAILABLE, CondStatus::False, reason, message));
     // The Secret watch is the trigger; this is the safety net for a missed event.
     d.requeue_after = Some(Duration::seconds(60));
     Some(d)
@@ -504,30 +482,19 @@ fn missing_snapshot(f: &RestoreFacts, what: &str, started: DateTime<Utc>, now: D
         && now < end
     {
         let msg = format!("waiting for {what}");
-        let mut d = decision(
-            RestorePhase::Resolving,
-            CondStatus::False,
-            kopiur_api::names::reason::WAITING_FOR_SNAPSHOT,
-            msg.clone(),
-        );
-        d.conditions.push(cond(
-            kopiur_api::names::condition::RESOLVED,
-            CondStatus::False,
-            kopiur_api::names::reason::WAITING_FOR_SNAPSHOT,
-            msg,
-        ));
+        let mut d = decision(RestorePhase::Resolving, CondStatus::False, reason::WAITING_FOR_SNAPSHOT, msg.clone());
+        d.conditions.push(cond(condition::RESOLVED, CondStatus::False, reason::WAITING_FOR_SNAPSHOT, msg));
         d.wait_started_at = Some(started);
         d.requeue_after = Some((end - now).min(Duration::seconds(30)));
         return d;
     }
     let mut d = match f.on_missing {
         OnMissingSnapshot::Fail => {
-            let mut d =
-                fail(kopiur_api::names::reason::SNAPSHOT_NOT_FOUND, format!("{what} does not exist"), false, f, now);
+            let mut d = fail(reason::SNAPSHOT_NOT_FOUND, format!("{what} does not exist"), false, f, now);
             d.conditions.push(cond(
-                kopiur_api::names::condition::RESOLVED,
+                condition::RESOLVED,
                 CondStatus::False,
-                kopiur_api::names::reason::SNAPSHOT_NOT_FOUND,
+                reason::SNAPSHOT_NOT_FOUND,
                 what.to_string(),
             ));
             d
@@ -544,17 +511,12 @@ fn no_snapshot_continue(f: &RestoreFacts, what: &str) -> RestoreDecision {
     let populate = matches!(f.target, TargetState::Populate(_));
     let mut d = if populate {
         let m = "no snapshot: the PVC gets an empty volume";
-        decision(RestorePhase::Restoring, CondStatus::False, kopiur_api::names::reason::POPULATING, m)
+        decision(RestorePhase::Restoring, CondStatus::False, reason::POPULATING, m)
     } else {
         let m = "no snapshot; target left empty";
-        decision(RestorePhase::Completed, CondStatus::True, kopiur_api::names::reason::RESTORE_SUCCEEDED, m)
+        decision(RestorePhase::Completed, CondStatus::True, reason::RESTORE_SUCCEEDED, m)
     };
-    d.conditions.push(cond(
-        kopiur_api::names::condition::RESOLVED,
-        CondStatus::True,
-        kopiur_api::names::reason::NO_SNAPSHOT_CONTINUE,
-        what.to_string(),
-    ));
+    d.conditions.push(cond(condition::RESOLVED, CondStatus::True, reason::NO_SNAPSHOT_CONTINUE, what.to_string()));
     d.steps = match &f.target {
         TargetState::Populate(Populate::Priming { prime: Prime::Absent, .. }) => {
             vec![Step::PinEmpty, Step::CreatePrime]
@@ -587,15 +549,10 @@ fn launch_steps(f: &RestoreFacts, started: DateTime<Utc>) -> RestoreDecision {
         JobState::Active | JobState::Complete { .. } | JobState::Failed { .. } => steps.push(Step::AwaitJob),
     }
     let mut d = decision(RestorePhase::Restoring, CondStatus::False, "Restoring", "the restore Job was created");
-    d.conditions.push(cond(
-        kopiur_api::names::condition::RESOLVED,
-        CondStatus::True,
-        kopiur_api::names::reason::SNAPSHOT_RESOLVED,
-        "",
-    ));
+    d.conditions.push(cond(condition::RESOLVED, CondStatus::True, reason::SNAPSHOT_RESOLVED, ""));
     if f.credentials == Credentials::Found {
         d.conditions.push(cond(
-            kopiur_api::names::condition::CREDENTIALS_AVAILABLE,
+            condition::CREDENTIALS_AVAILABLE,
             CondStatus::True,
             "Found",
             "the repository's Secrets are in this namespace",

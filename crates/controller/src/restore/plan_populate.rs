@@ -1,7 +1,7 @@
 //! The populate paths of the Restore plan (`target: populator: {}`, docs/controller.md
 //! "Volume populator"): before the launch, and while the populate runs.
 use chrono::{DateTime, Duration, Utc};
-use kopiur_api::names::reason;
+use kopiur_api::names::{condition, reason};
 use kopiur_api::restore::RestorePhase;
 
 use super::plan::{RestoreDecision, RestoreFacts, Step, decision, fail};
@@ -46,7 +46,7 @@ pub(super) fn before_populate(f: &RestoreFacts, p: &Populate, now: DateTime<Utc>
             let mut d =
                 decision(RestorePhase::Completed, CondStatus::True, reason::TARGET_ALREADY_BOUND, message.clone());
             d.conditions.push(cond(
-                kopiur_api::names::condition::TARGET_ALREADY_BOUND,
+                condition::TARGET_ALREADY_BOUND,
                 CondStatus::True,
                 reason::TARGET_ALREADY_BOUND,
                 message,

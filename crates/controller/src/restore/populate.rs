@@ -21,7 +21,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kopiur_api::Restore;
-use kopiur_api::names::{annotation, event};
+use kopiur_api::names::{annotation, event, label};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 
@@ -194,7 +194,7 @@ pub fn prime_claim(restore: &Restore, claim: &PersistentVolumeClaim) -> Persiste
         annotations.insert(SELECTED_NODE.to_string(), node.clone());
     }
     let mut labels = crate::labels::managed_labels();
-    labels.insert(kopiur_api::names::label::OP.to_string(), "restore-populate".to_string());
+    labels.insert(label::OP.to_string(), "restore-populate".to_string());
     PersistentVolumeClaim {
         metadata: kube::api::ObjectMeta {
             name: Some(prime_name(&claim.uid().unwrap_or_default())),
@@ -466,10 +466,7 @@ mod tests {
         assert_eq!(ann.get(SELECTED_NODE).map(String::as_str), Some("node-a"));
         assert_eq!(ann.get(CREATED_BY).map(String::as_str), Some("r-1"));
         assert!(!ann.contains_key("other"));
-        assert_eq!(
-            p.metadata.labels.unwrap().get(kopiur_api::names::label::OP).map(String::as_str),
-            Some("restore-populate")
-        );
+        assert_eq!(p.metadata.labels.unwrap().get(label::OP).map(String::as_str), Some("restore-populate"));
         let owners = p.metadata.owner_references.unwrap();
         assert_eq!((owners[0].kind.as_str(), owners[0].uid.as_str()), ("Restore", "r-1"));
         let spec = p.spec.unwrap();

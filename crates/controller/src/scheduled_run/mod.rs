@@ -9,7 +9,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kopiur_api::Duration as ApiDuration;
 use kopiur_api::domain::cron::{Cron, NextSlot, effective_timezone, next_slot, parse_timezone};
-use kopiur_api::names::annotation;
+use kopiur_api::names::{annotation, condition};
 use kopiur_api::shared::{CronSpec, FailurePolicy};
 use kopiur_kopia::cmd::{CacheSizes, Identity};
 use kopiur_mover::job::{JobInput, build_job};
@@ -93,7 +93,7 @@ pub enum RunRequest {
 }
 
 pub fn run_request(annotations: &BTreeMap<String, String>) -> RunRequest {
-    match annotations.get(kopiur_api::names::annotation::RUN_REQUESTED) {
+    match annotations.get(annotation::RUN_REQUESTED) {
         None => RunRequest::None,
         Some(v) if v.trim().is_empty() => RunRequest::None,
         Some(v) => match DateTime::parse_from_rfc3339(v.trim()) {
@@ -191,11 +191,11 @@ pub fn run_job(job: &Job, slot_key: &str) -> RunJob {
         .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
         .map(|t| t.with_timezone(&Utc))
         .unwrap_or(created);
-    let manual = match a.get(kopiur_api::names::annotation::RUN_TRIGGER).map(String::as_str) {
+    let manual = match a.get(annotation::RUN_TRIGGER).map(String::as_str) {
         Some(kopiur_api::names::run_trigger::MANUAL) => Some(a.get(RUN_REQUESTED_VALUE).cloned().unwrap_or_default()),
         Some(_) | None => None,
     };
-    let mode = a.get(kopiur_api::names::annotation::RUN_MODE).cloned().unwrap_or_default();
+    let mode = a.get(annotation::RUN_MODE).cloned().unwrap_or_default();
     RunJob {
         name: job.name_any(),
         created,
@@ -218,12 +218,7 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
 use crate::conditions::cond;
 
 pub fn lease_cond(owned: bool, reason: &str, message: impl Into<String>) -> Cond {
-    cond(
-        kopiur_api::names::condition::LEASE_OWNED,
-        if owned { CondStatus::True } else { CondStatus::False },
-        reason,
-        message,
-    )
+    cond(condition::LEASE_OWNED, if owned { CondStatus::True } else { CondStatus::False }, reason, message)
 }
 
 /// Everything one mover Job of a maintenance or replication run needs.
@@ -376,9 +371,9 @@ mod tests {
     fn run_request_parses() {
         let mut a = BTreeMap::new();
         assert_eq!(run_request(&a), RunRequest::None);
-        a.insert(kopiur_api::names::annotation::RUN_REQUESTED.to_string(), "tomorrow".into());
+        a.insert(annotation::RUN_REQUESTED.to_string(), "tomorrow".into());
         assert_eq!(run_request(&a), RunRequest::Malformed("tomorrow".into()));
-        a.insert(kopiur_api::names::annotation::RUN_REQUESTED.to_string(), "2026-07-17T10:00:00Z".into());
+        a.insert(annotation::RUN_REQUESTED.to_string(), "2026-07-17T10:00:00Z".into());
         assert_eq!(run_request(&a), RunRequest::Requested("2026-07-17T10:00:00Z".into()));
     }
 

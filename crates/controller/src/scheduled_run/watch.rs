@@ -3,13 +3,14 @@
 
 use k8s_openapi::api::core::v1::Namespace;
 use kopiur_api::ClusterRepository;
+use kopiur_api::names::{condition, reason};
 use kopiur_api::shared::{RepositoryKind, RepositoryRef};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 /// Whether a consumer's Ready condition carries `reason` (parked consumers are found this way).
 pub fn ready_reason_is(conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition], reason: &str) -> bool {
-    conds.iter().any(|c| c.type_ == kopiur_api::names::condition::READY && c.reason == reason)
+    conds.iter().any(|c| c.type_ == condition::READY && c.reason == reason)
 }
 
 /// The objects of `ns` in `store` waiting for credentials (Ready reason
@@ -27,9 +28,7 @@ where
         .state()
         .iter()
         .filter(|o| o.meta().namespace.as_deref() == ns)
-        .filter(|o| {
-            conditions(o).is_some_and(|c| ready_reason_is(c, kopiur_api::names::reason::MISSING_CREDENTIALS_SECRET))
-        })
+        .filter(|o| conditions(o).is_some_and(|c| ready_reason_is(c, reason::MISSING_CREDENTIALS_SECRET)))
         .map(|o| kube::runtime::reflector::ObjectRef::from_obj(o.as_ref()))
         .collect()
 }
@@ -88,10 +87,10 @@ mod tests {
     fn a_secret_wakes_only_its_namespace_objects_waiting_for_credentials() {
         let (store, mut writer) = reflector::store::<Maintenance>();
         for m in [
-            maintenance("apps", "waiting", Some(kopiur_api::names::reason::MISSING_CREDENTIALS_SECRET)),
-            maintenance("apps", "parked", Some(kopiur_api::names::reason::REPOSITORY_NOT_READY)),
+            maintenance("apps", "waiting", Some(reason::MISSING_CREDENTIALS_SECRET)),
+            maintenance("apps", "parked", Some(reason::REPOSITORY_NOT_READY)),
             maintenance("apps", "new", None),
-            maintenance("other", "waiting", Some(kopiur_api::names::reason::MISSING_CREDENTIALS_SECRET)),
+            maintenance("other", "waiting", Some(reason::MISSING_CREDENTIALS_SECRET)),
         ] {
             writer.apply_watcher_event(&watcher::Event::Apply(m));
         }

@@ -9,7 +9,7 @@
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use kopiur_api::Snapshot;
-use kopiur_api::names::{annotation, condition, finalizer, reason};
+use kopiur_api::names::{annotation, condition, event, finalizer, reason};
 use kopiur_api::shared::RepositoryRef;
 use kopiur_api::snapshot::SnapshotPhase;
 use kube::api::{DeleteParams, Patch, PatchParams, PropagationPolicy};
@@ -315,7 +315,7 @@ fn deleting_conditions(p: &plan::DeletionPlan, tenancy_denied: Option<String>, r
             reason::DELETION_HELD.to_string(),
             "the deletion is held by the repository's mass-deletion breaker".to_string(),
         ),
-        (_, _, Some(denied)) => (kopiur_api::names::reason::NAMESPACE_NOT_ALLOWED.to_string(), denied),
+        (_, _, Some(denied)) => (reason::NAMESPACE_NOT_ALLOWED.to_string(), denied),
         (_, true, None) => (
             reason::REPOSITORY_NOT_READY.to_string(),
             "the kopia snapshot is deleted once the repository is Ready again".to_string(),
@@ -357,7 +357,7 @@ async fn refuse(
     let api: Api<Snapshot> = Api::namespaced(ctx.client.clone(), &ns);
     crate::status::write_status(&api, snap, &status, &next).await?;
     ctx.metrics.deletions.inc(DeletionLabels { namespace: ns.clone(), outcome: "refused".into() });
-    ctx.event(&snap.object_ref(&()), true, kopiur_api::names::event::SNAPSHOT_DELETION_REFUSED, message).await;
+    ctx.event(&snap.object_ref(&()), true, event::SNAPSHOT_DELETION_REFUSED, message).await;
     requeue
 }
 

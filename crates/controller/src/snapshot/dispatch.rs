@@ -10,7 +10,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use kopiur_api::Snapshot;
-use kopiur_api::names::{annotation, condition, label};
+use kopiur_api::names::{annotation, condition, event, label};
 use kopiur_api::snapshot::DeletionDecision;
 use kube::api::{DeleteParams, PropagationPolicy};
 use kube::runtime::reflector::ObjectRef;
@@ -357,7 +357,7 @@ impl RepoPass<'_> {
         ctx.event(
             &repo_object_ref(repo),
             true,
-            kopiur_api::names::event::SNAPSHOT_DELETION_BATCH_FAILED,
+            event::SNAPSHOT_DELETION_BATCH_FAILED,
             crate::deletion::messages::batch_failed(&b.name, b.members.len()),
         )
         .await;

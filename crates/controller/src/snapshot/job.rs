@@ -1,5 +1,6 @@
 //! The backup and batch-delete Jobs: work spec and Job object for one Snapshot. Pure given
 //! its inputs, so the size cap is checked before anything is created.
+use kopiur_api::names::annotation;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
@@ -289,10 +290,7 @@ pub fn batch_delete_job(
     };
     let input = JobInput {
         delete_repo_uid: Some(repo_uid),
-        annotations: BTreeMap::from([(
-            kopiur_api::names::annotation::DELETE_MEMBERS.to_string(),
-            spec.members_annotation(),
-        )]),
+        annotations: BTreeMap::from([(annotation::DELETE_MEMBERS.to_string(), spec.members_annotation())]),
         // Drained batches are reaped by the controller, not by a TTL.
         ttl_seconds_after_finished: None,
         // The shared backoff and 48 h backstop (docs/design/architecture.md §1.4 defaults): a batch has no

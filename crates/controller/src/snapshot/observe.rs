@@ -192,7 +192,7 @@ async fn build(
     });
     use crate::mover_settings::PrivilegeVerdict;
     match backup_job(snap, p, r, rv, &ctx.config, &mf) {
-        Err(BuildError::Refused(why)) if why.reason == kopiur_api::names::reason::PRIVILEGED_MOVER_NOT_PERMITTED => {
+        Err(BuildError::Refused(why)) if why.reason == reason::PRIVILEGED_MOVER_NOT_PERMITTED => {
             match crate::mover_settings::namespace_privilege(&ctx.client, &ns).await {
                 PrivilegeVerdict::Permitted => {
                     mf.privileged_permitted = true;

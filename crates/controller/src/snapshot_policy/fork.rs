@@ -5,6 +5,7 @@
 //! the pinned identity or an existing source's path is refused (the policy is Stalled with
 //! `IdentityWouldFork` and backups continue under the pinned values) until the user annotates
 //! the policy with `allow-identity-change`. New PVCs matched by a selector are not forks.
+use kopiur_api::names::annotation;
 use std::collections::BTreeMap;
 
 use kopiur_api::shared::status::ResolvedSource;
@@ -106,7 +107,7 @@ pub fn refusal_message(policy: &str, namespace: &str, changes: &[String], succee
          pinned identity. To accept the fork: kubectl annotate snapshotpolicy {policy} -n {namespace} \
          {}=true; to keep the history, revert the change",
         changes.join("; "),
-        kopiur_api::names::annotation::ALLOW_IDENTITY_CHANGE
+        annotation::ALLOW_IDENTITY_CHANGE
     )
 }
 

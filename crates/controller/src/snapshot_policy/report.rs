@@ -38,7 +38,7 @@ pub(super) fn conditions(spec: &SnapshotPolicySpec, previous: &[Condition], c: &
     // R (docs/design/api-contract.md §6.1): a compressor kopia cannot write with stalls the policy (its Snapshots
     // park with the same reason, no Job) until the name is fixed.
     if let Some(m) = crate::policy_rules::compression::unknown_compressor(spec) {
-        stall(&mut conds, kopiur_api::names::reason::INVALID_SPEC, &m);
+        stall(&mut conds, reason::INVALID_SPEC, &m);
     }
     // A gated source (docs/design/api-contract.md §1.9 gating) overrides Ready and stalls the policy; the
     // stall is lifted once the source is no longer refused.
@@ -76,7 +76,7 @@ pub(super) fn conditions(spec: &SnapshotPolicySpec, previous: &[Condition], c: &
         None => lift(&mut conds, previous, crate::policy_rules::collision::IDENTITY_COLLISION),
     }
     // Another namespace's hostname on a shared repository without its grant (audit 2.8).
-    let xns = kopiur_api::names::reason::CROSS_NAMESPACE_REFERENCE;
+    let xns = reason::CROSS_NAMESPACE_REFERENCE;
     match &c.foreign_hostname {
         Some(m) => stall(&mut conds, xns, m),
         None => lift(&mut conds, previous, xns),

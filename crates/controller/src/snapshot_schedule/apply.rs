@@ -3,7 +3,7 @@
 //! DELETE stamped `pruned-by` first). Every function here needs the client.
 use std::sync::Arc;
 
-use kopiur_api::names::{event, pruned_by};
+use kopiur_api::names::{event, finalizer, pruned_by};
 use kopiur_api::shared::status::NameRef;
 use kopiur_api::snapshot::SnapshotSpec;
 use kopiur_api::snapshot_schedule::{ScheduleRecord, SnapshotScheduleStatus};
@@ -92,7 +92,7 @@ pub(super) fn child_snapshot(
             namespace: sched.namespace(),
             labels: Some(super::plan::child_labels(&sched.name_any(), pname)),
             owner_references: Some(vec![owner_of(sched)]),
-            finalizers: Some(vec![kopiur_api::names::finalizer::SNAPSHOT_CLEANUP.to_string()]),
+            finalizers: Some(vec![finalizer::SNAPSHOT_CLEANUP.to_string()]),
             ..Default::default()
         },
         spec: SnapshotSpec {

@@ -198,7 +198,7 @@ fn select_policies(
 }
 
 /// The default time zone of the matched policies' repositories, or why they disagree.
-fn selection_timezone(ctx: &PipelineCtx, ns: &str, policies: &[Arc<SnapshotPolicy>]) -> Result<Option<String>, String> {
+fn selection_timezone(ctx: &Context, ns: &str, policies: &[Arc<SnapshotPolicy>]) -> Result<Option<String>, String> {
     let tzs: std::collections::BTreeSet<Option<String>> = policies
         .iter()
         .map(|p| {
@@ -345,7 +345,7 @@ pub(super) fn observe(ctx: &Context, sched: &SnapshotSchedule, now: DateTime<Utc
 /// The repository default time zone a schedule falls back to: the selection's (when its
 /// repositories agree), or the referenced policy's first repository's.
 fn repository_timezone(
-    ctx: &PipelineCtx,
+    ctx: &Context,
     ns: &str,
     selection: Option<&Selection>,
     policy: Option<&SnapshotPolicy>,

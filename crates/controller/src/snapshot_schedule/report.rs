@@ -18,13 +18,13 @@ use crate::conditions::{Cond, CondStatus};
 /// `spec.schedule.suspend`.
 pub(super) fn ready(obs: &Observed, sched: &SnapshotSchedule, disposition: &Disposition) -> Vec<Cond> {
     if let Disposition::Invalid { message } = disposition {
-        return super::kstatus::trio(kopiur_api::names::reason::INVALID_SCHEDULE, message);
+        return super::kstatus::trio(reason::INVALID_SCHEDULE, message);
     }
     let ns = sched.namespace().unwrap_or_default();
     let cron = &sched.spec.schedule.cron.cron;
     let (reason, msg) = match (&obs.policy_name, &obs.policy, &obs.expansion) {
         _ if obs.cross_ns.is_some() => {
-            (kopiur_api::names::reason::CROSS_NAMESPACE_REFERENCE.to_string(), obs.cross_ns.clone().unwrap_or_default())
+            (reason::CROSS_NAMESPACE_REFERENCE.to_string(), obs.cross_ns.clone().unwrap_or_default())
         }
         _ if obs.suspended.is_some() => {
             (reason::POLICY_SUSPENDED.to_string(), obs.suspended.clone().unwrap_or_default())
@@ -75,9 +75,7 @@ pub(super) fn conditions(obs: &Observed, sched: &SnapshotSchedule) -> Vec<Cond> 
             let st = s.status.as_ref();
             matches!(st.and_then(|x| x.phase.as_ref()), Some(SnapshotPhase::Pending))
                 && st.is_some_and(|x| {
-                    x.conditions
-                        .iter()
-                        .any(|c| c.type_ == "Ready" && c.reason == kopiur_api::names::reason::REPOSITORY_NOT_READY)
+                    x.conditions.iter().any(|c| c.type_ == "Ready" && c.reason == reason::REPOSITORY_NOT_READY)
                 })
         })
         .map(|s| s.name_any())
@@ -108,7 +106,7 @@ fn selection_conditions(sel: &Selection) -> [Cond; 2] {
         Err(m) => Cond {
             type_: condition::TIMEZONE_DEFAULT_AMBIGUOUS,
             status: CondStatus::True,
-            reason: kopiur_api::names::reason::REPOSITORY_DEFAULTS_DISAGREE.into(),
+            reason: reason::REPOSITORY_DEFAULTS_DISAGREE.into(),
             message: m.clone(),
         },
         Ok(_) => Cond {

@@ -1,5 +1,6 @@
 //! One test per transition row R1–R17.
 use chrono::Duration;
+use kopiur_api::names::event;
 use kopiur_kopia::classify::ErrorClass;
 
 use super::*;
@@ -279,7 +280,7 @@ fn r12_pinned_not_initialized_on_strict_is_terminal_never_create() {
             "kubectl annotate repository/r -n t kopiur.home-operations.com/allow-reinitialize={PIN} --overwrite"
         )));
         assert!(!ready.message.contains("spec.create.enabled"), "{}", ready.message);
-        assert!(reasons(&d.events).contains(&kopiur_api::names::event::REPOSITORY_REINITIALIZE_BLOCKED));
+        assert!(reasons(&d.events).contains(&event::REPOSITORY_REINITIALIZE_BLOCKED));
         assert_kstatus(&d.conditions, False, False, True);
         assert_eq!(d.status.health.strict_retry, None);
     }

@@ -2,6 +2,7 @@
 //! checks, the source volume, Secrets, the policy and the work spec): each either parks or
 //! fails the run with its reason, or lets it through to the next. Pure.
 use chrono::{DateTime, Utc};
+use kopiur_api::names::{condition, reason};
 
 use super::*;
 
@@ -103,15 +104,14 @@ fn policy_gate(f: &RunFacts, now: DateTime<Utc>) -> Option<RunDecision> {
     match &f.policy {
         PolicyState::Known => None,
         PolicyState::NotFound { name } => {
-            let mut d =
-                pending(kopiur_api::names::reason::POLICY_NOT_FOUND, format!("SnapshotPolicy {name} does not exist"));
+            let mut d = pending(reason::POLICY_NOT_FOUND, format!("SnapshotPolicy {name} does not exist"));
             d.requeue_after = Some(Duration::seconds(PARKED_REQUEUE_SECONDS));
             Some(d)
         }
         PolicyState::NoPolicyRef => {
             let failure =
                 Failure { message: Some("spec.policyRef is required to run a backup".into()), ..Failure::default() };
-            Some(failed_terminal(f, kopiur_api::names::reason::INVALID_SPEC, failure, false, now))
+            Some(failed_terminal(f, reason::INVALID_SPEC, failure, false, now))
         }
         PolicyState::Refused { reason, message } => {
             let failure = Failure { message: Some(message.clone()), ..Failure::default() };
@@ -140,7 +140,7 @@ fn repository_gate(f: &RunFacts) -> Option<RunDecision> {
         Gate::NamespaceNotAllowed { .. } => {
             let mut d = RunDecision::new(
                 Some(SnapshotPhase::Pending),
-                stalled(kopiur_api::names::reason::NAMESPACE_NOT_ALLOWED, f.gate.message()),
+                stalled(reason::NAMESPACE_NOT_ALLOWED, f.gate.message()),
                 Step::Idle,
             );
             d.requeue_after = Some(Duration::seconds(PARKED_REQUEUE_SECONDS));
@@ -202,15 +202,15 @@ fn source_gate(f: &RunFacts, now: DateTime<Utc>) -> Option<RunDecision> {
             message: Some(format!("source PVC {pvc} has been missing since {}", since.to_rfc3339())),
             ..Failure::default()
         };
-        let mut d = failed_terminal(f, kopiur_api::names::reason::SOURCE_PVC_MISSING, failure, false, now);
+        let mut d = failed_terminal(f, reason::SOURCE_PVC_MISSING, failure, false, now);
         d.source_missing_since = Some(since);
         return Some(d);
     }
-    let mut d = pending(kopiur_api::names::reason::SOURCE_PVC_MISSING, format!("source PVC {pvc} does not exist"));
+    let mut d = pending(reason::SOURCE_PVC_MISSING, format!("source PVC {pvc} does not exist"));
     d.conditions.push(cond(
-        kopiur_api::names::condition::SOURCE_PVC_AVAILABLE,
+        condition::SOURCE_PVC_AVAILABLE,
         CondStatus::False,
-        kopiur_api::names::reason::SOURCE_PVC_MISSING,
+        reason::SOURCE_PVC_MISSING,
         format!("PVC {pvc} not found"),
     ));
     d.source_missing_since = Some(since);
@@ -226,8 +226,8 @@ fn work_spec_gate(f: &RunFacts) -> Option<RunDecision> {
             let msg = format!(
                 "the work spec is {bytes} bytes, over the 102400-byte cap; reduce sources, tags or ignore rules"
             );
-            let mut d = pending(kopiur_api::names::reason::WORK_SPEC_TOO_LARGE, msg.clone());
-            d.warning = Some((kopiur_api::names::reason::WORK_SPEC_TOO_LARGE, msg));
+            let mut d = pending(reason::WORK_SPEC_TOO_LARGE, msg.clone());
+            d.warning = Some((reason::WORK_SPEC_TOO_LARGE, msg));
             d.requeue_after = Some(Duration::seconds(300));
             Some(d)
         }
