@@ -166,12 +166,8 @@ fn plan_inner(f: &MaintFacts, now: DateTime<Utc>) -> MaintDecision {
     if (manual_pending || tiers.quick_due() || tiers.full_due() || requested.is_some()) && !f.missing_secrets.is_empty()
     {
         d.status = st;
-        d.conditions = trio(
-            Standing::Waiting,
-            reason::MISSING_CREDENTIALS_SECRET,
-            format!("Secret(s) {} missing in this namespace", f.missing_secrets.join(", ")),
-        );
-        d.requeue = std::time::Duration::from_secs(30);
+        d.conditions = crate::scheduled_run::waiting_for_secrets(&f.missing_secrets);
+        d.requeue = crate::scheduled_run::CREDENTIALS_RECHECK;
         return d;
     }
     d.launch = manual_run(&mut st, now)

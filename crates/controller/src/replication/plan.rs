@@ -135,12 +135,8 @@ fn plan_inner(f: &ReplFacts, now: DateTime<Utc>) -> ReplDecision {
     }
     if (manual_pending || due) && !f.missing_secrets.is_empty() {
         d.status = st;
-        d.conditions = trio(
-            Standing::Waiting,
-            reason::MISSING_CREDENTIALS_SECRET,
-            format!("Secret(s) {} missing in this namespace", f.missing_secrets.join(", ")),
-        );
-        d.requeue = std::time::Duration::from_secs(30);
+        d.conditions = crate::scheduled_run::waiting_for_secrets(&f.missing_secrets);
+        d.requeue = crate::scheduled_run::CREDENTIALS_RECHECK;
         return d;
     }
     d.launch = manual_run(&mut st, sched, now).or_else(|| scheduled_run(&mut st, sched, pin.filter(|_| due), now));

@@ -221,6 +221,18 @@ pub fn lease_cond(owned: bool, reason: &str, message: impl Into<String>) -> Cond
     cond(condition::LEASE_OWNED, if owned { CondStatus::True } else { CondStatus::False }, reason, message)
 }
 
+/// How soon a run waiting for its Secrets looks again (a Secret event wakes it sooner).
+pub const CREDENTIALS_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The conditions of a due run whose Secrets are missing: it waits, naming them.
+pub fn waiting_for_secrets(missing: &[String]) -> Vec<Cond> {
+    crate::conditions::trio(
+        crate::conditions::Standing::Waiting,
+        kopiur_api::names::reason::MISSING_CREDENTIALS_SECRET,
+        format!("Secret(s) {} missing in this namespace", missing.join(", ")),
+    )
+}
+
 /// Everything one mover Job of a maintenance or replication run needs.
 pub struct MoverJob<'a> {
     pub name: String,
